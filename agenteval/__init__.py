@@ -1,0 +1,32 @@
+"""agenteval: OpenTelemetry-native tracing and evaluation for AI agents."""
+
+from agenteval_instrumentation import (
+    ContextThreadPoolExecutor,
+    agent,
+    configure_capture,
+    llm_call,
+    retriever,
+    set_llm_response,
+    set_retrieved_documents,
+    submit_with_context,
+    tool,
+    use_tool_call_id,
+    with_current_context,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ContextThreadPoolExecutor",
+    "__version__",
+    "agent",
+    "configure_capture",
+    "llm_call",
+    "retriever",
+    "set_llm_response",
+    "set_retrieved_documents",
+    "submit_with_context",
+    "tool",
+    "use_tool_call_id",
+    "with_current_context",
+]

@@ -1,0 +1,322 @@
+"""Wrapping sync functions, coroutine functions, generators and async generators in spans.
+
+Context rule for streams: the span is made current only while the wrapped generator's own code
+runs (around each ``send``/``throw``), and detached before the chunk is handed to the consumer.
+Attach and detach therefore always happen in the same frame and context, so a consumer that
+stops early, or a generator finalised by the garbage collector in another context, never
+triggers "Failed to detach context" nor leaves the stream's span current for the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from . import attributes as A
+from . import capture
+from ._steps import Step, error_type
+from .responses import ResponseInfo, chunk_text, read_chunk_into
+from .version import __version__
+
+logger = logging.getLogger(__name__)
+
+tracer = trace.get_tracer("agenteval_instrumentation", __version__)
+
+
+def instrument(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    """A wrapper of ``fn`` of the same kind (sync, coroutine, generator, async generator)."""
+    if inspect.isasyncgenfunction(fn):
+        wrapper = _async_generator_wrapper(fn, step)
+    elif inspect.isgeneratorfunction(fn):
+        wrapper = _generator_wrapper(fn, step)
+    elif inspect.iscoroutinefunction(fn):
+        wrapper = _coroutine_wrapper(fn, step)
+    else:
+        wrapper = _sync_wrapper(fn, step)
+    return functools.wraps(fn)(wrapper)
+
+
+def _start(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Span, bool]:
+    """Start the step's span (not yet current); returns it and whether content is captured."""
+    capturing = step.capturing()
+    bound = step.binder.bind(args, kwargs) if step.needs_arguments(capturing) else None
+    span = tracer.start_span(step.name_for(bound), kind=step.kind)
+    if not span.is_recording():
+        return span, False
+    try:
+        span.set_attributes(step.start_attributes(bound, capturing))
+    except Exception:
+        logger.debug("agenteval: could not record the arguments of %s", step.span_name, exc_info=True)
+    return span, capturing
+
+
+def _traced(span: Span) -> bool:
+    """False when there is no SDK (or no valid span): then the call runs untouched."""
+    return span.is_recording() or span.get_span_context().is_valid
+
+
+def _succeed(span: Span, step: Step, result: Any, capturing: bool) -> None:
+    if not span.is_recording():
+        return
+    try:
+        span.set_attributes(step.end_attributes(span, result, capturing))
+    except Exception:
+        logger.debug("agenteval: could not record the result of %s", step.span_name, exc_info=True)
+
+
+def record_error(span: Span, exc: BaseException) -> None:
+    """Exception event, status ERROR and ``error.type``; the caller re-raises."""
+    if not span.is_recording():
+        return
+    span.set_attribute(A.ERROR_TYPE, error_type(exc))
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1000]))
+
+
+def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        span, capturing = _start(step, args, kwargs)
+        if not _traced(span):
+            return fn(*args, **kwargs)
+        token = context_api.attach(trace.set_span_in_context(span))
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            record_error(span, exc)
+            raise
+        else:
+            _succeed(span, step, result, capturing)
+            return result
+        finally:
+            context_api.detach(token)
+            span.end()
+
+    return wrapper
+
+
+def _coroutine_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        span, capturing = _start(step, args, kwargs)
+        if not _traced(span):
+            return await fn(*args, **kwargs)
+        token = context_api.attach(trace.set_span_in_context(span))
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            record_error(span, exc)
+            raise
+        else:
+            _succeed(span, step, result, capturing)
+            return result
+        finally:
+            context_api.detach(token)
+            span.end()
+
+    return wrapper
+
+
+class _Stream:
+    """What a stream has produced so far: chunk count, first-chunk time, text, usage."""
+
+    __slots__ = (
+        "all_text",
+        "capturing",
+        "chunks",
+        "closed_early",
+        "count",
+        "first_ms",
+        "info",
+        "started",
+        "text_size",
+        "texts",
+    )
+
+    def __init__(self, capturing: bool) -> None:
+        self.capturing = capturing
+        self.started = time.monotonic_ns()
+        self.count = 0
+        self.first_ms: float | None = None
+        self.chunks: list[Any] = []
+        self.texts: list[str] = []
+        self.text_size = 0
+        self.all_text = True
+        self.closed_early = False
+        self.info = ResponseInfo()
+
+    def add(self, chunk: Any) -> None:
+        if self.count == 0:
+            self.first_ms = (time.monotonic_ns() - self.started) / 1e6
+        self.count += 1
+        try:
+            read_chunk_into(self.info, chunk)
+            if not self.capturing:
+                return
+            if len(self.chunks) < capture.config.max_items:
+                self.chunks.append(chunk)
+            text = chunk_text(chunk)
+            if text is None:
+                self.all_text = self.all_text and _is_metadata(chunk)
+            elif self.text_size <= capture.config.max_length:  # keep what will be recorded, no more
+                self.texts.append(text)
+                self.text_size += len(text)
+        except Exception:
+            logger.debug("agenteval: could not read a stream chunk", exc_info=True)
+
+    def text(self) -> str | None:
+        return "".join(self.texts) if self.all_text and (self.texts or not self.chunks) else None
+
+    def finish(self, span: Span, step: Step) -> None:
+        if not span.is_recording():
+            return
+        try:
+            attributes: dict[str, Any] = {A.STREAM_CHUNKS: self.count}
+            if self.first_ms is not None:
+                attributes[A.STREAM_FIRST_CHUNK_MS] = self.first_ms
+            if self.closed_early:
+                attributes[A.STREAM_CLOSED_EARLY] = True
+            attributes.update(step.stream_end_attributes(span, self, self.capturing))
+            span.set_attributes(attributes)
+        except Exception:
+            logger.debug("agenteval: could not record the stream of %s", step.span_name, exc_info=True)
+
+
+_METADATA_KEYS = frozenset(("usage", "type", "choices", "message", "delta"))
+
+
+def _is_metadata(chunk: Any) -> bool:
+    """A chunk with no text that still belongs to a text stream (usage or stop events)."""
+    if chunk is None:
+        return True
+    if isinstance(chunk, dict):
+        return not _METADATA_KEYS.isdisjoint(chunk)
+    return not isinstance(chunk, (int, float, bytes, list, tuple))
+
+
+def _generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        span, capturing = _start(step, args, kwargs)
+        if not _traced(span):
+            return (yield from fn(*args, **kwargs))
+        ctx = trace.set_span_in_context(span)
+        stream = _Stream(capturing)
+        try:
+            generator = _run_in(ctx, span, fn, args, kwargs)
+            sent: Any = None
+            thrown: BaseException | None = None
+            while True:
+                token = context_api.attach(ctx)
+                pending, thrown = thrown, None
+                try:
+                    if pending is not None:
+                        chunk = generator.throw(pending)
+                    else:
+                        chunk = generator.send(sent)
+                except StopIteration as stop:
+                    stream.finish(span, step)
+                    return stop.value
+                except BaseException as exc:
+                    # The consumer's own exception coming back out means it abandoned the stream.
+                    stream.closed_early = exc is pending
+                    record_error(span, exc)
+                    stream.finish(span, step)
+                    raise
+                finally:
+                    context_api.detach(token)
+                stream.add(chunk)
+                try:
+                    sent = yield chunk
+                except GeneratorExit:
+                    stream.closed_early = True
+                    _close_quietly(ctx, generator.close)
+                    stream.finish(span, step)
+                    raise
+                except BaseException as exc:
+                    thrown = exc
+        finally:
+            span.end()
+
+    return wrapper
+
+
+def _async_generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        span, capturing = _start(step, args, kwargs)
+        if not _traced(span):
+            async for chunk in fn(*args, **kwargs):
+                yield chunk
+            return
+        ctx = trace.set_span_in_context(span)
+        stream = _Stream(capturing)
+        try:
+            generator = _run_in(ctx, span, fn, args, kwargs)
+            sent: Any = None
+            thrown: BaseException | None = None
+            while True:
+                token = context_api.attach(ctx)
+                pending, thrown = thrown, None
+                try:
+                    if pending is not None:
+                        chunk = await generator.athrow(pending)
+                    else:
+                        chunk = await generator.asend(sent)
+                except StopAsyncIteration:
+                    stream.finish(span, step)
+                    return
+                except BaseException as exc:
+                    # The consumer's own exception coming back out means it abandoned the stream.
+                    stream.closed_early = exc is pending
+                    record_error(span, exc)
+                    stream.finish(span, step)
+                    raise
+                finally:
+                    context_api.detach(token)
+                stream.add(chunk)
+                try:
+                    sent = yield chunk
+                except GeneratorExit:
+                    stream.closed_early = True
+                    token = context_api.attach(ctx)
+                    try:
+                        await generator.aclose()
+                    except Exception:
+                        logger.debug("agenteval: closing a stream raised", exc_info=True)
+                    finally:
+                        context_api.detach(token)
+                    stream.finish(span, step)
+                    raise
+                except BaseException as exc:
+                    thrown = exc
+        finally:
+            span.end()
+
+    return wrapper
+
+
+def _run_in(ctx: context_api.Context, span: Span, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """Call ``fn`` with the span current; an exception is recorded on the span and re-raised."""
+    token = context_api.attach(ctx)
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as exc:
+        record_error(span, exc)
+        raise
+    finally:
+        context_api.detach(token)
+
+
+def _close_quietly(ctx: context_api.Context, close: Callable[[], Any]) -> None:
+    token = context_api.attach(ctx)
+    try:
+        close()
+    except Exception:
+        logger.debug("agenteval: closing a stream raised", exc_info=True)
+    finally:
+        context_api.detach(token)

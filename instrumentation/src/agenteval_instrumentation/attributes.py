@@ -1,0 +1,99 @@
+"""Span attribute names: the OpenTelemetry GenAI semantic conventions (v1.41) and agenteval's own.
+
+Every module that reads or writes a span attribute takes its name from here.
+"""
+
+# --- OpenTelemetry GenAI semantic conventions -------------------------------------------------
+
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+"""The kind of GenAI operation: ``chat``, ``execute_tool``, ``invoke_agent``, ``retrieval``, ..."""
+
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+"""The model provider, e.g. ``openai``, ``anthropic`` (replaces the older ``gen_ai.system``)."""
+
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+"""The model the caller asked for."""
+
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+"""The model that answered, as reported by the provider."""
+
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+"""The provider's id for the response."""
+
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+"""Why the model stopped, one entry per choice (``stop``, ``length``, ``tool_calls``, ...)."""
+
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+"""Tokens in the prompt."""
+
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+"""Tokens in the completion."""
+
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+"""The messages sent to a model or agent, as JSON text."""
+
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+"""The messages a model or agent returned, as JSON text."""
+
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+"""The name of the agent an ``invoke_agent`` span runs."""
+
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+"""The name of the tool an ``execute_tool`` span runs."""
+
+GEN_AI_TOOL_DESCRIPTION = "gen_ai.tool.description"
+"""The tool's description (the first line of its docstring unless given)."""
+
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+"""The tool's type; decorated Python functions are ``function``."""
+
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+"""The id the model gave this tool call, when the caller provides one."""
+
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+"""The tool's arguments, as JSON text."""
+
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+"""The tool's result, as JSON text."""
+
+ERROR_TYPE = "error.type"
+"""The qualified class name of the exception that ended the operation."""
+
+# --- Operation names -----------------------------------------------------------------------
+
+OPERATION_CHAT = "chat"
+OPERATION_EXECUTE_TOOL = "execute_tool"
+OPERATION_INVOKE_AGENT = "invoke_agent"
+OPERATION_RETRIEVAL = "retrieval"
+
+# --- agenteval's own ------------------------------------------------------------------------
+
+EXPERIMENT_ID = "agenteval.experiment.id"
+"""The experiment a span belongs to; stamped on every span of a trial."""
+
+CASE_ID = "agenteval.case.id"
+"""The dataset case a span's trial answers."""
+
+TRIAL_ID = "agenteval.trial.id"
+"""The trial (one attempt at one case) a span belongs to."""
+
+TRIAL_ATTEMPT = "agenteval.trial.attempt"
+"""Which attempt at the case the trial is, counting from 1."""
+
+INPUT = "agenteval.input"
+"""A retriever's (or other step's) arguments, as JSON text."""
+
+OUTPUT = "agenteval.output"
+"""A retriever's (or other step's) return value, as JSON text."""
+
+RETRIEVAL_DOCUMENT_IDS = "agenteval.retrieval.document_ids"
+"""Ids of the documents a retrieval returned, in rank order."""
+
+STREAM_CHUNKS = "agenteval.stream.chunks"
+"""How many chunks a streamed call produced."""
+
+STREAM_FIRST_CHUNK_MS = "agenteval.stream.time_to_first_chunk_ms"
+"""Milliseconds from the start of a streamed call to its first chunk."""
+
+STREAM_CLOSED_EARLY = "agenteval.stream.closed_early"
+"""True when the consumer stopped a stream before it was exhausted."""

@@ -1,0 +1,212 @@
+"""What content the decorators record, and how it is turned into bounded JSON text.
+
+Content capture is on by default because scorers read it. It is switched off for the whole
+process by ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false`` (the GenAI conventions'
+variable) or :func:`configure_capture`, and per decorator with ``capture=False``.
+
+Captured values become JSON text that stays valid however it is cut: strings, lists and nesting
+are capped *before* serialising, so a limit never leaves half a JSON document behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import enum
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+Redactor = Callable[[str, Any], Any]
+"""A redaction hook: called with the attribute name and the Python value about to be captured;
+returns the value to record instead (or the same value)."""
+
+MASK = "***"
+PLACEHOLDER = "<unserializable>"
+
+_SECRET_KEY = re.compile(
+    r"(^|[_\-.])(api[_\-]?key|apikey|password|passwd|pwd|secret|secret[_\-]?key|client[_\-]?secret"
+    r"|token|access[_\-]?token|refresh[_\-]?token|auth[_\-]?token|bearer|authorization|private[_\-]?key"
+    r"|credentials?|cookie|session[_\-]?id)$",
+    re.IGNORECASE,
+)
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def is_secret_key(key: str) -> bool:
+    """True for keys that look like they hold a secret (``api_key``, ``password``, ``token``, ...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def _env_enabled() -> bool:
+    value = os.environ.get(ENV_CAPTURE_CONTENT)
+    if value is None or value.strip() == "":
+        return True
+    return value.strip().lower() not in ("false", "0", "no", "off")
+
+
+@dataclasses.dataclass
+class CaptureConfig:
+    """Process-wide capture settings; change them with :func:`configure_capture`."""
+
+    enabled: bool = True
+    max_string: int = 4_000
+    """Longest string kept inside a captured value; longer ones are cut with a marker."""
+    max_items: int = 100
+    """Most list items or mapping entries kept; the rest are summarised by a marker."""
+    max_depth: int = 8
+    """Deepest nesting kept; deeper values become a marker string."""
+    max_length: int = 32_000
+    """Longest JSON text recorded for one attribute."""
+    mask_secrets: bool = True
+    redactor: Redactor | None = None
+
+
+config = CaptureConfig(enabled=_env_enabled())
+
+
+def configure_capture(
+    *,
+    enabled: bool | None = None,
+    max_string: int | None = None,
+    max_items: int | None = None,
+    max_depth: int | None = None,
+    max_length: int | None = None,
+    mask_secrets: bool | None = None,
+    redactor: Redactor | None | type[Ellipsis] = ...,
+) -> CaptureConfig:
+    """Change the process-wide capture settings; arguments left out keep their value.
+
+    ``enabled=None`` re-reads ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+    ``redactor=None`` removes a hook set before.
+    """
+    config.enabled = _env_enabled() if enabled is None else enabled
+    for name, value in (
+        ("max_string", max_string),
+        ("max_items", max_items),
+        ("max_depth", max_depth),
+        ("max_length", max_length),
+        ("mask_secrets", mask_secrets),
+    ):
+        if value is not None:
+            setattr(config, name, value)
+    if redactor is not ...:
+        config.redactor = redactor  # type: ignore[assignment]
+    return config
+
+
+def to_json(attribute: str, value: Any) -> str:
+    """Bounded, redacted JSON text for ``value``; never raises (a failure gives a placeholder)."""
+    try:
+        if config.redactor is not None:
+            value = config.redactor(attribute, value)
+        if type(value) is str and len(value) <= config.max_string:
+            return json.dumps(value, ensure_ascii=False)
+        text = json.dumps(_jsonable(value, config.max_depth, config.max_string, config.max_items), ensure_ascii=False)
+        return text if len(text) <= config.max_length else _shrink(value)
+    except Exception:  # capture must never break the decorated function
+        return json.dumps(PLACEHOLDER)
+
+
+def _shrink(value: Any) -> str:
+    """Cap harder until the text fits ``max_length``; the result is still whole JSON."""
+    max_string, max_items = config.max_string, config.max_items
+    while max_string > 16 or max_items > 1:
+        max_string, max_items = max(16, max_string // 4), max(1, max_items // 4)
+        text = json.dumps(_jsonable(value, config.max_depth, max_string, max_items), ensure_ascii=False)
+        if len(text) <= config.max_length:
+            return text
+    return json.dumps(_cut(repr(value), max(16, config.max_length // 2)), ensure_ascii=False)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[{len(text) - limit} more chars]"
+
+
+def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
+    """A JSON-ready copy of ``value`` with strings, collections and depth capped."""
+    kind = type(value)
+    if kind is str:
+        return value if len(value) <= max_string else _cut(value, max_string)
+    if kind in _SCALARS:
+        if kind is float and (value != value or value in (float("inf"), float("-inf"))):
+            return str(value)  # JSON has no NaN or infinity
+        return value
+    if depth <= 0:
+        return f"<max depth: {kind.__name__}>"
+    if isinstance(value, Mapping):
+        return _mapping(value.items(), len(value), depth, max_string, max_items)
+    if isinstance(value, (list, tuple)):
+        return _sequence(value, len(value), depth, max_string, max_items)
+    return _other(value, depth, max_string, max_items)
+
+
+def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, (key, item) in enumerate(items):
+        if i >= max_items:
+            out["…"] = f"{size - max_items} more entries"
+            break
+        key = key if isinstance(key, str) else str(key)
+        if config.mask_secrets and is_secret_key(key):
+            out[key] = MASK
+        else:
+            out[key] = _jsonable(item, depth - 1, max_string, max_items)
+    return out
+
+
+def _sequence(items: Any, size: int, depth: int, max_string: int, max_items: int) -> list[Any]:
+    out = []
+    for i, item in enumerate(items):
+        if i >= max_items:
+            out.append(f"…{size - max_items} more items")
+            break
+        out.append(_jsonable(item, depth - 1, max_string, max_items))
+    return out
+
+
+def _other(value: Any, depth: int, max_string: int, max_items: int) -> Any:
+    """Values that are not plain JSON: models, dataclasses, numpy, bytes, sets, anything."""
+    if isinstance(value, enum.Enum):
+        return _jsonable(value.value, depth, max_string, max_items)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value[: max_string // 2])
+        return {"bytes": len(value), "base64": base64.b64encode(raw).decode("ascii")}
+    if isinstance(value, (set, frozenset)):
+        try:
+            items = sorted(value)
+        except TypeError:
+            items = list(value)
+        return _sequence(items, len(items), depth, max_string, max_items)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)  # pydantic v2
+    if callable(dump):
+        return _jsonable(dump(mode="json"), depth, max_string, max_items)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        return _mapping(fields, len(dataclasses.fields(value)), depth, max_string, max_items)
+    item = getattr(value, "item", None)  # numpy scalars and 0-d arrays
+    if callable(item) and type(value).__module__ == "numpy":
+        try:
+            return _jsonable(item(), depth, max_string, max_items)
+        except (TypeError, ValueError):
+            pass
+    tolist = getattr(value, "tolist", None)  # numpy arrays
+    if callable(tolist) and type(value).__module__ == "numpy":
+        return _jsonable(tolist(), depth, max_string, max_items)
+    if isinstance(value, Mapping):
+        return _mapping(value.items(), len(value), depth, max_string, max_items)
+    try:
+        text = repr(value)
+    except Exception:
+        return PLACEHOLDER
+    return _cut(text, max_string)

@@ -1,0 +1,339 @@
+"""The four decorators: span names, kinds, attributes, nesting, methods, exceptions."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import traceback
+from types import SimpleNamespace
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
+
+from agenteval_instrumentation import (
+    agent,
+    llm_call,
+    retriever,
+    set_llm_response,
+    set_retrieved_documents,
+    tool,
+    use_tool_call_id,
+)
+from agenteval_instrumentation import (
+    attributes as A,
+)
+
+
+def by_name(spans, name):
+    found = [s for s in spans.get_finished_spans() if s.name == name]
+    assert found, f"no span named {name!r} in {[s.name for s in spans.get_finished_spans()]}"
+    return found[0]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    More text that is not the description.
+    """
+    return a + b
+
+
+@tool(name="convert_currency", description="Convert money")
+def convert(amount: float, src: str, dst: str) -> float:
+    return amount * 2
+
+
+@llm_call(model="gpt-4o-mini", provider="openai")
+def chat_openai(messages: list[dict]) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "model": "gpt-4o-mini-2024-07-18",
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+        "choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "4"}}],
+    }
+
+
+@agent(name="calc-agent")
+def calc_agent(question: str) -> str:
+    chat_openai([{"role": "user", "content": question}])
+    return f"The answer is {add(2, 2)}"
+
+
+def test_span_names_kinds_and_operations(spans):
+    assert calc_agent("2+2?") == "The answer is 4"
+    root = by_name(spans, "invoke_agent calc-agent")
+    chat = by_name(spans, "chat gpt-4o-mini")
+    tool_span = by_name(spans, "execute_tool add")
+    assert (root.kind, chat.kind, tool_span.kind) == (SpanKind.INTERNAL, SpanKind.CLIENT, SpanKind.INTERNAL)
+    assert root.attributes[A.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert root.attributes[A.GEN_AI_AGENT_NAME] == "calc-agent"
+    assert chat.attributes[A.GEN_AI_OPERATION_NAME] == "chat"
+    assert chat.attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
+    assert chat.attributes[A.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"
+    assert tool_span.attributes[A.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert tool_span.attributes[A.GEN_AI_TOOL_NAME] == "add"
+    assert tool_span.attributes[A.GEN_AI_TOOL_DESCRIPTION] == "Add two integers."
+    assert "gen_ai.system" not in chat.attributes
+
+
+def test_children_nest_under_the_agent_span(spans):
+    calc_agent("2+2?")
+    root = by_name(spans, "invoke_agent calc-agent")
+    for name in ("chat gpt-4o-mini", "execute_tool add"):
+        child = by_name(spans, name)
+        assert child.parent.span_id == root.context.span_id
+        assert child.context.trace_id == root.context.trace_id
+    assert root.parent is None
+
+
+def test_tool_records_arguments_and_result_as_json(spans):
+    assert convert(10.0, "EUR", dst="USD") == 20.0
+    span = by_name(spans, "execute_tool convert_currency")
+    assert json.loads(span.attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"amount": 10.0, "src": "EUR", "dst": "USD"}
+    assert json.loads(span.attributes[A.GEN_AI_TOOL_CALL_RESULT]) == 20.0
+    assert span.attributes[A.GEN_AI_TOOL_DESCRIPTION] == "Convert money"
+
+
+def test_tool_call_id_from_parameter_or_context(spans):
+    @tool
+    def lookup(country: str, tool_call_id: str | None = None) -> str:
+        return "Paris"
+
+    lookup("France", tool_call_id="call_abc")
+    with use_tool_call_id("call_xyz"):
+        lookup("France")
+    lookup("France")
+    ids = [s.attributes.get(A.GEN_AI_TOOL_CALL_ID) for s in spans.get_finished_spans()]
+    assert ids == ["call_abc", "call_xyz", None]
+
+
+def test_llm_call_reads_openai_dict_response(spans):
+    chat_openai([{"role": "user", "content": "2+2?"}])
+    span = by_name(spans, "chat gpt-4o-mini")
+    assert span.attributes[A.GEN_AI_RESPONSE_MODEL] == "gpt-4o-mini-2024-07-18"
+    assert span.attributes[A.GEN_AI_RESPONSE_ID] == "chatcmpl-1"
+    assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 12
+    assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
+    assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "2+2?"}]
+    output = json.loads(span.attributes[A.GEN_AI_OUTPUT_MESSAGES])
+    assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "4"}], "finish_reason": "stop"}]
+
+
+def test_llm_call_reads_openai_sdk_shaped_object(spans):
+    @llm_call(provider="openai")
+    def chat(messages, model="gpt-4.1"):
+        message = SimpleNamespace(content="Paris", role="assistant")
+        return SimpleNamespace(
+            id="r1",
+            model="gpt-4.1-2025",
+            usage=SimpleNamespace(prompt_tokens=7, completion_tokens=1, total_tokens=8),
+            choices=[SimpleNamespace(finish_reason="length", message=message)],
+        )
+
+    chat([{"role": "user", "content": "Capital of France?"}], model="gpt-4.1")
+    span = by_name(spans, "chat gpt-4.1")
+    assert span.attributes[A.GEN_AI_REQUEST_MODEL] == "gpt-4.1"
+    assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 7
+    assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("length",)
+
+
+def test_llm_call_reads_anthropic_message(spans):
+    @llm_call(provider="anthropic")
+    def chat(prompt: str):
+        return {
+            "id": "msg_1",
+            "model": "claude-sonnet-4",
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 20, "output_tokens": 5},
+            "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}],
+        }
+
+    chat("hi")
+    # No model was known up front: the span is renamed after the model that answered.
+    span = by_name(spans, "chat claude-sonnet-4")
+    assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 20
+    assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+    assert json.loads(span.attributes[A.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]["content"] == "Hello there"
+
+
+def test_set_llm_response_from_inside_the_function(spans):
+    @llm_call(model="local-llama")
+    def chat(prompt: str) -> str:
+        set_llm_response(input_tokens=9, output_tokens=4, finish_reasons="stop", model="llama-3")
+        return "fine"
+
+    assert chat("hi") == "fine"
+    span = by_name(spans, "chat local-llama")
+    assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 9
+    assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
+    assert span.attributes[A.GEN_AI_RESPONSE_MODEL] == "llama-3"
+    assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+
+
+def test_explicit_usage_wins_over_the_return_value(spans):
+    @llm_call(model="m")
+    def chat(prompt: str) -> dict:
+        set_llm_response(input_tokens=100)
+        return {"usage": {"input_tokens": 1, "output_tokens": 2}}
+
+    chat("x")
+    span = by_name(spans, "chat m")
+    assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 100
+    assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [
+        (["d1", "d2"], ["d1", "d2"]),
+        ([{"id": "a", "text": "..."}, {"id": 7}], ["a", "7"]),
+        ([SimpleNamespace(doc_id="x"), SimpleNamespace(metadata={"id": "y"})], ["x", "y"]),
+        ({"documents": [{"document_id": "z"}]}, ["z"]),
+        ([("p1", 0.9), ("p2", 0.5)], ["p1", "p2"]),
+    ],
+)
+def test_retriever_records_document_ids(spans, returned, expected):
+    @retriever(name="search_docs")
+    def search(query: str):
+        return returned
+
+    search("refund window")
+    span = by_name(spans, "retrieval search_docs")
+    assert span.attributes[A.GEN_AI_OPERATION_NAME] == "retrieval"
+    assert list(span.attributes[A.RETRIEVAL_DOCUMENT_IDS]) == expected
+
+
+def test_retriever_ids_explicit_and_custom_key(spans):
+    @retriever(id_key="slug")
+    def by_slug(query: str):
+        return [{"slug": "hr-leave"}]
+
+    @retriever
+    def manual(query: str):
+        set_retrieved_documents(["policy-7"])
+        return ["this is a passage, not an id"]
+
+    by_slug("q")
+    manual("q")
+    assert list(by_name(spans, "retrieval by_slug").attributes[A.RETRIEVAL_DOCUMENT_IDS]) == ["hr-leave"]
+    assert list(by_name(spans, "retrieval manual").attributes[A.RETRIEVAL_DOCUMENT_IDS]) == ["policy-7"]
+
+
+class Calculator:
+    factor = 3
+
+    @tool
+    def scale(self, x: int) -> int:
+        return x * self.factor
+
+    @tool
+    @classmethod
+    def describe(cls, verbose: bool = False) -> str:
+        return cls.__name__
+
+    @tool
+    @staticmethod
+    def negate(x: int) -> int:
+        return -x
+
+
+def test_methods_never_capture_self_or_cls(spans):
+    calc = Calculator()
+    assert calc.scale(2) == 6
+    assert Calculator.describe(verbose=True) == "Calculator"
+    assert calc.negate(5) == -5
+    args = {s.name: json.loads(s.attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) for s in spans.get_finished_spans()}
+    assert args == {
+        "execute_tool scale": {"x": 2},
+        "execute_tool describe": {"verbose": True},
+        "execute_tool negate": {"x": 5},
+    }
+
+
+def test_wrapped_functions_keep_name_signature_docstring_and_kind():
+    @tool
+    async def fetch(url: str, timeout: float = 1.0) -> str:
+        """Fetch a page."""
+        return url
+
+    assert inspect.iscoroutinefunction(fetch)
+    assert fetch.__name__ == "fetch"
+    assert fetch.__doc__ == "Fetch a page."
+    assert list(inspect.signature(fetch).parameters) == ["url", "timeout"]
+    assert inspect.signature(fetch).parameters["timeout"].default == 1.0
+
+    @llm_call
+    def gen():
+        yield "x"
+
+    @llm_call
+    async def agen():
+        yield "x"
+
+    assert inspect.isgeneratorfunction(gen)
+    assert inspect.isasyncgenfunction(agen)
+
+
+class QuotaError(Exception):
+    pass
+
+
+def test_exception_is_recorded_and_reraised_unchanged(spans):
+    raised = QuotaError("insufficient_quota")
+
+    @llm_call(model="m")
+    def chat(prompt: str):
+        raise raised
+
+    with pytest.raises(QuotaError) as info:
+        chat("hi")
+    assert info.value is raised
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].name == "chat" and frames[-1].line == "raise raised"
+    span = by_name(spans, "chat m")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes[A.ERROR_TYPE] == f"{__name__}.QuotaError"
+    (event,) = span.events
+    assert event.name == "exception"
+    assert event.attributes["exception.message"] == "insufficient_quota"
+
+
+def test_builtin_exception_error_type_and_parent_sees_its_own_error(spans):
+    @tool
+    def broken() -> None:
+        raise ValueError("bad input")
+
+    @agent
+    def runner() -> str:
+        try:
+            broken()
+        except ValueError:
+            return "recovered"
+
+    assert runner() == "recovered"
+    assert by_name(spans, "execute_tool broken").attributes[A.ERROR_TYPE] == "ValueError"
+    root = by_name(spans, "invoke_agent runner")
+    assert root.status.status_code is StatusCode.UNSET
+    assert A.ERROR_TYPE not in root.attributes
+
+
+def test_current_span_is_restored_after_each_call(spans):
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("outer") as outer:
+        add(1, 1)
+        assert trace.get_current_span() is outer
+    assert not trace.get_current_span().is_recording()
+
+
+def test_agent_reply_object_with_content(spans):
+    @agent
+    def assistant(question: str) -> dict:
+        return {"content": "42", "tool_calls": []}
+
+    assistant("meaning?")
+    output = json.loads(by_name(spans, "invoke_agent assistant").attributes[A.GEN_AI_OUTPUT_MESSAGES])
+    assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "42"}]}]
