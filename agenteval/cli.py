@@ -2,7 +2,42 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import click
+
+from .tables import FORMATS
+
+
+def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--store DIR``, shared by every command that reads or writes the store."""
+    return click.option(
+        "--store",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Store folder [default: $AGENTEVAL_STORE or ./.agenteval].",
+    )(fn)
+
+
+def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected problems (bad SQL, a missing file) print one clear line, not a traceback."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import duckdb
+
+        try:
+            return fn(*args, **kwargs)
+        except (duckdb.Error, OSError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -13,44 +48,37 @@ def main() -> None:
 
 @main.command()
 @click.argument("questions", nargs=-1)
-def demo(questions: tuple[str, ...]) -> None:
-    """Run a small decorated agent and show the spans it records."""
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from rich.console import Console
-    from rich.text import Text
-    from rich.tree import Tree
+@store_option
+def demo(questions: tuple[str, ...], store: str | None) -> None:
+    """Run a small decorated agent, write its spans to the store and show them."""
+    from .demo import run_demo
 
-    from agenteval.demo import demo_agent
+    click.echo(run_demo(list(questions) or None, store))
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    trace.set_tracer_provider(provider)
-    console = Console()
-    for question in questions or ("What is 6 * 7?", "What is 1250 / 4?"):
-        try:
-            answer = demo_agent(question)
-        except ValueError as exc:  # recorded on the spans as an error; shown, not raised
-            answer = f"error: {exc}"
-        console.print(Text(question, style="bold").append(f" -> {answer}", style="default"))
-    spans = memory.get_finished_spans()
-    children: dict[int | None, list] = {}
-    for span in spans:
-        children.setdefault(span.parent.span_id if span.parent else None, []).append(span)
 
-    def add(tree: Tree, span: ReadableSpan) -> None:
-        ms = (span.end_time - span.start_time) / 1e6
-        keys = [k for k in span.attributes if k.startswith(("gen_ai.usage", "gen_ai.tool.call"))]
-        detail = ", ".join(f"{k}={span.attributes[k]}" for k in keys)
-        # Attribute values are untrusted text: build a Text, never parse them as markup.
-        node = tree.add(Text(span.name).append(f"  {ms:.2f} ms  {detail}", style="dim"))
-        for child in sorted(children.get(span.context.span_id, []), key=lambda s: s.start_time):
-            add(node, child)
+@main.command()
+@click.argument("query")
+@store_option
+@format_option
+@user_errors
+def sql(query: str, store: str | None, fmt: str) -> None:
+    """Run a SQL QUERY over the store's views: experiments, cases, trials, spans, scores."""
+    from .store import Store
+    from .tables import render
 
-    root = Tree("spans")
-    for span in sorted(children.get(None, []), key=lambda s: s.start_time):
-        add(root, span)
-    console.print(root)
+    click.echo(render(Store(store).query(query), fmt))
+
+
+@main.command()
+@store_option
+@user_errors
+def compact(store: str | None) -> None:
+    """Merge each partition's small files into one (safe while others read)."""
+    from .store import Store
+    from .store import compact as compact_store
+
+    result = compact_store(Store(store))
+    click.echo(
+        f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
+        f"{result.rows} rows"
+    )

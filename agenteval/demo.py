@@ -46,3 +46,41 @@ def demo_agent(question: str) -> str:
     """Answer an arithmetic question with one model call and one tool call."""
     result = calculator(plan(question))
     return f"{result:g}"
+
+
+DEMO_QUESTIONS = ["What is 6 * 7?", "What is 1250 / 4?"]
+
+SPANS_QUERY = """
+SELECT name, kind, round(duration_ms, 3) AS ms, operation, tool_name, input_tokens, output_tokens, status_code
+FROM spans WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY start_time
+"""
+
+
+def run_demo(questions: list[str] | None = None, store: str | None = None) -> str:
+    """Answer ``questions`` with the demo agent, write the spans to the store; return a report."""
+    from opentelemetry import trace
+
+    from .store import Store
+    from .tables import render
+    from .tracing import setup_tracing
+
+    tracing = setup_tracing(store)
+    tracer = trace.get_tracer("agenteval.demo")
+    lines, trace_ids = [], []
+    for question in questions or DEMO_QUESTIONS:
+        with tracer.start_as_current_span("demo question") as span:
+            trace_ids.append(format(span.get_span_context().trace_id, "032x"))
+            try:
+                answer = demo_agent(question)
+            except ValueError as exc:  # recorded on the spans as an error; shown, not raised
+                answer = f"error: {exc}"
+        lines.append(f"{question} -> {answer}")
+    tracing.flush()
+    tracing.shutdown()
+    target = Store(store)
+    spans = target.query(SPANS_QUERY, [trace_ids])
+    lines += ["", f"Spans written to {target.root}/spans/:", render(spans), ""]
+    lines.append(
+        'Query them yourself: agenteval sql "SELECT name, count(*), avg(duration_ms) FROM spans GROUP BY name"'
+    )
+    return "\n".join(lines)

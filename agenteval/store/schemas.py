@@ -1,0 +1,96 @@
+"""Arrow schemas of the store's tables, defined once. The span schema lives with its exporter."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from agenteval_exporters.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SPAN_SCHEMA, TABLE_KEY, TIMESTAMP
+
+
+def _schema(table: str, fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: table.encode()})
+
+
+EXPERIMENTS = _schema(
+    "experiments",
+    [
+        pa.field("experiment_id", pa.string(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("dataset_name", pa.string()),
+        pa.field("dataset_hash", pa.string()),
+        pa.field("agent", pa.string()),
+        pa.field("version", pa.string()),
+        pa.field("options", pa.string()),  # JSON
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("started_at", TIMESTAMP),
+        pa.field("ended_at", TIMESTAMP),
+        pa.field("updated_at", TIMESTAMP, nullable=False),  # a status change appends a row; newest wins
+        pa.field("environment", pa.string()),  # JSON
+        pa.field("prices", pa.string()),  # JSON
+    ],
+)
+
+CASES = _schema(
+    "cases",
+    [
+        pa.field("experiment_id", pa.string(), nullable=False),
+        pa.field("case_id", pa.string(), nullable=False),
+        pa.field("line", pa.int64()),
+        pa.field("input", pa.string()),
+        pa.field("expected_output", pa.string()),
+        pa.field("category", pa.string()),
+        pa.field("difficulty", pa.string()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("case", pa.string()),  # the whole case as JSON
+    ],
+)
+
+TRIALS = _schema(
+    "trials",
+    [
+        pa.field("experiment_id", pa.string(), nullable=False),
+        pa.field("trial_id", pa.string(), nullable=False),
+        pa.field("case_id", pa.string(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("trace_id", pa.string()),
+        pa.field("outcome", pa.string(), nullable=False),  # passed | wrong | failed
+        pa.field("passed", pa.bool_(), nullable=False),
+        pa.field("failure_type", pa.string()),
+        pa.field("infrastructure", pa.bool_()),
+        pa.field("error_message", pa.string()),
+        pa.field("reply", pa.string()),
+        pa.field("started_at", TIMESTAMP, nullable=False),
+        pa.field("ended_at", TIMESTAMP, nullable=False),
+        pa.field("duration_ms", pa.float64()),
+        pa.field("input_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("cost_usd", pa.float64()),
+        pa.field("supersedes", pa.string()),  # a retried trial names the trial it replaces
+    ],
+)
+
+SCORES = _schema(
+    "scores",
+    [
+        pa.field("experiment_id", pa.string(), nullable=False),
+        pa.field("trial_id", pa.string(), nullable=False),
+        pa.field("case_id", pa.string(), nullable=False),
+        pa.field("scorer", pa.string(), nullable=False),
+        pa.field("scorer_version", pa.string(), nullable=False),
+        pa.field("pass_id", pa.string(), nullable=False),
+        pa.field("value", pa.float64()),
+        pa.field("passed", pa.bool_()),
+        pa.field("reason", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("scored_at", TIMESTAMP, nullable=False),
+    ],
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "experiments": EXPERIMENTS,
+    "cases": CASES,
+    "trials": TRIALS,
+    "spans": SPAN_SCHEMA,
+    "scores": SCORES,
+}
+"""Every table of the store, in the order data flows into it."""

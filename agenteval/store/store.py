@@ -1,0 +1,121 @@
+"""The embedded store: a folder of Hive-partitioned Parquet files, and DuckDB views over it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from agenteval_exporters.exporter import store_path
+from agenteval_exporters.files import partition_path, publish, staging_dir, write_parquet
+from agenteval_exporters.schema import SCHEMA_VERSION
+from agenteval_exporters.writer import PartitionedWriter
+
+from .schemas import TABLES
+
+SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
+"""An empty file with each table's current schema: views have every column even on an empty store,
+and any engine reading the glob sees the newest columns beside older files."""
+
+QUERY_RETRIES = 3
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def partition_by_experiment(batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]:
+    """Rows of the non-span tables always carry their experiment id."""
+    import pyarrow.compute as pc
+
+    ids = batch.column("experiment_id")
+    return [
+        (partition_path("experiment_id", value), batch.filter(pc.equal(ids, value)))
+        for value in pc.unique(ids).to_pylist()
+    ]
+
+
+class Store:
+    """A store folder (``--store``, else ``AGENTEVAL_STORE``, else ``./.agenteval``)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.root = store_path(path)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    def ensure(self) -> None:
+        """Create the table folders and their schema files if missing."""
+        for table, schema in TABLES.items():
+            folder = self.root / table
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / SCHEMA_FILE
+            if not target.exists():
+                staged = staging_dir(self.root) / f"{table}-{SCHEMA_FILE}.{os.getpid()}"
+                write_parquet(staged, schema.empty_table())
+                os.replace(staged, target)
+
+    def glob(self, table: str) -> str:
+        """The pattern that reads every file of ``table``."""
+        return str(self.root / table / "**" / "*.parquet")
+
+    def read_parquet_sql(self, table: str) -> str:
+        # experiment_id is stored in every file, so Hive partitioning is not needed, and it would
+        # fail here: DuckDB refuses one glob over experiment_id=... and date=... folders.
+        return f"read_parquet({sql_string(self.glob(table))}, union_by_name = true, hive_partitioning = false)"
+
+    def connect(self, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores``."""
+        self.ensure()
+        con = duckdb.connect(database)
+        for table in TABLES:
+            con.execute(
+                f"CREATE OR REPLACE VIEW {quote_identifier(table)} AS SELECT * FROM {self.read_parquet_sql(table)}"
+            )
+        return con
+
+    def query(self, sql: str, parameters: Sequence[Any] | None = None) -> pa.Table:
+        """Run ``sql`` over the views; retried when a compaction swapped files under it."""
+        con = self.connect()
+        try:
+            for attempt in range(QUERY_RETRIES):
+                try:
+                    return con.sql(sql, params=parameters or None).to_arrow_table()
+                except duckdb.IOException as exc:
+                    if (
+                        attempt == QUERY_RETRIES - 1
+                        or "No such file" not in str(exc)
+                        and "No files found" not in str(exc)
+                    ):
+                        raise
+                    time.sleep(0.01)
+            raise AssertionError("unreachable")
+        finally:
+            con.close()
+
+    def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
+        """A buffered writer for one table, publishing by rows or by time."""
+        return PartitionedWriter(
+            self.root, table, TABLES[table], partition_by_experiment, max_rows=max_rows, flush_interval=flush_interval
+        )
+
+    def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[Path]:
+        """Publish ``rows`` at once, one file per experiment."""
+        schema = TABLES[table]
+        data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+        data = data.cast(schema) if data.schema != schema else data
+        written = []
+        for batch in data.to_batches():
+            for partition, part in partition_by_experiment(batch):
+                written.append(publish(self.root, table, partition, pa.Table.from_batches([part], schema)))
+        return written

@@ -1,0 +1,77 @@
+"""Rendering query results for people and for other programs."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+
+FORMATS = ("table", "csv", "json", "markdown")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def render(table: pa.Table, fmt: str = "table") -> str:
+    """``table`` as ``table`` (aligned text), ``csv``, ``json`` (a list of objects) or ``markdown``."""
+    rows = table.to_pylist()
+    names = table.column_names
+    if fmt == "json":
+        return json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in rows], indent=2, default=str)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([[_cell(row[n]) for n in names] for row in rows])
+        return out.getvalue().rstrip("\n")
+    if fmt == "markdown":
+
+        def escape(text: str) -> str:
+            return text.replace("|", "\\|").replace("\n", " ")
+
+        lines = ["| " + " | ".join(escape(n) for n in names) + " |", "|" + "---|" * len(names)]
+        lines += ["| " + " | ".join(escape(_cell(row[n])) for n in names) + " |" for row in rows]
+        return "\n".join(lines)
+    if fmt == "table":
+        return rich_table_text(names, [[_cell(row[n]) for n in names] for row in rows])
+    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def rich_table(names: list[str], rows: list[list[str]], title: str | None = None) -> Any:
+    """A rich Table whose cells are plain text, never parsed as markup (they hold agents' replies)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, show_lines=False)
+    for name in names:
+        table.add_column(Text(name), overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def rich_table_text(names: list[str], rows: list[list[str]]) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    console.print(rich_table(names, rows))
+    return console.export_text().rstrip("\n") + f"\n{len(rows)} row{'s' if len(rows) != 1 else ''}"

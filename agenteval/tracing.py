@@ -1,0 +1,89 @@
+"""One call that configures tracing for a process or a run: Parquet, and OTLP when configured."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from agenteval_exporters import ParquetSpanExporter
+
+logger = logging.getLogger(__name__)
+
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+OTLP_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+SCHEDULE_DELAY_MILLIS = 200
+"""How long a BatchSpanProcessor waits before handing spans on; short, so finished work reaches
+disk within about a second (the exporter adds its own flush interval)."""
+
+
+@dataclasses.dataclass
+class Tracing:
+    """What :func:`setup_tracing` installed; ``flush()`` and ``shutdown()`` act on agenteval's part only."""
+
+    provider: TracerProvider
+    parquet: ParquetSpanExporter
+    processors: list[SpanProcessor]
+    otlp: SpanExporter | None = None
+
+    def flush(self, timeout_millis: int = 30_000) -> bool:
+        """Push every finished span through to disk (and to the OTLP backend)."""
+        return all(p.force_flush(timeout_millis) for p in self.processors)
+
+    def shutdown(self) -> None:
+        for processor in self.processors:
+            processor.shutdown()
+
+
+def otlp_exporter_from_env() -> SpanExporter | None:
+    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None."""
+    if not any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
+        return None
+    protocol = next((os.environ[v] for v in OTLP_PROTOCOL_VARIABLES if os.environ.get(v)), "http/protobuf")
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    if protocol != "http/protobuf":
+        logger.warning("agenteval: OTLP protocol %r is not supported; using http/protobuf", protocol)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter()
+
+
+def setup_tracing(
+    store: str | os.PathLike[str] | None = None,
+    *,
+    service_name: str | None = None,
+    flush_interval: float | None = None,
+    otlp: bool = True,
+) -> Tracing:
+    """Send spans to the store's Parquet files and, when the standard OpenTelemetry variables name an
+    endpoint, to that OTLP backend too.
+
+    If the application already installed an SDK TracerProvider, agenteval adds its processors to it
+    rather than replacing it, so existing exporters and parent links stay as they are.
+    """
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        if not isinstance(provider, trace.ProxyTracerProvider):
+            raise RuntimeError(
+                f"a non-SDK TracerProvider ({type(provider).__name__}) is installed; agenteval needs the "
+                "OpenTelemetry SDK's TracerProvider to add its exporters to"
+            )
+        name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenteval"
+        provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+        trace.set_tracer_provider(provider)
+    parquet = ParquetSpanExporter(store, flush_interval=flush_interval)
+    processors: list[SpanProcessor] = [BatchSpanProcessor(parquet, schedule_delay_millis=SCHEDULE_DELAY_MILLIS)]
+    otlp_exporter = otlp_exporter_from_env() if otlp else None
+    if otlp_exporter is not None:
+        processors.append(BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
+    for processor in processors:
+        provider.add_span_processor(processor)
+    return Tracing(provider, parquet, processors, otlp_exporter)

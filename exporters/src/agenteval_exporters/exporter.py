@@ -1,0 +1,144 @@
+"""ParquetSpanExporter: an OpenTelemetry span exporter that writes the agenteval store's spans."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .encode import spans_to_batch
+from .files import partition_path
+from .schema import PARTITION_COLUMN, SPAN_SCHEMA
+from .writer import PartitionedWriter
+
+logger = logging.getLogger(__name__)
+
+ENV_STORE = "AGENTEVAL_STORE"
+ENV_MAX_ROWS = "AGENTEVAL_PARQUET_MAX_ROWS"
+ENV_FLUSH_INTERVAL = "AGENTEVAL_PARQUET_FLUSH_INTERVAL"
+DEFAULT_STORE = ".agenteval"
+DEFAULT_MAX_ROWS = 100_000
+DEFAULT_FLUSH_INTERVAL = 1.0
+SPANS_TABLE = "spans"
+
+
+def store_path(store: str | os.PathLike[str] | None = None) -> Path:
+    """The store folder: the argument, else ``AGENTEVAL_STORE``, else ``./.agenteval``."""
+    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
+
+
+def _setting(value: float | None, env: str, default: float, kind: type) -> float:
+    if value is not None:
+        return value
+    raw = os.environ.get(env)
+    if raw:
+        try:
+            return kind(raw)
+        except ValueError:
+            logger.warning("agenteval: ignoring %s=%r, not a number; using %s", env, raw, default)
+    return default
+
+
+def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
+    """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
+    ids = batch.column(PARTITION_COLUMN)
+    if ids.null_count == 0:
+        unique = pc.unique(ids)
+        if len(unique) == 1:
+            yield partition_path(PARTITION_COLUMN, unique[0].as_py()), batch
+            return
+    for value in pc.unique(ids.drop_null()).to_pylist():
+        yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
+    if ids.null_count:
+        rest = batch.filter(pc.is_null(ids))
+        days = pc.cast(rest.column("start_time"), pa.date32())
+        for day in pc.unique(days).to_pylist():
+            yield partition_path("date", day.isoformat()), rest.filter(pc.equal(days, pa.scalar(day, pa.date32())))
+
+
+class ParquetSpanExporter(SpanExporter):
+    """Writes one flat row per span to ``<store>/spans/``, Hive-partitioned, files published atomically.
+
+    Settings resolve as: constructor argument, then environment variable, then default —
+    ``store`` (``AGENTEVAL_STORE``, ``./.agenteval``), ``max_rows`` per file
+    (``AGENTEVAL_PARQUET_MAX_ROWS``, 100,000) and ``flush_interval`` in seconds
+    (``AGENTEVAL_PARQUET_FLUSH_INTERVAL``, 1.0). Never raises into the application: a failure
+    returns ``FAILURE`` and is logged once per spell of failures.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        max_rows: int | None = None,
+        flush_interval: float | None = None,
+    ) -> None:
+        self.store = store_path(store)
+        self._writer = PartitionedWriter(
+            self.store,
+            SPANS_TABLE,
+            SPAN_SCHEMA,
+            partition_spans,
+            max_rows=int(_setting(max_rows, ENV_MAX_ROWS, DEFAULT_MAX_ROWS, int)),
+            flush_interval=_setting(flush_interval, ENV_FLUSH_INTERVAL, DEFAULT_FLUSH_INTERVAL, float),
+        )
+        self._shutdown = False
+        self._failing = False
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            logger.warning("agenteval: ParquetSpanExporter.export called after shutdown; spans dropped")
+            return SpanExportResult.FAILURE
+        if not spans:
+            return SpanExportResult.SUCCESS
+        try:
+            self.export_batch(spans_to_batch(spans))
+        except Exception:
+            self._log_failure("export spans")
+            return SpanExportResult.FAILURE
+        self._failing = False
+        return SpanExportResult.SUCCESS
+
+    def export_batch(self, batch: pa.RecordBatch) -> None:
+        """Hand over spans already encoded to :data:`SPAN_SCHEMA` (the runner encodes once, for both
+        its scorers and this writer)."""
+        self._writer.append(batch)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Publish everything buffered; True when it all reached disk."""
+        try:
+            self._writer.flush()
+        except Exception:
+            self._log_failure("flush spans")
+            return False
+        return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._shutdown:
+                logger.warning("agenteval: ParquetSpanExporter.shutdown called more than once")
+                return
+            self._shutdown = True
+        try:
+            self._writer.close()
+        except Exception:
+            self._log_failure("publish the last spans")
+
+    @property
+    def files_written(self) -> int:
+        return self._writer.files_written
+
+    def _log_failure(self, what: str) -> None:
+        if not self._failing:
+            logger.exception(
+                "agenteval: could not %s under %s; will retry, logging again only after a success", what, self.store
+            )
+        self._failing = True

@@ -1,0 +1,77 @@
+"""The span row: one flat Parquet row per span. Every reader in the project uses this schema.
+
+Typed columns hold what queries filter and group by all the time; the full attribute set,
+events and resource are kept as JSON text so nothing is lost. ``experiment_id`` is stored in
+the file as well as in the partition path, so files read correctly with or without Hive
+partitioning and by engines that ignore paths.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from agenteval_instrumentation import attributes as A
+
+SCHEMA_VERSION = 1
+"""Bumped when a column is added; files of older versions still read (readers union by name)."""
+
+SCHEMA_VERSION_KEY = b"agenteval.schema_version"
+TABLE_KEY = b"agenteval.table"
+
+TIMESTAMP = pa.timestamp("ns", tz="UTC")
+
+SPAN_SCHEMA = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("parent_span_id", pa.string()),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("start_time", TIMESTAMP, nullable=False),
+        pa.field("end_time", TIMESTAMP, nullable=False),
+        pa.field("duration_ms", pa.float64(), nullable=False),
+        pa.field("status_code", pa.string(), nullable=False),
+        pa.field("status_message", pa.string()),
+        pa.field("service_name", pa.string()),
+        pa.field("scope_name", pa.string()),
+        pa.field("operation", pa.string()),
+        pa.field("provider", pa.string()),
+        pa.field("request_model", pa.string()),
+        pa.field("response_model", pa.string()),
+        pa.field("input_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("tool_name", pa.string()),
+        pa.field("tool_call_id", pa.string()),
+        pa.field("error_type", pa.string()),
+        pa.field("experiment_id", pa.string()),
+        pa.field("case_id", pa.string()),
+        pa.field("trial_id", pa.string()),
+        pa.field("attempt", pa.int32()),
+        pa.field("attributes", pa.string()),
+        pa.field("events", pa.string()),
+        pa.field("resource", pa.string()),
+    ],
+    metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},
+)
+
+TYPED_ATTRIBUTES: dict[str, str] = {
+    "operation": A.GEN_AI_OPERATION_NAME,
+    "provider": A.GEN_AI_PROVIDER_NAME,
+    "request_model": A.GEN_AI_REQUEST_MODEL,
+    "response_model": A.GEN_AI_RESPONSE_MODEL,
+    "input_tokens": A.GEN_AI_USAGE_INPUT_TOKENS,
+    "output_tokens": A.GEN_AI_USAGE_OUTPUT_TOKENS,
+    "finish_reason": A.GEN_AI_RESPONSE_FINISH_REASONS,
+    "tool_name": A.GEN_AI_TOOL_NAME,
+    "tool_call_id": A.GEN_AI_TOOL_CALL_ID,
+    "error_type": A.ERROR_TYPE,
+    "experiment_id": A.EXPERIMENT_ID,
+    "case_id": A.CASE_ID,
+    "trial_id": A.TRIAL_ID,
+    "attempt": A.TRIAL_ATTEMPT,
+}
+"""Span column -> the attribute it is read from. ``finish_reason`` holds the first reason."""
+
+PARTITION_COLUMN = "experiment_id"
+"""Spans with an experiment id go under ``experiment_id=<id>/``, others under ``date=YYYY-MM-DD/``."""
