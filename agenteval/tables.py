@@ -31,9 +31,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def to_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts; nanosecond timestamps become microsecond datetimes (Python has no finer)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            us = pa.timestamp("us", tz=field.type.tz)
+            table = table.set_column(i, field.name, table.column(i).cast(us, safe=False))
+    return table.to_pylist()
+
+
 def render(table: pa.Table, fmt: str = "table") -> str:
     """``table`` as ``table`` (aligned text), ``csv``, ``json`` (a list of objects) or ``markdown``."""
-    rows = table.to_pylist()
+    rows = to_rows(table)
     names = table.column_names
     if fmt == "json":
         return json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in rows], indent=2, default=str)

@@ -33,7 +33,9 @@ class Tracing:
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         """Push every finished span through to disk (and to the OTLP backend)."""
-        return all(p.force_flush(timeout_millis) for p in self.processors)
+        handed_on = all(p.force_flush(timeout_millis) for p in self.processors)
+        # A processor's flush hands spans to the exporter; the exporter still buffers them.
+        return handed_on and self.parquet.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
         for processor in self.processors:

@@ -38,6 +38,9 @@ class CompactionResult:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns: missing ones (older files) filled with nulls."""
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:  # a column older files lack cannot stay declared non-nullable
+        schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     columns = [
         table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
         for f in schema
@@ -55,7 +58,10 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     if len(files) < 2:
         return 0, 0
     schema = TABLES[table]
-    merged = pa.concat_tables([conform(pq.read_table(f), schema) for f in files])
+    parts = [conform(pq.read_table(f), schema) for f in files]
+    if any(p.schema != parts[0].schema for p in parts):
+        parts = [p.cast(pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)) for p in parts]
+    merged = pa.concat_tables(parts)
     if "start_time" in schema.names:
         merged = merged.sort_by("start_time")
     workspace = staging_dir(store.root) / f"compact-{uuid.uuid4().hex}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,11 @@ def partition_by_experiment(batch: pa.RecordBatch) -> list[tuple[str, pa.RecordB
     ]
 
 
+def _vanished_file(exc: Exception) -> bool:
+    """A file listed by the glob was gone when opened: a compaction swapped it; the retry sees the new one."""
+    return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file"))
+
+
 class Store:
     """A store folder (``--store``, else ``AGENTEVAL_STORE``, else ``./.agenteval``)."""
 
@@ -61,7 +67,7 @@ class Store:
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / SCHEMA_FILE
             if not target.exists():
-                staged = staging_dir(self.root) / f"{table}-{SCHEMA_FILE}.{os.getpid()}"
+                staged = staging_dir(self.root) / f"{table}-{uuid.uuid4().hex}-{SCHEMA_FILE}"
                 write_parquet(staged, schema.empty_table())
                 os.replace(staged, target)
 
@@ -102,6 +108,12 @@ class Store:
             raise AssertionError("unreachable")
         finally:
             con.close()
+
+    def rows(self, sql: str, parameters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """:meth:`query` as a list of dicts (nanosecond timestamps as microsecond datetimes)."""
+        from agenteval.tables import to_rows
+
+        return to_rows(self.query(sql, parameters))
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time."""

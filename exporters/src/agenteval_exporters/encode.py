@@ -113,7 +113,8 @@ def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Arr
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         if arrow_type == pa.string():
             return pa.array([v if isinstance(v, str) else None if v is None else str(v) for v in values])
+        limit = 2 ** (arrow_type.bit_width - 1)
         return pa.array(
-            [v if isinstance(v, int) and not isinstance(v, bool) and -(2**62) < v < 2**62 else None for v in values],
+            [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],
             type=arrow_type,
         )

@@ -1,0 +1,250 @@
+"""ParquetSpanExporter: real spans from the real SDK, written to Parquet, read back with DuckDB."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
+from agenteval_instrumentation import attributes as A
+
+
+@pytest.fixture
+def make_tracer(tmp_path):
+    """A private provider writing to a Parquet exporter in a temporary store."""
+    made = []
+
+    def make(**settings):
+        exporter = ParquetSpanExporter(tmp_path / "store", **settings)
+        provider = TracerProvider(resource=Resource.create({"service.name": "test-svc", "deployment": "ci"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        made.append(provider)
+        return provider.get_tracer("test.scope"), exporter
+
+    yield make
+    for provider in made:
+        provider.shutdown()
+
+
+def read_spans(store: Path, where: str = "true") -> list[dict]:
+    glob = str(store / "spans" / "**" / "*.parquet")
+    sql = (
+        "SELECT * REPLACE (epoch_ns(start_time) AS start_time, epoch_ns(end_time) AS end_time) "
+        f"FROM read_parquet('{glob}', union_by_name=true) WHERE {where} ORDER BY start_time"
+    )
+    return duckdb.sql(sql).to_arrow_table().to_pylist()
+
+
+def data_files(store: Path) -> list[Path]:
+    return sorted(p for p in (store / "spans").rglob("*.parquet") if not p.name.startswith("_"))
+
+
+def test_span_row_round_trip(make_tracer, tmp_path):
+    tracer, exporter = make_tracer()
+    with tracer.start_as_current_span(
+        "invoke_agent demo", attributes={A.GEN_AI_OPERATION_NAME: "invoke_agent"}
+    ) as root:
+        with tracer.start_as_current_span(
+            "chat gpt-4o",
+            kind=SpanKind.CLIENT,
+            attributes={
+                A.GEN_AI_OPERATION_NAME: "chat",
+                A.GEN_AI_PROVIDER_NAME: "openai",
+                A.GEN_AI_REQUEST_MODEL: "gpt-4o",
+                A.GEN_AI_RESPONSE_MODEL: "gpt-4o-2024",
+                A.GEN_AI_USAGE_INPUT_TOKENS: 120,
+                A.GEN_AI_USAGE_OUTPUT_TOKENS: 7,
+                A.GEN_AI_RESPONSE_FINISH_REASONS: ("length", "stop"),
+                A.EXPERIMENT_ID: "exp1",
+                A.CASE_ID: "case-3",
+                A.TRIAL_ID: "trial-9",
+                A.TRIAL_ATTEMPT: 2,
+                "custom.flag": True,
+            },
+        ) as chat:
+            chat.add_event("retry", {"attempt": 1})
+        with tracer.start_as_current_span(
+            "execute_tool lookup",
+            attributes={A.GEN_AI_TOOL_NAME: "lookup", A.GEN_AI_TOOL_CALL_ID: "call_1", A.EXPERIMENT_ID: "exp1"},
+        ) as tool_span:
+            tool_span.set_attribute(A.ERROR_TYPE, "KeyError")
+            tool_span.set_status(Status(StatusCode.ERROR, "no such country"))
+    assert exporter.force_flush()
+
+    rows = {r["name"]: r for r in read_spans(tmp_path / "store")}
+    assert set(rows) == {"invoke_agent demo", "chat gpt-4o", "execute_tool lookup"}
+    chat_row, tool_row, root_row = rows["chat gpt-4o"], rows["execute_tool lookup"], rows["invoke_agent demo"]
+    assert chat_row["trace_id"] == format(root.get_span_context().trace_id, "032x")
+    assert chat_row["span_id"] == format(chat.get_span_context().span_id, "016x")
+    assert chat_row["parent_span_id"] == root_row["span_id"]
+    assert root_row["parent_span_id"] is None
+    assert chat_row["kind"] == "CLIENT" and root_row["kind"] == "INTERNAL"
+    assert (chat_row["start_time"], chat_row["end_time"]) == (chat.start_time, chat.end_time)
+    assert chat_row["duration_ms"] == pytest.approx((chat.end_time - chat.start_time) / 1e6)
+    assert chat_row["operation"] == "chat" and chat_row["provider"] == "openai"
+    assert (chat_row["request_model"], chat_row["response_model"]) == ("gpt-4o", "gpt-4o-2024")
+    assert (chat_row["input_tokens"], chat_row["output_tokens"]) == (120, 7)
+    assert chat_row["finish_reason"] == "length"
+    assert (chat_row["experiment_id"], chat_row["case_id"], chat_row["trial_id"], chat_row["attempt"]) == (
+        "exp1",
+        "case-3",
+        "trial-9",
+        2,
+    )
+    assert json.loads(chat_row["attributes"])["custom.flag"] is True
+    assert json.loads(chat_row["attributes"])[A.GEN_AI_RESPONSE_FINISH_REASONS] == ["length", "stop"]
+    (event,) = json.loads(chat_row["events"])
+    assert event["name"] == "retry" and event["attributes"] == {"attempt": 1}
+    assert root_row["events"] is None
+    assert chat_row["service_name"] == "test-svc" and json.loads(chat_row["resource"])["deployment"] == "ci"
+    assert chat_row["scope_name"] == "test.scope"
+    assert (tool_row["status_code"], tool_row["status_message"]) == ("ERROR", "no such country")
+    assert (tool_row["tool_name"], tool_row["tool_call_id"], tool_row["error_type"]) == ("lookup", "call_1", "KeyError")
+
+
+def test_files_have_the_schema_zstd_and_version(make_tracer, tmp_path):
+    tracer, exporter = make_tracer()
+    with tracer.start_as_current_span("s", attributes={A.EXPERIMENT_ID: "e"}):
+        pass
+    exporter.force_flush()
+    (path,) = data_files(tmp_path / "store")
+    parquet = pq.ParquetFile(path)
+    assert parquet.schema_arrow.remove_metadata() == SPAN_SCHEMA.remove_metadata()
+    assert parquet.metadata.metadata[b"agenteval.schema_version"] == b"1"
+    assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_partitioned_by_experiment_else_by_date(make_tracer, tmp_path):
+    tracer, exporter = make_tracer()
+    for experiment in ("exp-a", "exp b/1", None):
+        attributes = {A.EXPERIMENT_ID: experiment} if experiment else {}
+        with tracer.start_as_current_span("step", attributes=attributes):
+            pass
+    exporter.force_flush()
+    folders = sorted(p.parent.name for p in data_files(tmp_path / "store"))
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert folders == sorted([f"date={today}", "experiment_id=exp%20b%2F1", "experiment_id=exp-a"])
+    ids = sorted(str(r["experiment_id"]) for r in read_spans(tmp_path / "store"))
+    assert ids == ["None", "exp b/1", "exp-a"]
+
+
+def test_nothing_visible_until_published_and_staging_is_outside_the_glob(make_tracer, tmp_path):
+    tracer, exporter = make_tracer(flush_interval=3600)
+    with tracer.start_as_current_span("buffered"):
+        pass
+    assert data_files(tmp_path / "store") == []
+    exporter.force_flush()
+    assert len(data_files(tmp_path / "store")) == 1
+    assert not list((tmp_path / "store" / ".staging").glob("*.parquet"))
+
+
+def test_new_file_by_rows(make_tracer, tmp_path):
+    tracer, exporter = make_tracer(max_rows=10, flush_interval=3600)
+    for i in range(25):
+        with tracer.start_as_current_span(f"s{i}", attributes={A.EXPERIMENT_ID: "e"}):
+            pass
+    assert [pq.read_metadata(p).num_rows for p in data_files(tmp_path / "store")] == [10, 10]
+    exporter.force_flush()
+    assert len(read_spans(tmp_path / "store")) == 25
+
+
+def test_new_file_by_time_without_any_flush(make_tracer, tmp_path):
+    tracer, _ = make_tracer(flush_interval=0.05)
+    with tracer.start_as_current_span("timed"):
+        pass
+    deadline = time.monotonic() + 5
+    while not data_files(tmp_path / "store") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r["name"] for r in read_spans(tmp_path / "store")] == ["timed"]
+
+
+def test_settings_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTEVAL_STORE", str(tmp_path / "env-store"))
+    monkeypatch.setenv("AGENTEVAL_PARQUET_MAX_ROWS", "7")
+    monkeypatch.setenv("AGENTEVAL_PARQUET_FLUSH_INTERVAL", "2.5")
+    exporter = ParquetSpanExporter()
+    assert exporter.store == tmp_path / "env-store"
+    assert (exporter._writer.max_rows, exporter._writer.flush_interval) == (7, 2.5)
+    exporter.shutdown()
+    explicit = ParquetSpanExporter(tmp_path / "arg", max_rows=3)
+    assert explicit.store == tmp_path / "arg" and explicit._writer.max_rows == 3
+    explicit.shutdown()
+
+
+def test_shutdown_is_idempotent_and_later_exports_fail_quietly(make_tracer, tmp_path, caplog):
+    tracer, exporter = make_tracer(flush_interval=3600)
+    with tracer.start_as_current_span("last"):
+        pass
+    exporter.shutdown()
+    assert len(data_files(tmp_path / "store")) == 1  # shutdown published the buffer
+    with caplog.at_level(logging.WARNING):
+        exporter.shutdown()
+    assert "more than once" in caplog.text
+    assert exporter.export([]) is SpanExportResult.FAILURE
+
+
+def test_write_failure_returns_failure_logs_once_and_keeps_rows(tmp_path, caplog):
+    store = tmp_path / "store"
+    exporter = ParquetSpanExporter(store, max_rows=1, flush_interval=3600)
+    provider = TracerProvider()
+    tracer = provider.get_tracer("t")
+    (store / "spans").mkdir(parents=True)
+    blocker = store / "spans" / "experiment_id=e"
+    blocker.write_text("a file where a folder should be")
+    results = []
+    with caplog.at_level(logging.ERROR):
+        for i in range(3):
+            with tracer.start_as_current_span(f"s{i}", attributes={A.EXPERIMENT_ID: "e"}) as span:
+                pass
+            results.append(exporter.export([span]))
+    assert results == [SpanExportResult.FAILURE] * 3
+    assert caplog.text.count("could not export spans") == 1
+    blocker.unlink()
+    assert exporter.force_flush()
+    assert sorted(r["name"] for r in read_spans(store)) == ["s0", "s1", "s2"]
+    exporter.shutdown()
+
+
+def test_badly_typed_attributes_land_in_json_not_in_typed_columns(make_tracer, tmp_path):
+    tracer, exporter = make_tracer()
+    with tracer.start_as_current_span("odd", attributes={A.GEN_AI_USAGE_INPUT_TOKENS: "many", A.TRIAL_ATTEMPT: 2**40}):
+        pass
+    exporter.force_flush()
+    (row,) = read_spans(tmp_path / "store")
+    assert row["input_tokens"] is None and row["attempt"] is None
+    assert json.loads(row["attributes"])[A.GEN_AI_USAGE_INPUT_TOKENS] == "many"
+
+
+def test_exporter_is_thread_safe(make_tracer, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    tracer, exporter = make_tracer(max_rows=50, flush_interval=0.01)
+
+    def work(worker: int) -> None:
+        for i in range(200):
+            with tracer.start_as_current_span(f"w{worker}-{i}", attributes={A.EXPERIMENT_ID: f"e{worker % 2}"}):
+                pass
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))
+    exporter.force_flush()
+    rows = read_spans(tmp_path / "store")
+    assert len(rows) == 800
+    assert len({r["span_id"] for r in rows}) == 800
+
+
+def test_auto_configuration_entry_point(tmp_path, monkeypatch):
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="opentelemetry_traces_exporter") if e.name == "agenteval_parquet"]
+    assert entry.load() is ParquetSpanExporter

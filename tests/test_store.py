@@ -1,0 +1,193 @@
+"""The store: views over an empty store, older files, compaction under readers, agenteval sql."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.store import TABLES, TRIALS, Store, compact
+from agenteval_exporters import SPAN_SCHEMA, publish
+
+
+def trial_rows(experiment: str, n: int, start: int = 0) -> list[dict]:
+    now = time.time_ns()
+    return [
+        {
+            "experiment_id": experiment,
+            "trial_id": f"{experiment}-t{i}",
+            "case_id": f"c{i % 5}",
+            "attempt": 1,
+            "outcome": "passed" if i % 3 else "wrong",
+            "passed": bool(i % 3),
+            "started_at": now,
+            "ended_at": now + 1000,
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def test_empty_store_has_every_view_with_its_columns(tmp_path):
+    store = Store(tmp_path / "empty")
+    con = store.connect()
+    for table, schema in TABLES.items():
+        described = con.execute(f"DESCRIBE {table}").fetchall()
+        assert [row[0] for row in described] == schema.names, table
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+    typed = dict((r[0], r[1]) for r in con.execute("DESCRIBE spans").fetchall())
+    assert typed["start_time"] == "TIMESTAMPTZ_NS" and typed["input_tokens"] == "BIGINT"
+
+
+def test_store_path_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTEVAL_STORE", str(tmp_path / "from-env"))
+    assert Store().root == tmp_path / "from-env"
+    assert Store(tmp_path / "arg").root == tmp_path / "arg"
+
+
+def test_files_of_an_older_schema_still_read(tmp_path):
+    store = Store(tmp_path / "s")
+    # A version-0 span file: fewer columns, and no typed token columns yet.
+    old_fields = [f for f in SPAN_SCHEMA if f.name not in ("input_tokens", "output_tokens", "scope_name")]
+    old_schema = pa.schema(old_fields, metadata={b"agenteval.schema_version": b"0"})
+    row = {f.name: None for f in old_fields}
+    row.update(trace_id="t" * 32, span_id="s" * 16, name="old", kind="INTERNAL", status_code="UNSET")
+    row.update(start_time=1, end_time=2, duration_ms=0.0, experiment_id="e-old")
+    publish(store.root, "spans", "experiment_id=e-old", pa.Table.from_pylist([row], schema=old_schema))
+    result = store.query("SELECT name, input_tokens, scope_name, experiment_id FROM spans").to_pylist()
+    assert result == [{"name": "old", "input_tokens": None, "scope_name": None, "experiment_id": "e-old"}]
+
+
+def test_write_and_query_the_other_tables(tmp_path):
+    store = Store(tmp_path / "s")
+    written = store.write("trials", trial_rows("e1", 4) + trial_rows("e2", 2))
+    assert sorted(p.parent.name for p in written) == ["experiment_id=e1", "experiment_id=e2"]
+    counts = store.query("SELECT experiment_id, count(*) n FROM trials GROUP BY 1 ORDER BY 1").to_pylist()
+    assert counts == [{"experiment_id": "e1", "n": 4}, {"experiment_id": "e2", "n": 2}]
+    assert pq.read_schema(written[0]).remove_metadata() == TRIALS.remove_metadata()
+
+
+def test_buffered_writer_publishes_by_time(tmp_path):
+    store = Store(tmp_path / "s")
+    writer = store.writer("trials", flush_interval=0.05)
+    writer.append(pa.RecordBatch.from_pylist(trial_rows("e", 3), schema=TRIALS))
+    deadline = time.monotonic() + 5
+    while store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.query("SELECT count(*) n FROM trials").to_pylist() == [{"n": 3}]
+    writer.close()
+
+
+def test_compaction_merges_and_keeps_every_row(tmp_path):
+    store = Store(tmp_path / "s")
+    for i in range(10):
+        store.write("trials", trial_rows("e1", 5, start=i * 5))
+    store.write("trials", trial_rows("e2", 1))
+    before = store.rows("SELECT * FROM trials ORDER BY trial_id")
+    result = compact(store)
+    assert (result.partitions, result.files_before, result.files_after, result.rows) == (1, 10, 1, 50)
+    files = sorted(p.parent.name for p in (store.root / "trials").glob("*/*.parquet"))
+    assert files == ["experiment_id=e1", "experiment_id=e2"]
+    assert store.rows("SELECT * FROM trials ORDER BY trial_id") == before
+    assert not any((store.root / ".staging").rglob("*.parquet"))
+
+
+def test_queries_in_flight_never_fail_nor_double_count_during_compaction(tmp_path):
+    store = Store(tmp_path / "s")
+    total = 0
+    for i in range(40):
+        store.write("trials", trial_rows("e1", 25, start=i * 25))
+        total += 25
+    errors, counts = [], []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                counts.append(store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"])
+            except Exception as exc:  # any failure is what this test is about
+                errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    for round_ in range(8):
+        for i in range(5):
+            store.write("trials", trial_rows("e1", 25, start=10_000 + round_ * 1000 + i * 25))
+            total += 25
+        compact(store)
+    stop.set()
+    for reader in readers:
+        reader.join()
+    assert errors == []
+    assert counts and max(counts) <= total
+    assert store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trials").to_pylist() == [
+        {"n": total, "d": total}
+    ]
+
+
+def test_compaction_conforms_older_files_to_the_current_schema(tmp_path):
+    store = Store(tmp_path / "s")
+    old = pa.table(
+        {"experiment_id": ["e"], "trial_id": ["old"], "case_id": ["c"], "attempt": pa.array([1], pa.int32())}
+    )
+    publish(store.root, "trials", "experiment_id=e", old)
+    store.write("trials", trial_rows("e", 1))
+    compact(store)
+    (merged,) = [p for p in (store.root / "trials" / "experiment_id=e").glob("*.parquet")]
+    assert pq.read_schema(merged).names == TRIALS.names
+    assert sorted(r["trial_id"] for r in store.query("SELECT trial_id FROM trials").to_pylist()) == ["e-t0", "old"]
+
+
+def test_sql_command_formats(tmp_path):
+    store = tmp_path / "s"
+    Store(store).write("trials", trial_rows("e1", 3))
+    runner = CliRunner()
+    query = "SELECT trial_id, passed FROM trials ORDER BY trial_id"
+    table = runner.invoke(main, ["sql", query, "--store", str(store)])
+    assert table.exit_code == 0, table.output
+    assert "e1-t0" in table.output and "3 rows" in table.output
+    as_json = runner.invoke(main, ["sql", query, "--store", str(store), "--format", "json"])
+    assert json.loads(as_json.output) == [
+        {"trial_id": "e1-t0", "passed": False},
+        {"trial_id": "e1-t1", "passed": True},
+        {"trial_id": "e1-t2", "passed": True},
+    ]
+    as_csv = runner.invoke(main, ["sql", query, "--store", str(store), "--format", "csv"])
+    assert as_csv.output.splitlines() == ["trial_id,passed", "e1-t0,False", "e1-t1,True", "e1-t2,True"]
+    markdown = runner.invoke(main, ["sql", query, "--store", str(store), "--format", "markdown"])
+    assert markdown.output.splitlines()[:3] == ["| trial_id | passed |", "|---|---|", "| e1-t0 | False |"]
+
+
+def test_sql_command_reports_bad_sql_clearly(tmp_path):
+    result = CliRunner().invoke(main, ["sql", "SELECT * FROM nowhere", "--store", str(tmp_path / "s")])
+    assert result.exit_code == 1
+    assert "Error:" in result.output and "nowhere" in result.output and "Traceback" not in result.output
+
+
+def test_table_output_never_interprets_markup(tmp_path):
+    result = CliRunner().invoke(main, ["sql", "SELECT '[bold red]hi[/]' AS reply", "--store", str(tmp_path / "s")])
+    assert "[bold red]hi[/]" in result.output
+
+
+def test_compact_command(tmp_path):
+    store = tmp_path / "s"
+    for i in range(3):
+        Store(store).write("trials", trial_rows("e", 2, start=i * 2))
+    result = CliRunner().invoke(main, ["compact", "--store", str(store)])
+    assert result.exit_code == 0
+    assert "3 files -> 1" in result.output
+
+
+def test_demo_writes_spans_that_sql_reads(tmp_path):
+    store = str(tmp_path / "demo-store")
+    demo = CliRunner().invoke(main, ["demo", "--store", store])
+    assert demo.exit_code == 0, demo.output
+    assert "What is 6 * 7? -> 42" in demo.output
+    rows = Store(store).query("SELECT name, count(*) n FROM spans GROUP BY name ORDER BY name").to_pylist()
+    assert {"name": "execute_tool calculator", "n": 2} in rows
+    assert {"name": "chat demo-model", "n": 2} in rows

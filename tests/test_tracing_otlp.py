@@ -1,0 +1,111 @@
+"""setup_tracing: the same spans reach Parquet and a real OTLP/HTTP receiver on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from agenteval.demo import demo_agent
+from agenteval.store import Store
+from agenteval.tracing import setup_tracing
+
+
+class OTLPReceiver(ThreadingHTTPServer):
+    """Decodes OTLP/HTTP protobuf trace exports, as a Collector would."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict] = []
+        self.headers_seen: list[dict] = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = ExportTraceServiceRequest.FromString(body)
+        self.server.headers_seen.append(dict(self.headers))
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.server.spans.append(
+                        {"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(), "name": span.name}
+                    )
+        payload = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver():
+    server = OTLPReceiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_same_spans_in_parquet_and_otlp_backend(receiver, spans, tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=evals")
+    tracing = setup_tracing(tmp_path / "store")
+    try:
+        assert tracing.otlp is not None
+        for question in ("What is 2 * 21?", "What is 9 - 4?"):
+            demo_agent(question)
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    stored = Store(tmp_path / "store").rows("SELECT trace_id, span_id, name FROM spans")
+    key = lambda row: (row["trace_id"], row["span_id"], row["name"])  # noqa: E731
+    assert len(stored) == 6
+    assert sorted(map(key, receiver.spans)) == sorted(map(key, stored))
+    assert receiver.headers_seen[0]["x-team"] == "evals"
+    # The provider the application had already installed keeps its own exporter and parent links.
+    in_memory = spans.get_finished_spans()
+    assert sorted((format(s.context.span_id, "016x")) for s in in_memory) == sorted(r["span_id"] for r in stored)
+
+
+def test_without_otlp_variables_only_parquet_is_configured(tmp_path, monkeypatch):
+    for variable in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)
+    tracing = setup_tracing(tmp_path / "store")
+    tracing.shutdown()
+    assert tracing.otlp is None and len(tracing.processors) == 1
+
+
+def test_installs_its_own_provider_when_none_is_set(tmp_path):
+    script = f"""
+from opentelemetry import trace
+from agenteval.tracing import setup_tracing
+from agenteval.demo import demo_agent
+from agenteval.store import Store
+tracing = setup_tracing({str(tmp_path / "store")!r}, service_name="my-agent")
+assert trace.get_tracer_provider() is tracing.provider
+demo_agent("What is 1 + 1?")
+tracing.flush()
+rows = Store({str(tmp_path / "store")!r}).rows("SELECT DISTINCT service_name FROM spans")
+print(rows)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[{'service_name': 'my-agent'}]"
