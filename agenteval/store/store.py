@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -23,7 +23,8 @@ SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
 """An empty file with each table's current schema: views have every column even on an empty store,
 and any engine reading the glob sees the newest columns beside older files."""
 
-QUERY_RETRIES = 3
+QUERY_RETRIES = 8
+T = TypeVar("T")
 
 
 def sql_string(value: str) -> str:
@@ -49,6 +50,17 @@ def partition_by_experiment(batch: pa.RecordBatch) -> list[tuple[str, pa.RecordB
 def _vanished_file(exc: Exception) -> bool:
     """A file listed by the glob was gone when opened: a compaction swapped it; the retry sees the new one."""
     return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file"))
+
+
+def _retry_vanished(run: Callable[[], T]) -> T:
+    for attempt in range(QUERY_RETRIES):
+        try:
+            return run()
+        except duckdb.IOException as exc:
+            if attempt == QUERY_RETRIES - 1 or not _vanished_file(exc):
+                raise
+            time.sleep(0.005 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 class Store:
@@ -85,8 +97,11 @@ class Store:
         self.ensure()
         con = duckdb.connect(database)
         for table in TABLES:
-            con.execute(
-                f"CREATE OR REPLACE VIEW {quote_identifier(table)} AS SELECT * FROM {self.read_parquet_sql(table)}"
+            # Creating the view binds it, which opens the files to union their columns.
+            _retry_vanished(
+                lambda table=table: con.execute(
+                    f"CREATE OR REPLACE VIEW {quote_identifier(table)} AS SELECT * FROM {self.read_parquet_sql(table)}"
+                )
             )
         return con
 
@@ -94,18 +109,7 @@ class Store:
         """Run ``sql`` over the views; retried when a compaction swapped files under it."""
         con = self.connect()
         try:
-            for attempt in range(QUERY_RETRIES):
-                try:
-                    return con.sql(sql, params=parameters or None).to_arrow_table()
-                except duckdb.IOException as exc:
-                    if (
-                        attempt == QUERY_RETRIES - 1
-                        or "No such file" not in str(exc)
-                        and "No files found" not in str(exc)
-                    ):
-                        raise
-                    time.sleep(0.01)
-            raise AssertionError("unreachable")
+            return _retry_vanished(lambda: con.sql(sql, params=parameters or None).to_arrow_table())
         finally:
             con.close()
 
