@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from agenteval_exporters import ParquetSpanExporter
+from agenteval_exporters import ParquetSpanExporter, store_path
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,17 @@ class Tracing:
         return handed_on and self.parquet.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
+        _active.pop(_key(self.provider, self.parquet.store), None)
         for processor in self.processors:
             processor.shutdown()
+
+
+_active: dict[tuple[int, str], Tracing] = {}
+"""Tracing set up per (provider, store): a second setup must not write every span twice."""
+
+
+def _key(provider: TracerProvider, store: os.PathLike[str]) -> tuple[int, str]:
+    return id(provider), str(Path(store).resolve())
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
@@ -68,6 +78,7 @@ def setup_tracing(
     """Send spans to the store's Parquet files and, when the standard OpenTelemetry variables name an
     endpoint, to that OTLP backend too.
 
+    Calling it again for the same provider and store returns the same :class:`Tracing`.
     If the application already installed an SDK TracerProvider, agenteval adds its processors to it
     rather than replacing it, so existing exporters and parent links stay as they are.
     """
@@ -81,6 +92,9 @@ def setup_tracing(
         name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenteval"
         provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
         trace.set_tracer_provider(provider)
+    existing = _active.get(_key(provider, store_path(store)))
+    if existing is not None:
+        return existing
     parquet = ParquetSpanExporter(store, flush_interval=flush_interval)
     processors: list[SpanProcessor] = [BatchSpanProcessor(parquet, schedule_delay_millis=SCHEDULE_DELAY_MILLIS)]
     otlp_exporter = otlp_exporter_from_env() if otlp else None
@@ -88,4 +102,5 @@ def setup_tracing(
         processors.append(BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
     for processor in processors:
         provider.add_span_processor(processor)
-    return Tracing(provider, parquet, processors, otlp_exporter)
+    tracing = _active[_key(provider, parquet.store)] = Tracing(provider, parquet, processors, otlp_exporter)
+    return tracing

@@ -109,3 +109,22 @@ print(rows)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[{'service_name': 'my-agent'}]"
+
+
+def test_setting_up_twice_writes_each_span_once(tmp_path, monkeypatch):
+    for variable in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)
+    first = setup_tracing(tmp_path / "store")
+    second = setup_tracing(tmp_path / "store")
+    try:
+        assert second is first
+        demo_agent("What is 3 * 3?")
+        first.flush()
+    finally:
+        first.shutdown()
+    rows = Store(tmp_path / "store").rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
+    assert rows == [{"n": 3, "d": 3}]
+    # After shutdown a new setup is a new one, not the stopped one.
+    third = setup_tracing(tmp_path / "store")
+    third.shutdown()
+    assert third is not first

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from agenteval_exporters.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY, SPAN_SCHEMA, TABLE_KEY, TIMESTAMP
+from agenteval_exporters.schema import (
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    SPAN_SCHEMA,
+    TABLE_KEY,
+    TIMESTAMP,
+    unique_field,
+)
 
 
 def _schema(table: str, fields: list[pa.Field]) -> pa.Schema:
@@ -36,12 +43,12 @@ CASES = _schema(
         pa.field("experiment_id", pa.string(), nullable=False),
         pa.field("case_id", pa.string(), nullable=False),
         pa.field("line", pa.int64()),
-        pa.field("input", pa.string()),
+        unique_field("input", pa.string()),
         pa.field("expected_output", pa.string()),
         pa.field("category", pa.string()),
         pa.field("difficulty", pa.string()),
         pa.field("tags", pa.list_(pa.string())),
-        pa.field("case", pa.string()),  # the whole case as JSON
+        unique_field("case", pa.string()),  # the whole case as JSON
     ],
 )
 
@@ -49,7 +56,7 @@ TRIALS = _schema(
     "trials",
     [
         pa.field("experiment_id", pa.string(), nullable=False),
-        pa.field("trial_id", pa.string(), nullable=False),
+        unique_field("trial_id", pa.string(), nullable=False),
         pa.field("case_id", pa.string(), nullable=False),
         pa.field("attempt", pa.int32(), nullable=False),
         pa.field("trace_id", pa.string()),
@@ -58,10 +65,10 @@ TRIALS = _schema(
         pa.field("failure_type", pa.string()),
         pa.field("infrastructure", pa.bool_()),
         pa.field("error_message", pa.string()),
-        pa.field("reply", pa.string()),
-        pa.field("started_at", TIMESTAMP, nullable=False),
-        pa.field("ended_at", TIMESTAMP, nullable=False),
-        pa.field("duration_ms", pa.float64()),
+        unique_field("reply", pa.string()),
+        unique_field("started_at", TIMESTAMP, nullable=False),
+        unique_field("ended_at", TIMESTAMP, nullable=False),
+        unique_field("duration_ms", pa.float64()),
         pa.field("input_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),
@@ -80,7 +87,7 @@ SCORES = _schema(
         pa.field("pass_id", pa.string(), nullable=False),
         pa.field("value", pa.float64()),
         pa.field("passed", pa.bool_()),
-        pa.field("reason", pa.string()),
+        unique_field("reason", pa.string()),
         pa.field("error", pa.string()),
         pa.field("scored_at", TIMESTAMP, nullable=False),
     ],

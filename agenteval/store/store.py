@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from agenteval_exporters.exporter import store_path
-from agenteval_exporters.files import partition_path, publish, staging_dir, write_parquet
+from agenteval_exporters.exporter import partition_by_experiment, store_path
+from agenteval_exporters.files import publish, staging_dir, write_parquet
 from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
 
@@ -34,17 +34,6 @@ def sql_string(value: str) -> str:
 
 def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def partition_by_experiment(batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]:
-    """Rows of the non-span tables always carry their experiment id."""
-    import pyarrow.compute as pc
-
-    ids = batch.column("experiment_id")
-    return [
-        (partition_path("experiment_id", value), batch.filter(pc.equal(ids, value)))
-        for value in pc.unique(ids).to_pylist()
-    ]
 
 
 def _vanished_file(exc: Exception) -> bool:

@@ -46,16 +46,22 @@ def _setting(value: float | None, env: str, default: float, kind: type) -> float
     return default
 
 
-def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
-    """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
+def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
+    """``experiment_id=<id>`` per experiment among the rows that have one (nulls are left out)."""
     ids = batch.column(PARTITION_COLUMN)
     if ids.null_count == 0:
         unique = pc.unique(ids)
-        if len(unique) == 1:
+        if len(unique) == 1:  # the usual case: one batch, one experiment, no filtering
             yield partition_path(PARTITION_COLUMN, unique[0].as_py()), batch
             return
     for value in pc.unique(ids.drop_null()).to_pylist():
         yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
+
+
+def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
+    """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
+    yield from partition_by_experiment(batch)
+    ids = batch.column(PARTITION_COLUMN)
     if ids.null_count:
         rest = batch.filter(pc.is_null(ids))
         days = pc.cast(rest.column("start_time"), pa.date32())

@@ -19,6 +19,8 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .schema import is_unique_field
+
 logger = logging.getLogger(__name__)
 
 STAGING = ".staging"
@@ -41,31 +43,9 @@ def staging_dir(root: Path) -> Path:
     return path
 
 
-UNIQUE_PER_ROW = frozenset(
-    {
-        "trace_id",
-        "span_id",
-        "parent_span_id",
-        "trial_id",
-        "start_time",
-        "end_time",
-        "started_at",
-        "ended_at",
-        "duration_ms",
-        "attributes",
-        "events",
-        "reply",
-        "input",
-        "case",
-        "reason",
-    }
-)
-"""Columns whose values rarely repeat: dictionary encoding them costs time and bytes for nothing."""
-
-
 def write_parquet(path: Path, table: pa.Table) -> None:
     """Write ``table`` as one zstd row group and fsync it."""
-    dictionary = [name for name in table.column_names if name not in UNIQUE_PER_ROW]
+    dictionary = [field.name for field in table.schema if not is_unique_field(field)]
     with open(path, "wb") as sink:
         pq.write_table(
             table, sink, compression="zstd", row_group_size=max(1, table.num_rows), use_dictionary=dictionary

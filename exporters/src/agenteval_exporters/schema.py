@@ -20,16 +20,29 @@ TABLE_KEY = b"agenteval.table"
 
 TIMESTAMP = pa.timestamp("ns", tz="UTC")
 
+UNIQUE_KEY = b"agenteval.unique_per_row"
+
+
+def unique_field(name: str, type_: pa.DataType, nullable: bool = True) -> pa.Field:
+    """A column whose values rarely repeat (ids, times, free text): Parquet writers skip dictionary
+    encoding for it, which would cost time and bytes for nothing."""
+    return pa.field(name, type_, nullable=nullable, metadata={UNIQUE_KEY: b"true"})
+
+
+def is_unique_field(field: pa.Field) -> bool:
+    return bool(field.metadata and field.metadata.get(UNIQUE_KEY))
+
+
 SPAN_SCHEMA = pa.schema(
     [
-        pa.field("trace_id", pa.string(), nullable=False),
-        pa.field("span_id", pa.string(), nullable=False),
-        pa.field("parent_span_id", pa.string()),
+        unique_field("trace_id", pa.string(), nullable=False),
+        unique_field("span_id", pa.string(), nullable=False),
+        unique_field("parent_span_id", pa.string()),
         pa.field("name", pa.string(), nullable=False),
         pa.field("kind", pa.string(), nullable=False),
-        pa.field("start_time", TIMESTAMP, nullable=False),
-        pa.field("end_time", TIMESTAMP, nullable=False),
-        pa.field("duration_ms", pa.float64(), nullable=False),
+        unique_field("start_time", TIMESTAMP, nullable=False),
+        unique_field("end_time", TIMESTAMP, nullable=False),
+        unique_field("duration_ms", pa.float64(), nullable=False),
         pa.field("status_code", pa.string(), nullable=False),
         pa.field("status_message", pa.string()),
         pa.field("service_name", pa.string()),
@@ -46,10 +59,10 @@ SPAN_SCHEMA = pa.schema(
         pa.field("error_type", pa.string()),
         pa.field("experiment_id", pa.string()),
         pa.field("case_id", pa.string()),
-        pa.field("trial_id", pa.string()),
+        unique_field("trial_id", pa.string()),
         pa.field("attempt", pa.int32()),
-        pa.field("attributes", pa.string()),
-        pa.field("events", pa.string()),
+        unique_field("attributes", pa.string()),
+        unique_field("events", pa.string()),
         pa.field("resource", pa.string()),
     ],
     metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},
