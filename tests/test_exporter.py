@@ -217,12 +217,14 @@ def test_write_failure_returns_failure_logs_once_and_keeps_rows(tmp_path, caplog
 
 def test_badly_typed_attributes_land_in_json_not_in_typed_columns(make_tracer, tmp_path):
     tracer, exporter = make_tracer()
-    with tracer.start_as_current_span("odd", attributes={A.GEN_AI_USAGE_INPUT_TOKENS: "many", A.TRIAL_ATTEMPT: 2**40}):
+    odd = {A.GEN_AI_USAGE_INPUT_TOKENS: "many", A.TRIAL_ATTEMPT: 2**40, "huge": 2**70}
+    with tracer.start_as_current_span("odd", attributes=odd):
         pass
     exporter.force_flush()
     (row,) = read_spans(tmp_path / "store")
     assert row["input_tokens"] is None and row["attempt"] is None
     assert json.loads(row["attributes"])[A.GEN_AI_USAGE_INPUT_TOKENS] == "many"
+    assert json.loads(row["attributes"])["huge"] == 2**70
 
 
 def test_exporter_is_thread_safe(make_tracer, tmp_path):

@@ -1,19 +1,19 @@
 """Spans to an Arrow record batch: the exporter's hot path.
 
-Columns are built directly as Python lists and handed to Arrow once per column; ids are
-formatted once and reused (a trace's spans share a trace id, and a parent id is another
-span's id); attribute, event and resource JSON goes through orjson, and a resource shared by
+Columns are built directly as Python lists and handed to Arrow once per column; ids are hexed
+a whole column at a time; attribute, event and resource JSON goes through orjson, and a resource shared by
 every span of a provider is serialised once.
 """
 
 from __future__ import annotations
 
+import array
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -21,8 +21,7 @@ from .schema import SPAN_SCHEMA, TYPED_ATTRIBUTES
 
 _KIND = {kind: kind.name for kind in SpanKind}
 _STATUS = {code: code.name for code in StatusCode}
-_STRING_COLUMNS = [c for c in TYPED_ATTRIBUTES if SPAN_SCHEMA.field(c).type == pa.string()]
-_INT_COLUMNS = [c for c in TYPED_ATTRIBUTES if pa.types.is_integer(SPAN_SCHEMA.field(c).type)]
+_TYPED_COLUMNS = frozenset(TYPED_ATTRIBUTES)
 
 
 def _json_default(value: Any) -> Any:
@@ -30,7 +29,28 @@ def _json_default(value: Any) -> Any:
 
 
 def _dumps(value: Any) -> str:
-    return orjson.dumps(value, default=_json_default).decode()
+    try:
+        return orjson.dumps(value, default=_json_default).decode()
+    except TypeError:  # orjson refuses integers beyond 64 bits; the standard library does not
+        return json.dumps(value, default=_json_default)
+
+
+def _hex_column(ids: list[int | None], width: int) -> pa.Array:
+    """Ids as lower-case hex strings, built with no per-id Python beyond ``to_bytes``: all ids are
+    joined and hexed at once, and Arrow is handed the text with fixed offsets (None -> null)."""
+    count = len(ids)
+    nulls = ids.count(None)
+    raw = (
+        b"".join([(i or 0).to_bytes(width, "big") for i in ids])
+        if nulls
+        else b"".join([i.to_bytes(width, "big") for i in ids])
+    )
+    step = 2 * width
+    offsets = array.array("i", range(0, step * (count + 1), step))
+    validity = pa.array([i is not None for i in ids], pa.bool_()).buffers()[1] if nulls else None
+    return pa.StringArray.from_buffers(
+        count, pa.py_buffer(offsets), pa.py_buffer(raw.hex().encode("ascii")), validity, nulls
+    )
 
 
 def _plain_attributes(span: ReadableSpan) -> dict[str, Any]:
@@ -48,22 +68,14 @@ def _plain_attributes(span: ReadableSpan) -> dict[str, Any]:
 
 def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     """One row per span, in :data:`SPAN_SCHEMA`."""
-    hexes: dict[int, str] = {}
-
-    def hex_id(value: int, width: str) -> str:
-        text = hexes.get(value)
-        if text is None:
-            text = hexes[value] = format(value, width)
-        return text
-
     contexts = [s.context for s in spans]
     parents = [s.parent for s in spans]
     statuses = [s.status for s in spans]
     attributes = [_plain_attributes(s) for s in spans]
     columns: dict[str, list[Any]] = {
-        "trace_id": [hex_id(c.trace_id, "032x") for c in contexts],
-        "span_id": [hex_id(c.span_id, "016x") for c in contexts],
-        "parent_span_id": [hex_id(p.span_id, "016x") if p is not None else None for p in parents],
+        "trace_id": _hex_column([c.trace_id for c in contexts], 16),
+        "span_id": _hex_column([c.span_id for c in contexts], 8),
+        "parent_span_id": _hex_column([p.span_id if p is not None else None for p in parents], 8),
         "name": [s.name for s in spans],
         "kind": [_KIND[s.kind] for s in spans],
         "start_time": [s.start_time for s in spans],
@@ -78,6 +90,9 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     columns["attributes"] = [_dumps(a) if a else "{}" for a in attributes]
     columns["events"] = [_events_json(s) if _has_events(s) else None for s in spans]
     columns["resource"], columns["service_name"] = _resource_columns(spans)
+    columns["duration_ms"] = [
+        (end - start) / 1e6 for start, end in zip(columns["start_time"], columns["end_time"], strict=True)
+    ]
     return _to_batch(columns)
 
 
@@ -111,18 +126,24 @@ def _events_json(span: ReadableSpan) -> str:
 
 
 def _to_batch(columns: dict[str, list[Any]]) -> pa.RecordBatch:
-    arrays: dict[str, pa.Array] = {}
-    for name in columns:
-        field = SPAN_SCHEMA.field(name)
-        values = columns[name]
-        if name in _STRING_COLUMNS or name in _INT_COLUMNS:
-            arrays[name] = _typed_attribute_array(values, field.type)
+    arrays = []
+    for field in SPAN_SCHEMA:
+        values = columns[field.name]
+        if isinstance(values, pa.Array):
+            arrays.append(values)
+        elif field.type == pa.string() and _uniform(values):
+            # One resource, scope, experiment or status across the batch is common: no per-value work.
+            arrays.append(pa.repeat(pa.scalar(values[0], pa.string()), len(values)))
+        elif field.name in _TYPED_COLUMNS:
+            arrays.append(_typed_attribute_array(values, field.type))
         else:
-            arrays[name] = pa.array(values, type=field.type)
-    start, end = arrays["start_time"], arrays["end_time"]
-    duration = pc.divide(pc.subtract(end.cast(pa.int64()), start.cast(pa.int64())).cast(pa.float64()), 1e6)
-    arrays["duration_ms"] = duration
-    return pa.RecordBatch.from_arrays([arrays[n] for n in SPAN_SCHEMA.names], schema=SPAN_SCHEMA)
+            arrays.append(pa.array(values, type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=SPAN_SCHEMA)
+
+
+def _uniform(values: list[Any]) -> bool:
+    first = values[0] if values else 0
+    return (first is None or type(first) is str) and values.count(first) == len(values)
 
 
 def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
