@@ -70,6 +70,83 @@ def sql(query: str, store: str | None, fmt: str) -> None:
 
 
 @main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def validate(file: str) -> None:
+    """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any."""
+    from .cases import DatasetError, load_file
+
+    try:
+        dataset = load_file(file)
+    except DatasetError as exc:
+        click.echo(str(exc), err=True)
+        count = len(exc.problems) + exc.more
+        click.echo(f"{file}: {count} problem{'s' if count != 1 else ''}", err=True)
+        raise SystemExit(1) from None
+    categories = len(dataset.categories())
+    click.echo(f"{file}: {len(dataset)} cases in {categories} categor{'ies' if categories != 1 else 'y'}, all valid")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def datasets(as_json: bool) -> None:
+    """List the built-in datasets with their case counts and categories."""
+    import dataclasses
+    import json
+
+    from .catalog import catalog
+
+    entries = catalog()
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(e) for e in entries], indent=2))
+        return
+    from rich.console import Console
+
+    from .console import catalog_view
+
+    Console().print(catalog_view(entries))
+
+
+@main.command()
+@click.argument("dataset")
+@click.option(
+    "--min-per-category",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Categories with fewer cases are reported as too thin to measure.",
+)
+@click.option(
+    "--similarity",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.8,
+    show_default=True,
+    help="Word-set similarity from which two inputs count as near-duplicates.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool) -> None:
+    """Audit a DATASET (file or built-in name): coverage, thin categories, duplicate inputs."""
+    import dataclasses
+    import json
+
+    from .audit import audit as audit_dataset
+    from .cases import DatasetError
+    from .catalog import load_dataset
+
+    try:
+        report = audit_dataset(load_dataset(dataset), min_per_category=min_per_category, similarity=similarity)
+    except DatasetError as exc:
+        raise click.ClickException(f"the dataset has problems; run agenteval validate first\n{exc}") from exc
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(report), indent=2))
+        return
+    from rich.console import Console
+
+    from .console import audit_view
+
+    Console().print(audit_view(report))
+
+
+@main.command()
 @store_option
 @user_errors
 def compact(store: str | None) -> None:

@@ -1,0 +1,333 @@
+"""The case format: one JSON object per line of a JSONL dataset, validated into typed ``Case``s.
+
+Validation reports every bad line (up to :data:`MAX_PROBLEMS`), each naming the file, the line
+and the field, rather than stopping at the first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+MAX_PROBLEMS = 50
+DEFAULT_MAX_TURNS = 5
+DIFFICULTIES = ("easy", "medium", "hard")
+UNKNOWN_ANSWER = "unknown"
+"""``expected_output`` meaning: the agent should say the answer is not known or not available."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Case:
+    """One question, its expected answer and what else the evaluation should check."""
+
+    id: str
+    input: str
+    expected_output: str
+    """``""`` means no expected answer (exact match is skipped)."""
+    category: str | None = None
+    expected_tools: tuple[str, ...] | None = None
+    """Tools the agent must call, a name once per call; ``()`` means it must call none."""
+    must_not_contain: tuple[str, ...] = ()
+    expects_tool_error: bool = False
+    relevant_docs: tuple[str, ...] | None = None
+    expected_trajectory: tuple[str, ...] | None = None
+    max_tool_calls: int | None = None
+    turns: tuple[str, ...] | None = None
+    simulated_user: str | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+    tags: tuple[str, ...] = ()
+    difficulty: str | None = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+    line: int = 0
+    """The line of the dataset file the case came from (0 for generated cases)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as it would be written in a dataset (defaults left out)."""
+        out: dict[str, Any] = {"id": self.id, "input": self.input, "expected_output": self.expected_output}
+        for field in dataclasses.fields(self):
+            if field.name in out or field.name == "line":
+                continue
+            value = getattr(self, field.name)
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+            if value != default:
+                out[field.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a dataset file."""
+
+    path: str
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}"
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class DatasetError(ValueError):
+    """A dataset file has problems; ``problems`` lists them (at most :data:`MAX_PROBLEMS`)."""
+
+    def __init__(self, problems: list[Problem], more: int = 0) -> None:
+        self.problems = problems
+        self.more = more
+        lines = [str(p) for p in problems]
+        if more:
+            lines.append(f"... and {more} more problem(s)")
+        super().__init__("\n".join(lines))
+
+
+@dataclasses.dataclass
+class Dataset:
+    """A loaded dataset: its name, where it came from, a hash of its content, and its cases."""
+
+    name: str
+    path: str
+    hash: str
+    cases: list[Case]
+
+    def __iter__(self) -> Iterator[Case]:
+        return iter(self.cases)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def categories(self) -> dict[str, int]:
+        """Cases per category (``uncategorized`` for cases without one), largest first."""
+        counts: dict[str, int] = {}
+        for case in self.cases:
+            key = case.category or "uncategorized"
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# --- field rules ---------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+
+
+def _string(field: str, value: Any, *, allow_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(field, f"must be a string, not {_json_type(value)}")
+    if not allow_empty and not value.strip():
+        raise _Invalid(field, "must not be empty")
+    return value
+
+
+def _answer(value: Any) -> str:
+    # Numbers are the common slip ("expected_output": 42); they mean their text.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return json.dumps(value)
+    return _string("expected_output", value)
+
+
+def _strings(field: str, value: Any, *, allow_empty_list: bool = True) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise _Invalid(field, f'must be a list of strings, e.g. ["{value}"]')
+    if not isinstance(value, list):
+        raise _Invalid(field, f"must be a list of strings, not {_json_type(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _Invalid(field, f"item {i} must be a string, not {_json_type(item)}")
+        if not item.strip():
+            raise _Invalid(field, f"item {i} must not be empty")
+    if not value and not allow_empty_list:
+        raise _Invalid(field, "must not be empty")
+    return tuple(value)
+
+
+def _integer(field: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Invalid(field, f"must be an integer, not {_json_type(value)}")
+    if value < minimum:
+        raise _Invalid(field, f"must be at least {minimum}")
+    return value
+
+
+def _boolean(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(field, f"must be true or false, not {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    return {
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+FIELDS = (
+    "input",
+    "expected_output",
+    "id",
+    "category",
+    "expected_tools",
+    "must_not_contain",
+    "expects_tool_error",
+    "relevant_docs",
+    "expected_trajectory",
+    "max_tool_calls",
+    "turns",
+    "simulated_user",
+    "max_turns",
+    "tags",
+    "difficulty",
+    "metadata",
+)
+"""Every field a case may have."""
+
+
+def parse_case(record: Any, line: int) -> Case:
+    """A validated :class:`Case` from one decoded JSON line; raises ``_Invalid`` on the first bad field."""
+    if not isinstance(record, dict):
+        raise _Invalid("", f"each line must be a JSON object, not {_json_type(record)}")
+    for key in record:
+        if key not in FIELDS:
+            close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(FIELDS)}"
+            raise _Invalid(key, f"unknown field{hint}")
+    values: dict[str, Any] = {"line": line}
+    turns = record.get("turns")
+    if turns is not None:
+        values["turns"] = _strings("turns", turns, allow_empty_list=False)
+    if "input" in record:
+        values["input"] = _string("input", record["input"], allow_empty=False)
+    elif turns is not None:
+        values["input"] = values["turns"][-1]
+    else:
+        raise _Invalid("input", "is required (or give the conversation as turns)")
+    if "expected_output" not in record:
+        raise _Invalid("expected_output", 'is required; use "" when there is no expected answer')
+    values["expected_output"] = _answer(record["expected_output"])
+    case_id = record.get("id", line)
+    if isinstance(case_id, int) and not isinstance(case_id, bool):
+        case_id = str(case_id)
+    values["id"] = _string("id", case_id, allow_empty=False)
+    _optional_fields(record, values)
+    return Case(**values)
+
+
+def _optional_fields(record: dict[str, Any], values: dict[str, Any]) -> None:
+    if record.get("category") is not None:
+        values["category"] = _string("category", record["category"], allow_empty=False)
+    for field in ("expected_tools", "relevant_docs"):
+        if record.get(field) is not None:
+            values[field] = _strings(field, record[field])
+    for field in ("must_not_contain", "tags"):
+        if record.get(field) is not None:
+            values[field] = _strings(field, record[field])
+    if record.get("expected_trajectory") is not None:
+        values["expected_trajectory"] = _strings("expected_trajectory", record["expected_trajectory"])
+    if record.get("expects_tool_error") is not None:
+        values["expects_tool_error"] = _boolean("expects_tool_error", record["expects_tool_error"])
+    if record.get("max_tool_calls") is not None:
+        values["max_tool_calls"] = _integer("max_tool_calls", record["max_tool_calls"], 0)
+    if record.get("simulated_user") is not None:
+        if record.get("turns") is not None:
+            raise _Invalid("simulated_user", "cannot be combined with turns: choose written turns or a simulated user")
+        values["simulated_user"] = _string("simulated_user", record["simulated_user"], allow_empty=False)
+    if record.get("max_turns") is not None:
+        values["max_turns"] = _integer("max_turns", record["max_turns"], 1)
+    if record.get("difficulty") is not None:
+        difficulty = _string("difficulty", record["difficulty"])
+        if difficulty not in DIFFICULTIES:
+            raise _Invalid("difficulty", f"must be one of {', '.join(DIFFICULTIES)}, not {difficulty!r}")
+        values["difficulty"] = difficulty
+    if record.get("metadata") is not None:
+        if not isinstance(record["metadata"], dict):
+            raise _Invalid("metadata", f"must be an object, not {_json_type(record['metadata'])}")
+        values["metadata"] = record["metadata"]
+
+
+def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
+    """Validate every line; raise :class:`DatasetError` listing the problems if there are any.
+
+    Blank lines are skipped but still counted, so line numbers match an editor's.
+    """
+    cases: list[Case] = []
+    problems: list[Problem] = []
+    more = 0
+    first_line_of: dict[str, int] = {}
+
+    def report(line: int, field: str | None, message: str) -> None:
+        nonlocal more
+        if len(problems) < MAX_PROBLEMS:
+            problems.append(Problem(path, line, field or None, message))
+        else:
+            more += 1
+
+    for number, text in enumerate(lines, start=1):
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                report(number, None, f"not valid UTF-8 at byte {exc.start}; save the file as UTF-8")
+                continue
+        text = text.rstrip("\r\n")
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
+            continue
+        try:
+            case = parse_case(record, number)
+        except _Invalid as exc:
+            report(number, exc.field, exc.message)
+            continue
+        if case.id in first_line_of:
+            report(number, "id", f"duplicate id {case.id!r}, first used on line {first_line_of[case.id]}")
+            continue
+        first_line_of[case.id] = number
+        cases.append(case)
+    if problems:
+        raise DatasetError(problems, more)
+    return cases
+
+
+def load_file(path: str | Path, name: str | None = None) -> Dataset:
+    """Load and validate a JSONL dataset file (UTF-8, an optional BOM, LF or CRLF line ends)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+
+    def lines() -> Iterator[bytes]:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                digest.update(raw)
+                yield raw
+
+    try:
+        cases = read_cases(lines(), str(path))
+    except FileNotFoundError:
+        raise DatasetError([Problem(str(path), 0, None, "no such file")]) from None
+    return Dataset(name or path.stem, str(path), digest.hexdigest(), cases)
+
+
+def dataset_hash(cases: Iterable[Case]) -> str:
+    """A content hash of cases that were not read from a file (generated datasets)."""
+    digest = hashlib.sha256()
+    for case in cases:
+        digest.update(json.dumps(case.to_dict(), sort_keys=True).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()

@@ -1,0 +1,108 @@
+"""The built-in datasets: JSONL files shipped inside the wheel, and ``arithmetic``, generated."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from importlib import resources
+from pathlib import Path
+
+from .cases import Case, Dataset, DatasetError, Problem, dataset_hash, load_file
+
+GENERATED = "arithmetic"
+DEFAULT_ARITHMETIC_CASES = 100
+RAG_CORPUS = "rag_corpus.jsonl"
+
+_OPERATIONS = {
+    "addition": ("+", lambda a, b: a + b),
+    "subtraction": ("-", lambda a, b: a - b),
+    "multiplication": ("*", lambda a, b: a * b),
+    "division": ("/", None),
+}
+
+
+def datasets_dir() -> Path:
+    """Where the built-in files are: ``agenteval/datasets`` in an installed wheel, ``datasets/`` in a checkout."""
+    packaged = Path(str(resources.files("agenteval"))) / "datasets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "datasets"
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in datasets, ``arithmetic`` first."""
+    files = sorted(p.stem for p in datasets_dir().glob("*.jsonl") if p.name != RAG_CORPUS)
+    return [GENERATED, *files]
+
+
+def arithmetic_cases(count: int = DEFAULT_ARITHMETIC_CASES, seed: int = 0) -> list[Case]:
+    """``count`` arithmetic questions over four categories, the same ones for the same seed.
+
+    Case ``i`` depends only on ``seed`` and ``i``, so asking for more cases keeps the first ones.
+    """
+    if count < 1:
+        raise ValueError("--cases must be at least 1")
+    names = list(_OPERATIONS)
+    cases = []
+    for i in range(count):
+        rng = random.Random(f"arithmetic:{seed}:{i}")
+        category = names[i % len(names)]
+        symbol, apply = _OPERATIONS[category]
+        if apply is None:  # exact division only: the answer is an integer
+            b, answer = rng.randint(2, 25), rng.randint(2, 400)
+            a = b * answer
+        else:
+            a, b = rng.randint(2, 999), rng.randint(2, 999 if category != "multiplication" else 99)
+            answer = apply(a, b)
+        cases.append(
+            Case(
+                id=f"arithmetic-{i + 1:04d}",
+                input=f"What is {a} {symbol} {b}?",
+                expected_output=str(answer),
+                category=category,
+                expected_tools=("calculator",),
+                difficulty="easy",
+            )
+        )
+    return cases
+
+
+def load_dataset(name_or_path: str | Path, *, cases: int | None = None, seed: int = 0) -> Dataset:
+    """A built-in dataset by name, or a JSONL file by path; every case validated.
+
+    ``cases`` and ``seed`` apply to the generated ``arithmetic`` dataset. A bad file raises
+    :class:`~agenteval.cases.DatasetError` naming each bad line and field.
+    """
+    text = str(name_or_path)
+    if text == GENERATED:
+        generated = arithmetic_cases(cases or DEFAULT_ARITHMETIC_CASES, seed)
+        return Dataset(
+            GENERATED, f"{GENERATED}(cases={len(generated)}, seed={seed})", dataset_hash(generated), generated
+        )
+    builtin = datasets_dir() / f"{text}.jsonl"
+    if "/" not in text and "\\" not in text and not text.endswith(".jsonl") and builtin.is_file():
+        return load_file(builtin, text)
+    path = Path(text)
+    if not path.exists():
+        raise DatasetError(
+            [Problem(text, 0, None, f"no such file, and not a built-in dataset ({', '.join(builtin_names())})")]
+        )
+    return load_file(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class CatalogEntry:
+    """A built-in dataset as ``agenteval datasets`` lists it."""
+
+    name: str
+    cases: int | None
+    categories: dict[str, int]
+
+
+def catalog() -> list[CatalogEntry]:
+    """Every built-in dataset with its case count (None when generated) and categories."""
+    entries = []
+    for name in builtin_names():
+        dataset = load_dataset(name, cases=len(_OPERATIONS) if name == GENERATED else None)
+        entries.append(CatalogEntry(name, None if name == GENERATED else len(dataset), dataset.categories()))
+    return entries

@@ -1,0 +1,58 @@
+"""Terminal renderings of the dataset reports (rich tables; cell text is never parsed as markup)."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from .audit import AuditReport
+from .cases import DIFFICULTIES
+from .catalog import CatalogEntry
+from .tables import rich_table
+
+
+def catalog_view(entries: list[CatalogEntry]) -> RenderableType:
+    rows = []
+    for entry in entries:
+        cases = "--cases N (generated)" if entry.cases is None else str(entry.cases)
+        categories = ", ".join(f"{name} {count}" if entry.cases else name for name, count in entry.categories.items())
+        rows.append([entry.name, cases, str(len(entry.categories)), categories])
+    return rich_table(["dataset", "cases", "categories", "cases per category"], rows, title="Built-in datasets")
+
+
+def audit_view(report: AuditReport) -> RenderableType:
+    present = {d for row in report.difficulties.values() for d in row}
+    difficulty_names = [d for d in (*DIFFICULTIES, "unset") if d in present]
+    rows = [
+        [category, str(count), *(str(report.difficulties[category].get(d, 0)) for d in difficulty_names)]
+        for category, count in report.categories.items()
+    ]
+    parts: list[RenderableType] = [
+        Text(f"{report.dataset}: {report.cases} cases in {len(report.categories)} categories", style="bold"),
+        rich_table(["category", "cases", *difficulty_names], rows, title="Cases per category and difficulty"),
+        rich_table(["field", "cases using it"], [[f, str(n)] for f, n in report.fields.items()], title="Fields used"),
+    ]
+    if report.thin_categories:
+        thin = ", ".join(f"{c} ({n})" for c, n in report.thin_categories.items())
+        parts.append(
+            Text(
+                f"Too few cases to measure (fewer than {report.min_per_category}): {thin}. "
+                "Add several cases per category before trusting its pass rate.",
+                style="yellow",
+            )
+        )
+    else:
+        parts.append(Text(f"Every category has at least {report.min_per_category} cases.", style="green"))
+    if report.duplicates:
+        parts.append(rich_table(["duplicate inputs (case ids)"], [[", ".join(g)] for g in report.duplicates]))
+    if report.near_duplicates:
+        parts.append(
+            rich_table(
+                ["case", "case", "similarity"],
+                [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates],
+                title="Near-duplicate inputs (check they test different things)",
+            )
+        )
+    if not report.duplicates and not report.near_duplicates:
+        parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
+    return Group(*parts)
