@@ -14,15 +14,24 @@ from agenteval_instrumentation import (
     with_current_context,
 )
 
+from .cases import Case, Dataset, DatasetError
+from .catalog import load_dataset
+from .sampling import sample_cases
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Case",
     "ContextThreadPoolExecutor",
+    "Dataset",
+    "DatasetError",
     "__version__",
     "agent",
     "configure_capture",
     "llm_call",
+    "load_dataset",
     "retriever",
+    "sample_cases",
     "set_llm_response",
     "set_retrieved_documents",
     "submit_with_context",

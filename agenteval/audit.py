@@ -58,13 +58,14 @@ def audit(
         row = difficulties.setdefault(case.category or "uncategorized", {})
         key = case.difficulty or "unset"
         row[key] = row.get(key, 0) + 1
-    defaults = {f.name: f.default for f in dataclasses.fields(Case) if f.default is not dataclasses.MISSING}
-    used = Counter(
-        name
-        for case in cases
-        for name in FIELDS
-        if name not in ("input", "expected_output", "id") and getattr(case, name) not in (defaults.get(name), {}, ())
-    )
+    optional = [
+        f for f in dataclasses.fields(Case) if f.name in FIELDS and f.name not in ("input", "expected_output", "id")
+    ]
+    defaults = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        for f in optional
+    }
+    used = Counter(name for case in cases for name, default in defaults.items() if getattr(case, name) != default)
     return AuditReport(
         dataset=dataset.name,
         cases=len(cases),

@@ -279,7 +279,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             try:
                 text = text.decode("utf-8")
             except UnicodeDecodeError as exc:
-                report(number, None, f"not valid UTF-8 at byte {exc.start}; save the file as UTF-8")
+                report(number, None, f"not valid UTF-8 at byte {exc.start + 1}; save the file as UTF-8")
                 continue
         text = text.rstrip("\r\n")
         if number == 1:

@@ -1,7 +1,8 @@
 """Stable, stratified samples of a dataset: the same cases every time for the same seed.
 
 Each category gets a share of the sample in proportion to its size (largest remainders), and at
-least one case when the sample is large enough to give every category one. Within a category the
+least one case when the sample is large enough to give every category one (taken from the
+categories with the largest shares). Within a category the
 cases with the smallest hash of (seed, case id) are taken, so a case's membership depends on its
 id and its category's quota, never on its position in the file: appending cases to other
 categories changes nothing unless it changes this category's quota.
@@ -22,29 +23,22 @@ def _rank(seed: int, case_id: str) -> bytes:
 
 
 def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """How many cases each category contributes to a sample of ``n``."""
+    """How many cases each category contributes to a sample of ``n``: proportional by largest
+    remainders, then every empty category given one, taken from the largest quotas."""
     total = sum(sizes.values())
     if n >= total:
         return dict(sizes)
-    quotas = {c: 0 for c in sizes}
-    remaining = n
-    if n >= len(sizes):  # every category is represented
-        quotas = {c: 1 for c in sizes}
-        remaining -= len(sizes)
-    spare = {c: sizes[c] - quotas[c] for c in sizes}
-    spare_total = sum(spare.values())
-    exact = {c: remaining * spare[c] / spare_total for c in sizes} if spare_total else {c: 0.0 for c in sizes}
-    for c in sizes:
-        quotas[c] += int(exact[c])
-    left = n - sum(quotas.values())
-    # Largest remainders first; ties go to the bigger category, then by name, so the result is stable.
-    order = sorted(sizes, key=lambda c: (-(exact[c] - int(exact[c])), -sizes[c], c))
-    for c in order:
-        if left == 0:
-            break
-        if quotas[c] < sizes[c]:
-            quotas[c] += 1
-            left -= 1
+    quotas = {c: n * size // total for c, size in sizes.items()}
+    # Integer remainders: exact, so float noise never decides a tie. Ties go to the bigger
+    # category, then by name, so the result never depends on file order.
+    by_remainder = sorted(sizes, key=lambda c: (-(n * sizes[c] % total), -sizes[c], c))
+    for c in by_remainder[: n - sum(quotas.values())]:
+        quotas[c] += 1
+    if n >= len(sizes):
+        for c in sorted((c for c in sizes if quotas[c] == 0), key=lambda c: (-sizes[c], c)):
+            donor = max(quotas, key=lambda d: (quotas[d], sizes[d], d))
+            quotas[donor] -= 1
+            quotas[c] = 1
     return quotas
 
 

@@ -1,0 +1,219 @@
+"""The case format: rules, defaults and the errors a person sees for a bad file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cases import MAX_PROBLEMS, DatasetError, load_file
+from agenteval.catalog import load_dataset
+from agenteval.cli import main
+
+
+def write(tmp_path, text: str | bytes, name: str = "cases.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def lines(*records) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
+
+
+def test_seed_examples_load_with_their_defaults(tmp_path):
+    path = write(
+        tmp_path,
+        lines(
+            {"input": "What is the refund window?", "expected_output": "30 days", "category": "policy"},
+            {"input": "Convert 100 EUR to USD.", "expected_output": "108.70", "expected_tools": ["convert_currency"]},
+            {"input": "Who is our CFO?", "expected_output": "unknown", "category": "unanswerable"},
+            {
+                "turns": ["I want to return my order.", "It's order 1234, bought 40 days ago."],
+                "expected_output": "not eligible",
+                "category": "refunds",
+            },
+            {
+                "input": "My headphones broke.",
+                "expected_output": "refund approved",
+                "simulated_user": "Bought them 10 days ago, order 1234.",
+            },
+        ),
+    )
+    cases = load_file(path).cases
+    assert [c.id for c in cases] == ["1", "2", "3", "4", "5"]  # ids default to line numbers
+    assert cases[1].expected_tools == ("convert_currency",)
+    assert cases[0].expected_tools is None  # not given: tools are not checked
+    assert cases[3].input == "It's order 1234, bought 40 days ago."  # input defaults to the last turn
+    assert cases[3].turns == ("I want to return my order.", "It's order 1234, bought 40 days ago.")
+    assert cases[4].max_turns == 5
+    assert cases[0].must_not_contain == () and cases[0].expects_tool_error is False
+
+
+def test_optional_fields_for_curators_are_carried_through(tmp_path):
+    metadata = {"source": "ticket-881", "nested": {"a": [1, 2]}}
+    path = write(
+        tmp_path,
+        lines(
+            {
+                "id": "c-1",
+                "input": "q",
+                "expected_output": "",
+                "tags": ["smoke", "billing"],
+                "difficulty": "hard",
+                "metadata": metadata,
+                "expected_tools": [],
+                "relevant_docs": [],
+                "expected_trajectory": ["a", "b"],
+                "max_tool_calls": 2,
+                "must_not_contain": ["PWNED"],
+                "expects_tool_error": True,
+                "max_turns": 3,
+            }
+        ),
+    )
+    (case,) = load_file(path).cases
+    assert case.tags == ("smoke", "billing") and case.difficulty == "hard" and case.metadata == metadata
+    assert case.expected_tools == () and case.relevant_docs == ()  # [] means "none", not "unchecked"
+    assert case.expected_output == ""
+    assert case.to_dict()["metadata"] == metadata
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            '{"input": "q", "expected_output": "a"}\n{"input": "q"\n',
+            ["2: invalid JSON at column 14: Expecting ',' delimiter"],
+        ),
+        ('{"expected_output": "a"}\n', ["1: input: is required (or give the conversation as turns)"]),
+        ('{"input": "q"}\n', ['1: expected_output: is required; use "" when there is no expected answer']),
+        ('{"input": 5, "expected_output": "a"}\n', ["1: input: must be a string, not a number"]),
+        ('{"input": "  ", "expected_output": "a"}\n', ["1: input: must not be empty"]),
+        ('{"input": "q", "expected_output": ["a"]}\n', ["1: expected_output: must be a string, not a list"]),
+        (
+            '{"input": "q", "expected_output": "a", "expected_tool": ["x"]}\n',
+            ["1: expected_tool: unknown field; did you mean 'expected_tools'?"],
+        ),
+        (
+            '{"input": "q", "expected_output": "a", "mustnotcontain": ["x"]}\n',
+            ["1: mustnotcontain: unknown field; did you mean 'must_not_contain'?"],
+        ),
+        (
+            '{"input": "q", "expected_output": "a", "expected_tools": "calculator"}\n',
+            ['1: expected_tools: must be a list of strings, e.g. ["calculator"]'],
+        ),
+        (
+            '{"input": "q", "expected_output": "a", "expected_tools": ["ok", 3]}\n',
+            ["1: expected_tools: item 1 must be a string, not a number"],
+        ),
+        ('{"turns": [], "expected_output": "a"}\n', ["1: turns: must not be empty"]),
+        ('{"turns": ["hi", 2], "expected_output": "a"}\n', ["1: turns: item 1 must be a string, not a number"]),
+        ('{"turns": "hi", "expected_output": "a"}\n', ['1: turns: must be a list of strings, e.g. ["hi"]']),
+        ('{"input": "q", "expected_output": "a", "max_tool_calls": -1}\n', ["1: max_tool_calls: must be at least 0"]),
+        ('{"input": "q", "expected_output": "a", "max_turns": 0}\n', ["1: max_turns: must be at least 1"]),
+        (
+            '{"input": "q", "expected_output": "a", "max_turns": true}\n',
+            ["1: max_turns: must be an integer, not a boolean"],
+        ),
+        (
+            '{"input": "q", "expected_output": "a", "expects_tool_error": "yes"}\n',
+            ["1: expects_tool_error: must be true or false, not a string"],
+        ),
+        (
+            '{"input": "q", "expected_output": "a", "difficulty": "extreme"}\n',
+            ["1: difficulty: must be one of easy, medium, hard, not 'extreme'"],
+        ),
+        ('{"input": "q", "expected_output": "a", "metadata": [1]}\n', ["1: metadata: must be an object, not a list"]),
+        (
+            '{"turns": ["a"], "simulated_user": "x", "expected_output": "a"}\n',
+            ["1: simulated_user: cannot be combined with turns: choose written turns or a simulated user"],
+        ),
+        ('["input", "q"]\n', ["1: each line must be a JSON object, not a list"]),
+        (
+            '{"id": "x", "input": "q", "expected_output": "a"}\n\n{"id": "x", "input": "r", "expected_output": "b"}\n',
+            ["3: id: duplicate id 'x', first used on line 1"],
+        ),
+        (
+            '{"input": "q", "expected_output": "a"}\n{"id": 1, "input": "r", "expected_output": "b"}\n',
+            ["2: id: duplicate id '1', first used on line 1"],
+        ),
+        (b'{"input": "caf\xe9", "expected_output": "a"}\n', ["1: not valid UTF-8 at byte 15; save the file as UTF-8"]),
+    ],
+)
+def test_malformed_lines_name_the_file_line_and_field(tmp_path, content, expected):
+    path = write(tmp_path, content if isinstance(content, bytes) else content)
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [str(p) for p in info.value.problems] == [f"{path}:{e}" for e in expected]
+
+
+def test_every_bad_line_is_reported_not_just_the_first(tmp_path):
+    good = {"input": "q", "expected_output": "a"}
+    path = write(tmp_path, lines({**good, "id": "a"}, "oops", {"input": "q"}, {**good, "id": "b"}, {**good, "tag": []}))
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [(p.line, p.field) for p in info.value.problems] == [(2, None), (3, "expected_output"), (5, "tag")]
+
+
+def test_problems_are_capped(tmp_path):
+    path = write(tmp_path, "nope\n" * (MAX_PROBLEMS + 7))
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert len(info.value.problems) == MAX_PROBLEMS and info.value.more == 7
+    assert str(info.value).endswith("... and 7 more problem(s)")
+
+
+def test_blank_lines_bom_and_crlf(tmp_path):
+    content = '\ufeff{"input": "q1", "expected_output": "a"}\r\n\r\n   \r\n{"input": "q2", "expected_output": "b"}\r\n'
+    cases = load_file(write(tmp_path, content.encode("utf-8"))).cases
+    assert [(c.id, c.line, c.input) for c in cases] == [("1", 1, "q1"), ("4", 4, "q2")]
+
+
+def test_a_number_as_expected_output_means_its_text(tmp_path):
+    (case,) = load_file(write(tmp_path, lines({"input": "2+2?", "expected_output": 4}))).cases
+    assert case.expected_output == "4"
+
+
+def test_builtin_names_and_paths_load_alike(tmp_path):
+    by_name = load_dataset("mixed")
+    by_path = load_dataset(by_name.path)
+    assert by_name.cases == by_path.cases and by_name.hash == by_path.hash
+    with pytest.raises(DatasetError, match="not a built-in dataset"):
+        load_dataset("no-such-dataset")
+
+
+def test_content_hash_changes_with_the_content(tmp_path):
+    first = load_file(write(tmp_path, lines({"input": "q", "expected_output": "a"})))
+    second = load_file(write(tmp_path, lines({"input": "q", "expected_output": "b"}), "other.jsonl"))
+    assert first.hash != second.hash and len(first.hash) == 64
+
+
+def test_a_large_file_loads(tmp_path):
+    record = {
+        "input": "What is 2 + 2?",
+        "expected_output": "4",
+        "category": "arithmetic",
+        "expected_tools": ["calculator"],
+    }
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as handle:
+        for i in range(100_000):
+            handle.write(json.dumps({**record, "id": f"case-{i}"}) + "\n")
+    dataset = load_file(path)
+    assert len(dataset) == 100_000 and dataset.cases[-1].id == "case-99999"
+
+
+def test_validate_command(tmp_path):
+    runner = CliRunner()
+    good = write(tmp_path, lines({"input": "q", "expected_output": "a", "category": "x"}), "good.jsonl")
+    ok = runner.invoke(main, ["validate", str(good)])
+    assert ok.exit_code == 0 and "1 cases in 1 category, all valid" in ok.output
+    bad = write(tmp_path, lines({"input": "q", "expected_tool": []}, "{"), "bad.jsonl")
+    failed = runner.invoke(main, ["validate", str(bad)])
+    assert failed.exit_code == 1
+    assert f"{bad}:1: expected_tool: unknown field; did you mean 'expected_tools'?" in failed.output
+    assert f"{bad}:2: invalid JSON" in failed.output and "2 problems" in failed.output
+    missing = runner.invoke(main, ["validate", str(tmp_path / "absent.jsonl")])
+    assert missing.exit_code == 1 and "no such file" in missing.output

@@ -1,0 +1,136 @@
+"""Stratified, stable sampling; and the audit's findings."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from agenteval.audit import audit
+from agenteval.cases import Case, Dataset
+from agenteval.catalog import load_dataset
+from agenteval.cli import main
+from agenteval.sampling import allocate, sample_cases
+
+
+def make(counts: dict[str, int], prefix: str = "") -> list[Case]:
+    return [
+        Case(id=f"{prefix}{category}-{i}", input=f"question {category} {i}", expected_output="a", category=category)
+        for category, n in counts.items()
+        for i in range(n)
+    ]
+
+
+def by_category(cases):
+    out = {}
+    for case in cases:
+        out[case.category] = out.get(case.category, 0) + 1
+    return out
+
+
+def test_allocation_is_proportional_and_covers_every_category():
+    assert allocate({"a": 50, "b": 30, "c": 20}, 10) == {"a": 5, "b": 3, "c": 2}
+    assert allocate({"a": 97, "b": 2, "c": 1}, 10) == {"a": 8, "b": 1, "c": 1}  # every category, when n allows
+    assert allocate({"a": 5, "b": 5, "c": 5}, 2) in (
+        {"a": 1, "b": 1, "c": 0},
+        {"a": 1, "b": 0, "c": 1},
+        {"a": 0, "b": 1, "c": 1},
+    )
+    assert allocate({"a": 3, "b": 2}, 10) == {"a": 3, "b": 2}
+    for n in range(1, 60):
+        quotas = allocate({"a": 31, "b": 17, "c": 7, "d": 2}, n)
+        assert sum(quotas.values()) == min(n, 57)
+        if 4 <= n:
+            assert min(quotas.values()) >= 1
+        assert all(q <= size for q, size in zip(quotas.values(), (31, 17, 7, 2), strict=True))
+
+
+def test_sample_is_the_same_for_the_same_seed_and_in_dataset_order():
+    cases = make({"x": 40, "y": 25, "z": 10})
+    first = sample_cases(cases, 20, seed=3)
+    assert first == sample_cases(cases, 20, seed=3)
+    assert first != sample_cases(cases, 20, seed=4)
+    assert by_category(first) == {"x": 11, "y": 7, "z": 2}  # 10.67, 6.67, 2.67 by largest remainders
+    positions = [cases.index(c) for c in first]
+    assert positions == sorted(positions)
+
+
+def test_membership_survives_appending_unrelated_cases_and_reordering():
+    cases = make({"x": 20, "y": 20, "z": 20})
+    before = {c.id for c in sample_cases(cases, 12, seed=1)}
+    grown = cases + make({"w": 20}, prefix="new-")
+    after = {c.id for c in sample_cases(grown, 16, seed=1)}  # 4 per category as before, plus w's 4
+    assert before <= after
+    assert {c.id for c in sample_cases(list(reversed(cases)), 12, seed=1)} == before
+
+
+def test_sampling_a_builtin_dataset():
+    hard = load_dataset("hard")
+    sample = sample_cases(hard.cases, 20, seed=0)
+    assert len(sample) == 20 and len(by_category(sample)) == 10
+
+
+def test_audit_findings():
+    cases = make({"big": 8, "thin": 2}) + [
+        Case(id="dup-1", input="What is the refund window?", expected_output="30 days", category="big"),
+        Case(id="dup-2", input="what is the REFUND window", expected_output="30 days", category="big"),
+        Case(
+            id="near-1",
+            input="How many days is the refund window for opened items?",
+            expected_output="30",
+            category="big",
+            difficulty="hard",
+        ),
+        Case(
+            id="near-2",
+            input="How many days is the refund window for unopened items?",
+            expected_output="30",
+            category="big",
+            difficulty="easy",
+            expected_tools=(),
+        ),
+        Case(id="op-1", input="What is 6 / 2 * 3?", expected_output="9", category="big"),
+        Case(id="op-2", input="What is 6 - 2 - 3?", expected_output="1", category="big"),
+    ]
+    report = audit(Dataset("t", "t.jsonl", "h", cases))
+    assert report.thin_categories == {"thin": 2}
+    assert report.duplicates == [["dup-1", "dup-2"]]
+    assert [(a, b) for a, b, _ in report.near_duplicates] == [("near-1", "near-2")]
+    assert report.difficulties["big"] == {"unset": 12, "hard": 1, "easy": 1}
+    assert report.fields == {"category": 16, "expected_tools": 1, "difficulty": 2}
+
+
+def test_audit_near_duplicates_match_a_brute_force_comparison():
+    import random
+
+    rng = random.Random(5)
+    words = ["refund", "window", "days", "order", "ship", "price", "plan", "leave", "office", "app"]
+    cases = [
+        Case(id=str(i), input=" ".join(rng.sample(words, rng.randint(3, 6))), expected_output="", category="c")
+        for i in range(150)
+    ]
+    report = audit(Dataset("t", "t", "h", cases), similarity=0.7)
+    sets = [set(c.input.split()) for c in cases]
+    expected = {
+        (cases[i].id, cases[j].id)
+        for i in range(len(cases))
+        for j in range(i + 1, len(cases))
+        if sets[i] != sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= 0.7
+    }
+    assert {(a, b) for a, b, _ in report.near_duplicates} == expected
+
+
+def test_audit_command(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    path.write_text(
+        "\n".join(json.dumps({"input": f"q{i}", "expected_output": "a", "category": "solo"}) for i in range(2)) + "\n"
+    )
+    result = CliRunner().invoke(main, ["audit", str(path)])
+    assert result.exit_code == 0
+    assert "Too few cases to measure (fewer than 5): solo (2)" in result.output.replace("\n", " ")
+    as_json = json.loads(CliRunner().invoke(main, ["audit", "hard", "--json"]).output)
+    assert as_json["cases"] == 55 and as_json["thin_categories"] == {} and as_json["duplicates"] == []
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{\n")
+    failed = CliRunner().invoke(main, ["audit", str(bad)])
+    assert failed.exit_code == 1 and "agenteval validate" in failed.output
