@@ -146,6 +146,139 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool)
     Console().print(audit_view(report))
 
 
+def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
+    options = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint="--agent-option")
+        options[key.strip()] = text
+    return options
+
+
+@main.command()
+@click.option("--dataset", "-d", help="A built-in dataset name or a JSONL file.")
+@click.option("--agent", "-a", "agent_spec", help="mock, MODULE:ATTR or FILE.py:ATTR.")
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Trials per case; odd numbers avoid ties.",
+)
+@click.option("--concurrency", "-j", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds per trial.",
+)
+@click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
+@click.option("--sample-seed", type=int, default=0, show_default=True)
+@click.option("--cases", type=click.IntRange(min=1), help="How many cases a generated dataset (arithmetic) has.")
+@click.option("--name", help="A name for the experiment.")
+@click.option(
+    "--agent-option",
+    "agent_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Passed to the agent factory as keyword arguments (repeatable).",
+)
+@click.option(
+    "--resume",
+    is_flag=False,
+    flag_value="latest",
+    default=None,
+    metavar="[EXPERIMENT]",
+    help="Re-run only the missing trials of EXPERIMENT (default: the newest interrupted one).",
+)
+@click.option(
+    "--retry-failed",
+    type=click.Choice(["infra", "all"]),
+    help="With --resume, also re-run failed trials (infrastructure failures only, or all).",
+)
+@click.option("--prices", type=click.Path(dir_okay=False, exists=True), help="A JSON file of model prices.")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def run(
+    dataset: str | None,
+    agent_spec: str | None,
+    attempts: int,
+    concurrency: int,
+    timeout: float,
+    sample: int | None,
+    sample_seed: int,
+    cases: int | None,
+    name: str | None,
+    agent_options: tuple[str, ...],
+    resume: str | None,
+    retry_failed: str | None,
+    prices: str | None,
+    store: str | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run an agent over a dataset, several attempts per case, into the store."""
+    import json
+
+    from .cases import DatasetError
+    from .runner import RunRefused, evaluate
+
+    if resume is None and (not dataset or not agent_spec):
+        raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
+    if retry_failed and resume is None:
+        raise click.UsageError("--retry-failed goes with --resume")
+    try:
+        experiment = evaluate(
+            agent_spec or "",
+            dataset,
+            attempts=attempts,
+            concurrency=concurrency,
+            timeout=timeout,
+            sample=sample,
+            sample_seed=sample_seed,
+            cases=cases,
+            name=name,
+            store=store,
+            agent_options=_agent_options(agent_options),
+            resume=False if resume is None else True if resume == "latest" else resume,
+            retry_failed=retry_failed,
+            prices=prices,
+            progress="none" if quiet or as_json else "auto",
+        )
+    except (DatasetError, RunRefused, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(experiment.summary, indent=2, default=str))
+    else:
+        from .console import run_summary
+
+        click.echo(run_summary(experiment.summary))
+    if experiment.status == "interrupted":
+        raise SystemExit(130)
+
+
+@main.command()
+@store_option
+@format_option
+def experiments(store: str | None, fmt: str) -> None:
+    """List the experiments in the store, newest first."""
+    import pyarrow as pa
+
+    from .experiments import list_experiments
+    from .store import Store
+    from .tables import render
+
+    rows = list_experiments(Store(store))
+    for row in rows:
+        row["pass_rate"] = None if row["pass_rate"] is None else round(row["pass_rate"], 3)
+    click.echo(
+        render(pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())}), fmt)
+    )
+
+
 @main.command()
 @store_option
 @user_errors
@@ -159,3 +292,7 @@ def compact(store: str | None) -> None:
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows"
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -56,3 +56,32 @@ def audit_view(report: AuditReport) -> RenderableType:
     if not report.duplicates and not report.near_duplicates:
         parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
     return Group(*parts)
+
+
+def run_summary(summary: dict) -> str:
+    """The few lines printed at the end of a run."""
+    trials = summary["trials"]
+    lines = [
+        f"experiment {summary['experiment_id']} ({summary['status']}) · dataset {summary['dataset']} · "
+        f"agent version {summary['version']}"
+    ]
+    if trials:
+        rate = summary["pass_rate"]
+        interval = summary.get("pass_rate_ci95")
+        margin = f" (95% CI {interval[0]:.1%} to {interval[1]:.1%}, clustered by case)" if interval else ""
+        lines.append(f"pass rate {rate:.1%}{margin} over {trials} trials of {summary['cases']} cases")
+        lines.append(
+            f"  passed {summary['passed']} · wrong answers {summary['wrong']} · failures {summary['failed']} "
+            f"({summary['infrastructure_failures']} infrastructure)"
+        )
+        if summary["failures_by_type"]:
+            lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary["failures_by_type"].items()))
+        if summary.get("cost_usd") is not None:
+            lines.append(
+                f"  tokens {summary['input_tokens']} in / {summary['output_tokens']} out · "
+                f"cost ${summary['cost_usd']:.4f}"
+            )
+    if summary.get("resume"):
+        lines.append(f"interrupted; continue with: {summary['resume']}")
+    lines.append(f"full report: {summary['report']}")
+    return "\n".join(lines)

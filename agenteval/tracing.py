@@ -68,6 +68,36 @@ def otlp_exporter_from_env() -> SpanExporter | None:
     return HttpExporter()
 
 
+def sdk_provider(service_name: str | None = None) -> TracerProvider:
+    """The application's SDK TracerProvider, or a new one installed as the global provider."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        return provider
+    if not isinstance(provider, trace.ProxyTracerProvider):
+        raise RuntimeError(
+            f"a non-SDK TracerProvider ({type(provider).__name__}) is installed; agenteval needs the "
+            "OpenTelemetry SDK's TracerProvider to add its exporters to"
+        )
+    name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenteval"
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+_otlp_added: set[int] = set()
+
+
+def ensure_otlp(provider: TracerProvider) -> SpanExporter | None:
+    """Add the OTLP exporter the environment asks for to ``provider``, once per provider."""
+    if id(provider) in _otlp_added:
+        return None
+    exporter = otlp_exporter_from_env()
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
+        _otlp_added.add(id(provider))
+    return exporter
+
+
 def setup_tracing(
     store: str | os.PathLike[str] | None = None,
     *,
@@ -82,16 +112,7 @@ def setup_tracing(
     If the application already installed an SDK TracerProvider, agenteval adds its processors to it
     rather than replacing it, so existing exporters and parent links stay as they are.
     """
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        if not isinstance(provider, trace.ProxyTracerProvider):
-            raise RuntimeError(
-                f"a non-SDK TracerProvider ({type(provider).__name__}) is installed; agenteval needs the "
-                "OpenTelemetry SDK's TracerProvider to add its exporters to"
-            )
-        name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenteval"
-        provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
-        trace.set_tracer_provider(provider)
+    provider = sdk_provider(service_name)
     existing = _active.get(_key(provider, store_path(store)))
     if existing is not None:
         return existing

@@ -5,6 +5,8 @@ TracerProvider (agenteval's ``setup_tracing`` or any other).
 """
 
 from . import attributes
+from ._steps import error_type
+from ._wrap import record_error
 from .capture import CaptureConfig, configure_capture
 from .context import ContextThreadPoolExecutor, submit_with_context, with_current_context
 from .decorators import (
@@ -25,7 +27,9 @@ __all__ = [
     "agent",
     "attributes",
     "configure_capture",
+    "error_type",
     "llm_call",
+    "record_error",
     "retriever",
     "set_llm_response",
     "set_retrieved_documents",

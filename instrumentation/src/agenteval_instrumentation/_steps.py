@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, SpanKind
 from . import attributes as A
 from . import capture
 from ._binding import Binder
-from .responses import ResponseInfo, read_response
+from .responses import ResponseInfo, read_response, reply_text
 
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("agenteval_tool_call_id", default=None)
 
@@ -203,14 +203,6 @@ def assistant_message(text: str, finish_reason: str | None = None) -> dict[str, 
     if finish_reason:
         message["finish_reason"] = finish_reason
     return message
-
-
-def reply_text(result: Any) -> str | None:
-    """The text of an agent's reply: a string, or the ``content`` of a dict or object."""
-    if isinstance(result, str):
-        return result
-    content = result.get("content") if isinstance(result, dict) else getattr(result, "content", None)
-    return content if isinstance(content, str) else None
 
 
 def _usage_attributes(info: ResponseInfo) -> dict[str, Any]:

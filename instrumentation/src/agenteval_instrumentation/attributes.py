@@ -80,6 +80,10 @@ TRIAL_ID = "agenteval.trial.id"
 TRIAL_ATTEMPT = "agenteval.trial.attempt"
 """Which attempt at the case the trial is, counting from 1."""
 
+ROLE = "agenteval.role"
+"""Who made a span inside a trial when it is not the agent: ``simulated_user`` or ``judge``. Their
+model calls never count in the agent's tokens or cost."""
+
 INPUT = "agenteval.input"
 """A retriever's (or other step's) arguments, as JSON text."""
 

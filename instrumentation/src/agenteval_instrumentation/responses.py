@@ -79,6 +79,14 @@ def _read_into(info: ResponseInfo, value: Any) -> None:
         info.text = output_text
 
 
+def reply_text(result: Any) -> str | None:
+    """The text of an agent's reply: a string, or the ``content`` of a dict or object."""
+    if isinstance(result, str):
+        return result
+    content = result.get("content") if isinstance(result, dict) else getattr(result, "content", None)
+    return content if isinstance(content, str) else None
+
+
 def chunk_text(chunk: Any) -> str | None:
     """The text a streamed chunk adds: a plain string, an OpenAI delta or an Anthropic text delta."""
     if isinstance(chunk, str):

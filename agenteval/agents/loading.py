@@ -1,0 +1,121 @@
+"""Finding the agent a run names (``mock``, ``MODULE:ATTR``, ``FILE.py:ATTR``) and its version.
+
+The factory rule: when ``--agent-option`` values are given, ATTR is called with them as keyword
+arguments and must return the agent. Without options, ATTR is the agent itself, unless it is a
+class, which is instantiated with no arguments. An agent is any callable, sync or async, taking
+the user's message (and, if it accepts ``messages``, the conversation so far).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MOCK = "mock"
+
+
+@dataclasses.dataclass
+class LoadedAgent:
+    """An agent ready to call, with what identifies its version."""
+
+    fn: Callable[..., Any]
+    spec: str
+    name: str
+    source_file: str | None
+    options: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        """A hash of the agent's configuration: its source file's content and its options.
+        Any change to either gives a new version."""
+        digest = hashlib.sha256()
+        digest.update(self.spec.encode())
+        if self.source_file:
+            digest.update(Path(self.source_file).read_bytes())
+        digest.update(json.dumps(self.options, sort_keys=True, default=str).encode())
+        model_config = getattr(self.fn, "agenteval_config", None)  # a model agent's model, prompt, parameters
+        if model_config is not None:
+            digest.update(json.dumps(model_config, sort_keys=True, default=str).encode())
+        return digest.hexdigest()[:12]
+
+
+def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = None) -> LoadedAgent:
+    """The agent named by ``spec`` (or given as a callable), built with ``options`` by the factory rule."""
+    options = dict(options or {})
+    if callable(spec):
+        target, name, source = spec, getattr(spec, "__name__", type(spec).__name__), _source_of(spec)
+        spec_text = f"{getattr(spec, '__module__', '?')}:{name}"
+    elif spec == MOCK:
+        from .mock import mock_agent
+
+        target, name, source, spec_text = mock_agent, "mock", _source_of(mock_agent), MOCK
+        return LoadedAgent(target(**options), spec_text, name, source, options)
+    else:
+        target, name, source = _import(spec)
+        spec_text = spec
+    if options:
+        agent = target(**options)
+    elif inspect.isclass(target):
+        agent = target()
+    else:
+        agent = target
+    if not callable(agent):
+        raise ValueError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
+    return LoadedAgent(agent, spec_text, name, source, options)
+
+
+def _import(spec: str) -> tuple[Any, str, str | None]:
+    module_part, sep, attr = spec.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise ValueError(f"--agent {spec!r}: expected mock, MODULE:ATTR or FILE.py:ATTR")
+    if module_part.endswith(".py"):
+        path = Path(module_part).resolve()
+        if not path.is_file():
+            raise ValueError(f"--agent {spec}: no such file {module_part}")
+        module_name = f"agenteval_user_agent_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        loader = importlib.util.spec_from_file_location(module_name, path)
+        if loader is None or loader.loader is None:
+            raise ValueError(f"--agent {spec}: cannot import {module_part}")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[module_name] = module
+        sys.path.insert(0, str(path.parent))  # so the agent's own sibling modules import
+        loader.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_part)
+        except ImportError as exc:
+            raise ValueError(f"--agent {spec}: cannot import {module_part}: {exc}") from exc
+    try:
+        target = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--agent {spec}: {module_part} has no attribute {attr!r}") from None
+    return target, attr, getattr(module, "__file__", None)
+
+
+def _source_of(obj: Any) -> str | None:
+    try:
+        return inspect.getsourcefile(inspect.unwrap(obj) if callable(obj) else type(obj))
+    except TypeError:
+        return None
+
+
+def accepts_messages(fn: Callable[..., Any]) -> bool:
+    """Whether the agent takes the conversation as a ``messages`` argument."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "messages" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    # An instance whose __call__ is a coroutine function (the mock agent) is async too.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)

@@ -1,0 +1,106 @@
+"""A span processor that ties every span inside a trial to it, and gathers each trial's spans.
+
+The user's own ``@tool`` code knows nothing of trials, so the ids are stamped on every span at its
+start from the trial's context (a context variable the runner sets), never by joining up to a root
+span later. Spans are gathered per trial as they end; the runner takes them when the trial is over.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import threading
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+
+from agenteval_instrumentation import attributes as A
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialTag:
+    """The ids stamped on every span started inside one trial."""
+
+    experiment_id: str
+    case_id: str
+    trial_id: str
+    attempt: int
+    role: str | None = None
+
+    def attributes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            A.EXPERIMENT_ID: self.experiment_id,
+            A.CASE_ID: self.case_id,
+            A.TRIAL_ID: self.trial_id,
+            A.TRIAL_ATTEMPT: self.attempt,
+        }
+        if self.role:
+            out[A.ROLE] = self.role
+        return out
+
+
+current_trial: contextvars.ContextVar[tuple[TrialTag, dict[str, Any]] | None] = contextvars.ContextVar(
+    "agenteval_current_trial", default=None
+)
+
+
+def trial_context(tag: TrialTag) -> contextvars.Token[tuple[TrialTag, dict[str, Any]] | None]:
+    """Make ``tag`` the current trial (its attributes are built once, not per span)."""
+    return current_trial.set((tag, tag.attributes()))
+
+
+class TrialCollector(SpanProcessor):
+    """Stamps trial ids at span start; hands finished spans to the run that owns their experiment."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spans: dict[str, dict[str, list[ReadableSpan]]] = {}  # experiment -> trial -> spans
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        current = current_trial.get()
+        if current is not None:
+            span.set_attributes(current[1])
+
+    def on_end(self, span: ReadableSpan) -> None:
+        attributes = span.attributes or {}
+        trials = self._spans.get(attributes.get(A.EXPERIMENT_ID))  # type: ignore[arg-type]
+        if trials is None:
+            return
+        trial_id = attributes.get(A.TRIAL_ID)
+        with self._lock:
+            trials.setdefault(trial_id, []).append(span)  # type: ignore[arg-type]
+
+    def open(self, experiment_id: str) -> None:
+        """Start gathering the spans of ``experiment_id``."""
+        with self._lock:
+            self._spans.setdefault(experiment_id, {})
+
+    def close(self, experiment_id: str) -> list[ReadableSpan]:
+        """Stop gathering; returns spans never taken (late spans of trials that timed out)."""
+        with self._lock:
+            left = self._spans.pop(experiment_id, {})
+        return [span for spans in left.values() for span in spans]
+
+    def take(self, experiment_id: str, trial_id: str) -> list[ReadableSpan]:
+        """The spans of a finished trial, removed from the collector."""
+        with self._lock:
+            return self._spans.get(experiment_id, {}).pop(trial_id, [])
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+_collectors: dict[int, TrialCollector] = {}
+
+
+def collector_for(provider: TracerProvider) -> TrialCollector:
+    """The one collector of ``provider``, added to it on first use."""
+    collector = _collectors.get(id(provider))
+    if collector is None:
+        collector = _collectors[id(provider)] = TrialCollector()
+        provider.add_span_processor(collector)
+    return collector

@@ -1,0 +1,184 @@
+"""Experiments: one run of one agent configuration over one dataset, as rows of the store.
+
+A status change appends a row; the newest row (``updated_at``) is the experiment's state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import uuid
+from typing import Any
+
+from .stats import clustered_mean, interval95
+from .store import Store
+
+RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
+
+CURRENT_EXPERIMENTS = """
+SELECT * EXCLUDE (rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY experiment_id ORDER BY updated_at DESC) AS rank FROM experiments
+) WHERE rank = 1
+"""
+"""Each experiment's newest row."""
+
+CURRENT_TRIALS = """
+SELECT * FROM trials t
+WHERE NOT EXISTS (SELECT 1 FROM trials r WHERE r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
+"""
+"""Trials not superseded by a retry: what every figure is computed from."""
+
+
+def new_experiment_id() -> str:
+    """Sortable by start time, unique across machines."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+@dataclasses.dataclass
+class Experiment:
+    """An experiment's record, and its summary once it has run."""
+
+    experiment_id: str
+    name: str | None
+    dataset_name: str
+    dataset_hash: str
+    agent: str
+    version: str
+    options: dict[str, Any]
+    status: str
+    started_at: int
+    ended_at: int | None = None
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    prices: dict[str, Any] = dataclasses.field(default_factory=dict)
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.experiment_id
+
+    def row(self) -> dict[str, Any]:
+        """The experiments-table row for the current state."""
+        return {
+            "experiment_id": self.experiment_id,
+            "name": self.name,
+            "dataset_name": self.dataset_name,
+            "dataset_hash": self.dataset_hash,
+            "agent": self.agent,
+            "version": self.version,
+            "options": json.dumps(self.options, sort_keys=True, default=str),
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "updated_at": time.time_ns(),
+            "environment": json.dumps(self.environment, sort_keys=True),
+            "prices": json.dumps(self.prices, sort_keys=True),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Experiment:
+        def ns(value: Any) -> int | None:
+            return None if value is None else int(value.timestamp() * 1e9) if hasattr(value, "timestamp") else value
+
+        return cls(
+            experiment_id=row["experiment_id"],
+            name=row["name"],
+            dataset_name=row["dataset_name"],
+            dataset_hash=row["dataset_hash"],
+            agent=row["agent"],
+            version=row["version"],
+            options=json.loads(row["options"] or "{}"),
+            status=row["status"],
+            started_at=ns(row["started_at"]) or 0,
+            ended_at=ns(row["ended_at"]),
+            environment=json.loads(row["environment"] or "{}"),
+            prices=json.loads(row["prices"] or "{}"),
+        )
+
+
+def save(store: Store, experiment: Experiment) -> None:
+    """Record the experiment's current state (a new row; the newest wins)."""
+    store.write("experiments", [experiment.row()])
+
+
+def find(
+    store: Store, experiment_id: str | None = None, status: str | tuple[str, ...] | None = None
+) -> Experiment | None:
+    """An experiment by id (a unique prefix is enough), or the newest one, optionally with a ``status``."""
+    sql = f"SELECT * FROM ({CURRENT_EXPERIMENTS}) WHERE true"
+    params: list[Any] = []
+    if experiment_id:
+        sql += " AND starts_with(experiment_id, ?)"
+        params.append(experiment_id)
+    if status:
+        statuses = (status,) if isinstance(status, str) else status
+        sql += f" AND status IN ({', '.join('?' for _ in statuses)})"
+        params.extend(statuses)
+    rows = store.rows(sql + " ORDER BY started_at DESC", params)
+    if experiment_id and len(rows) > 1 and not any(r["experiment_id"] == experiment_id for r in rows):
+        raise ValueError(f"experiment id {experiment_id!r} is ambiguous: {', '.join(r['experiment_id'] for r in rows)}")
+    exact = [r for r in rows if r["experiment_id"] == experiment_id]
+    chosen = exact[0] if exact else rows[0] if rows else None
+    return Experiment.from_row(chosen) if chosen else None
+
+
+EXPERIMENT_LIST = f"""
+SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at,
+       count(t.trial_id) AS trials,
+       avg(t.passed::INT) AS pass_rate,
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed
+FROM ({CURRENT_EXPERIMENTS}) e LEFT JOIN ({CURRENT_TRIALS}) t USING (experiment_id)
+GROUP BY ALL ORDER BY e.started_at DESC
+"""
+
+
+def list_experiments(store: Store) -> list[dict[str, Any]]:
+    """The store's experiments, newest first, with trial count and pass rate."""
+    return store.rows(EXPERIMENT_LIST)
+
+
+def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:
+    """The experiment's current trials: which (case, attempt) are done, and how they ended."""
+    return store.rows(
+        f"SELECT case_id, attempt, trial_id, outcome, failure_type, infrastructure FROM ({CURRENT_TRIALS}) "
+        "WHERE experiment_id = ?",
+        [experiment_id],
+    )
+
+
+SUMMARY = f"""
+SELECT count(*) AS trials,
+       count(*) FILTER (WHERE outcome = 'passed') AS passed,
+       count(*) FILTER (WHERE outcome = 'wrong') AS wrong,
+       count(*) FILTER (WHERE outcome = 'failed') AS failed,
+       count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
+       avg(passed::INT) AS pass_rate,
+       sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
+       sum(cost_usd) AS cost_usd
+FROM ({CURRENT_TRIALS}) WHERE experiment_id = ?
+"""
+
+
+def summarize(store: Store, experiment_id: str) -> dict[str, Any]:
+    """Counts of passed, wrong and failed trials, failures by type, tokens and cost, from the store."""
+    (figures,) = store.rows(SUMMARY, [experiment_id])
+    by_type = store.rows(
+        f"SELECT failure_type, count(*) AS n FROM ({CURRENT_TRIALS}) WHERE experiment_id = ? AND outcome = 'failed' "
+        "GROUP BY 1 ORDER BY 2 DESC, 1",
+        [experiment_id],
+    )
+    figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
+    per_case = store.rows(
+        f"SELECT list(passed::INT) AS values FROM ({CURRENT_TRIALS}) WHERE experiment_id = ? GROUP BY case_id",
+        [experiment_id],
+    )
+    _, standard_error = clustered_mean([row["values"] for row in per_case])
+    figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
+    figures["pass_rate_ci95"] = (
+        None
+        if figures["pass_rate"] is None or math.isnan(standard_error)
+        else list(interval95(figures["pass_rate"], standard_error))
+    )
+    figures["cases"] = len(per_case)
+    return figures

@@ -1,0 +1,121 @@
+"""What a person sees while a run goes: a bar on a terminal, plain lines otherwise, or nothing."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+PLAIN_EVERY_SECONDS = 5.0
+
+
+class Progress:
+    """Counts of done, passed, wrong, failed and infrastructure failures, and calls waiting on rate limits."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = 0
+        self.outcomes = {"passed": 0, "wrong": 0, "failed": 0}
+        self.infrastructure = 0
+        self.rate_limited = 0
+
+    @staticmethod
+    def create(mode: str = "auto") -> Progress:
+        """``auto``: a live bar on a terminal, lines when output is redirected; ``plain``; ``none``."""
+        if mode == "none":
+            return Progress()
+        if mode == "plain" or not sys.stderr.isatty():
+            return PlainProgress()
+        return BarProgress()
+
+    def start(self, total: int, experiment_id: str) -> None:
+        self.total = total
+
+    def advance(self, outcome: str, infrastructure: bool) -> None:
+        self.done += 1
+        self.outcomes[outcome] += 1
+        self.infrastructure += infrastructure
+        self.refresh()
+
+    def waiting(self, change: int) -> None:
+        """A call started (+1) or stopped (-1) waiting on a rate limit."""
+        self.rate_limited += change
+        self.refresh()
+
+    def note(self, message: str) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+    def line(self) -> str:
+        text = (
+            f"{self.done}/{self.total} done · {self.outcomes['passed']} passed · {self.outcomes['wrong']} wrong · "
+            f"{self.outcomes['failed']} failed ({self.infrastructure} infrastructure)"
+        )
+        if self.rate_limited:
+            text += f" · {self.rate_limited} waiting on rate limits"
+        return text
+
+
+class PlainProgress(Progress):
+    """A line every few seconds, for logs and CI."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = 0.0
+
+    def start(self, total: int, experiment_id: str) -> None:
+        super().start(total, experiment_id)
+        print(f"experiment {experiment_id}: {total} trials to run", file=sys.stderr, flush=True)
+
+    def refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._last >= PLAIN_EVERY_SECONDS:
+            self._last = now
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        print(self.line(), file=sys.stderr, flush=True)
+
+
+class BarProgress(Progress):
+    """A rich progress bar; the state line says when calls wait on rate limits, so a run never looks stuck."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        self._bar = RichProgress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[state]}", markup=False),
+            transient=False,
+        )
+        self._task: Any = None
+
+    def start(self, total: int, experiment_id: str) -> None:
+        super().start(total, experiment_id)
+        self._bar.start()
+        self._task = self._bar.add_task(f"{experiment_id}", total=total, state="")
+
+    def refresh(self) -> None:
+        if self._task is not None:
+            state = self.line().split(" done · ", 1)[1]
+            self._bar.update(self._task, completed=self.done, state=state)
+
+    def note(self, message: str) -> None:
+        self._bar.console.print(message, markup=False, highlight=False)
+
+    def finish(self) -> None:
+        self.refresh()
+        self._bar.stop()

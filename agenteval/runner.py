@@ -1,0 +1,455 @@
+"""``evaluate``: run an agent over a dataset, several attempts per case, into the store.
+
+Finished trials are scored and saved in micro-batches: their spans are encoded to Arrow once and
+handed to the span writer; scores and trial rows follow. Every second the writers publish in that
+order (spans, scores, trials), so a trial row on disk means its spans and scores are too: a run
+killed at any moment loses at most the last second of work, and ``resume`` re-runs only trials
+that have no row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from agenteval_exporters import ParquetSpanExporter, spans_to_batch
+from agenteval_instrumentation import capture
+
+from . import experiments as ex
+from .agents.loading import LoadedAgent, load_agent
+from .cases import Case, Dataset
+from .catalog import builtin_names, load_dataset
+from .collect import collector_for
+from .environment import environment
+from .prices import load_prices
+from .progress import Progress
+from .sampling import sample_cases
+from .scorers import score_replies
+from .store import SCORES, TRIALS, Store, compact
+from .tracing import ensure_otlp, sdk_provider
+from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
+
+DEFAULT_ATTEMPTS = 3
+DEFAULT_CONCURRENCY = 4
+DEFAULT_TIMEOUT = 120.0
+BATCH_SECONDS = 0.1
+FLUSH_SECONDS = 1.0
+
+
+class RunRefused(ValueError):
+    """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """What a run was asked to do; stored with the experiment so ``--resume`` can repeat it."""
+
+    attempts: int = DEFAULT_ATTEMPTS
+    concurrency: int = DEFAULT_CONCURRENCY
+    timeout: float = DEFAULT_TIMEOUT
+    sample: int | None = None
+    sample_seed: int = 0
+    cases: int | None = None
+    agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dataset: str = ""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+
+
+def evaluate(
+    agent: str | Callable[..., Any],
+    dataset: str | Path | Dataset | None = None,
+    *,
+    attempts: int = DEFAULT_ATTEMPTS,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    timeout: float = DEFAULT_TIMEOUT,
+    sample: int | None = None,
+    sample_seed: int = 0,
+    cases: int | None = None,
+    name: str | None = None,
+    store: str | Path | Store | None = None,
+    agent_options: dict[str, Any] | None = None,
+    resume: bool | str = False,
+    retry_failed: str | None = None,
+    user_simulator: UserSimulator | None = None,
+    prices: str | Path | None = None,
+    progress: str = "auto",
+) -> ex.Experiment:
+    """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
+
+    ``agent`` is a callable or ``mock`` / ``MODULE:ATTR`` / ``FILE.py:ATTR``; ``dataset`` a built-in
+    name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest interrupted
+    experiment (or the one whose id is given) with only its missing trials; ``retry_failed``
+    (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
+    ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
+    """
+    target = store if isinstance(store, Store) else Store(store)
+    options = RunOptions(attempts, concurrency, timeout, sample, sample_seed, cases, dict(agent_options or {}))
+    run = _Run.prepare(target, agent, dataset, options, name, resume, retry_failed, user_simulator, prices, progress)
+    return asyncio.run(run.execute())
+
+
+@dataclasses.dataclass
+class _Run:
+    store: Store
+    experiment: ex.Experiment
+    agent: LoadedAgent
+    dataset: Dataset
+    plans: list[TrialPlan]
+    options: RunOptions
+    user_simulator: UserSimulator | None
+    progress: Progress
+    resumed: bool
+    pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
+    counts: Counter[str] = dataclasses.field(default_factory=Counter)
+    failures: Counter[str] = dataclasses.field(default_factory=Counter)
+
+    @classmethod
+    def prepare(
+        cls,
+        store: Store,
+        agent_spec: str | Callable[..., Any],
+        dataset_spec: str | Path | Dataset | None,
+        options: RunOptions,
+        name: str | None,
+        resume: bool | str,
+        retry_failed: str | None,
+        user_simulator: UserSimulator | None,
+        prices_file: str | Path | None,
+        progress: str,
+    ) -> _Run:
+        if retry_failed not in (None, "infra", "all"):
+            raise ValueError("retry_failed must be 'infra' or 'all'")
+        previous = None
+        if resume:
+            previous = _resumable(store, resume if isinstance(resume, str) else None)
+            stored = json.loads(json.dumps(previous.options))
+            options = RunOptions(**{k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__})
+            dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
+            if agent_spec is None or agent_spec == "":
+                agent_spec = previous.agent
+        if dataset_spec is None:
+            raise ValueError("a dataset is required (--dataset NAME|PATH)")
+        dataset = (
+            dataset_spec
+            if isinstance(dataset_spec, Dataset)
+            else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
+        )
+        options.dataset = _dataset_ref(dataset_spec, dataset)
+        agent = load_agent(agent_spec, options.agent_options)
+        chosen = sample_cases(dataset.cases, options.sample, options.sample_seed) if options.sample else dataset.cases
+        prices = load_prices(prices_file)
+        if previous is not None:
+            _check_resumable(previous, agent, dataset)
+            experiment = previous
+            experiment.status, experiment.ended_at = ex.RUNNING, None
+            plans = _missing_plans(store, experiment.experiment_id, chosen, options.attempts, retry_failed)
+        else:
+            experiment = ex.Experiment(
+                experiment_id=ex.new_experiment_id(),
+                name=name,
+                dataset_name=dataset.name,
+                dataset_hash=dataset.hash,
+                agent=agent.spec,
+                version=agent.version,
+                options=dataclasses.asdict(options),
+                status=ex.RUNNING,
+                started_at=time.time_ns(),
+                environment=environment(agent.source_file),
+                prices=prices,
+            )
+            plans = [
+                TrialPlan(case, attempt, _trial_id()) for case in chosen for attempt in range(1, options.attempts + 1)
+            ]
+            store.write("cases", [_case_row(experiment.experiment_id, c) for c in chosen])
+        return cls(
+            store,
+            experiment,
+            agent,
+            dataset,
+            plans,
+            options,
+            user_simulator,
+            Progress.create(progress),
+            previous is not None,
+        )
+
+    async def execute(self) -> ex.Experiment:
+        ex.save(self.store, self.experiment)
+        provider = sdk_provider()
+        ensure_otlp(provider)
+        collector = collector_for(provider)
+        collector.open(self.experiment.experiment_id)
+        self.span_writer = ParquetSpanExporter(self.store.root, flush_interval=3600)
+        self.score_writer = self.store.writer("scores", flush_interval=3600)
+        self.trial_writer = self.store.writer("trials", flush_interval=3600)
+        self.pending: list[TrialResult] = []
+        self.stop = asyncio.Event()
+        runner = TrialRunner(
+            self.agent,
+            self.experiment.experiment_id,
+            collector,
+            timeout=self.options.timeout,
+            prices=self.experiment.prices,
+            user_simulator=self.user_simulator,
+            on_rate_limit=self.progress.waiting,
+        )
+        self.progress.start(len(self.plans), self.experiment.experiment_id)
+        status = ex.COMPLETED
+        with self._signals():
+            try:
+                await self._run_trials(runner)
+            except BaseException:
+                status = ex.FAILED
+                raise
+            finally:
+                if status != ex.FAILED and self.stop.is_set():
+                    status = ex.INTERRUPTED
+                late = collector.close(self.experiment.experiment_id)
+                self._process(late_spans=late)
+                self._flush()
+                self.span_writer.shutdown()
+                self.score_writer.close()
+                self.trial_writer.close()
+                self.progress.finish()
+                self.experiment.status = status
+                self.experiment.ended_at = time.time_ns()
+                ex.save(self.store, self.experiment)
+        if status == ex.COMPLETED:
+            compact(self.store)
+        self.experiment.summary = self.summary()
+        return self.experiment
+
+    async def _run_trials(self, runner: TrialRunner) -> None:
+        queue = iter(self.plans)
+
+        async def worker() -> None:
+            for plan in queue:
+                if self.stop.is_set():
+                    return
+                result = await runner.run(plan)
+                # Appended after the await: housekeeping swaps ``pending`` for a new list meanwhile.
+                self.pending.append(result)
+
+        async def housekeeping() -> None:
+            last_flush = time.monotonic()
+            while True:
+                await asyncio.sleep(BATCH_SECONDS)
+                self._process()
+                if time.monotonic() - last_flush >= FLUSH_SECONDS:
+                    self._flush()
+                    last_flush = time.monotonic()
+
+        keeper = asyncio.create_task(housekeeping())
+        workers = [asyncio.create_task(worker()) for _ in range(min(self.options.concurrency, len(self.plans) or 1))]
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            running = set(workers)
+            while running:
+                done, _ = await asyncio.wait(running | {stopper, keeper}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done & (running | {keeper}):
+                    task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
+                running -= done
+                if stopper in done:
+                    for task in running:  # unfinished trials are re-run by --resume
+                        task.cancel()
+                    await asyncio.gather(*running, return_exceptions=True)
+                    break
+        finally:
+            keeper.cancel()
+            stopper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+    def _process(self, late_spans: Sequence[Any] = ()) -> None:
+        """Score and hand to the writers every finished trial (one Arrow encoding for all their spans)."""
+        results, self.pending = self.pending, []
+        spans = [span for result in results for span in result.spans] + list(late_spans)
+        if spans:
+            self.span_writer.export_batch(spans_to_batch(spans))
+        if not results:
+            return
+        score_rows, trial_rows = [], []
+        now = time.time_ns()
+        for result in results:
+            scores = [] if result.failure else score_replies(result.plan.case, result.replies)
+            for score in scores:
+                score_rows.append(self._score_row(result, score, now))
+            passed = result.failure is None and all(s.passed for s in scores if s.passed is not None)
+            outcome = "failed" if result.failure else "passed" if passed else "wrong"
+            trial_rows.append(self._trial_row(result, outcome, passed))
+            self.counts[outcome] += 1
+            if result.failure:
+                self.failures[result.failure.type] += 1
+                if result.failure.infrastructure:
+                    self.counts["infrastructure"] += 1
+            self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
+        if score_rows:
+            self.score_writer.append(pa.RecordBatch.from_pylist(score_rows, schema=SCORES))
+        self.trial_writer.append(pa.RecordBatch.from_pylist(trial_rows, schema=TRIALS))
+
+    def _flush(self) -> None:
+        # Order is the commit protocol: a trial row is published only after its spans and scores.
+        self.span_writer.force_flush()
+        self.score_writer.flush()
+        self.trial_writer.flush()
+
+    def _score_row(self, result: TrialResult, score: Any, now: int) -> dict[str, Any]:
+        return {
+            "experiment_id": self.experiment.experiment_id,
+            "trial_id": result.plan.trial_id,
+            "case_id": result.plan.case.id,
+            "scorer": score.scorer,
+            "scorer_version": score.version,
+            "pass_id": self.pass_id,
+            "value": score.value,
+            "passed": score.passed,
+            "reason": score.reason,
+            "error": score.error,
+            "scored_at": now,
+        }
+
+    def _trial_row(self, result: TrialResult, outcome: str, passed: bool) -> dict[str, Any]:
+        failure = result.failure
+        return {
+            "experiment_id": self.experiment.experiment_id,
+            "trial_id": result.plan.trial_id,
+            "case_id": result.plan.case.id,
+            "attempt": result.plan.attempt,
+            "trace_id": result.trace_id,
+            "outcome": outcome,
+            "passed": passed,
+            "failure_type": failure.type if failure else None,
+            "infrastructure": failure.infrastructure if failure else None,
+            "error_message": failure.message if failure else None,
+            "reply": (result.replies[-1] if result.replies else None) if capture.config.enabled else None,
+            "started_at": result.started_ns,
+            "ended_at": result.ended_ns,
+            "duration_ms": (result.ended_ns - result.started_ns) / 1e6,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "cost_usd": result.cost_usd,
+            "supersedes": result.plan.supersedes,
+        }
+
+    @contextlib.contextmanager
+    def _signals(self) -> Any:
+        loop = asyncio.get_running_loop()
+        installed = []
+
+        def on_signal() -> None:
+            if self.stop.is_set():
+                raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+            self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
+            self.stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, on_signal)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or not POSIX
+                pass
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    def summary(self) -> dict[str, Any]:
+        """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
+        figures = ex.summarize(self.store, self.experiment.experiment_id)
+        return {
+            "experiment_id": self.experiment.experiment_id,
+            "name": self.experiment.name,
+            "status": self.experiment.status,
+            "dataset": self.experiment.dataset_name,
+            "version": self.experiment.version,
+            **figures,
+            "this_run": {"trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")), **dict(self.counts)},
+            "report": f"agenteval report {self.experiment.experiment_id}",
+            "resume": f"agenteval run --resume {self.experiment.experiment_id}"
+            if self.experiment.status == ex.INTERRUPTED
+            else None,
+        }
+
+
+def _dataset_ref(spec: str | Path | Dataset, dataset: Dataset) -> str:
+    """How a resume finds the dataset again: a built-in's name, or a file's absolute path."""
+    if isinstance(spec, Dataset):
+        return spec.path if Path(spec.path).is_file() else spec.name
+    text = str(spec)
+    return text if text in builtin_names() else str(Path(text).resolve())
+
+
+def _trial_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _case_row(experiment_id: str, case: Case) -> dict[str, Any]:
+    return {
+        "experiment_id": experiment_id,
+        "case_id": case.id,
+        "line": case.line,
+        "input": case.input,
+        "expected_output": case.expected_output,
+        "category": case.category,
+        "difficulty": case.difficulty,
+        "tags": list(case.tags),
+        "case": json.dumps(case.to_dict(), ensure_ascii=False),
+    }
+
+
+def _resumable(store: Store, experiment_id: str | None) -> ex.Experiment:
+    # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
+    found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING))
+    if found is None:
+        what = f"experiment {experiment_id}" if experiment_id else "an interrupted experiment"
+        raise RunRefused(f"cannot resume: no {what} in {store.root}")
+    return found
+
+
+def _check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:
+    if previous.version != agent.version:
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: the agent changed (version {previous.version} -> "
+            f"{agent.version}); its trials would mix two agents. Start a new run instead."
+        )
+    if previous.dataset_hash != dataset.hash:
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: the dataset {dataset.name} changed since it started "
+            "(its content hash differs). Start a new run instead."
+        )
+
+
+def _missing_plans(
+    store: Store, experiment_id: str, cases: Sequence[Case], attempts: int, retry_failed: str | None
+) -> list[TrialPlan]:
+    done = {(row["case_id"], row["attempt"]): row for row in ex.done_trials(store, experiment_id)}
+    plans = []
+    for case in cases:
+        for attempt in range(1, attempts + 1):
+            row = done.get((case.id, attempt))
+            if row is None:
+                plans.append(TrialPlan(case, attempt, _trial_id()))
+            elif row["outcome"] == "failed" and (
+                retry_failed == "all" or retry_failed == "infra" and row["infrastructure"]
+            ):
+                plans.append(TrialPlan(case, attempt, _trial_id(), supersedes=row["trial_id"]))
+    return plans

@@ -1,0 +1,299 @@
+"""Running one trial: the agent answers the case (a message, written turns, or a simulated user)
+inside a root span, with a timeout, waiting out rate limits; the failure, if any, is typed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Status, StatusCode
+
+from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation import capture, error_type, record_error
+from agenteval_instrumentation.responses import reply_text
+
+from .agents.loading import LoadedAgent, accepts_messages, is_async
+from .cases import Case
+from .collect import TrialCollector, TrialTag, current_trial, trial_context
+from .failures import RATE_LIMITED, Failure, classify, provider_error
+from .prices import Prices, cost
+
+SIMULATED_USER = "simulated_user"
+RUNNER_SCOPE = "agenteval.runner"
+MAX_BACKOFF = 30.0
+
+UserSimulator = Callable[[str, list[dict[str, str]]], "str | None | Awaitable[str | None]"]
+"""``simulator(goal, messages)``: ``goal`` is the case's ``simulated_user`` text and ``messages`` the
+conversation so far (``{"role": "user"|"assistant", "content": ...}``). It returns the user's next
+message, or None (or "") to end the conversation. Sync or async."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialPlan:
+    """One attempt at one case to run."""
+
+    case: Case
+    attempt: int
+    trial_id: str
+    supersedes: str | None = None
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """A finished trial, with its spans, before scoring."""
+
+    plan: TrialPlan
+    trace_id: str | None
+    started_ns: int
+    ended_ns: int
+    replies: list[str]
+    failure: Failure | None
+    rate_limit_retries: int
+    spans: list[ReadableSpan]
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class TrialRunner:
+    """Runs trials of one agent in one experiment."""
+
+    def __init__(
+        self,
+        agent: LoadedAgent,
+        experiment_id: str,
+        collector: TrialCollector,
+        *,
+        timeout: float,
+        prices: Prices,
+        user_simulator: UserSimulator | None = None,
+        on_rate_limit: Callable[[int], None] = lambda change: None,
+    ) -> None:
+        self.agent = agent
+        self.experiment_id = experiment_id
+        self.collector = collector
+        self.timeout = timeout
+        self.prices = prices
+        self.user_simulator = user_simulator
+        self.on_rate_limit = on_rate_limit
+        self.tracer = trace.get_tracer(RUNNER_SCOPE)
+        self._with_messages = accepts_messages(agent.fn)
+        self._async = is_async(agent.fn)
+
+    async def run(self, plan: TrialPlan) -> TrialResult:
+        tag = TrialTag(self.experiment_id, plan.case.id, plan.trial_id, plan.attempt)
+        token = trial_context(tag)
+        started = time.time_ns()
+        deadline = time.monotonic() + self.timeout
+        retries, replies, exc, timed_out, trace_id = 0, [], None, False, None
+        try:
+            while True:
+                root = self.tracer.start_span(
+                    f"invoke_agent {self.agent.name}",
+                    attributes={
+                        A.GEN_AI_OPERATION_NAME: A.OPERATION_INVOKE_AGENT,
+                        A.GEN_AI_AGENT_NAME: self.agent.name,
+                    },
+                )
+                trace_id = format(root.get_span_context().trace_id, "032x")
+                replies, exc, timed_out = await self._attempt(plan.case, root, deadline)
+                self._end_root(root, replies, exc, timed_out)
+                found = provider_error(exc) if exc is not None else None
+                if found is None or found.type != RATE_LIMITED:
+                    break
+                retries += 1
+                wait = min(found.retry_after or min(2 ** (retries - 1), MAX_BACKOFF), deadline - time.monotonic())
+                if wait <= 0:
+                    timed_out = True
+                    break
+                self.on_rate_limit(+1)
+                try:
+                    await asyncio.sleep(wait)
+                finally:
+                    self.on_rate_limit(-1)
+        finally:
+            current_trial.reset(token)
+        spans = self.collector.take(self.experiment_id, plan.trial_id)
+        return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
+
+    async def _attempt(self, case: Case, root: Any, deadline: float) -> tuple[list[str], BaseException | None, bool]:
+        replies: list[str] = []
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return replies, None, True
+        with trace.use_span(root, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            timer = asyncio.timeout(remaining)
+            try:
+                async with timer:
+                    await self._converse(case, replies)
+            except TimeoutError as error:
+                if timer.expired():
+                    return replies, None, True
+                return replies, error, False
+            except Exception as error:  # the agent's failure is data here, not a crash
+                return replies, error, False
+        return replies, None, False
+
+    async def _converse(self, case: Case, replies: list[str]) -> None:
+        """The agent answers each user message in turn; ``replies`` fills as it goes."""
+        messages: list[dict[str, str]] = []
+        user_turns = list(case.turns) if case.turns else [case.input]
+        for text in user_turns:
+            messages.append({"role": "user", "content": text})
+            replies.append(await self._ask(messages))
+            messages.append({"role": "assistant", "content": replies[-1]})
+        if case.simulated_user and self.user_simulator is not None:
+            while len(user_turns) < case.max_turns:
+                following = await self._simulate(case.simulated_user, messages)
+                if not following:
+                    break
+                user_turns.append(following)
+                messages.append({"role": "user", "content": following})
+                replies.append(await self._ask(messages))
+                messages.append({"role": "assistant", "content": replies[-1]})
+
+    async def _ask(self, messages: list[dict[str, str]]) -> str:
+        args = (messages[-1]["content"],)
+        kwargs = {"messages": [dict(m) for m in messages]} if self._with_messages else {}
+        if self._async:
+            result = await self.agent.fn(*args, **kwargs)
+        else:
+            result = await in_thread(self.agent.fn, *args, **kwargs)
+        text = reply_text(result)
+        return text if text is not None else ("" if result is None else str(result))
+
+    async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
+        current = current_trial.get()
+        assert current is not None
+        # The simulator's spans are marked, so its calls never count as the agent's tokens or cost.
+        token = trial_context(dataclasses.replace(current[0], role=SIMULATED_USER))
+        try:
+            with self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}):
+                result = self.user_simulator(goal, [dict(m) for m in messages])  # type: ignore[misc]
+                if inspect.isawaitable(result):
+                    result = await result
+        finally:
+            current_trial.reset(token)
+        return result.strip() if isinstance(result, str) else None
+
+    def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool) -> None:
+        if capture.config.enabled and replies:
+            messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
+            root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
+        if exc is not None:
+            record_error(root, exc)
+        elif timed_out:
+            root.set_attribute(A.ERROR_TYPE, "timeout")
+            root.set_status(Status(StatusCode.ERROR, "the trial ran past its timeout"))
+        root.end()
+
+    def _result(
+        self,
+        plan: TrialPlan,
+        trace_id: str | None,
+        started: int,
+        replies: list[str],
+        exc: BaseException | None,
+        timed_out: bool,
+        retries: int,
+        spans: list[ReadableSpan],
+    ) -> TrialResult:
+        final_try = [s for s in spans if trace_id and format(s.context.trace_id, "032x") == trace_id]
+        failure = classify(
+            exc,
+            raised_in=_raised_in(final_try, exc),
+            timed_out=timed_out,
+            rate_limit_retries=retries,
+            last_finish_reason=_last_finish_reason(final_try),
+            reply=replies[-1] if replies else None,
+        )
+        result = TrialResult(plan, trace_id, started, time.time_ns(), replies, failure, retries, spans)
+        self._add_usage(result)
+        return result
+
+    def _add_usage(self, result: TrialResult) -> None:
+        """The agent's own tokens and cost, over every try; the simulated user's and judge's are left out."""
+        total: float | None = None
+        for span in result.spans:
+            attributes = span.attributes or {}
+            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+                continue
+            tokens_in = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
+            tokens_out = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
+            result.input_tokens += tokens_in  # type: ignore[operator]
+            result.output_tokens += tokens_out  # type: ignore[operator]
+            model = attributes.get(A.GEN_AI_RESPONSE_MODEL) or attributes.get(A.GEN_AI_REQUEST_MODEL)
+            spent = cost(self.prices, model, tokens_in, tokens_out)  # type: ignore[arg-type]
+            if spent is not None:
+                total = (total or 0.0) + spent
+        result.cost_usd = total
+
+
+def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | None:
+    """The operation of the innermost span that recorded ``exc``'s type."""
+    if exc is None:
+        return None
+    wanted = error_type(exc)
+    raising = [
+        s
+        for s in spans
+        if (s.attributes or {}).get(A.ERROR_TYPE) == wanted
+        and not (s.attributes or {}).get(A.ROLE)
+        and (s.instrumentation_scope is None or s.instrumentation_scope.name != RUNNER_SCOPE)
+    ]
+    if not raising:
+        return None
+    innermost = max(raising, key=lambda s: s.start_time or 0)
+    return (innermost.attributes or {}).get(A.GEN_AI_OPERATION_NAME)  # type: ignore[return-value]
+
+
+def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
+    chats = [
+        s
+        for s in spans
+        if (s.attributes or {}).get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_CHAT
+        and not (s.attributes or {}).get(A.ROLE)
+    ]
+    if not chats:
+        return None
+    reasons = (max(chats, key=lambda s: s.end_time or 0).attributes or {}).get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+    return reasons[0] if reasons else None
+
+
+def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """Run a sync agent on its own daemon thread with the caller's context (so spans nest).
+
+    A thread per call, not a pool: an agent that overruns its timeout cannot be killed, and must not
+    hold a pool slot that later trials wait for. Whatever it returns after the timeout is discarded.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(setter: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            setter(value)
+
+    def work() -> None:
+        try:
+            value = ctx.run(fn, *args, **kwargs)
+        except BaseException as exc:  # handed to the awaiting task
+            outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, exc)
+        else:
+            outcome = (future.set_result, value)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop has closed: the run is over and the result is discarded
+            pass
+
+    threading.Thread(target=work, name="agenteval-trial", daemon=True).start()
+    return future

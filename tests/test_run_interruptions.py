@@ -1,0 +1,118 @@
+"""A run cut short keeps what it finished: kill -9 loses at most the last second, Ctrl-C loses nothing
+finished, and --resume completes the experiment with every trial present exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from agenteval.store import Store
+
+CASES, ATTEMPTS = 60, 3
+RUN = [
+    sys.executable,
+    "-m",
+    "agenteval.cli",
+    "run",
+    "--dataset",
+    "arithmetic",
+    "--agent",
+    "mock",
+    "--cases",
+    str(CASES),
+    "--attempts",
+    str(ATTEMPTS),
+    "--concurrency",
+    "2",
+    "--agent-option",
+    "latency=0.02",
+    "--agent-option",
+    "wrong_rate=0.2",
+]
+
+
+def start(store: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    return subprocess.Popen([*RUN, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trial_count(store: Path) -> int:
+    files = list((store / "trials").rglob("*.parquet"))
+    return sum(pq.read_metadata(f).num_rows for f in files)
+
+
+def wait_for_trials(store: Path, at_least: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while trial_count(store) < at_least:
+        assert time.monotonic() < deadline, "the run published no trials"
+        time.sleep(0.05)
+
+
+def resume(store: Path) -> dict:
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--resume", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def assert_complete_and_unique(store: Path, experiment_id: str) -> None:
+    rows = Store(store).rows(
+        "SELECT case_id, attempt, count(*) AS n FROM trials WHERE experiment_id = ? GROUP BY ALL", [experiment_id]
+    )
+    assert len(rows) == CASES * ATTEMPTS and all(r["n"] == 1 for r in rows)
+    # Every trial's spans and scores are there too (they are published before the trial row).
+    missing = Store(store).rows(
+        "SELECT count(*) AS n FROM trials t WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trial_id = t.trial_id) "
+        "OR NOT EXISTS (SELECT 1 FROM scores c WHERE c.trial_id = t.trial_id)"
+    )
+    assert missing == [{"n": 0}]
+
+
+def test_sigkill_then_resume_runs_each_trial_exactly_once(tmp_path):
+    store = tmp_path / "store"
+    child = start(store)
+    wait_for_trials(store, 20)
+    before = trial_count(store)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert before < CASES * ATTEMPTS
+    for path in store.rglob("*.parquet"):
+        pq.read_table(path)  # nothing half-written
+    summary = resume(store)
+    assert summary["status"] == "completed"
+    # The resume ran only what was missing: nothing saved before the kill was run again.
+    assert summary["this_run"]["trials"] <= CASES * ATTEMPTS - before
+    assert_complete_and_unique(store, summary["experiment_id"])
+
+
+def test_sigint_stops_marks_interrupted_and_says_how_to_resume(tmp_path):
+    store = tmp_path / "store"
+    child = start(store)
+    wait_for_trials(store, 10)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert "interrupted; continue with: agenteval run --resume" in out
+    experiment_id = out.split("experiment ", 1)[1].split()[0]
+    saved = trial_count(store)
+    (row,) = Store(store).rows(
+        "SELECT status FROM experiments WHERE experiment_id = ? ORDER BY updated_at DESC LIMIT 1", [experiment_id]
+    )
+    assert row["status"] == "interrupted"
+    summary = resume(store)
+    assert summary["experiment_id"] == experiment_id and summary["status"] == "completed"
+    assert summary["this_run"]["trials"] == CASES * ATTEMPTS - saved  # nothing finished was lost or redone
+    assert_complete_and_unique(store, experiment_id)

@@ -1,0 +1,448 @@
+"""The runner end to end: trials, spans tied to them, failures typed, conversations, simulated users."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from agenteval import agent, llm_call, set_llm_response, tool
+from agenteval.cases import Case, Dataset
+from agenteval.failures import InvalidModelOutput, MaxStepsExceeded
+from agenteval.runner import RunRefused, evaluate
+from agenteval.store import Store
+
+
+def dataset(*cases: Case, name: str = "tiny") -> Dataset:
+    return Dataset(name, f"{name}(test)", f"hash-{name}-{len(cases)}", list(cases))
+
+
+def q(case_id: str, text: str = "What is 2 + 2?", expected: str = "4", **fields) -> Case:
+    return Case(id=case_id, input=text, expected_output=expected, category=fields.pop("category", "c"), **fields)
+
+
+def trials(store, experiment_id) -> list[dict]:
+    return Store(store).rows("SELECT * FROM trials WHERE experiment_id = ? ORDER BY case_id, attempt", [experiment_id])
+
+
+def test_mock_on_arithmetic_end_to_end(tmp_path):
+    store = tmp_path / "store"
+    experiment = evaluate("mock", "arithmetic", cases=12, attempts=3, store=store, progress="none")
+    assert experiment.status == "completed"
+    assert experiment.summary["trials"] == 36 and experiment.summary["passed"] == 36
+    s = Store(store)
+    rows = trials(store, experiment.id)
+    assert len(rows) == 36 and {(r["case_id"], r["attempt"]) for r in rows} == {
+        (f"arithmetic-{i:04d}", a) for i in range(1, 13) for a in (1, 2, 3)
+    }
+    spans = s.rows("SELECT * FROM spans WHERE experiment_id = ?", [experiment.id])
+    assert len(spans) == 36 * 3
+    assert all(span["trial_id"] and span["case_id"] and span["attempt"] for span in spans)
+    by_id = {span["span_id"]: span for span in spans}
+    for span in spans:
+        if span["name"] == "invoke_agent mock":
+            assert span["parent_span_id"] is None
+        else:  # the model and tool spans nest under their trial's root
+            parent = by_id[span["parent_span_id"]]
+            assert parent["name"] == "invoke_agent mock" and parent["trial_id"] == span["trial_id"]
+    trace_ids = {r["trace_id"] for r in rows}
+    assert trace_ids == {span["trace_id"] for span in spans}
+    scores = s.rows("SELECT scorer, count(*) AS n FROM scores WHERE experiment_id = ? GROUP BY 1", [experiment.id])
+    assert scores == [{"scorer": "answer_match", "n": 36}]
+    cases = s.rows("SELECT count(*) AS n FROM cases WHERE experiment_id = ?", [experiment.id])
+    assert cases == [{"n": 12}]
+    (row,) = s.rows("SELECT status, version, environment, prices FROM experiments WHERE status = 'completed'")
+    environment = json.loads(row["environment"])
+    assert environment["python"] and "duckdb" in environment["packages"]
+    assert json.loads(row["prices"])["mock-model"] == {"input": 1.0, "output": 2.0}
+    assert experiment.summary["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in rows))
+    # The end of the run compacted what it wrote: one file per partition.
+    for table in ("trials", "spans", "scores"):
+        assert len(list((store / table / f"experiment_id={experiment.id}").glob("*.parquet"))) == 1
+
+
+def test_environment_never_records_environment_variable_values(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value-123")
+    experiment = evaluate("mock", "arithmetic", cases=1, attempts=1, store=tmp_path / "s", progress="none")
+    stored = (tmp_path / "s").rglob("*.parquet")
+    assert all(b"sk-secret-value-123" not in path.read_bytes() for path in stored)
+    assert "sk-secret" not in json.dumps(experiment.environment)
+
+
+def test_wrong_answers_and_failures_are_counted_apart(tmp_path):
+    experiment = evaluate(
+        "mock",
+        "arithmetic",
+        cases=40,
+        attempts=3,
+        store=tmp_path / "s",
+        progress="none",
+        agent_options={"wrong_rate": "0.25", "fail_rate": "0.2", "failure": "llm_error", "seed": "4"},
+    )
+    summary = experiment.summary
+    assert summary["trials"] == 120 and summary["passed"] + summary["wrong"] + summary["failed"] == 120
+    assert summary["failures_by_type"] == {"llm_error": summary["failed"]}
+    assert summary["infrastructure_failures"] == summary["failed"]  # a provider 500 is the API's fault
+    assert 0 < summary["wrong"] and 0 < summary["failed"]
+    assert summary["pass_rate"] == pytest.approx(summary["passed"] / 120)  # failures stay in the denominator
+    low, high = summary["pass_rate_ci95"]
+    assert low < summary["pass_rate"] < high
+
+
+# --- failure types from small agents ------------------------------------------------------
+
+
+@tool
+def broken_tool(x: str) -> str:
+    raise KeyError("no such record")
+
+
+@llm_call(model="m")
+def failing_model(prompt: str) -> str:
+    raise ValueError("the model returned garbage")
+
+
+class RateLimited(Exception):
+    status_code = 429
+    code = "rate_limit_exceeded"
+    headers = {"retry-after": "0.05"}
+
+
+class QuotaGone(Exception):
+    status_code = 429
+    code = "insufficient_quota"
+
+
+class ServerDown(Exception):
+    status_code = 503
+
+
+@llm_call(model="m")
+def rate_limited_model(prompt: str) -> str:
+    raise RateLimited("slow down")
+
+
+@llm_call(model="m")
+def quota_model(prompt: str) -> str:
+    raise QuotaGone("You exceeded your current quota")
+
+
+@llm_call(model="m")
+def down_model(prompt: str) -> str:
+    raise ServerDown("service unavailable")
+
+
+@llm_call(model="m")
+def truncated_model(prompt: str) -> str:
+    set_llm_response(finish_reasons="length", input_tokens=5, output_tokens=100)
+    return "The answer is a very long"
+
+
+def run_agent(tmp_path, fn, *cases, timeout=5.0, **kwargs):
+    cases = cases or (q("only"),)
+    return evaluate(fn, dataset(*cases), attempts=1, store=tmp_path / "s", timeout=timeout, progress="none", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "failure_type", "infrastructure"),
+    [
+        (lambda message: broken_tool(message), "tool_error", False),
+        (lambda message: failing_model(message), "llm_error", False),
+        (lambda message: quota_model(message), "quota_exhausted", True),
+        (lambda message: down_model(message), "llm_error", True),
+        (lambda message: truncated_model(message), "output_truncated", False),
+        (lambda message: "", "empty_output", False),
+        (lambda message: None, "empty_output", False),
+        (lambda message: (_ for _ in ()).throw(MaxStepsExceeded("10 steps")), "max_steps_exceeded", False),
+        (lambda message: (_ for _ in ()).throw(InvalidModelOutput("not JSON")), "invalid_model_output", False),
+        (lambda message: 1 / 0, "agent_error", False),
+    ],
+)
+def test_failure_types(tmp_path, behaviour, failure_type, infrastructure):
+    experiment = run_agent(tmp_path, behaviour)
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert (row["outcome"], row["passed"], row["failure_type"], row["infrastructure"]) == (
+        "failed",
+        False,
+        failure_type,
+        infrastructure,
+    )
+    assert row["error_message"]
+
+
+def test_a_tool_error_the_agent_handles_is_not_a_failure(tmp_path):
+    def careful(message):
+        try:
+            broken_tool("x")
+        except KeyError:
+            return "The lookup failed, so I cannot say; 2 + 2 is 4 anyway."
+
+    (row,) = trials(tmp_path / "s", run_agent(tmp_path, careful).id)
+    assert (row["outcome"], row["failure_type"]) == ("passed", None)
+
+
+def test_rate_limits_are_waited_out_then_typed_as_infrastructure(tmp_path):
+    calls = []
+
+    def agent_fn(message):
+        calls.append(time.monotonic())
+        return rate_limited_model(message)
+
+    experiment = run_agent(tmp_path, agent_fn, timeout=0.5)
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert (row["failure_type"], row["infrastructure"]) == ("timeout_after_rate_limit", True)
+    assert len(calls) >= 3  # retried after each Retry-After (0.05 s) until the trial's time ran out
+    assert "rate-limited attempt" in row["error_message"]
+
+
+def test_a_rate_limit_that_clears_gives_an_answer_and_the_last_try_is_scored(tmp_path):
+    tries = []
+
+    def flaky(message):
+        tries.append(1)
+        if len(tries) < 3:
+            rate_limited_model(message)
+        return "4"
+
+    experiment = run_agent(tmp_path, flaky)
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert (row["outcome"], len(tries)) == ("passed", 3)
+    spans = Store(tmp_path / "s").rows("SELECT trace_id, name FROM spans WHERE trial_id = ?", [row["trial_id"]])
+    assert sum(s["name"].startswith("invoke_agent") for s in spans) == 3  # every try is kept in the trace
+    assert row["trace_id"] in {s["trace_id"] for s in spans}
+
+
+def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
+    release = threading.Event()
+    returned = []
+
+    def hangs(message):
+        if message == "hang":
+            release.wait(10)
+            returned.append("late")
+            return "late answer"
+        return "4"
+
+    started = time.monotonic()
+    experiment = run_agent(tmp_path, hangs, q("a", "hang"), q("b"), timeout=0.3)
+    assert time.monotonic() - started < 5
+    rows = {r["case_id"]: r for r in trials(tmp_path / "s", experiment.id)}
+    assert rows["a"]["failure_type"] == "timeout" and rows["a"]["infrastructure"] is False
+    assert rows["b"]["outcome"] == "passed"
+    release.set()  # the abandoned thread finishes; what it returns is discarded
+    time.sleep(0.1)
+    assert returned == ["late"] and len(trials(tmp_path / "s", experiment.id)) == 2
+
+
+def test_an_async_agent_that_hangs_is_cancelled_at_the_timeout(tmp_path):
+    cancelled = []
+
+    async def hangs(message):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    experiment = run_agent(tmp_path, hangs, timeout=0.2)
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert row["failure_type"] == "timeout" and cancelled == [True]
+
+
+def test_sync_agents_keep_the_trace_context_in_their_threads(tmp_path):
+    @tool
+    def lookup(country: str) -> str:
+        return "Paris"
+
+    @agent
+    def sync_agent(message):
+        assert threading.current_thread().name == "agenteval-trial"
+        return lookup("France")
+
+    experiment = run_agent(tmp_path, sync_agent, q("c", "capital?", "Paris"))
+    spans = Store(tmp_path / "s").rows(
+        "SELECT name, scope_name, span_id, parent_span_id, trial_id FROM spans WHERE experiment_id = ?",
+        [experiment.id],
+    )
+    root = next(s for s in spans if s["scope_name"] == "agenteval.runner")
+    decorated = next(s for s in spans if s["name"] == "invoke_agent sync_agent" and s is not root)
+    tool_span = next(s for s in spans if s["name"] == "execute_tool lookup")
+    assert decorated["parent_span_id"] == root["span_id"]  # carried into the agent's thread
+    assert tool_span["parent_span_id"] == decorated["span_id"]
+    assert len({s["trial_id"] for s in spans}) == 1
+
+
+# --- conversations ---------------------------------------------------------------------------
+
+
+def test_written_turns_get_the_history_and_must_not_contain_checks_every_reply(tmp_path):
+    seen = []
+
+    def chat(message, messages):
+        seen.append([m["content"] for m in messages])
+        return "PWNED" if len(messages) == 1 else "not eligible"
+
+    case = Case(
+        id="refund",
+        input="It's order 1234.",
+        expected_output="not eligible",
+        turns=("I want to return my order.", "It's order 1234."),
+        must_not_contain=("PWNED",),
+        category="refunds",
+    )
+    experiment = run_agent(tmp_path, chat, case)
+    assert seen == [["I want to return my order."], ["I want to return my order.", "PWNED", "It's order 1234."]]
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert row["reply"] == "not eligible" and row["outcome"] == "wrong"  # right answer, forbidden text earlier
+    scores = Store(tmp_path / "s").rows("SELECT scorer, passed FROM scores ORDER BY scorer")
+    assert scores == [{"scorer": "answer_match", "passed": True}, {"scorer": "must_not_contain", "passed": False}]
+
+
+def test_simulated_user_drives_the_conversation_and_is_not_counted(tmp_path):
+    @llm_call(model="mock-model")
+    def user_model(goal: str) -> str:
+        set_llm_response(input_tokens=1000, output_tokens=1000)
+        return "x"
+
+    def simulator(goal, messages):
+        user_model(goal)
+        asked = sum(m["role"] == "user" for m in messages)
+        return None if "approved" in messages[-1]["content"] else f"detail {asked}"
+
+    @llm_call(model="mock-model")
+    def agent_model(text: str) -> str:
+        set_llm_response(input_tokens=10, output_tokens=2)
+        return text
+
+    def support(message, messages):
+        agent_model(message)
+        return "refund approved" if len(messages) >= 5 else "Tell me more."
+
+    case = Case(
+        id="sim",
+        input="My headphones broke.",
+        expected_output="refund approved",
+        simulated_user="Wants a refund.",
+        max_turns=4,
+        category="sim",
+    )
+    experiment = run_agent(tmp_path, support, case, user_simulator=simulator)
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert row["outcome"] == "passed" and row["reply"] == "refund approved"
+    assert (row["input_tokens"], row["output_tokens"]) == (30, 6)  # three agent turns; the simulator's left out
+    roles = Store(tmp_path / "s").rows(
+        "SELECT name, json_extract_string(attributes, '$.\"agenteval.role\"') AS role FROM spans "
+        "WHERE experiment_id = ? AND name LIKE 'chat%'",
+        [experiment.id],
+    )
+    # The simulator was asked three times: twice it answered, the third time it ended the conversation.
+    assert sorted(r["role"] or "agent" for r in roles) == ["agent"] * 3 + ["simulated_user"] * 3
+
+
+def test_simulated_user_stops_at_max_turns(tmp_path):
+    def stubborn(message, messages):
+        return "Tell me more."
+
+    case = Case(id="sim", input="Hi", expected_output="", simulated_user="never satisfied", max_turns=3, category="s")
+    seen = []
+    experiment = run_agent(tmp_path, stubborn, case, user_simulator=lambda goal, m: seen.append(len(m)) or "more")
+    assert seen == [2, 4]  # user messages: the input and two simulated ones = max_turns 3
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert row["outcome"] == "passed"
+
+
+# --- agents by name, options, versions ------------------------------------------------------
+
+
+AGENT_FILE = """
+def make_agent(answer="4", prefix=""):
+    def answer_it(message):
+        return prefix + answer
+    return answer_it
+
+def plain(message):
+    return {"content": "4"}
+"""
+
+
+def test_agents_from_a_file_with_the_factory_rule(tmp_path):
+    path = tmp_path / "my_agent.py"
+    path.write_text(AGENT_FILE)
+    plain = evaluate(f"{path}:plain", dataset(q("a")), attempts=1, store=tmp_path / "s", progress="none")
+    built = evaluate(
+        f"{path}:make_agent",
+        dataset(q("a")),
+        attempts=1,
+        store=tmp_path / "s",
+        progress="none",
+        agent_options={"answer": "5", "prefix": "it is "},
+    )
+    assert plain.summary["passed"] == 1 and built.summary["wrong"] == 1
+    assert plain.version != built.version
+    path.write_text(AGENT_FILE + "\n# changed\n")
+    again = evaluate(f"{path}:plain", dataset(q("a")), attempts=1, store=tmp_path / "s", progress="none")
+    assert again.version != plain.version  # a change of the source file is a new version
+
+
+def test_bad_agent_specs_say_what_is_wrong(tmp_path):
+    for spec, message in [
+        ("nonsense", "expected mock, MODULE:ATTR or FILE.py:ATTR"),
+        ("no_such_module_xyz:agent", "cannot import no_such_module_xyz"),
+        ("json:no_such_attr", "json has no attribute 'no_such_attr'"),
+        (f"{tmp_path}/missing.py:agent", "no such file"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            evaluate(spec, dataset(q("a")), store=tmp_path / "s", progress="none")
+
+
+def test_resume_refuses_a_changed_agent_or_dataset(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text(AGENT_FILE)
+    data = tmp_path / "cases.jsonl"
+    data.write_text(json.dumps({"input": "2+2?", "expected_output": "4"}) + "\n")
+    first = evaluate(f"{path}:plain", str(data), attempts=1, store=tmp_path / "s", progress="none")
+    path.write_text(AGENT_FILE + "\n# edited\n")
+    with pytest.raises(RunRefused, match="the agent changed"):
+        evaluate(f"{path}:plain", str(data), store=tmp_path / "s", resume=first.id, progress="none")
+    path.write_text(AGENT_FILE)
+    data.write_text(json.dumps({"input": "2+3?", "expected_output": "5"}) + "\n")
+    with pytest.raises(RunRefused, match="dataset .* changed"):
+        evaluate(f"{path}:plain", str(data), store=tmp_path / "s", resume=first.id, progress="none")
+    with pytest.raises(RunRefused, match="no an interrupted experiment"):
+        evaluate("mock", "arithmetic", store=tmp_path / "empty", resume=True, progress="none")
+
+
+def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
+    store = tmp_path / "s"
+    first = evaluate(
+        "mock",
+        "arithmetic",
+        cases=10,
+        attempts=2,
+        store=store,
+        progress="none",
+        agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
+    )
+    failed = first.summary["failed"]
+    assert failed > 0
+    again = evaluate(
+        "mock",
+        "arithmetic",
+        cases=10,
+        attempts=2,
+        store=store,
+        progress="none",
+        resume=first.id,
+        retry_failed="infra",
+        agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
+    )
+    assert again.id == first.id and again.summary["this_run"]["trials"] == failed
+    s = Store(store)
+    assert s.rows("SELECT count(*) AS n FROM trials")[0]["n"] == 20 + failed  # both kept
+    assert again.summary["trials"] == 20  # figures use the newest attempt of each
+    superseded = s.rows("SELECT count(*) AS n FROM trials WHERE supersedes IS NOT NULL")[0]["n"]
+    assert superseded == failed
