@@ -247,6 +247,9 @@ class _Run:
                 result = await runner.run(plan)
                 # Appended after the await: housekeeping swaps ``pending`` for a new list meanwhile.
                 self.pending.append(result)
+                # An agent that never suspends (no I/O) would otherwise starve housekeeping: nothing
+                # would be scored or saved until the very end, and memory would grow with the run.
+                await asyncio.sleep(0)
 
         async def housekeeping() -> None:
             last_flush = time.monotonic()

@@ -13,6 +13,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -43,15 +44,25 @@ def staging_dir(root: Path) -> Path:
     return path
 
 
-def write_parquet(path: Path, table: pa.Table) -> None:
-    """Write ``table`` as one zstd row group and fsync it."""
-    dictionary = [field.name for field in table.schema if not is_unique_field(field)]
+def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.Schema | None = None) -> int:
+    """Write ``table`` (or a stream of tables, one row group each) with zstd, and fsync; returns the rows.
+
+    A stream keeps memory bounded by one row group however large the file; it needs ``schema``.
+    """
+    tables = [table] if isinstance(table, pa.Table) else table
+    schema = table.schema if isinstance(table, pa.Table) else schema
+    if schema is None:
+        raise ValueError("write_parquet needs the schema of a stream of tables")
+    dictionary = [field.name for field in schema if not is_unique_field(field)]
+    rows = 0
     with open(path, "wb") as sink:
-        pq.write_table(
-            table, sink, compression="zstd", row_group_size=max(1, table.num_rows), use_dictionary=dictionary
-        )
+        with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=dictionary) as writer:
+            for part in tables:
+                writer.write_table(part, row_group_size=max(1, part.num_rows))
+                rows += part.num_rows
         sink.flush()
         os.fsync(sink.fileno())
+    return rows
 
 
 def fsync_dir(path: Path) -> None:
