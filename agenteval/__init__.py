@@ -20,6 +20,16 @@ from .sampling import sample_cases
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The runner pulls in DuckDB, pyarrow and the OTel SDK: imported on first use, not with the package.
+    if name == "evaluate":
+        from .runner import evaluate
+
+        return evaluate
+    raise AttributeError(f"module 'agenteval' has no attribute {name!r}")
+
+
 __all__ = [
     "Case",
     "ContextThreadPoolExecutor",
@@ -28,6 +38,7 @@ __all__ = [
     "__version__",
     "agent",
     "configure_capture",
+    "evaluate",
     "llm_call",
     "load_dataset",
     "retriever",
