@@ -16,6 +16,7 @@ from agenteval_instrumentation import (
 
 from .cases import Case, Dataset, DatasetError
 from .catalog import load_dataset
+from .failures import InvalidModelOutput, MaxStepsExceeded
 from .sampling import sample_cases
 
 __version__ = "0.1.0"
@@ -35,6 +36,8 @@ __all__ = [
     "ContextThreadPoolExecutor",
     "Dataset",
     "DatasetError",
+    "InvalidModelOutput",
+    "MaxStepsExceeded",
     "__version__",
     "agent",
     "configure_capture",

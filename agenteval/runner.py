@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import ParquetSpanExporter, spans_to_batch
 from agenteval_instrumentation import capture
@@ -37,7 +38,7 @@ from .progress import Progress
 from .sampling import sample_cases
 from .scorers import score_replies
 from .store import SCORES, TRIALS, Store, compact
-from .tracing import ensure_otlp, sdk_provider
+from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 DEFAULT_ATTEMPTS = 3
@@ -194,8 +195,10 @@ class _Run:
     async def execute(self) -> ex.Experiment:
         ex.save(self.store, self.experiment)
         provider = sdk_provider()
-        ensure_otlp(provider)
         collector = collector_for(provider)
+        # The run's spans also go to the OTLP backend the standard variables name, for as long as the run lasts.
+        otlp = otlp_exporter_from_env()
+        self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
         collector.open(self.experiment.experiment_id)
         self.span_writer = ParquetSpanExporter(self.store.root, flush_interval=3600)
         self.score_writer = self.store.writer("scores", flush_interval=3600)
@@ -226,6 +229,8 @@ class _Run:
                 self._process(late_spans=late)
                 self._flush()
                 self.span_writer.shutdown()
+                if self.otlp is not None:
+                    self.otlp.shutdown()  # sends what is queued, then stops
                 self.score_writer.close()
                 self.trial_writer.close()
                 self.progress.finish()
@@ -287,6 +292,9 @@ class _Run:
         spans = [span for result in results for span in result.spans] + list(late_spans)
         if spans:
             self.span_writer.export_batch(spans_to_batch(spans))
+            if self.otlp is not None:
+                for span in spans:
+                    self.otlp.on_end(span)
         if not results:
             return
         score_rows, trial_rows = [], []

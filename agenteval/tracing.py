@@ -84,20 +84,6 @@ def sdk_provider(service_name: str | None = None) -> TracerProvider:
     return provider
 
 
-_otlp_added: set[int] = set()
-
-
-def ensure_otlp(provider: TracerProvider) -> SpanExporter | None:
-    """Add the OTLP exporter the environment asks for to ``provider``, once per provider."""
-    if id(provider) in _otlp_added:
-        return None
-    exporter = otlp_exporter_from_env()
-    if exporter is not None:
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
-        _otlp_added.add(id(provider))
-    return exporter
-
-
 def setup_tracing(
     store: str | os.PathLike[str] | None = None,
     *,

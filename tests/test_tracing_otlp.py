@@ -4,63 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
 from agenteval.demo import demo_agent
 from agenteval.store import Store
 from agenteval.tracing import setup_tracing
-
-
-class OTLPReceiver(ThreadingHTTPServer):
-    """Decodes OTLP/HTTP protobuf trace exports, as a Collector would."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict] = []
-        self.headers_seen: list[dict] = []
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = ExportTraceServiceRequest.FromString(body)
-        self.server.headers_seen.append(dict(self.headers))
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    self.server.spans.append(
-                        {"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(), "name": span.name}
-                    )
-        payload = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver():
-    server = OTLPReceiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def test_same_spans_in_parquet_and_otlp_backend(receiver, spans, tmp_path, monkeypatch):

@@ -1,0 +1,77 @@
+"""agenteval run and agenteval experiments on the command line; every built-in dataset with the mock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.runner import evaluate
+from agenteval.store import Store
+
+
+@pytest.mark.parametrize("name", ["mixed", "hard", "extended", "rag"])
+def test_every_builtin_dataset_runs_with_the_mock(tmp_path, name):
+    experiment = evaluate("mock", name, attempts=1, sample=12, store=tmp_path / "s", progress="none")
+    assert experiment.status == "completed" and experiment.summary["trials"] == 12
+    counts = experiment.summary
+    assert counts["passed"] + counts["wrong"] + counts["failed"] == 12
+
+
+def test_run_json_and_experiments_listing(tmp_path):
+    store = str(tmp_path / "s")
+    runner = CliRunner()
+    result = runner.invoke(
+        main,
+        [
+            "run",
+            "-d",
+            "arithmetic",
+            "-a",
+            "mock",
+            "--cases",
+            "5",
+            "--attempts",
+            "3",
+            "--store",
+            store,
+            "--name",
+            "first",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["trials"] == 15 and summary["name"] == "first" and summary["status"] == "completed"
+    assert summary["report"] == f"agenteval report {summary['experiment_id']}"
+    table = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--cases", "2", "--store", store, "-q"])
+    assert "pass rate 100.0% (95% CI" in table.output and "passed 6 · wrong answers 0 · failures 0" in table.output
+    listing = json.loads(runner.invoke(main, ["experiments", "--store", store, "--format", "json"]).output)
+    assert [e["trials"] for e in listing] == [6, 15]  # newest first
+    assert listing[1]["name"] == "first" and listing[1]["pass_rate"] == 1.0 and listing[1]["status"] == "completed"
+
+
+def test_run_usage_errors(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(main, ["run", "--agent", "mock"])
+    assert missing.exit_code == 2 and "--dataset and --agent are required" in missing.output
+    option = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--agent-option", "wrong_rate"])
+    assert option.exit_code == 2 and "'wrong_rate' is not KEY=VALUE" in option.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input": "q"}\n')
+    dataset_error = runner.invoke(main, ["run", "-d", str(bad), "-a", "mock", "--store", str(tmp_path / "s")])
+    assert dataset_error.exit_code == 1 and f"{bad}:1: expected_output: is required" in dataset_error.output
+    unknown = runner.invoke(
+        main, ["run", "-d", "arithmetic", "-a", "mock", "--agent-option", "speed=3", "--store", str(tmp_path / "s")]
+    )
+    assert unknown.exit_code == 1 and "unknown mock agent option 'speed'" in unknown.output
+
+
+def test_a_run_sends_its_spans_to_the_otlp_backend_too(tmp_path, monkeypatch, receiver):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    experiment = evaluate("mock", "arithmetic", cases=3, attempts=1, store=tmp_path / "s", progress="none")
+    stored = Store(tmp_path / "s").rows("SELECT span_id FROM spans WHERE experiment_id = ?", [experiment.id])
+    received = {s["span_id"] for s in receiver.spans}
+    assert {s["span_id"] for s in stored} <= received and len(stored) == 9
