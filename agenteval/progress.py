@@ -86,36 +86,36 @@ class PlainProgress(Progress):
 
 
 class BarProgress(Progress):
-    """A rich progress bar; the state line says when calls wait on rate limits, so a run never looks stuck."""
+    """A rich progress bar with the counts on a line of their own, including calls waiting on rate limits,
+    so a run never looks stuck and nothing is cut off on a narrow terminal."""
 
     def __init__(self) -> None:
         super().__init__()
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.console import Group
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, TaskProgressColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
+        from rich.text import Text
 
-        self._bar = RichProgress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[state]}", markup=False),
-            transient=False,
-        )
+        self._bar = RichProgress(BarColumn(), MofNCompleteColumn(), TaskProgressColumn(), TimeElapsedColumn())
+        self._status = Text()
+        self._live = Live(Group(self._bar, self._status), refresh_per_second=8, transient=False)
         self._task: Any = None
 
     def start(self, total: int, experiment_id: str) -> None:
         super().start(total, experiment_id)
-        self._bar.start()
-        self._task = self._bar.add_task(f"{experiment_id}", total=total, state="")
+        self._live.start()
+        self._live.console.print(f"experiment {experiment_id}: {total} trials to run", markup=False, highlight=False)
+        self._task = self._bar.add_task("trials", total=total)
 
     def refresh(self) -> None:
         if self._task is not None:
-            state = self.line().split(" done · ", 1)[1]
-            self._bar.update(self._task, completed=self.done, state=state)
+            self._bar.update(self._task, completed=self.done)
+            self._status.plain = self.line().split(" done · ", 1)[1]
 
     def note(self, message: str) -> None:
-        self._bar.console.print(message, markup=False, highlight=False)
+        self._live.console.print(message, markup=False, highlight=False)
 
     def finish(self) -> None:
         self.refresh()
-        self._bar.stop()
+        self._live.stop()
