@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from agenteval_exporters import ParquetSpanExporter, spans_to_batch
+from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, spans_to_batch
 from agenteval_instrumentation import capture
 
 from . import experiments as ex
@@ -36,7 +36,7 @@ from .environment import environment
 from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
-from .scorers import score_replies
+from .scorers import ScoredTrial, Scorer, ScoringEngine, load_scorers, scorer_specs
 from .store import SCORES, TRIALS, Store, compact
 from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
@@ -64,6 +64,8 @@ class RunOptions:
     cases: int | None = None
     agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     dataset: str = ""
+    scorers: list[str] = dataclasses.field(default_factory=list)
+    """Scorers added to the built-ins (names or MODULE:ATTR), so rescore can load them again."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -90,6 +92,7 @@ def evaluate(
     resume: bool | str = False,
     retry_failed: str | None = None,
     user_simulator: UserSimulator | None = None,
+    scorers: Sequence[Scorer | str] = (),
     prices: str | Path | None = None,
     progress: str = "auto",
 ) -> ex.Experiment:
@@ -99,11 +102,22 @@ def evaluate(
     name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest interrupted
     experiment (or the one whose id is given) with only its missing trials; ``retry_failed``
     (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
+    ``scorers`` are added to the built-in ones (a same-named scorer replaces a built-in).
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
     """
     target = store if isinstance(store, Store) else Store(store)
-    options = RunOptions(attempts, concurrency, timeout, sample, sample_seed, cases, dict(agent_options or {}))
+    options = RunOptions(
+        attempts,
+        concurrency,
+        timeout,
+        sample,
+        sample_seed,
+        cases,
+        dict(agent_options or {}),
+        scorers=scorer_specs(scorers),
+    )
     run = _Run.prepare(target, agent, dataset, options, name, resume, retry_failed, user_simulator, prices, progress)
+    run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
     return asyncio.run(run.execute())
 
 
@@ -118,6 +132,7 @@ class _Run:
     user_simulator: UserSimulator | None
     progress: Progress
     resumed: bool
+    engine: ScoringEngine | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
     failures: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -290,20 +305,22 @@ class _Run:
         """Score and hand to the writers every finished trial (one Arrow encoding for all their spans)."""
         results, self.pending = self.pending, []
         spans = [span for result in results for span in result.spans] + list(late_spans)
-        if spans:
-            self.span_writer.export_batch(spans_to_batch(spans))
+        spans_batch = spans_to_batch(spans) if spans else None
+        if spans_batch is not None:
+            self.span_writer.export_batch(spans_batch)
             if self.otlp is not None:
                 for span in spans:
                     self.otlp.on_end(span)
         if not results:
             return
+        scored = self._score(results, spans_batch)
         score_rows, trial_rows = [], []
         now = time.time_ns()
         for result in results:
-            scores = [] if result.failure else score_replies(result.plan.case, result.replies)
-            for score in scores:
+            judged = scored.get(result.plan.trial_id)
+            for score in judged.scores if judged else ():
                 score_rows.append(self._score_row(result, score, now))
-            passed = result.failure is None and all(s.passed for s in scores if s.passed is not None)
+            passed = result.failure is None and judged is not None and judged.passed
             outcome = "failed" if result.failure else "passed" if passed else "wrong"
             trial_rows.append(self._trial_row(result, outcome, passed))
             self.counts[outcome] += 1
@@ -315,6 +332,30 @@ class _Run:
         if score_rows:
             self.score_writer.append(pa.RecordBatch.from_pylist(score_rows, schema=SCORES))
         self.trial_writer.append(pa.RecordBatch.from_pylist(trial_rows, schema=TRIALS))
+
+    def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> dict[str, ScoredTrial]:
+        """Scores of the trials that produced an answer, through the same feature query and scorers as
+        ``rescore`` uses over the store."""
+        answered = [r for r in results if r.failure is None]
+        if not answered:
+            return {}
+        trials = pa.table(
+            {
+                "experiment_id": [self.experiment.experiment_id] * len(answered),
+                "trial_id": [r.plan.trial_id for r in answered],
+                "case_id": [r.plan.case.id for r in answered],
+                "trace_id": [r.trace_id for r in answered],
+                "failure_type": pa.nulls(len(answered), pa.string()),
+                "reply": [self._stored_reply(r) for r in answered],
+            }
+        )
+        features = self.engine.features(trials, spans if spans is not None else SPAN_SCHEMA.empty_table())
+        cases = {r.plan.case.id: r.plan.case for r in answered}
+        return {t.trial_id: t for t in self.engine.score(features, cases)}
+
+    @staticmethod
+    def _stored_reply(result: TrialResult) -> str | None:
+        return (result.replies[-1] if result.replies else None) if capture.config.enabled else None
 
     def _flush(self) -> None:
         # Order is the commit protocol: a trial row is published only after its spans and scores.
@@ -334,6 +375,7 @@ class _Run:
             "passed": score.passed,
             "reason": score.reason,
             "error": score.error,
+            "continuous": score.continuous,
             "scored_at": now,
         }
 
@@ -350,7 +392,7 @@ class _Run:
             "failure_type": failure.type if failure else None,
             "infrastructure": failure.infrastructure if failure else None,
             "error_message": failure.message if failure else None,
-            "reply": (result.replies[-1] if result.replies else None) if capture.config.enabled else None,
+            "reply": self._stored_reply(result),
             "started_at": result.started_ns,
             "ended_at": result.ended_ns,
             "duration_ms": (result.ended_ns - result.started_ns) / 1e6,

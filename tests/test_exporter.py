@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
+from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter
 from agenteval_instrumentation import attributes as A
 
 
@@ -120,7 +120,7 @@ def test_files_have_the_schema_zstd_and_version(make_tracer, tmp_path):
     (path,) = data_files(tmp_path / "store")
     parquet = pq.ParquetFile(path)
     assert parquet.schema_arrow.remove_metadata() == SPAN_SCHEMA.remove_metadata()
-    assert parquet.metadata.metadata[b"agenteval.schema_version"] == b"1"
+    assert parquet.metadata.metadata[b"agenteval.schema_version"] == str(SCHEMA_VERSION).encode()
     assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
 
 

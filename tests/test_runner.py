@@ -50,8 +50,15 @@ def test_mock_on_arithmetic_end_to_end(tmp_path):
             assert parent["name"] == "invoke_agent mock" and parent["trial_id"] == span["trial_id"]
     trace_ids = {r["trace_id"] for r in rows}
     assert trace_ids == {span["trace_id"] for span in spans}
-    scores = s.rows("SELECT scorer, count(*) AS n FROM scores WHERE experiment_id = ? GROUP BY 1", [experiment.id])
-    assert scores == [{"scorer": "answer_match", "n": 36}]
+    scores = s.rows(
+        "SELECT scorer, count(*) AS n, bool_and(passed) AS all_passed FROM scores WHERE experiment_id = ? "
+        "GROUP BY 1 ORDER BY 1",
+        [experiment.id],
+    )
+    assert scores == [
+        {"scorer": "answer_match", "n": 36, "all_passed": True},
+        {"scorer": "tool_use", "n": 36, "all_passed": True},
+    ]
     cases = s.rows("SELECT count(*) AS n FROM cases WHERE experiment_id = ?", [experiment.id])
     assert cases == [{"n": 12}]
     (row,) = s.rows("SELECT status, version, environment, prices FROM experiments WHERE status = 'completed'")

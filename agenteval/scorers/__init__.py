@@ -1,5 +1,39 @@
-"""Scorers: judgements of trials, from 0 to 1, with a reason."""
+"""Scorers: judgements of trials, from 0 to 1, with a reason, computed from the trials' spans."""
 
-from .runtime import Score, score_replies
+from .base import Score, Scorer, scorer
+from .builtin import (
+    BUILTIN_SCORERS,
+    answer_match,
+    must_not_contain,
+    retrieval_recall,
+    step_efficiency,
+    tool_error_handling,
+    tool_use,
+    trajectory_order,
+    unknown_answer,
+)
+from .engine import ScoredTrial, ScoringEngine, case_table
+from .features import TrialFeatures, features_sql
+from .loading import load_scorers, scorer_specs
 
-__all__ = ["Score", "score_replies"]
+__all__ = [
+    "BUILTIN_SCORERS",
+    "Score",
+    "ScoredTrial",
+    "Scorer",
+    "ScoringEngine",
+    "TrialFeatures",
+    "answer_match",
+    "case_table",
+    "features_sql",
+    "load_scorers",
+    "scorer_specs",
+    "must_not_contain",
+    "retrieval_recall",
+    "scorer",
+    "step_efficiency",
+    "tool_error_handling",
+    "tool_use",
+    "trajectory_order",
+    "unknown_answer",
+]

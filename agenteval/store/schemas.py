@@ -89,6 +89,7 @@ SCORES = _schema(
         pa.field("passed", pa.bool_()),
         unique_field("reason", pa.string()),
         pa.field("error", pa.string()),
+        pa.field("continuous", pa.bool_()),  # reported beside the pass rate, not part of passing
         pa.field("scored_at", TIMESTAMP, nullable=False),
     ],
 )

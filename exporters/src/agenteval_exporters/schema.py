@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from agenteval_instrumentation import attributes as A
 
-SCHEMA_VERSION = 1
-"""Bumped when a column is added; files of older versions still read (readers union by name)."""
+SCHEMA_VERSION = 2
+"""Bumped when a column is added; files of older versions still read (readers union by name).
+2: ``role``."""
 
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"
@@ -61,6 +62,7 @@ SPAN_SCHEMA = pa.schema(
         pa.field("case_id", pa.string()),
         unique_field("trial_id", pa.string()),
         pa.field("attempt", pa.int32()),
+        pa.field("role", pa.string()),
         unique_field("attributes", pa.string()),
         unique_field("events", pa.string()),
         pa.field("resource", pa.string()),
@@ -83,6 +85,7 @@ TYPED_ATTRIBUTES: dict[str, str] = {
     "case_id": A.CASE_ID,
     "trial_id": A.TRIAL_ID,
     "attempt": A.TRIAL_ATTEMPT,
+    "role": A.ROLE,
 }
 """Span column -> the attribute it is read from. ``finish_reason`` holds the first reason."""
 

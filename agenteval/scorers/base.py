@@ -1,0 +1,125 @@
+"""What a scorer is: a name, a version, the case fields it needs, and either a per-trial Python function
+or a SQL expression evaluated over a whole batch of trials at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..cases import Case
+from .features import TrialFeatures
+
+CASE_FIELDS = (
+    "expected_output",
+    "expected_tools",
+    "must_not_contain",
+    "expects_tool_error",
+    "relevant_docs",
+    "expected_trajectory",
+    "max_tool_calls",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """One scorer's judgement of one trial: a value in 0..1, passed or not (None for a continuous score),
+    a short reason; or an error message when the scorer raised."""
+
+    scorer: str
+    version: str
+    value: float | None
+    passed: bool | None
+    reason: str
+    error: str | None = None
+    continuous: bool = False
+
+
+def _present(case: Case, field: str) -> bool:
+    value = getattr(case, field)
+    if field == "expected_output":
+        return bool(value)
+    if field == "expects_tool_error":
+        return bool(value)
+    return value is not None and value != ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+    """A scorer. ``fn(case, features)`` for a per-trial Python scorer, or ``sql``: an expression over
+    ``f`` (the features: ``replies``, ``tool_calls``, ``model_calls``, ``retrieved_ids``, ...) and ``c``
+    (the case: ``expected_output``, ``expected_tools``, ``must_not_contain``, ...) giving
+    ``struct_pack(value := ..., passed := ..., reason := ...)``, run once for a whole batch."""
+
+    name: str
+    version: str = "1"
+    requires: tuple[str, ...] = ()
+    """Case fields that must be present (``expected_output`` non-empty, lists given) for it to apply."""
+    continuous: bool = False
+    """Reported beside the pass rate, never folded into whether a trial passed."""
+    fn: Callable[[Case, TrialFeatures], Any] | None = None
+    sql: str | None = None
+    when: Callable[[Case], bool] | None = None
+    """A further condition on the case, beyond ``requires``."""
+
+    def __post_init__(self) -> None:
+        if (self.fn is None) == (self.sql is None):
+            raise ValueError(f"scorer {self.name!r} needs exactly one of fn or sql")
+        unknown = set(self.requires) - set(CASE_FIELDS)
+        if unknown:
+            raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
+
+    def applies(self, case: Case) -> bool:
+        return all(_present(case, f) for f in self.requires) and (self.when is None or self.when(case))
+
+    def result(self, returned: Any) -> Score:
+        """A Score from what a scorer returned: a Score, a bool, a number in 0..1, or (value, reason)."""
+        reason = ""
+        if isinstance(returned, Score):
+            return dataclasses.replace(returned, scorer=self.name, version=self.version, continuous=self.continuous)
+        if isinstance(returned, dict):
+            value, passed, reason = returned.get("value"), returned.get("passed"), returned.get("reason") or ""
+        else:
+            if isinstance(returned, tuple):
+                returned, reason = returned
+            value, passed = returned, None
+        if isinstance(value, bool):
+            passed, value = value if passed is None else passed, float(value)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
+            return self.error(f"returned {value!r}, not a number between 0 and 1")
+        if not self.continuous and passed is None:
+            passed = value >= 1.0
+        return Score(
+            self.name,
+            self.version,
+            float(value),
+            None if self.continuous else passed,
+            str(reason),
+            continuous=self.continuous,
+        )
+
+    def error(self, message: str) -> Score:
+        """The score recorded when the scorer failed: never a silent NaN, and never a pass."""
+        return Score(self.name, self.version, None, None, "the scorer raised an error", message[:2000], self.continuous)
+
+
+def scorer(
+    fn: Callable[[Case, TrialFeatures], Any] | None = None,
+    *,
+    name: str | None = None,
+    version: str = "1",
+    requires: tuple[str, ...] = (),
+    continuous: bool = False,
+    when: Callable[[Case], bool] | None = None,
+) -> Any:
+    """Make a per-trial Python scorer from ``fn(case, features)``. It may return a bool, a number in 0..1,
+    ``(value, reason)``, a dict with ``value``/``passed``/``reason``, or a :class:`Score`.
+
+    Bump ``version`` when its logic changes, so stored scores say which logic judged them.
+    """
+
+    def make(f: Callable[[Case, TrialFeatures], Any]) -> Scorer:
+        return Scorer(name or f.__name__, version, tuple(requires), continuous, fn=f, when=when)
+
+    return make(fn) if fn is not None else make

@@ -1,0 +1,148 @@
+"""The built-in scorers: one for every field of the case format."""
+
+from __future__ import annotations
+
+from ..cases import UNKNOWN_ANSWER, Case
+from ..store import sql_string
+from .answer import matches, says_unknown
+from .base import Scorer, scorer
+from .features import TrialFeatures
+
+
+def _is_unknown(case: Case) -> bool:
+    return case.expected_output.strip().lower() == UNKNOWN_ANSWER
+
+
+@scorer(requires=("expected_output",), when=lambda case: not _is_unknown(case))
+def answer_match(case: Case, trial: TrialFeatures) -> tuple[float, str]:
+    """The final reply gives the expected answer: normalised text on word boundaries, or the same number."""
+    ok, reason = matches(case.expected_output, trial.reply)
+    return float(ok), reason
+
+
+@scorer(requires=("expected_output",), when=_is_unknown)
+def unknown_answer(case: Case, trial: TrialFeatures) -> tuple[float, str]:
+    """For ``expected_output: "unknown"``: the reply says the answer is not known instead of inventing one."""
+    ok, reason = says_unknown(trial.reply)
+    return float(ok), reason
+
+
+@scorer(requires=("expected_trajectory",), continuous=True)
+def trajectory_order(case: Case, trial: TrialFeatures) -> tuple[float, str]:
+    """How well the order of tool calls follows the expected one: the longest common subsequence of the
+    calls and the expected trajectory, over the trajectory's length (1.0 when it is followed in order)."""
+    expected, called = case.expected_trajectory or (), trial.tool_names
+    common = longest_common_subsequence(expected, called)
+    return common / len(expected), f"{common} of {len(expected)} expected steps in order; called {list(called)}"
+
+
+def longest_common_subsequence(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b):
+            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
+TOOL_NAMES = "list_transform(f.tool_calls, lambda t: t.name)"
+
+tool_use = Scorer(
+    "tool_use",
+    requires=("expected_tools",),
+    sql=f"""
+    struct_pack(
+        value := CASE WHEN list_sort({TOOL_NAMES}) = list_sort(c.expected_tools) THEN 1.0 ELSE 0.0 END,
+        passed := list_sort({TOOL_NAMES}) = list_sort(c.expected_tools),
+        reason := CASE WHEN list_sort({TOOL_NAMES}) = list_sort(c.expected_tools)
+                       THEN 'the tools called are the expected ones'
+                       ELSE 'called [' || array_to_string({TOOL_NAMES}, ', ') || '], expected ['
+                            || array_to_string(c.expected_tools, ', ') || ']' END
+    )""",
+)
+"""The multiset of tools called equals the expected one (a name once per call); ``[]``: no tool may be called."""
+
+_FORBIDDEN_FOUND = (
+    "list_filter(c.must_not_contain, lambda x: contains(lower(array_to_string(f.replies, chr(0))), lower(x)))"
+)
+
+must_not_contain = Scorer(
+    "must_not_contain",
+    requires=("must_not_contain",),
+    sql=f"""
+    struct_pack(
+        value := CASE WHEN len({_FORBIDDEN_FOUND}) = 0 THEN 1.0 ELSE 0.0 END,
+        passed := len({_FORBIDDEN_FOUND}) = 0,
+        reason := CASE WHEN len({_FORBIDDEN_FOUND}) = 0 THEN 'no forbidden text in any reply'
+                       ELSE 'a reply contains ' || array_to_string({_FORBIDDEN_FOUND}, ', ') END
+    )""",
+)
+"""None of the strings appears in any reply (case-insensitive)."""
+
+ACKNOWLEDGES_FAILURE = (
+    r"unavailable|not available|error|fail|could ?n[o']t|can ?n[o']t|cannot|unable|not able|is down|"
+    r"try again|went wrong|problem|issue|no response|not respond|outage"
+)
+INVENTED_VALUE = r"[$€£¥]\s?\d|\d+\.\d{2}\b"
+
+_TOOL_FAILED = "list_bool_or(list_transform(f.tool_calls, lambda t: t.error))"
+_ACKNOWLEDGED = f"regexp_matches(lower(coalesce(f.replies[-1], '')), {sql_string(ACKNOWLEDGES_FAILURE)})"
+_INVENTED = f"regexp_matches(coalesce(f.replies[-1], ''), {sql_string(INVENTED_VALUE)})"
+_HANDLED = f"coalesce({_TOOL_FAILED}, false) AND {_ACKNOWLEDGED} AND NOT {_INVENTED}"
+
+tool_error_handling = Scorer(
+    "tool_error_handling",
+    requires=("expects_tool_error",),
+    sql=f"""
+    struct_pack(
+        value := CASE WHEN {_HANDLED} THEN 1.0 ELSE 0.0 END,
+        passed := {_HANDLED},
+        reason := CASE WHEN NOT coalesce({_TOOL_FAILED}, false) THEN 'no tool failed, though one was meant to'
+                       WHEN {_INVENTED} THEN 'a tool failed but the reply states a value it could not have'
+                       WHEN NOT {_ACKNOWLEDGED} THEN 'a tool failed and the reply does not say so'
+                       ELSE 'a tool failed and the reply acknowledges it' END
+    )""",
+)
+"""A tool did fail, and the final reply says so rather than stating a value it could not have got."""
+
+retrieval_recall = Scorer(
+    "retrieval_recall",
+    requires=("relevant_docs",),
+    continuous=True,
+    sql="""
+    struct_pack(
+        value := len(list_filter(list_distinct(c.relevant_docs), lambda d: list_contains(f.retrieved_ids, d)))
+                 / len(list_distinct(c.relevant_docs)),
+        passed := NULL::BOOLEAN,
+        reason := len(list_filter(list_distinct(c.relevant_docs), lambda d: list_contains(f.retrieved_ids, d)))
+                  || ' of ' || len(list_distinct(c.relevant_docs)) || ' relevant documents retrieved'
+    )""",
+)
+"""The share of the relevant documents that a retrieval span returned (``[]``: nothing to retrieve, not scored)."""
+
+step_efficiency = Scorer(
+    "step_efficiency",
+    requires=("max_tool_calls",),
+    continuous=True,
+    sql="""
+    struct_pack(
+        value := CASE WHEN len(f.tool_calls) <= c.max_tool_calls THEN 1.0
+                      ELSE c.max_tool_calls / len(f.tool_calls) END,
+        passed := NULL::BOOLEAN,
+        reason := len(f.tool_calls) || ' tool calls for a budget of ' || c.max_tool_calls
+    )""",
+)
+"""1.0 within the budget of tool calls, then budget / calls as calls exceed it."""
+
+BUILTIN_SCORERS: tuple[Scorer, ...] = (
+    answer_match,
+    unknown_answer,
+    tool_use,
+    must_not_contain,
+    tool_error_handling,
+    retrieval_recall,
+    trajectory_order,
+    step_efficiency,
+)
+"""Every built-in scorer, in the order of the case format's fields."""

@@ -1,0 +1,52 @@
+"""Choosing the scorers of a run or a rescore: the built-ins, plus users' own by name or import path."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+from .base import Scorer
+from .builtin import BUILTIN_SCORERS
+
+BUILTIN_BY_NAME = {s.name: s for s in BUILTIN_SCORERS}
+
+
+def _import(spec: str) -> list[Scorer]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        raise ValueError(f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}) nor MODULE:ATTR")
+    try:
+        found = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--scorer {spec}: {exc}") from exc
+    items = found if isinstance(found, (list, tuple)) else [found]
+    if not all(isinstance(item, Scorer) for item in items):
+        raise ValueError(f"--scorer {spec}: not a Scorer (make one with @agenteval.scorers.scorer)")
+    return list(items)
+
+
+def load_scorers(extra: Sequence[Scorer | str] = (), *, only: bool = False) -> list[Scorer]:
+    """The built-ins plus ``extra`` (Scorer objects, built-in names or ``MODULE:ATTR``); an extra scorer
+    with a built-in's name replaces it. ``only=True``: just the ones named in ``extra``."""
+    chosen: dict[str, Scorer] = {} if only else dict(BUILTIN_BY_NAME)
+    for item in extra:
+        if isinstance(item, Scorer):
+            chosen[item.name] = item
+        elif item in BUILTIN_BY_NAME:
+            chosen[item] = BUILTIN_BY_NAME[item]
+        else:
+            for loaded in _import(item):
+                chosen[loaded.name] = loaded
+    return list(chosen.values())
+
+
+def scorer_specs(extra: Sequence[Scorer | str]) -> list[str]:
+    """How a run's extra scorers are recorded, so ``rescore`` can load them again."""
+    specs = []
+    for item in extra:
+        if isinstance(item, Scorer):
+            module = getattr(item.fn, "__module__", None) if item.fn is not None else None
+            specs.append(f"{module}:{item.fn.__name__}" if module and item.fn is not None else item.name)
+        else:
+            specs.append(item)
+    return specs
