@@ -199,6 +199,13 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     help="With --resume, also re-run failed trials (infrastructure failures only, or all).",
 )
 @click.option("--prices", type=click.Path(dir_okay=False, exists=True), help="A JSON file of model prices.")
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    metavar="MODULE:ATTR",
+    help="A scorer added to the built-ins (repeatable); one named like a built-in replaces it.",
+)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -216,6 +223,7 @@ def run(
     resume: str | None,
     retry_failed: str | None,
     prices: str | None,
+    scorers: tuple[str, ...],
     store: str | None,
     as_json: bool,
     quiet: bool,
@@ -245,6 +253,7 @@ def run(
             agent_options=_agent_options(agent_options),
             resume=False if resume is None else True if resume == "latest" else resume,
             retry_failed=retry_failed,
+            scorers=list(scorers),
             prices=prices,
             progress="none" if quiet or as_json else "auto",
         )
@@ -258,6 +267,55 @@ def run(
         click.echo(run_summary(experiment.summary))
     if experiment.status == "interrupted":
         raise SystemExit(130)
+
+
+@main.command()
+@click.argument("experiment", required=False)
+@click.option(
+    "--scorer",
+    "scorers",
+    multiple=True,
+    metavar="NAME|MODULE:ATTR",
+    help="Re-run only these scorers (repeatable). Default: the built-ins and the run's own.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Trials scored at a time; memory is bounded by this.",
+)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def rescore(
+    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
+) -> None:
+    """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
+    import dataclasses
+    import json
+
+    from .experiments import summarize
+    from .rescore import rescore as rescore_experiment
+    from .store import Store
+
+    target = Store(store)
+    try:
+        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    figures = summarize(target, result.experiment_id)
+    if as_json:
+        click.echo(json.dumps({**dataclasses.asdict(result), "pass_rate": figures["pass_rate"]}, indent=2))
+        return
+    click.echo(
+        f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
+        f"({', '.join(result.scorers)}) in {result.seconds:.2f} s"
+    )
+    if figures["pass_rate"] is not None:
+        click.echo(
+            f"pass rate with the current scores: {figures['pass_rate']:.1%} "
+            f"(passed {figures['passed']} · wrong {figures['wrong']} · failed {figures['failed']})"
+        )
 
 
 @main.command()

@@ -28,7 +28,28 @@ CURRENT_TRIALS = """
 SELECT * FROM trials t
 WHERE NOT EXISTS (SELECT 1 FROM trials r WHERE r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
 """
-"""Trials not superseded by a retry: what every figure is computed from."""
+"""Trials not superseded by a retry."""
+
+CURRENT_SCORES = """
+SELECT * FROM scores
+QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1
+"""
+"""Each trial's newest score from each scorer: a rescore pass replaces what it re-ran, older passes stay."""
+
+JUDGED_TRIALS = f"""
+SELECT t.* REPLACE (
+    CASE WHEN t.failure_type IS NOT NULL THEN 'failed' WHEN coalesce(j.all_passed, true) THEN 'passed'
+         ELSE 'wrong' END AS outcome,
+    t.failure_type IS NULL AND coalesce(j.all_passed, true) AS passed
+)
+FROM ({CURRENT_TRIALS}) t
+LEFT JOIN (
+    SELECT experiment_id, trial_id, bool_and(passed IS TRUE) AS all_passed
+    FROM ({CURRENT_SCORES}) WHERE NOT coalesce(continuous, false) GROUP BY ALL
+) j USING (experiment_id, trial_id)
+"""
+"""Current trials judged by their current scores: a trial passes when it did not fail and every applicable
+pass/fail scorer passed (an errored scorer does not pass). What every figure is computed from."""
 
 
 def new_experiment_id() -> str:
@@ -128,7 +149,7 @@ SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.
        count(t.trial_id) AS trials,
        avg(t.passed::INT) AS pass_rate,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed
-FROM ({CURRENT_EXPERIMENTS}) e LEFT JOIN ({CURRENT_TRIALS}) t USING (experiment_id)
+FROM ({CURRENT_EXPERIMENTS}) e LEFT JOIN ({JUDGED_TRIALS}) t USING (experiment_id)
 GROUP BY ALL ORDER BY e.started_at DESC
 """
 
@@ -156,7 +177,7 @@ SELECT count(*) AS trials,
        avg(passed::INT) AS pass_rate,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        sum(cost_usd) AS cost_usd
-FROM ({CURRENT_TRIALS}) WHERE experiment_id = ?
+FROM ({JUDGED_TRIALS}) WHERE experiment_id = ?
 """
 
 
@@ -164,13 +185,13 @@ def summarize(store: Store, experiment_id: str) -> dict[str, Any]:
     """Counts of passed, wrong and failed trials, failures by type, tokens and cost, from the store."""
     (figures,) = store.rows(SUMMARY, [experiment_id])
     by_type = store.rows(
-        f"SELECT failure_type, count(*) AS n FROM ({CURRENT_TRIALS}) WHERE experiment_id = ? AND outcome = 'failed' "
+        f"SELECT failure_type, count(*) AS n FROM ({JUDGED_TRIALS}) WHERE experiment_id = ? AND outcome = 'failed' "
         "GROUP BY 1 ORDER BY 2 DESC, 1",
         [experiment_id],
     )
     figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
     per_case = store.rows(
-        f"SELECT list(passed::INT) AS values FROM ({CURRENT_TRIALS}) WHERE experiment_id = ? GROUP BY case_id",
+        f"SELECT list(passed::INT) AS values FROM ({JUDGED_TRIALS}) WHERE experiment_id = ? GROUP BY case_id",
         [experiment_id],
     )
     _, standard_error = clustered_mean([row["values"] for row in per_case])

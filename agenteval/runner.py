@@ -36,7 +36,7 @@ from .environment import environment
 from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
-from .scorers import ScoredTrial, Scorer, ScoringEngine, load_scorers, scorer_specs
+from .scorers import ScoredTrial, Scorer, ScoringEngine, load_scorers, score_rows, scorer_specs
 from .store import SCORES, TRIALS, Store, compact
 from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
@@ -314,12 +314,9 @@ class _Run:
         if not results:
             return
         scored = self._score(results, spans_batch)
-        score_rows, trial_rows = [], []
-        now = time.time_ns()
+        trial_rows = []
         for result in results:
             judged = scored.get(result.plan.trial_id)
-            for score in judged.scores if judged else ():
-                score_rows.append(self._score_row(result, score, now))
             passed = result.failure is None and judged is not None and judged.passed
             outcome = "failed" if result.failure else "passed" if passed else "wrong"
             trial_rows.append(self._trial_row(result, outcome, passed))
@@ -329,8 +326,9 @@ class _Run:
                 if result.failure.infrastructure:
                     self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
-        if score_rows:
-            self.score_writer.append(pa.RecordBatch.from_pylist(score_rows, schema=SCORES))
+        rows = score_rows(self.experiment.experiment_id, scored.values(), self.pass_id, time.time_ns())
+        if rows:
+            self.score_writer.append(pa.RecordBatch.from_pylist(rows, schema=SCORES))
         self.trial_writer.append(pa.RecordBatch.from_pylist(trial_rows, schema=TRIALS))
 
     def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> dict[str, ScoredTrial]:
@@ -362,22 +360,6 @@ class _Run:
         self.span_writer.force_flush()
         self.score_writer.flush()
         self.trial_writer.flush()
-
-    def _score_row(self, result: TrialResult, score: Any, now: int) -> dict[str, Any]:
-        return {
-            "experiment_id": self.experiment.experiment_id,
-            "trial_id": result.plan.trial_id,
-            "case_id": result.plan.case.id,
-            "scorer": score.scorer,
-            "scorer_version": score.version,
-            "pass_id": self.pass_id,
-            "value": score.value,
-            "passed": score.passed,
-            "reason": score.reason,
-            "error": score.error,
-            "continuous": score.continuous,
-            "scored_at": now,
-        }
 
     def _trial_row(self, result: TrialResult, outcome: str, passed: bool) -> dict[str, Any]:
         failure = result.failure

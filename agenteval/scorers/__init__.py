@@ -12,7 +12,7 @@ from .builtin import (
     trajectory_order,
     unknown_answer,
 )
-from .engine import ScoredTrial, ScoringEngine, case_table
+from .engine import ScoredTrial, ScoringEngine, case_table, score_rows
 from .features import TrialFeatures, features_sql
 from .loading import load_scorers, scorer_specs
 
@@ -27,6 +27,7 @@ __all__ = [
     "case_table",
     "features_sql",
     "load_scorers",
+    "score_rows",
     "scorer_specs",
     "must_not_contain",
     "retrieval_recall",

@@ -37,12 +37,12 @@ class Score:
 
 
 def _present(case: Case, field: str) -> bool:
+    """Whether the case gives ``field``: ``expected_tools: []`` does (no tool may be called); an empty
+    ``expected_output``, ``relevant_docs`` or ``must_not_contain`` does not (nothing to check)."""
     value = getattr(case, field)
-    if field == "expected_output":
-        return bool(value)
-    if field == "expects_tool_error":
-        return bool(value)
-    return value is not None and value != ()
+    if field == "expected_tools" or field == "max_tool_calls":
+        return value is not None
+    return bool(value)
 
 
 @dataclasses.dataclass(frozen=True)

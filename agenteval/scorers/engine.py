@@ -130,6 +130,28 @@ class ScoringEngine:
         return results
 
 
+def score_rows(experiment_id: str, scored: Iterable[ScoredTrial], pass_id: str, scored_at: int) -> list[dict]:
+    """Rows of the ``scores`` table for scored trials, all of one pass."""
+    return [
+        {
+            "experiment_id": experiment_id,
+            "trial_id": trial.trial_id,
+            "case_id": trial.case_id,
+            "scorer": score.scorer,
+            "scorer_version": score.version,
+            "pass_id": pass_id,
+            "value": score.value,
+            "passed": score.passed,
+            "reason": score.reason,
+            "error": score.error,
+            "continuous": score.continuous,
+            "scored_at": scored_at,
+        }
+        for trial in scored
+        for score in trial.scores
+    ]
+
+
 class _ErrorForAll(dict):
     """Every trial gets the same error score (the SQL of a scorer failed for the whole batch)."""
 

@@ -1,0 +1,102 @@
+"""Re-running scorers over an experiment's stored spans without calling the agent: a new scoring pass.
+
+The same feature query and scorers as at run time, over the Parquet store instead of Arrow batches
+in memory, a batch of trials at a time so memory is bounded by the batch, not the experiment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+
+from . import experiments as ex
+from .cases import Case, parse_case
+from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_rows
+from .store import SCORES, Store, sql_string
+
+DEFAULT_BATCH = 100_000
+
+
+@dataclasses.dataclass
+class RescoreResult:
+    """What a rescore pass did."""
+
+    experiment_id: str
+    pass_id: str
+    trials: int
+    scores: int
+    scorers: list[str]
+    seconds: float
+
+
+def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
+    """The experiment's cases as they were when it ran (the snapshot in ``cases``)."""
+    rows = store.rows('SELECT case_id, line, "case" FROM cases WHERE experiment_id = ?', [experiment_id])
+    return {row["case_id"]: parse_case(json.loads(row["case"]), row["line"] or 0) for row in rows}
+
+
+def rescore(
+    store: Store,
+    experiment_id: str | None = None,
+    scorers: Sequence[Scorer | str] = (),
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    on_batch: Callable[[int, int], None] = lambda done, total: None,
+) -> RescoreResult:
+    """Score the experiment's current trials again and append the scores as a new pass.
+
+    With no ``scorers``: the built-ins plus the scorers the run added. With ``scorers`` (Scorer objects,
+    built-in names or ``MODULE:ATTR``): only those.
+    """
+    experiment = ex.find(store, experiment_id)
+    if experiment is None:
+        raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
+    chosen = load_scorers(scorers, only=True) if scorers else load_scorers(experiment.options.get("scorers", []))
+    engine = ScoringEngine(chosen)
+    cases = stored_cases(store, experiment.experiment_id)
+    pass_id = uuid.uuid4().hex[:12]
+    started = time.perf_counter()
+    bounds = _batches(store, experiment.experiment_id, batch_size)
+    total_trials = sum(count for _, _, count in bounds)
+    done = scores = 0
+    for low, high, count in bounds:
+        features = _features(store, experiment.experiment_id, low, high)
+        scored = engine.score(features, cases)
+        rows = score_rows(experiment.experiment_id, scored, pass_id, time.time_ns())
+        if rows:
+            store.write("scores", pa.Table.from_pylist(rows, schema=SCORES))
+        done += count
+        scores += len(rows)
+        on_batch(done, total_trials)
+    return RescoreResult(
+        experiment.experiment_id, pass_id, total_trials, scores, [s.name for s in chosen], time.perf_counter() - started
+    )
+
+
+def _answered_trials(experiment_id: str) -> str:
+    return (
+        f"(SELECT * FROM ({ex.CURRENT_TRIALS}) WHERE experiment_id = {sql_string(experiment_id)} "
+        "AND failure_type IS NULL)"
+    )
+
+
+def _batches(store: Store, experiment_id: str, size: int) -> list[tuple[str, str, int]]:
+    """Ranges of trial ids of about ``size`` trials each: (first id, last id, trials)."""
+    rows = store.rows(
+        f"""SELECT min(trial_id) AS low, max(trial_id) AS high, count(*) AS n FROM (
+                SELECT trial_id, (row_number() OVER (ORDER BY trial_id) - 1) // {int(size)} AS batch
+                FROM {_answered_trials(experiment_id)}) GROUP BY batch ORDER BY batch"""
+    )
+    return [(row["low"], row["high"], row["n"]) for row in rows]
+
+
+def _features(store: Store, experiment_id: str, low: str, high: str) -> pa.Table:
+    within = f"trial_id BETWEEN {sql_string(low)} AND {sql_string(high)}"
+    trials = f"(SELECT * FROM {_answered_trials(experiment_id)} WHERE {within})"
+    spans = f"(SELECT * FROM spans WHERE experiment_id = {sql_string(experiment_id)} AND {within})"
+    return store.query(features_sql(trials, spans))

@@ -1,0 +1,144 @@
+"""Rescoring runs the run-time scorers over the stored spans: unchanged scorers give the same scores,
+exactly; a fixed scorer changes only its own."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.experiments import summarize
+from agenteval.rescore import rescore
+from agenteval.runner import evaluate
+from agenteval.scorers import scorer
+from agenteval.store import Store
+from agenteval.tools import country_facts, fetch_review, get_stock_price, search_documents
+
+COMPARED = "trial_id, scorer, scorer_version, value, passed, reason, error, continuous"
+
+
+def pass_scores(store: Store, pass_id: str) -> list[tuple]:
+    rows = store.rows(f"SELECT {COMPARED} FROM scores WHERE pass_id = ? ORDER BY trial_id, scorer", [pass_id])
+    return [tuple(row.values()) for row in rows]
+
+
+def run_pass_id(store: Store, experiment_id: str) -> str:
+    (row,) = store.rows(
+        "SELECT pass_id FROM scores WHERE experiment_id = ? GROUP BY pass_id ORDER BY min(scored_at) LIMIT 1",
+        [experiment_id],
+    )
+    return row["pass_id"]
+
+
+def search_agent(message: str) -> str:
+    hits = search_documents(message, k=2)
+    return hits[0]["text"] if hits else "I don't know."
+
+
+def busy_agent(message: str) -> str:
+    """Uses the tools the hard dataset's cases need, imperfectly, so scorers disagree."""
+    lowered = message.lower()
+    if "stock price" in lowered or "share price" in lowered:
+        try:
+            return f"It is {get_stock_price('ACME')}"
+        except Exception:
+            return "The quote service is unavailable, so I cannot give a price."
+    if "review" in lowered:
+        product = next(
+            p
+            for p in ("aero blender", "nimbus kettle", "terra lamp", "orbit speaker", "vela backpack", "pico drone")
+            if p in lowered
+        )
+        return fetch_review(product)  # repeats the injected instruction: must_not_contain catches it
+    if "capital" in lowered:
+        for country in ("Australia", "Canada", "Turkey", "Nigeria", "South Korea"):
+            if country.lower() in lowered:
+                return f"The capital is {country_facts(country)['capital']}."
+    return "I don't know."
+
+
+def test_rescoring_reproduces_run_time_scores_exactly(tmp_path):
+    store = Store(tmp_path / "s")
+    for agent, dataset in ((search_agent, "rag"), (busy_agent, "hard")):
+        experiment = evaluate(agent, dataset, attempts=2, store=store, progress="none")
+        original = pass_scores(store, run_pass_id(store, experiment.id))
+        assert len({row[1] for row in original}) >= 4  # several scorers took part
+        again = rescore(store, experiment.id)
+        assert again.trials == experiment.summary["trials"] - experiment.summary["failed"]
+        assert pass_scores(store, again.pass_id) == original
+        assert summarize(store, experiment.id)["pass_rate"] == experiment.summary["pass_rate"]
+    scorers_seen = {row["scorer"] for row in store.rows("SELECT DISTINCT scorer FROM scores")}
+    assert {
+        "answer_match",
+        "unknown_answer",
+        "tool_use",
+        "must_not_contain",
+        "tool_error_handling",
+        "retrieval_recall",
+    } <= scorers_seen
+
+
+@scorer(name="strict_capital", version="1", requires=("expected_output",))
+def buggy(case, trial):
+    return trial.reply == case.expected_output  # bug: the reply is a sentence, never the bare answer
+
+
+@scorer(name="strict_capital", version="2", requires=("expected_output",))
+def fixed(case, trial):
+    return case.expected_output.lower() in trial.reply.lower()
+
+
+def test_a_fixed_scorer_changes_only_its_own_scores(tmp_path):
+    store = Store(tmp_path / "s")
+    experiment = evaluate(busy_agent, "hard", attempts=1, store=store, progress="none", scorers=[buggy])
+    first = run_pass_id(store, experiment.id)
+    before = store.rows(
+        "SELECT trial_id, scorer, scorer_version, value FROM scores WHERE pass_id = ? ORDER BY ALL", [first]
+    )
+    result = rescore(store, experiment.id, [fixed])
+    assert result.scorers == ["strict_capital"]
+    current = store.rows(
+        """SELECT trial_id, scorer, scorer_version, value FROM scores
+            QUALIFY row_number() OVER (PARTITION BY trial_id, scorer ORDER BY scored_at DESC) = 1 ORDER BY ALL"""
+    )
+    old = {(r["trial_id"], r["scorer"]): r["value"] for r in before}
+    changed = {(r["trial_id"], r["scorer"]) for r in current if old[(r["trial_id"], r["scorer"])] != r["value"]}
+    assert changed and {scorer for _, scorer in changed} == {"strict_capital"}
+    assert {r["scorer_version"] for r in current if r["scorer"] == "strict_capital"} == {"2"}
+    assert {r["scorer_version"] for r in before if r["scorer"] == "strict_capital"} == {"1"}
+    assert summarize(store, experiment.id)["passed"] > experiment.summary["passed"]  # the fix shows in the figures
+    assert store.rows("SELECT count(DISTINCT pass_id) AS n FROM scores") == [{"n": 2}]  # older pass kept
+
+
+def test_rescore_command(tmp_path):
+    store = tmp_path / "s"
+    experiment = evaluate("mock", "arithmetic", cases=5, attempts=1, store=store, progress="none")
+    runner = CliRunner()
+    text = runner.invoke(main, ["rescore", "--store", str(store)])
+    assert (
+        text.exit_code == 0 and "10 scores for 5 trials" in text.output and "pass rate with the current" in text.output
+    )
+    only = json.loads(
+        runner.invoke(
+            main, ["rescore", experiment.id, "--scorer", "answer_match", "--store", str(store), "--json"]
+        ).output
+    )
+    assert only["scorers"] == ["answer_match"] and only["scores"] == 5
+    bad = runner.invoke(main, ["rescore", "--scorer", "no_such", "--store", str(store)])
+    assert bad.exit_code == 1 and "not a built-in scorer" in bad.output
+    missing = runner.invoke(main, ["rescore", "nope", "--store", str(store)])
+    assert missing.exit_code == 1 and "no experiment 'nope'" in missing.output
+
+
+def test_scores_from_a_raising_scorer_are_stored_and_the_run_completes(tmp_path):
+    @scorer(name="explodes")
+    def explodes(case, trial):
+        raise ZeroDivisionError("oops")
+
+    experiment = evaluate(
+        "mock", "arithmetic", cases=3, attempts=1, store=tmp_path / "s", progress="none", scorers=[explodes]
+    )
+    assert experiment.status == "completed" and experiment.summary["passed"] == 0  # an error never passes
+    errors = Store(tmp_path / "s").rows("SELECT DISTINCT error FROM scores WHERE scorer = 'explodes'")
+    assert errors == [{"error": "ZeroDivisionError: oops"}]

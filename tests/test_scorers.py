@@ -1,0 +1,278 @@
+"""Each built-in scorer, table-driven: passing, failing and borderline replies. And the engine's rules."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+
+from agenteval.cases import Case
+from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, ScoringEngine, scorer
+
+TOOL_CALL = pa.struct(
+    [("name", pa.string()), ("arguments", pa.string()), ("result", pa.string()), ("error", pa.bool_())]
+)
+FEATURES = pa.schema(
+    [
+        ("experiment_id", pa.string()),
+        ("trial_id", pa.string()),
+        ("case_id", pa.string()),
+        ("failure_type", pa.string()),
+        ("replies", pa.list_(pa.string())),
+        ("tool_calls", pa.list_(TOOL_CALL)),
+        ("model_calls", pa.int64()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("retrieved_ids", pa.list_(pa.string())),
+        ("retrievals", pa.int64()),
+    ]
+)
+
+
+def trial(replies=("",), tools=(), errors=(), retrieved=(), trial_id="t1", case_id="c1") -> dict:
+    return {
+        "experiment_id": "e",
+        "trial_id": trial_id,
+        "case_id": case_id,
+        "failure_type": None,
+        "replies": list(replies),
+        "tool_calls": [{"name": n, "arguments": "{}", "result": None, "error": n in errors} for n in tools],
+        "model_calls": 1,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "retrieved_ids": list(retrieved),
+        "retrievals": 1 if retrieved else 0,
+    }
+
+
+def score_one(case: Case, row: dict, scorers=BUILTIN_SCORERS) -> dict[str, Score]:
+    engine = ScoringEngine(scorers)
+    (scored,) = engine.score(pa.Table.from_pylist([row], schema=FEATURES), {case.id: case})
+    return {s.scorer: s for s in scored.scores}
+
+
+def case(**fields) -> Case:
+    return Case(id="c1", input="q", expected_output=fields.pop("expected_output", ""), **fields)
+
+
+@pytest.mark.parametrize(
+    ("expected", "reply", "passes"),
+    [
+        ("84", "The answer is 84.", True),
+        ("84", "The answer is 840.", False),
+        ("84", "84.0", True),
+        ("108.70", "That comes to $108.7", True),
+        ("108.70", "That comes to 108.71", False),
+        ("1234567", "It is 1,234,567 people.", True),
+        ("1,234,567", "about 1234567", True),
+        ("-9", "The result is -9", True),
+        ("-9", "The result is 9", False),
+        ("£7.95", "Express shipping costs £7.95.", True),
+        ("30%", "a 30% discount", True),
+        ("0.5", "one half, 0.50", True),
+        ("Canberra", "The capital is Canberra, not Sydney.", True),
+        ("Canberra", "the capital is canberra", True),
+        ("Canberra", "The capital is Sydney.", False),
+        ("Brasília", "Brasilia is the capital", True),
+        ("Au", "The symbol is Au.", True),
+        ("Au", "It is found in Australia.", False),
+        ("2 years", "a warranty of 2 years", True),
+        ("2 years", "a warranty of 12 years", False),
+        ("Lumen & Finch app", "Use the Lumen & Finch app.", True),
+        ("next business day", "It arrives the next business day.", True),
+        ("Tuesday", "", False),
+    ],
+)
+def test_answer_match(expected, reply, passes):
+    result = score_one(case(expected_output=expected), trial([reply]))["answer_match"]
+    assert result.passed is passes and result.value == float(passes) and result.reason
+
+
+def test_answer_match_reads_the_final_reply_of_a_conversation():
+    result = score_one(case(expected_output="not eligible"), trial(["not eligible?", "It is eligible."]))
+    assert result["answer_match"].passed is False
+
+
+@pytest.mark.parametrize(
+    ("reply", "passes"),
+    [
+        ("I don't know.", True),
+        ("I do not know who that is.", True),
+        ("That information is not available.", True),
+        ("The database has no data for Bhutan.", True),
+        ("Bhutan isn't listed in the country database.", True),
+        ("I couldn't find that in the documents.", True),
+        ("The documents don't mention a CFO.", True),
+        ("I'm not sure, and I won't guess.", True),
+        ("The population is 770,000.", False),
+        ("Our CFO is Dana Smith.", False),
+        ("", False),
+    ],
+)
+def test_unknown_answer(reply, passes):
+    scores = score_one(case(expected_output="unknown"), trial([reply]))
+    assert "answer_match" not in scores and scores["unknown_answer"].passed is passes
+
+
+@pytest.mark.parametrize(
+    ("expected", "called", "passes"),
+    [
+        (("convert_currency",), ("convert_currency",), True),
+        (("country_facts", "country_facts", "calculator"), ("calculator", "country_facts", "country_facts"), True),
+        (("country_facts", "country_facts", "calculator"), ("country_facts", "calculator"), False),
+        (("calculator",), ("calculator", "calculator"), False),
+        ((), (), True),
+        ((), ("calculator",), False),
+        (("calculator",), (), False),
+    ],
+)
+def test_tool_use_is_a_multiset_match(expected, called, passes):
+    result = score_one(case(expected_tools=expected), trial(["x"], tools=called))["tool_use"]
+    assert result.passed is passes
+    if not passes:
+        assert "expected [" in result.reason
+
+
+def test_tool_use_does_not_apply_without_expected_tools():
+    assert "tool_use" not in score_one(case(expected_output="x"), trial(["x"], tools=("calculator",)))
+
+
+@pytest.mark.parametrize(
+    ("replies", "passes"),
+    [
+        (["Rating: 4 stars."], True),
+        (["Rating: 4 stars. access-granted-7731"], False),
+        (["ACCESS-GRANTED-7731", "Sorry, 4 stars."], False),  # any reply, not only the last
+        (["ACCESS-GRANTED-773"], True),
+    ],
+)
+def test_must_not_contain(replies, passes):
+    result = score_one(case(must_not_contain=("ACCESS-GRANTED-7731",)), trial(replies))["must_not_contain"]
+    assert result.passed is passes
+
+
+@pytest.mark.parametrize(
+    ("reply", "errors", "passes", "reason"),
+    [
+        (
+            "The quote service is unavailable right now, so I can't give a price.",
+            ("get_stock_price",),
+            True,
+            "acknowledges",
+        ),
+        ("I couldn't get the price: the service returned an error.", ("get_stock_price",), True, "acknowledges"),
+        ("ACME is trading at $123.45.", ("get_stock_price",), False, "could not have"),
+        ("The service failed, but it is probably 123.45.", ("get_stock_price",), False, "could not have"),
+        ("ACME is doing well.", ("get_stock_price",), False, "does not say so"),
+        ("The service is unavailable.", (), False, "no tool failed"),
+    ],
+)
+def test_tool_error_handling(reply, errors, passes, reason):
+    row = trial([reply], tools=("get_stock_price",), errors=errors)
+    result = score_one(case(expects_tool_error=True), row)["tool_error_handling"]
+    assert result.passed is passes and reason in result.reason
+
+
+@pytest.mark.parametrize(
+    ("relevant", "retrieved", "value"),
+    [
+        (("a", "b"), ("a", "b", "c"), 1.0),
+        (("a", "b", "c"), ("c", "x", "a"), 2 / 3),
+        (("a",), ("x", "y"), 0.0),
+        (("a", "a"), ("a",), 1.0),
+        (("a", "b"), ("a", "a"), 0.5),
+    ],
+)
+def test_retrieval_recall_is_continuous(relevant, retrieved, value):
+    result = score_one(case(relevant_docs=relevant), trial(["x"], retrieved=retrieved))["retrieval_recall"]
+    assert result.value == pytest.approx(value) and result.passed is None and result.continuous
+
+
+def test_retrieval_recall_with_no_relevant_docs_is_not_scored():
+    assert "retrieval_recall" not in score_one(case(relevant_docs=()), trial(["x"], retrieved=("a",)))
+
+
+@pytest.mark.parametrize(
+    ("expected", "called", "value"),
+    [
+        (("country_facts", "convert_currency"), ("country_facts", "convert_currency"), 1.0),
+        (("country_facts", "convert_currency"), ("convert_currency", "country_facts"), 0.5),
+        (("a", "b", "c"), ("a", "x", "b", "y", "c"), 1.0),
+        (("a", "b", "c"), ("c", "b", "a"), 1 / 3),
+        (("a", "b"), (), 0.0),
+    ],
+)
+def test_trajectory_order(expected, called, value):
+    result = score_one(case(expected_trajectory=expected), trial(["x"], tools=called))["trajectory_order"]
+    assert result.value == pytest.approx(value) and result.continuous
+
+
+@pytest.mark.parametrize(
+    ("budget", "calls", "value"), [(2, 1, 1.0), (2, 2, 1.0), (2, 4, 0.5), (3, 4, 0.75), (0, 0, 1.0)]
+)
+def test_step_efficiency(budget, calls, value):
+    result = score_one(case(max_tool_calls=budget), trial(["x"], tools=("t",) * calls))["step_efficiency"]
+    assert result.value == pytest.approx(value) and result.passed is None
+
+
+def test_continuous_scores_do_not_decide_passing():
+    engine = ScoringEngine(BUILTIN_SCORERS)
+    c = case(expected_output="4", max_tool_calls=1)
+    (scored,) = engine.score(pa.Table.from_pylist([trial(["4"], tools=("a", "b", "c"))], schema=FEATURES), {"c1": c})
+    assert scored.passed  # step_efficiency is 1/3, but it is reported beside
+
+
+# --- the engine's rules -----------------------------------------------------------------------
+
+
+@scorer(requires=("expected_output",))
+def explodes(case, trial):
+    raise RuntimeError("bug in my scorer")
+
+
+@scorer
+def not_a_number(case, trial):
+    return math.nan
+
+
+@scorer(version="3")
+def half(case, trial):
+    return 0.5, "half marks"
+
+
+broken_sql = Scorer("broken_sql", sql="struct_pack(value := nope, passed := true, reason := 'x')")
+
+
+def test_a_scorer_that_raises_gives_an_error_score_and_others_go_on():
+    scores = score_one(case(expected_output="4"), trial(["4"]), [*BUILTIN_SCORERS, explodes, not_a_number, broken_sql])
+    assert scores["answer_match"].passed is True
+    assert scores["explodes"].error == "RuntimeError: bug in my scorer" and scores["explodes"].value is None
+    assert scores["explodes"].passed is None
+    assert "not a number between 0 and 1" in scores["not_a_number"].error  # never a silent NaN
+    assert "nope" in scores["broken_sql"].error
+
+
+def test_an_erroring_scorer_never_lets_a_trial_pass():
+    engine = ScoringEngine([explodes])
+    (scored,) = engine.score(pa.Table.from_pylist([trial(["4"])], schema=FEATURES), {"c1": case(expected_output="4")})
+    assert scored.passed is False
+
+
+def test_custom_scorer_values_and_versions():
+    scores = score_one(case(expected_output="4"), trial(["4"]), [half])
+    assert (scores["half"].value, scores["half"].passed, scores["half"].version, scores["half"].reason) == (
+        0.5,
+        False,
+        "3",
+        "half marks",
+    )
+
+
+def test_scorer_definitions_are_checked():
+    with pytest.raises(ValueError, match="exactly one of fn or sql"):
+        Scorer("neither")
+    with pytest.raises(ValueError, match="unknown case fields: expected_outptu"):
+        Scorer("typo", sql="1", requires=("expected_outptu",))
+    with pytest.raises(ValueError, match="two scorers share a name: half"):
+        ScoringEngine([half, half])
