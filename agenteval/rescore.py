@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from . import experiments as ex
 from .cases import Case, parse_case
-from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_rows
-from .store import SCORES, Store, sql_string
+from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_table
+from .store import Store, sql_string
 
 DEFAULT_BATCH = 100_000
 
@@ -67,11 +67,11 @@ def rescore(
     for low, high, count in bounds:
         features = _features(store, experiment.experiment_id, low, high)
         scored = engine.score(features, cases)
-        rows = score_rows(experiment.experiment_id, scored, pass_id, time.time_ns())
-        if rows:
-            store.write("scores", pa.Table.from_pylist(rows, schema=SCORES))
+        table = score_table(experiment.experiment_id, scored, pass_id, time.time_ns())
+        if table.num_rows:
+            store.write("scores", table)
         done += count
-        scores += len(rows)
+        scores += table.num_rows
         on_batch(done, total_trials)
     return RescoreResult(
         experiment.experiment_id, pass_id, total_trials, scores, [s.name for s in chosen], time.perf_counter() - started

@@ -12,7 +12,7 @@ from .builtin import (
     trajectory_order,
     unknown_answer,
 )
-from .engine import ScoredTrial, ScoringEngine, case_table, score_rows
+from .engine import ScoredTrial, ScoringEngine, case_table, score_table
 from .features import TrialFeatures, features_sql
 from .loading import load_scorers, scorer_specs
 
@@ -27,7 +27,7 @@ __all__ = [
     "case_table",
     "features_sql",
     "load_scorers",
-    "score_rows",
+    "score_table",
     "scorer_specs",
     "must_not_contain",
     "retrieval_recall",

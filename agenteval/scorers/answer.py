@@ -3,6 +3,7 @@ compared numerically, and ``"unknown"`` meaning the reply must say the answer is
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -83,6 +84,7 @@ def numbers_in(text: str) -> list[float]:
     return [float(m.replace(",", "").replace("−", "-")) for m in NUMBER.findall(text)]
 
 
+@functools.lru_cache(maxsize=4096)
 def expected_number(expected: str) -> float | None:
     """The number an expected answer is, if it is one (currency signs, % and short units allowed)."""
     match = _CURRENCY_OR_UNIT.match(expected.strip())

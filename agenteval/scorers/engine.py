@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..cases import Case
 from .base import Score, Scorer
-from .features import TrialFeatures, features_sql
+from .features import FeatureColumns, TrialFeatures, features_sql
 
 CASE_SCHEMA = pa.schema(
     [
@@ -77,21 +77,20 @@ class ScoringEngine:
 
     def score(self, features: pa.Table, cases: dict[str, Case]) -> list[ScoredTrial]:
         """Scores for every trial in ``features`` (one row per trial, from the feature query)."""
-        rows = features.to_pylist()
-        sql_results = self._sql_scores(features, cases) if self.sql_scorers else {}
+        columns = FeatureColumns(features)
+        trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
+        # Which scorers apply depends on the case alone: decided once per case, not per trial.
+        applicable = {cid: [s for s in self.scorers if s.applies(cases[cid])] for cid in set(case_ids)}
+        sql_results = self._sql_scores(features, cases, applicable)
         scored = []
-        for row in rows:
-            case = cases[row["case_id"]]
-            trial = TrialFeatures.from_row(row)
-            scores: list[Score] = []
-            for item in self.scorers:
-                if not item.applies(case):
-                    continue
+        for index, (trial_id, case_id) in enumerate(zip(trial_ids, case_ids, strict=True)):
+            case, trial, scores = cases[case_id], TrialFeatures(columns, index), []
+            for item in applicable[case_id]:
                 if item.sql is not None:
-                    scores.append(sql_results[item.name].get(trial.trial_id) or item.error("no result"))
+                    scores.append(sql_results[item.name].get(trial_id) or item.error("no result"))
                 else:
                     scores.append(self._run_python(item, case, trial))
-            scored.append(ScoredTrial(trial.trial_id, trial.case_id, scores))
+            scored.append(ScoredTrial(trial_id, case_id, scores))
         return scored
 
     @staticmethod
@@ -101,15 +100,25 @@ class ScoringEngine:
         except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
             return item.error(f"{type(exc).__name__}: {exc}")
 
-    def _sql_scores(self, features: pa.Table, cases: dict[str, Case]) -> dict[str, dict[str, Score]]:
-        needed = {row for row in features.column("case_id").to_pylist()}
+    def _sql_scores(
+        self, features: pa.Table, cases: dict[str, Case], applicable: dict[str, list[Scorer]]
+    ) -> dict[str, dict[str, Score]]:
+        """Each SQL scorer's scores, computed in one query over the trials whose case it applies to."""
+        results: dict[str, dict[str, Score]] = {}
         self.con.register("agenteval_features", features)
-        self.con.register("agenteval_cases", case_table(cases[c] for c in needed))
         try:
-            return {item.name: self._one_sql_scorer(item) for item in self.sql_scorers}
+            for item in self.sql_scorers:
+                wanted = [cases[cid] for cid, scorers in applicable.items() if item in scorers]
+                if not wanted:
+                    continue
+                self.con.register("agenteval_cases", case_table(wanted))
+                try:
+                    results[item.name] = self._one_sql_scorer(item)
+                finally:
+                    self.con.unregister("agenteval_cases")
         finally:
             self.con.unregister("agenteval_features")
-            self.con.unregister("agenteval_cases")
+        return results
 
     def _one_sql_scorer(self, item: Scorer) -> dict[str, Score]:
         query = (
@@ -123,33 +132,48 @@ class ScoringEngine:
             return _ErrorForAll(item.error(message))
         results = {}
         for trial_id, value, passed, reason in rows:
-            try:
-                results[trial_id] = item.result({"value": value, "passed": passed, "reason": reason})
-            except Exception as exc:
-                results[trial_id] = item.error(f"{type(exc).__name__}: {exc}")
+            if value is None or value != value or not 0.0 <= value <= 1.0:
+                results[trial_id] = item.error(f"returned {value!r}, not a number between 0 and 1")
+            else:
+                if not item.continuous and passed is None:
+                    passed = value >= 1.0
+                results[trial_id] = Score(
+                    item.name,
+                    item.version,
+                    value,
+                    None if item.continuous else passed,
+                    reason or "",
+                    continuous=item.continuous,
+                )
         return results
 
 
-def score_rows(experiment_id: str, scored: Iterable[ScoredTrial], pass_id: str, scored_at: int) -> list[dict]:
-    """Rows of the ``scores`` table for scored trials, all of one pass."""
-    return [
-        {
-            "experiment_id": experiment_id,
-            "trial_id": trial.trial_id,
-            "case_id": trial.case_id,
-            "scorer": score.scorer,
-            "scorer_version": score.version,
-            "pass_id": pass_id,
-            "value": score.value,
-            "passed": score.passed,
-            "reason": score.reason,
-            "error": score.error,
-            "continuous": score.continuous,
-            "scored_at": scored_at,
-        }
-        for trial in scored
-        for score in trial.scores
-    ]
+def score_table(experiment_id: str, scored: Iterable[ScoredTrial], pass_id: str, scored_at: int) -> pa.Table:
+    """The ``scores`` table rows for scored trials, all of one pass (built column by column)."""
+    from ..store import SCORES
+
+    flat = [(trial, score) for trial in scored for score in trial.scores]
+    trial_ids = [trial.trial_id for trial, _ in flat]
+    case_ids = [trial.case_id for trial, _ in flat]
+    fields = {
+        "scorer": [score.scorer for _, score in flat],
+        "scorer_version": [score.version for _, score in flat],
+        "value": [score.value for _, score in flat],
+        "passed": [score.passed for _, score in flat],
+        "reason": [score.reason for _, score in flat],
+        "error": [score.error for _, score in flat],
+        "continuous": [score.continuous for _, score in flat],
+    }
+    count = len(trial_ids)
+    columns = {
+        "experiment_id": pa.repeat(pa.scalar(experiment_id), count),
+        "trial_id": trial_ids,
+        "case_id": case_ids,
+        **fields,
+        "pass_id": pa.repeat(pa.scalar(pass_id), count),
+        "scored_at": pa.repeat(pa.scalar(scored_at, SCORES.field("scored_at").type), count),
+    }
+    return pa.table({name: columns[name] for name in SCORES.names}, schema=SCORES)
 
 
 class _ErrorForAll(dict):

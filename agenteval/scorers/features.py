@@ -79,43 +79,89 @@ class ToolCall:
     error: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class TrialFeatures:
-    """What scorers know about one trial."""
+class FeatureColumns:
+    """A batch of features, each column turned into Python only when a scorer first reads it."""
 
-    experiment_id: str
-    trial_id: str
-    case_id: str
-    failure_type: str | None
-    replies: tuple[str, ...]
-    tool_calls: tuple[ToolCall, ...]
-    model_calls: int
-    input_tokens: int
-    output_tokens: int
-    retrieved_ids: tuple[str, ...]
-    retrievals: int
+    def __init__(self, table: Any) -> None:
+        self._table = table
+        self._columns: dict[str, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def column(self, name: str) -> list[Any]:
+        values = self._columns.get(name)
+        if values is None:
+            values = self._columns[name] = self._table.column(name).to_pylist()
+        return values
+
+
+class TrialFeatures:
+    """What scorers know about one trial (read from its batch on first use)."""
+
+    __slots__ = ("_columns", "_index")
+
+    def __init__(self, columns: FeatureColumns, index: int) -> None:
+        self._columns = columns
+        self._index = index
+
+    def _get(self, name: str) -> Any:
+        return self._columns.column(name)[self._index]
+
+    @property
+    def experiment_id(self) -> str:
+        return self._get("experiment_id")
+
+    @property
+    def trial_id(self) -> str:
+        return self._get("trial_id")
+
+    @property
+    def case_id(self) -> str:
+        return self._get("case_id")
+
+    @property
+    def failure_type(self) -> str | None:
+        return self._get("failure_type")
+
+    @property
+    def replies(self) -> tuple[str, ...]:
+        """Every reply of the conversation, in order."""
+        return tuple(r or "" for r in self._get("replies") or ())
 
     @property
     def reply(self) -> str:
         """The final reply ("" when there was none)."""
-        return self.replies[-1] if self.replies else ""
+        replies = self._get("replies")
+        return (replies[-1] or "") if replies else ""
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(**call) for call in self._get("tool_calls") or ())
 
     @property
     def tool_names(self) -> tuple[str, ...]:
-        return tuple(call.name for call in self.tool_calls)
+        return tuple(call["name"] for call in self._get("tool_calls") or ())
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> TrialFeatures:
-        return cls(
-            experiment_id=row["experiment_id"],
-            trial_id=row["trial_id"],
-            case_id=row["case_id"],
-            failure_type=row["failure_type"],
-            replies=tuple(r or "" for r in row["replies"] or ()),
-            tool_calls=tuple(ToolCall(**call) for call in row["tool_calls"] or ()),
-            model_calls=row["model_calls"],
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            retrieved_ids=tuple(row["retrieved_ids"] or ()),
-            retrievals=row["retrievals"],
-        )
+    @property
+    def model_calls(self) -> int:
+        return self._get("model_calls")
+
+    @property
+    def input_tokens(self) -> int:
+        return self._get("input_tokens")
+
+    @property
+    def output_tokens(self) -> int:
+        return self._get("output_tokens")
+
+    @property
+    def retrieved_ids(self) -> tuple[str, ...]:
+        return tuple(self._get("retrieved_ids") or ())
+
+    @property
+    def retrievals(self) -> int:
+        return self._get("retrievals")
+
+    def __repr__(self) -> str:
+        return f"TrialFeatures(trial_id={self.trial_id!r}, reply={self.reply!r}, tools={self.tool_names!r})"
