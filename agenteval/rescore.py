@@ -19,7 +19,7 @@ from .cases import Case, parse_case
 from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_table
 from .store import Store, sql_string
 
-DEFAULT_BATCH = 100_000
+DEFAULT_BATCH = 50_000
 
 
 @dataclasses.dataclass
@@ -72,6 +72,9 @@ def rescore(
             store.write("scores", table)
         done += count
         scores += table.num_rows
+        # Drop this batch before the next is built: memory is bounded by one batch, not two.
+        del features, scored, table
+        pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
     return RescoreResult(
         experiment.experiment_id, pass_id, total_trials, scores, [s.name for s in chosen], time.perf_counter() - started

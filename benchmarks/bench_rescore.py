@@ -6,7 +6,7 @@ them), 1,000 cases, one compacted file per table. Each run rescores the whole ex
 process; the script prints the median trials/s and peak RSS of the runs. Target: at least 50,000
 trials/s, memory bounded by the batch size, not the experiment's size.
 
-    python benchmarks/bench_rescore.py [--trials 1000000] [--batch-size 100000] [--repeats 3] [--keep DIR]
+    python benchmarks/bench_rescore.py [--trials 1000000] [--batch-size 50000] [--repeats 3] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ print(json.dumps({"trials": result.trials, "scores": result.scores, "seconds": r
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=1_000_000)
-    parser.add_argument("--batch-size", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="Reuse (or create and keep) the store here.")
     options = parser.parse_args()
