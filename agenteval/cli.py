@@ -319,6 +319,176 @@ def rescore(
 
 
 @main.command()
+@click.argument("experiment", required=False)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "markdown", "json", "html"]), default="table", show_default=True
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of the terminal.")
+@store_option
+def report(experiment: str | None, fmt: str, output: str | None, store: str | None) -> None:
+    """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost."""
+    from .report import build_report
+    from .report_formats import FORMATS, to_terminal
+    from .store import Store
+
+    try:
+        data = build_report(Store(store), experiment)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if fmt == "table" and output is None:
+        from rich.console import Console
+
+        Console().print(to_terminal(data))
+        return
+    text = FORMATS["markdown" if fmt == "table" else fmt](data)
+    if output:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        click.echo(f"wrote {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command(name="compare")
+@click.argument("baseline")
+@click.argument("candidate")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+def compare_command(baseline: str, candidate: str, store: str | None, as_json: bool) -> None:
+    """Compare CANDIDATE with BASELINE case by case: paired difference with its interval, what changed."""
+    import json
+
+    from .compare import NotComparable, compare
+    from .console import comparison_view
+    from .store import Store
+
+    try:
+        result = compare(Store(store), baseline, candidate)
+    except NotComparable as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        return
+    from rich.console import Console
+
+    Console().print(comparison_view(result.to_dict()))
+
+
+@main.command(name="gate")
+@click.option("--baseline", required=True)
+@click.option("--candidate", required=True)
+@click.option(
+    "--max-drop",
+    type=click.FloatRange(0, 1),
+    default=0.02,
+    show_default=True,
+    help="Drops up to this much are tolerated.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Significance level of the one-sided paired test.",
+)
+@click.option(
+    "--max-infra",
+    type=click.FloatRange(0, 1),
+    default=0.10,
+    show_default=True,
+    help="Refuse to judge when more than this share of either run failed for infrastructure reasons.",
+)
+@store_option
+def gate_command(
+    baseline: str, candidate: str, max_drop: float, alpha: float, max_infra: float, store: str | None
+) -> None:
+    """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge) for CI."""
+    import os
+
+    from .compare import gate
+    from .store import Store
+
+    decision = gate(Store(store), baseline, candidate, max_drop=max_drop, alpha=alpha, max_infra=max_infra)
+    click.echo(f"gate: {decision.verdict} (exit {decision.exit_code})")
+    for reason in decision.reasons:
+        click.echo(f"  {reason}")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as handle:
+            handle.write(f"### agenteval gate: {decision.verdict}\n\n")
+            handle.write(f"Baseline `{baseline}`, candidate `{candidate}`.\n\n")
+            handle.writelines(f"- {reason}\n" for reason in decision.reasons)
+            handle.write("\n")
+    raise SystemExit(decision.exit_code)
+
+
+@main.command()
+@click.option(
+    "--pass-rate",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="The baseline pass rate [default: 0.85, or the --from experiment's].",
+)
+@click.option("--attempts", type=click.IntRange(min=1), default=None, help="[default: 3, or --from's]")
+@click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
+@click.option("--drop", "drops", type=click.FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True)
+@click.option(
+    "--target-power", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8, show_default=True
+)
+@click.option(
+    "--spread",
+    type=click.FloatRange(0, 0.5),
+    default=None,
+    help="Standard deviation of the cases' true pass rates [default: estimated from --from, else "
+    "half the largest possible variance].",
+)
+@click.option("--from", "from_experiment", help="Estimate pass rate, attempts and spread from this experiment.")
+@store_option
+def power(
+    pass_rate: float | None,
+    attempts: int | None,
+    cases_list: tuple[int, ...],
+    drops: tuple[float, ...],
+    alpha: float,
+    target_power: float,
+    spread: float | None,
+    from_experiment: str | None,
+    store: str | None,
+) -> None:
+    """How likely a comparison is to catch a drop, and how many cases it takes."""
+    from .console import power_view
+    from .power import PowerModel, default_model, estimate_between_case_variance
+
+    if from_experiment:
+        from .compare import case_rates
+        from .experiments import find
+        from .store import Store
+
+        target = Store(store)
+        found = find(target, from_experiment)
+        if found is None:
+            raise click.ClickException(f"no experiment {from_experiment!r}")
+        rows = case_rates(target, found.experiment_id)
+        rates = [r["rate"] for r in rows]
+        attempts = attempts or max(r["attempts"] for r in rows)
+        pass_rate = pass_rate or sum(rates) / len(rates)
+        variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
+    else:
+        pass_rate, attempts = pass_rate or 0.85, attempts or 3
+        variance = default_model(pass_rate, attempts).between_case_variance if spread is None else spread**2
+    try:
+        model = PowerModel(pass_rate, attempts, variance, alpha)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    from rich.console import Console
+
+    Console().print(
+        power_view(model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power)
+    )
+
+
+@main.command()
 @store_option
 @format_option
 def experiments(store: str | None, fmt: str) -> None:

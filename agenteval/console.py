@@ -85,3 +85,82 @@ def run_summary(summary: dict) -> str:
         lines.append(f"interrupted; continue with: {summary['resume']}")
     lines.append(f"full report: {summary['report']}")
     return "\n".join(lines)
+
+
+def comparison_view(comparison: dict) -> RenderableType:
+    """``agenteval compare``: the paired difference with its interval, per category, what moved and changed."""
+    from .report_formats import pct
+
+    overall = comparison["overall"]
+    parts: list[RenderableType] = [
+        Text(f"candidate {comparison['candidate']} against baseline {comparison['baseline']}", style="bold"),
+        Text(
+            f"pass rate {pct(overall['baseline'])} -> {pct(overall['candidate'])}: difference "
+            f"{overall['difference']:+.1%} (95% CI {overall['ci95'][0]:+.1%} to {overall['ci95'][1]:+.1%}, paired by "
+            f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
+            f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
+        ),
+    ]
+    rows = [
+        [
+            name,
+            str(d["cases"]),
+            pct(d["baseline"]),
+            pct(d["candidate"]),
+            f"{d['difference']:+.1%}",
+            "–" if d["standard_error"] != d["standard_error"] else f"{d['ci95'][0]:+.1%} to {d['ci95'][1]:+.1%}",
+        ]
+        for name, d in comparison["categories"].items()
+    ]
+    parts.append(
+        rich_table(["category", "cases", "baseline", "candidate", "difference", "95% CI"], rows, title="By category")
+    )
+    for title, key in (("Newly failing cases", "newly_failing"), ("Newly passing cases", "newly_passing")):
+        moved = comparison[key]
+        parts.append(
+            rich_table(
+                ["case", "category", "baseline", "candidate"],
+                [[m["case_id"], m["category"] or "", pct(m["baseline"]), pct(m["candidate"])] for m in moved],
+                title=f"{title} ({len(moved)})",
+            )
+        )
+    types = comparison["failure_types"]
+    parts.append(
+        rich_table(
+            ["failure type", "baseline", "candidate"],
+            [[t, str(v["baseline"]), str(v["candidate"])] for t, v in types.items()],
+            title="Failure types",
+        )
+    )
+    figures = comparison["figures"]
+    measures = ["latency_p50_ms", "latency_p95_ms", "tokens_per_trial", "cost_usd", "infrastructure_failures"]
+    parts.append(
+        rich_table(
+            ["", "baseline", "candidate"],
+            [[m, _figure(figures["baseline"][m]), _figure(figures["candidate"][m])] for m in measures],
+            title="Latency, tokens, cost",
+        )
+    )
+    changes = comparison["changes"]
+    parts.append(
+        rich_table(
+            ["what changed", "baseline", "candidate"],
+            [[k, str(v["baseline"]), str(v["candidate"])] for k, v in changes.items()]
+            or [["nothing recorded", "", ""]],
+            title="Configuration",
+        )
+    )
+    return Group(*parts)
+
+
+def _figure(value: object) -> str:
+    return "–" if value is None else f"{value:,.4g}" if isinstance(value, float) else str(value)
+
+
+def power_view(model: object, cases: list[int], drops: list[float], target: float) -> RenderableType:
+    """``agenteval power``: the chance of catching each drop for each number of cases, and cases needed."""
+    header = ["cases", *(f"drop {d:.0%}" for d in drops)]
+    rows = [[str(m), *(f"{model.power(m, d):.0%}" for d in drops)] for m in cases]  # type: ignore[attr-defined]
+    rows.append([f"cases for {target:.0%} power", *(str(model.cases_needed(d, target)) for d in drops)])  # type: ignore[attr-defined]
+    assumptions = Text("Assumptions:\n" + "\n".join(f"  - {a}" for a in model.assumptions()))  # type: ignore[attr-defined]
+    return Group(rich_table(header, rows, title="Probability that a paired comparison catches the drop"), assumptions)

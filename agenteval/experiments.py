@@ -5,15 +5,19 @@ A status change appends a row; the newest row (``updated_at``) is the experiment
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import duckdb
+
 from .stats import clustered_mean, interval95
-from .store import Store
+from .store import Store, sql_string
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
@@ -24,32 +28,84 @@ SELECT * EXCLUDE (rank) FROM (
 """
 """Each experiment's newest row."""
 
-CURRENT_TRIALS = """
-SELECT * FROM trials t
-WHERE NOT EXISTS (SELECT 1 FROM trials r WHERE r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
-"""
-"""Trials not superseded by a retry."""
 
-CURRENT_SCORES = """
-SELECT * FROM scores
+def _only(experiment_id: str | None, alias: str = "") -> str:
+    column = f"{alias}.experiment_id" if alias else "experiment_id"
+    return f"{column} = {sql_string(experiment_id)}" if experiment_id else "true"
+
+
+def current_trials(experiment_id: str | None = None) -> str:
+    """Trials not superseded by a retry (of one experiment, or all)."""
+    return f"""
+SELECT * FROM trials t WHERE {_only(experiment_id, "t")}
+AND NOT EXISTS (SELECT 1 FROM trials r WHERE {_only(experiment_id, "r")}
+                AND r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
+"""
+
+
+def current_scores(experiment_id: str | None = None) -> str:
+    """Each trial's newest score from each scorer: a rescore pass replaces what it re-ran, older passes stay."""
+    return f"""
+SELECT * FROM scores WHERE {_only(experiment_id)}
 QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1
 """
-"""Each trial's newest score from each scorer: a rescore pass replaces what it re-ran, older passes stay."""
 
-JUDGED_TRIALS = f"""
+
+def judged_trials(experiment_id: str | None = None, scores: str | None = None) -> str:
+    """Current trials judged by their current scores: a trial passes when it did not fail and every
+    applicable pass/fail scorer passed (an errored scorer does not pass). What every figure comes from.
+    ``scores``: a relation already holding the current scores, if one was computed."""
+    current = scores or f"({current_scores(experiment_id)})"
+    return f"""
 SELECT t.* REPLACE (
     CASE WHEN t.failure_type IS NOT NULL THEN 'failed' WHEN coalesce(j.all_passed, true) THEN 'passed'
          ELSE 'wrong' END AS outcome,
     t.failure_type IS NULL AND coalesce(j.all_passed, true) AS passed
 )
-FROM ({CURRENT_TRIALS}) t
+FROM ({current_trials(experiment_id)}) t
 LEFT JOIN (
     SELECT experiment_id, trial_id, bool_and(passed IS TRUE) AS all_passed
-    FROM ({CURRENT_SCORES}) WHERE NOT coalesce(continuous, false) GROUP BY ALL
+    FROM {current} WHERE NOT coalesce(continuous, false) GROUP BY ALL
 ) j USING (experiment_id, trial_id)
 """
-"""Current trials judged by their current scores: a trial passes when it did not fail and every applicable
-pass/fail scorer passed (an errored scorer does not pass). What every figure is computed from."""
+
+
+CURRENT_TRIALS = current_trials()
+CURRENT_SCORES = current_scores()
+JUDGED_TRIALS = judged_trials()
+
+
+SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, value, passed, continuous, error"
+TRIAL_FIGURES = (
+    "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
+    "duration_ms, input_tokens, output_tokens, cost_usd"
+)
+
+
+@contextlib.contextmanager
+def judged_connection(store: Store, experiment_id: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection over the store with the experiment's current scores and judged trials computed once,
+    as tables ``current_scores`` and ``judged``."""
+    con = store.connect()
+    try:
+        # Only the columns figures use: replies and reasons are large, and reading them costs most of the time.
+        con.execute(
+            f"CREATE TEMP TABLE current_scores AS SELECT {SCORE_FIGURES} FROM ({current_scores(experiment_id)})"
+        )
+        con.execute(
+            f"CREATE TEMP TABLE judged AS SELECT {TRIAL_FIGURES} "
+            f"FROM ({judged_trials(experiment_id, 'current_scores')})"
+        )
+        yield con
+    finally:
+        con.close()
+
+
+def fetch(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any] | None = None) -> list[dict[str, Any]]:
+    """Rows of a query as dicts."""
+    cursor = con.execute(sql, parameters or [])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def new_experiment_id() -> str:
@@ -161,14 +217,11 @@ def list_experiments(store: Store) -> list[dict[str, Any]]:
 
 def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     """The experiment's current trials: which (case, attempt) are done, and how they ended."""
-    return store.rows(
-        f"SELECT case_id, attempt, trial_id, outcome, failure_type, infrastructure FROM ({CURRENT_TRIALS}) "
-        "WHERE experiment_id = ?",
-        [experiment_id],
-    )
+    columns = "case_id, attempt, trial_id, outcome, failure_type, infrastructure"
+    return store.rows(f"SELECT {columns} FROM ({current_trials(experiment_id)})")
 
 
-SUMMARY = f"""
+SUMMARY = """
 SELECT count(*) AS trials,
        count(*) FILTER (WHERE outcome = 'passed') AS passed,
        count(*) FILTER (WHERE outcome = 'wrong') AS wrong,
@@ -177,23 +230,22 @@ SELECT count(*) AS trials,
        avg(passed::INT) AS pass_rate,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        sum(cost_usd) AS cost_usd
-FROM ({JUDGED_TRIALS}) WHERE experiment_id = ?
+FROM judged
 """
 
 
-def summarize(store: Store, experiment_id: str) -> dict[str, Any]:
-    """Counts of passed, wrong and failed trials, failures by type, tokens and cost, from the store."""
-    (figures,) = store.rows(SUMMARY, [experiment_id])
-    by_type = store.rows(
-        f"SELECT failure_type, count(*) AS n FROM ({JUDGED_TRIALS}) WHERE experiment_id = ? AND outcome = 'failed' "
-        "GROUP BY 1 ORDER BY 2 DESC, 1",
-        [experiment_id],
+def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
+    """Counts of passed, wrong and failed trials, failures by type, tokens, cost, and the pass rate with its
+    case-clustered interval. ``con``: a :func:`judged_connection` already open for the experiment."""
+    if con is None:
+        with judged_connection(store, experiment_id) as opened:
+            return summarize(store, experiment_id, opened)
+    (figures,) = fetch(con, SUMMARY)
+    by_type = fetch(
+        con, "SELECT failure_type, count(*) AS n FROM judged WHERE outcome = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1"
     )
     figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
-    per_case = store.rows(
-        f"SELECT list(passed::INT) AS values FROM ({JUDGED_TRIALS}) WHERE experiment_id = ? GROUP BY case_id",
-        [experiment_id],
-    )
+    per_case = fetch(con, "SELECT list(passed::INT) AS values FROM judged GROUP BY case_id")
     _, standard_error = clustered_mean([row["values"] for row in per_case])
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
     figures["pass_rate_ci95"] = (

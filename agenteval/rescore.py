@@ -82,10 +82,7 @@ def rescore(
 
 
 def _answered_trials(experiment_id: str) -> str:
-    return (
-        f"(SELECT * FROM ({ex.CURRENT_TRIALS}) WHERE experiment_id = {sql_string(experiment_id)} "
-        "AND failure_type IS NULL)"
-    )
+    return f"(SELECT * FROM ({ex.current_trials(experiment_id)}) WHERE failure_type IS NULL)"
 
 
 def _batches(store: Store, experiment_id: str, size: int) -> list[tuple[str, str, int]]:

@@ -3,8 +3,10 @@ are clustered by case (Miller, "Adding Error Bars to Evals", 2024)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 Z95 = 1.959963984540054
 
@@ -31,3 +33,67 @@ def interval95(mean: float, standard_error: float) -> tuple[float, float]:
     if math.isnan(standard_error):
         return math.nan, math.nan
     return max(0.0, mean - Z95 * standard_error), min(1.0, mean + Z95 * standard_error)
+
+
+NORMAL = NormalDist()
+
+
+def pass_at_k(attempts: int, passes: int, k: int) -> float:
+    """The chance that at least one of k attempts drawn from this case's n passes (unbiased estimator)."""
+    if k > attempts:
+        raise ValueError("k cannot exceed the attempts")
+    return 1.0 - math.comb(attempts - passes, k) / math.comb(attempts, k)
+
+
+def pass_hat_k(attempts: int, passes: int, k: int) -> float:
+    """tau-bench's pass^k: the chance that all k attempts drawn from the case's n pass, C(c,k) / C(n,k)."""
+    if k > attempts:
+        raise ValueError("k cannot exceed the attempts")
+    return math.comb(passes, k) / math.comb(attempts, k)
+
+
+def mean_over_cases(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of per-case values and its standard error (cases independent)."""
+    m = len(values)
+    if m == 0:
+        return math.nan, math.nan
+    mean = sum(values) / m
+    if m < 2:
+        return mean, math.nan
+    variance = sum((v - mean) ** 2 for v in values) / (m - 1)
+    return mean, math.sqrt(variance / m)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+    """Candidate minus baseline over the cases both ran, paired by case (each case one cluster)."""
+
+    cases: int
+    baseline: float
+    candidate: float
+    difference: float
+    standard_error: float
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        z = NORMAL.inv_cdf(0.5 + level / 2)
+        return self.difference - z * self.standard_error, self.difference + z * self.standard_error
+
+    def p_drop(self) -> float:
+        """One-sided p-value of "the candidate is no worse": small when the drop is real."""
+        if self.standard_error == 0:
+            return 0.0 if self.difference < 0 else 1.0
+        return NORMAL.cdf(self.difference / self.standard_error)
+
+    def minimum_detectable_drop(self, alpha: float = 0.05, power: float = 0.8) -> float:
+        """The smallest drop a one-sided test at ``alpha`` catches with ``power``, at this standard error."""
+        return (NORMAL.inv_cdf(1 - alpha) + NORMAL.inv_cdf(power)) * self.standard_error
+
+
+def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -> PairedDifference:
+    """Per-case pass rates (attempts averaged) of two experiments, compared over their shared cases."""
+    shared = sorted(set(baseline) & set(candidate))
+    diffs = [candidate[c] - baseline[c] for c in shared]
+    difference, standard_error = mean_over_cases(diffs)
+    base = sum(baseline[c] for c in shared) / len(shared) if shared else math.nan
+    cand = sum(candidate[c] for c in shared) / len(shared) if shared else math.nan
+    return PairedDifference(len(shared), base, cand, difference, standard_error)

@@ -85,6 +85,7 @@ class Store:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores``."""
         self.ensure()
         con = duckdb.connect(database)
+        con.execute("SET enable_progress_bar = false")  # our commands show their own progress, or none
         for table in TABLES:
             # Creating the view binds it, which opens the files to union their columns.
             _retry_vanished(

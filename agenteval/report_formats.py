@@ -1,0 +1,258 @@
+"""Rendering a report: terminal tables, markdown, JSON, and one self-contained HTML file with plots.
+
+Case ids, replies and failure messages are untrusted text: HTML escapes every value (``html.escape``)
+and the terminal view builds rich ``Text`` objects, never markup.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def interval(ci: list[float] | None) -> str:
+    return "–" if not ci else f"{ci[0]:.1%} to {ci[1]:.1%}"
+
+
+def ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f} ms"
+
+
+def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report as titled tables of text: what every format but JSON renders."""
+    e, o = report["experiment"], report["outcomes"]
+    git = e["environment"].get("git") or {}
+    about = [
+        ["experiment", e["id"] + (f" ({e['name']})" if e["name"] else "")],
+        ["dataset", f"{e['dataset']} (content {e['dataset_hash']})"],
+        ["agent", f"{e['agent']} · version {e['version']}"],
+        ["status", f"{e['status']} · {report['trials']} trials of {report['cases']} cases"],
+        [
+            "environment",
+            f"Python {e['environment'].get('python')} · {e['environment'].get('platform')}"
+            + (f" · git {git['commit'][:10]}{' (dirty)' if git.get('dirty') else ''}" if git else ""),
+        ],
+    ]
+    overall = report["overall"]
+    headline = [["pass rate", pct(overall["pass_rate"]), interval(overall["ci95"]), "standard error clustered by case"]]
+    k_rows = [[str(k["k"]), pct(k["pass_at_k"]), pct(k["pass_hat_k"]), str(k["cases"])] for k in overall["k"]]
+    categories = [
+        [
+            c["category"],
+            str(c["cases"]),
+            str(c["trials"]),
+            pct(c["pass_rate"]),
+            interval(c["ci95"]),
+            " / ".join(pct(k["pass_hat_k"]) for k in c["k"]),
+        ]
+        for c in report["categories"]
+    ]
+    scorers = [
+        [
+            s["scorer"],
+            "continuous (mean)" if s["continuous"] else "pass/fail",
+            pct(s["mean"] if s["continuous"] else s["pass_rate"]),
+            str(s["scored"]),
+            str(s["errors"]),
+        ]
+        for s in report["scorers"]
+    ]
+    trials = report["trials"] or 1
+    outcomes = [
+        ["passed", str(o["passed"]), pct(o["passed"] / trials)],
+        ["wrong answers", str(o["wrong"]), pct(o["wrong_share"])],
+        ["failures", str(o["failed"]), pct(o["failed_share"])],
+        ["  of which infrastructure", str(o["infrastructure_failures"]), pct(o["infrastructure_failures"] / trials)],
+    ] + [[f"  {kind}", str(n), pct(n / trials)] for kind, n in o["failures_by_type"].items()]
+    latency = [
+        ["trial", ms(report["latency"]["trial_p50_ms"]), ms(report["latency"]["trial_p95_ms"]), str(report["trials"])]
+    ]
+    latency += [[s["operation"], ms(s["p50_ms"]), ms(s["p95_ms"]), str(s["spans"])] for s in report["latency"]["spans"]]
+    tokens = [
+        [t["role"], t["model"] or "–", str(t["model_calls"]), str(t["input_tokens"] or 0), str(t["output_tokens"] or 0)]
+        for t in report["tokens"]
+    ]
+    cost = report["cost_usd"]
+    tokens.append(["agent cost", "–" if cost is None else f"${cost:.4f}", "", "", ""])
+    worst = [
+        [w["case_id"], w["category"], f"{w['passes']}/{w['attempts']}", str(w["failed"]), (w["a_failure"] or "")[:80]]
+        for w in report["worst_cases"]
+    ]
+    flaky = report["flaky"]
+    return [
+        ("Experiment", ["", ""], about),
+        ("Pass rate", ["", "value", "95% CI", "note"], headline),
+        ("pass@k and pass^k (over cases)", ["k", "pass@k", "pass^k", "cases"], k_rows),
+        ("By category", ["category", "cases", "trials", "pass rate", "95% CI", "pass^k for k = 1.."], categories),
+        ("Scorers (current scores)", ["scorer", "kind", "pass rate / mean", "scored", "errors"], scorers),
+        ("Failures apart from wrong answers", ["outcome", "trials", "share"], outcomes),
+        ("Latency", ["of", "p50", "p95", "count"], latency),
+        (
+            "Tokens and cost (the agent's apart from the judge's and the simulated user's)",
+            ["role", "model", "calls", "input", "output"],
+            tokens,
+        ),
+        (f"Flaky cases: {flaky['count']} with mixed outcomes across attempts", ["case"], [[c] for c in flaky["cases"]]),
+        ("Worst cases", ["case", "category", "passed", "failed", "a failure"], worst),
+    ]
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    out = [f"# Report: {cell(report['experiment']['id'])}"]
+    for title, header, rows in sections(report):
+        out += ["", f"## {cell(title)}", ""]
+        if any(header):
+            out.append("| " + " | ".join(cell(h) for h in header) + " |")
+        else:
+            out.append("| | |")
+        out.append("|" + "---|" * len(header))
+        out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, default=str)
+
+
+def to_terminal(report: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    from .tables import rich_table
+
+    parts: list[Any] = []
+    for title, header, rows in sections(report):
+        parts.append(rich_table(header, rows, title=title))
+    parts.append(Text("Figures come from DuckDB over the store; agenteval sql shows the tables behind them."))
+    return Group(*parts)
+
+
+# --- HTML -----------------------------------------------------------------------------------
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:980px;color:#1f2933;padding:0 1rem}
+h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0}td,th{padding:.25rem .6rem;border-bottom:1px solid #eee;text-align:left}
+th{font-weight:600;background:#f5f7fa}svg text{font:11px system-ui,sans-serif;fill:#333}
+.note{color:#666;font-size:12px}
+"""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in header) if any(header) else ""
+    body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table>{f'<tr>{head}</tr>' if head else ''}{body}</table>"
+
+
+def _category_plot(categories: list[dict[str, Any]]) -> str:
+    """Pass rate by category with 95% interval bars."""
+    e = html.escape
+    row, left, width = 24, 170, 520
+    height = row * len(categories) + 30
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{height}" '
+        'role="img" aria-label="pass rate by category with 95% intervals">'
+    ]
+    for i, c in enumerate(categories):
+        y = 10 + i * row
+        rate = c["pass_rate"] or 0.0
+        parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">{e(c["category"])}</text>')
+        parts.append(
+            f'<rect x="{left}" y="{y + 3}" width="{rate * width:.1f}" height="14" fill="#6c9bd2">'
+            f"<title>{e(c['category'])}: {pct(rate)} ({e(interval(c['ci95']))})</title></rect>"
+        )
+        if c["ci95"]:
+            low, high = c["ci95"]
+            parts.append(
+                f'<line x1="{left + low * width:.1f}" x2="{left + high * width:.1f}" y1="{y + 10}" '
+                f'y2="{y + 10}" stroke="#1f2933" stroke-width="1.5"/>'
+            )
+        parts.append(f'<text x="{left + width + 6}" y="{y + 14}">{pct(rate)}</text>')
+    for tick in (0, 0.5, 1):
+        x = left + tick * width
+        parts.append(
+            f'<line x1="{x}" x2="{x}" y1="6" y2="{height - 18}" stroke="#ccc"/>'
+            f'<text x="{x}" y="{height - 4}" text-anchor="middle">{tick:.0%}</text>'
+        )
+    return "".join(parts) + "</svg>"
+
+
+def _histogram(sample: list[float], bins: int = 30) -> str:
+    """The trial latency distribution (from a uniform sample of trials)."""
+    if not sample:
+        return '<p class="note">no trials</p>'
+    low, high = sample[0], sample[-1]
+    span = (high - low) or 1.0
+    counts = [0] * bins
+    for value in sample:
+        counts[min(int((value - low) / span * bins), bins - 1)] += 1
+    top, width, height = max(counts), 600, 140
+    bar = width / bins
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 30}" role="img" '
+        'aria-label="trial latency distribution">'
+    ]
+    for i, n in enumerate(counts):
+        h = n / top * height
+        parts.append(
+            f'<rect x="{10 + i * bar:.1f}" y="{height - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" '
+            f'fill="#8fb98b"><title>{n} trials</title></rect>'
+        )
+    parts.append(
+        f'<text x="10" y="{height + 16}">{low:,.1f} ms</text>'
+        f'<text x="{width + 10}" y="{height + 16}" text-anchor="end">{high:,.1f} ms</text>'
+    )
+    return "".join(parts) + "</svg>"
+
+
+def _failure_plot(outcomes: dict[str, Any]) -> str:
+    kinds = list(outcomes["failures_by_type"].items())
+    if not kinds:
+        return '<p class="note">no failures</p>'
+    e = html.escape
+    top, row, left, width = max(n for _, n in kinds), 22, 200, 400
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{row * len(kinds) + 10}" '
+        'role="img" aria-label="failures by type">'
+    ]
+    for i, (kind, n) in enumerate(kinds):
+        y = 4 + i * row
+        parts.append(
+            f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{e(kind)}</text>'
+            f'<rect x="{left}" y="{y + 2}" width="{n / top * width:.1f}" height="14" fill="#d28c6c"/>'
+            f'<text x="{left + n / top * width + 6:.1f}" y="{y + 13}">{n}</text>'
+        )
+    return "".join(parts) + "</svg>"
+
+
+def to_html(report: dict[str, Any]) -> str:
+    """One self-contained page: inline CSS and SVG, no script, no network access needed."""
+    e = html.escape
+    body = [f"<h1>Report: {e(report['experiment']['id'])}</h1>"]
+    plots = {
+        "By category": _category_plot(report["categories"]),
+        "Latency": _histogram(report["latency"]["trial_sample_ms"]),
+        "Failures apart from wrong answers": _failure_plot(report["outcomes"]),
+    }
+    for title, header, rows in sections(report):
+        body.append(f"<h2>{e(title)}</h2>")
+        if title in plots:
+            body.append(plots[title])
+        body.append(_table(header, rows))
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>agenteval report {e(report['experiment']['id'])}</title><style>{STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}

@@ -1,0 +1,215 @@
+"""Reports, comparisons and the gate, over real runs of the mock agent into a real store."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.compare import NotComparable, compare, gate
+from agenteval.report import build_report
+from agenteval.runner import evaluate
+from agenteval.store import Store
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    store = tmp_path_factory.mktemp("runs") / "store"
+
+    def run(**options):
+        return evaluate(
+            "mock",
+            "arithmetic",
+            cases=40,
+            attempts=3,
+            store=store,
+            progress="none",
+            agent_options={k: str(v) for k, v in options.items()},
+        ).id
+
+    return {
+        "store": store,
+        "good": run(wrong_rate=0.05, seed=1),
+        "same": run(wrong_rate=0.05, seed=2),
+        "worse": run(wrong_rate=0.35, seed=3),
+        "flooded": run(wrong_rate=0.05, fail_rate=0.3, failure="quota_exhausted", seed=4),
+        "small": evaluate("mock", "arithmetic", cases=5, attempts=1, store=store, progress="none").id,
+    }
+
+
+def test_report_figures(runs):
+    report = build_report(Store(runs["store"]), runs["worse"])
+    assert report["trials"] == 120 and report["cases"] == 40
+    overall = report["overall"]
+    low, high = overall["ci95"]
+    assert low < overall["pass_rate"] < high and overall["se"] > 0
+    ks = {k["k"]: k for k in overall["k"]}
+    assert set(ks) == {1, 2, 3}
+    assert ks[1]["pass_at_k"] == pytest.approx(overall["pass_rate"]) == pytest.approx(ks[1]["pass_hat_k"])
+    assert ks[3]["pass_at_k"] >= ks[2]["pass_at_k"] >= ks[1]["pass_at_k"] >= ks[2]["pass_hat_k"] >= ks[3]["pass_hat_k"]
+    assert {c["category"] for c in report["categories"]} == {"addition", "subtraction", "multiplication", "division"}
+    assert sum(c["trials"] for c in report["categories"]) == 120
+    outcomes = report["outcomes"]
+    assert outcomes["passed"] + outcomes["wrong"] + outcomes["failed"] == 120 and outcomes["failed"] == 0
+    assert report["flaky"]["count"] > 0
+    assert {s["scorer"] for s in report["scorers"]} == {"answer_match", "tool_use"}
+    assert report["latency"]["trial_p95_ms"] >= report["latency"]["trial_p50_ms"] > 0
+    assert {s["operation"] for s in report["latency"]["spans"]} == {"chat", "execute_tool"}
+    assert report["tokens"][0]["role"] == "agent" and report["cost_usd"] > 0
+    worst = report["worst_cases"][0]
+    assert worst["passes"] / worst["attempts"] == min(c["passes"] / c["attempts"] for c in report["worst_cases"])
+
+
+def test_report_separates_failures_by_type_and_infrastructure(runs):
+    outcomes = build_report(Store(runs["store"]), runs["flooded"])["outcomes"]
+    assert outcomes["failures_by_type"] == {"quota_exhausted": outcomes["failed"]}
+    assert outcomes["infrastructure_failures"] == outcomes["failed"] > 0
+    assert outcomes["failed_share"] == pytest.approx(outcomes["failed"] / 120)
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+        self.sources: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.sources += [v for k, v in attrs if k in ("src", "href") and v]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_report_is_one_self_contained_page_with_plots(runs, tmp_path):
+    target = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        main, ["report", runs["flooded"], "--store", str(runs["store"]), "--format", "html", "-o", str(target)]
+    )
+    assert result.exit_code == 0
+    page = _Page()
+    page.feed(target.read_text())
+    assert page.sources == []  # nothing to fetch: it opens offline
+    assert "script" not in page.tags
+    assert page.tags.count("svg") == 3  # categories with interval bars, latency distribution, failure types
+    text = " ".join(page.text)
+    assert "Pass rate" in text and "By category" in text and "Worst cases" in text and runs["flooded"] in text
+    assert "quota_exhausted" in text
+
+
+def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
+    from agenteval.report_formats import to_html, to_markdown
+
+    report = build_report_stub("<script>alert(1)</script>", "a|b")
+    page = to_html(report)
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "a\\|b" in to_markdown(report)
+
+
+def build_report_stub(case_id: str, category: str) -> dict:
+    return {
+        "experiment": {
+            "id": "e1",
+            "name": None,
+            "dataset": "d",
+            "dataset_hash": "h",
+            "agent": "a",
+            "version": "v",
+            "status": "completed",
+            "started_at": 0,
+            "ended_at": 0,
+            "environment": {"python": "3", "platform": "p", "git": None},
+        },
+        "trials": 1,
+        "cases": 1,
+        "overall": {"pass_rate": 0.0, "se": None, "ci95": None, "k": []},
+        "categories": [
+            {"category": category, "cases": 1, "trials": 1, "pass_rate": 0.0, "se": None, "ci95": None, "k": []}
+        ],
+        "scorers": [],
+        "outcomes": {
+            "passed": 0,
+            "wrong": 1,
+            "failed": 0,
+            "infrastructure_failures": 0,
+            "wrong_share": 1.0,
+            "failed_share": 0.0,
+            "failures_by_type": {},
+        },
+        "flaky": {"count": 0, "cases": []},
+        "latency": {"trial_p50_ms": 1.0, "trial_p95_ms": 1.0, "trial_sample_ms": [1.0], "spans": []},
+        "tokens": [],
+        "cost_usd": None,
+        "worst_cases": [
+            {"case_id": case_id, "category": category, "passes": 0, "attempts": 1, "failed": 0, "a_failure": None}
+        ],
+    }
+
+
+def test_report_formats_from_the_command_line(runs):
+    runner = CliRunner()
+    as_json = json.loads(
+        runner.invoke(main, ["report", runs["good"], "--store", str(runs["store"]), "--format", "json"]).output
+    )
+    assert as_json["experiment"]["id"] == runs["good"]
+    markdown = runner.invoke(main, ["report", runs["good"], "--store", str(runs["store"]), "--format", "markdown"])
+    assert "## By category" in markdown.output and "| addition |" in markdown.output
+    table = runner.invoke(main, ["report", "--store", str(runs["store"])])  # the newest experiment
+    assert table.exit_code == 0 and runs["small"] in table.output
+
+
+def test_compare_pairs_by_case(runs):
+    result = compare(Store(runs["store"]), runs["good"], runs["worse"])
+    overall = result.overall
+    assert overall.cases == 40 and overall.difference < 0
+    low, high = overall.interval()
+    assert high < 0  # a real drop
+    assert result.newly_failing and not result.newly_passing
+    assert set(result.categories) == {"addition", "subtraction", "multiplication", "division"}
+    assert result.changes["option agent_options"][0]["wrong_rate"] == "0.05"
+    assert "version" in result.changes
+    with pytest.raises(NotComparable, match="share 5 case"):
+        compare(Store(runs["store"]), runs["good"], runs["small"])
+
+
+def test_gate_exit_codes(runs, tmp_path, monkeypatch):
+    store = Store(runs["store"])
+    regression = gate(store, runs["good"], runs["worse"])
+    assert regression.exit_code == 1 and "significant" in " ".join(regression.reasons)
+    fine = gate(store, runs["good"], runs["same"])
+    assert fine.exit_code == 0 and "80% power" in " ".join(fine.reasons)
+    flooded = gate(store, runs["good"], runs["flooded"])
+    assert flooded.exit_code == 3
+    assert f"agenteval run --resume {runs['flooded']} --retry-failed infra" in " ".join(flooded.reasons)
+    assert gate(store, runs["good"], runs["small"]).exit_code == 3
+    lenient = gate(store, runs["good"], runs["worse"], max_drop=0.5)
+    assert lenient.exit_code == 0  # the drop is real but within the allowed margin
+
+
+def test_gate_command_and_github_step_summary(runs, tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["gate", "--baseline", runs["good"], "--candidate", runs["worse"], "--store", str(runs["store"])]
+    )
+    assert result.exit_code == 1 and "gate: regression (exit 1)" in result.output
+    assert summary.read_text().startswith("### agenteval gate: regression")
+    refused = runner.invoke(
+        main, ["gate", "--baseline", runs["good"], "--candidate", runs["flooded"], "--store", str(runs["store"])]
+    )
+    assert refused.exit_code == 3
+    usage = runner.invoke(main, ["gate", "--baseline", runs["good"]])
+    assert usage.exit_code == 2  # click's usage error stays 2
+
+
+def test_power_command(runs):
+    runner = CliRunner()
+    result = runner.invoke(main, ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"])
+    assert result.exit_code == 0 and "Assumptions" in result.output and "cases for 80% power" in result.output
+    from_run = runner.invoke(main, ["power", "--from", runs["worse"], "--store", str(runs["store"])])
+    assert from_run.exit_code == 0 and "3 attempt(s) per case" in from_run.output

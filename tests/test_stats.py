@@ -1,0 +1,108 @@
+"""Statistics against known values: clustered standard errors, pass@k and pass^k, the paired interval's
+coverage, and the power model against a Monte Carlo simulation of itself."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from agenteval.power import PowerModel, default_model, estimate_between_case_variance, simulate_power
+from agenteval.stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
+
+
+def test_clustered_standard_error_matches_the_sandwich_formula():
+    values = [[1, 1, 0], [0, 0, 0], [1, 1, 1], [1, 0], [0, 1, 1, 1]]
+    flat = np.array([v for case in values for v in case], dtype=float)
+    n, mean, clusters = len(flat), flat.mean(), len(values)
+    # Direct computation: (X'X)^-1 X' Omega X (X'X)^-1 with X a column of ones and Omega block-diagonal by case.
+    residual_sums = np.array([sum(v - mean for v in case) for case in values])
+    direct = math.sqrt(clusters / (clusters - 1) * float(residual_sums @ residual_sums)) / n
+    got_mean, got_se = clustered_mean(values)
+    assert got_mean == pytest.approx(mean) and got_se == pytest.approx(direct)
+    naive = math.sqrt(flat.var(ddof=1) / n)
+    assert got_se != pytest.approx(naive)  # attempts of a case are not independent
+
+
+def test_clustered_se_with_one_attempt_per_case_is_the_usual_one():
+    values = [[v] for v in [1, 0, 1, 1, 0, 1, 1, 1]]
+    flat = np.array([v[0] for v in values], dtype=float)
+    # With singleton clusters and the C/(C-1) factor the sandwich equals the usual s / sqrt(n).
+    assert clustered_mean(values)[1] == pytest.approx(flat.std(ddof=1) / math.sqrt(len(flat)))
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "at_k", "hat_k"),
+    [
+        (3, 2, 1, 2 / 3, 2 / 3),
+        (3, 2, 2, 1.0, 1 / 3),  # pass^2: C(2,2)/C(3,2) = 1/3; pass@2: 1 - C(1,2)/C(3,2) = 1
+        (3, 2, 3, 1.0, 0.0),
+        (5, 3, 2, 1 - 1 / 10, 3 / 10),
+        (4, 0, 2, 0.0, 0.0),
+        (4, 4, 3, 1.0, 1.0),
+    ],
+)
+def test_pass_at_k_and_pass_hat_k_by_hand(n, c, k, at_k, hat_k):
+    assert pass_at_k(n, c, k) == pytest.approx(at_k)
+    assert pass_hat_k(n, c, k) == pytest.approx(hat_k)
+
+
+def test_paired_interval_covers_the_true_difference_about_95_percent_of_the_time():
+    rng = random.Random(7)
+    cases, attempts, runs, covered = 60, 3, 1000, 0
+    for _ in range(runs):
+        truth = [rng.betavariate(4, 1.2) for _ in range(cases)]
+        shift = [min(max(p - 0.05, 0), 1) for p in truth]
+        a = {str(i): sum(rng.random() < p for _ in range(attempts)) / attempts for i, p in enumerate(truth)}
+        b = {str(i): sum(rng.random() < p for _ in range(attempts)) / attempts for i, p in enumerate(shift)}
+        true_difference = sum(s - t for s, t in zip(shift, truth, strict=True)) / cases
+        low, high = paired_difference(a, b).interval()
+        covered += low <= true_difference <= high
+    assert 0.92 <= covered / runs <= 0.975
+
+
+def test_interval95_is_clipped_to_a_rate():
+    assert interval95(0.98, 0.05) == (pytest.approx(0.98 - 1.96 * 0.05, abs=1e-3), 1.0)
+    assert all(math.isnan(x) for x in interval95(0.5, math.nan))
+
+
+@pytest.mark.parametrize(
+    ("pass_rate", "attempts", "spread_share", "cases", "drop"),
+    [(0.85, 3, 0.5, 55, 0.10), (0.85, 3, 0.0, 55, 0.10), (0.7, 5, 0.3, 40, 0.08), (0.9, 1, 0.6, 200, 0.05)],
+)
+def test_analytic_power_agrees_with_monte_carlo_within_3_points(pass_rate, attempts, spread_share, cases, drop):
+    model = PowerModel(pass_rate, attempts, spread_share * pass_rate * (1 - pass_rate))
+    simulated = simulate_power(model, cases, drop, runs=4000, seed=3)
+    assert abs(model.power(cases, drop) - simulated) <= 0.03
+
+
+def test_cases_needed_reaches_the_target_power():
+    model = default_model(0.85, 3)
+    needed = model.cases_needed(0.05, 0.8)
+    assert model.power(needed, 0.05) >= 0.8 > model.power(needed - 1, 0.05)
+
+
+def test_more_attempts_and_cases_raise_power():
+    assert (
+        default_model(0.85, 5).power(55, 0.1)
+        > default_model(0.85, 3).power(55, 0.1)
+        > default_model(0.85, 1).power(55, 0.1)
+    )
+    model = default_model(0.85, 3)
+    assert model.power(200, 0.05) > model.power(55, 0.05)
+
+
+def test_between_case_variance_is_estimated_from_observed_rates():
+    rng = np.random.default_rng(11)
+    truth = rng.beta(3, 1, size=4000)  # variance 3/80 = 0.0375
+    observed = rng.binomial(5, truth) / 5
+    assert estimate_between_case_variance(list(observed), 5) == pytest.approx(0.0375, abs=0.004)
+
+
+def test_power_model_rejects_impossible_assumptions():
+    with pytest.raises(ValueError, match="between 0 and p"):
+        PowerModel(0.9, 3, 0.2)
+    with pytest.raises(ValueError, match="--pass-rate"):
+        PowerModel(1.0, 3, 0.0)
