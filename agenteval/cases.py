@@ -194,6 +194,17 @@ FIELDS = (
 )
 """Every field a case may have."""
 
+SCORED_FIELDS = (
+    "expected_output",
+    "expected_tools",
+    "must_not_contain",
+    "expects_tool_error",
+    "relevant_docs",
+    "expected_trajectory",
+    "max_tool_calls",
+)
+"""The fields scorers judge a trial by (one built-in scorer each)."""
+
 
 def parse_case(record: Any, line: int) -> Case:
     """A validated :class:`Case` from one decoded JSON line; raises ``_Invalid`` on the first bad field."""

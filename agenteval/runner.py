@@ -135,7 +135,6 @@ class _Run:
     engine: ScoringEngine | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
-    failures: Counter[str] = dataclasses.field(default_factory=Counter)
 
     @classmethod
     def prepare(
@@ -321,10 +320,8 @@ class _Run:
             outcome = "failed" if result.failure else "passed" if passed else "wrong"
             trial_rows.append(self._trial_row(result, outcome, passed))
             self.counts[outcome] += 1
-            if result.failure:
-                self.failures[result.failure.type] += 1
-                if result.failure.infrastructure:
-                    self.counts["infrastructure"] += 1
+            if result.failure and result.failure.infrastructure:
+                self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
         scores = score_table(self.experiment.experiment_id, scored.values(), self.pass_id, time.time_ns())
         for batch in scores.to_batches():
@@ -457,8 +454,8 @@ def _resumable(store: Store, experiment_id: str | None) -> ex.Experiment:
     # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
     found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING))
     if found is None:
-        what = f"experiment {experiment_id}" if experiment_id else "an interrupted experiment"
-        raise RunRefused(f"cannot resume: no {what} in {store.root}")
+        what = f"no experiment {experiment_id}" if experiment_id else "no interrupted experiment"
+        raise RunRefused(f"cannot resume: there is {what} in {store.root}")
     return found
 
 

@@ -419,7 +419,7 @@ def test_resume_refuses_a_changed_agent_or_dataset(tmp_path):
     data.write_text(json.dumps({"input": "2+3?", "expected_output": "5"}) + "\n")
     with pytest.raises(RunRefused, match="dataset .* changed"):
         evaluate(f"{path}:plain", str(data), store=tmp_path / "s", resume=first.id, progress="none")
-    with pytest.raises(RunRefused, match="no an interrupted experiment"):
+    with pytest.raises(RunRefused, match="there is no interrupted experiment"):
         evaluate("mock", "arithmetic", store=tmp_path / "empty", resume=True, progress="none")
 
 

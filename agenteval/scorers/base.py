@@ -8,18 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..cases import Case
+from ..cases import SCORED_FIELDS, Case
 from .features import TrialFeatures
-
-CASE_FIELDS = (
-    "expected_output",
-    "expected_tools",
-    "must_not_contain",
-    "expects_tool_error",
-    "relevant_docs",
-    "expected_trajectory",
-    "max_tool_calls",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +56,7 @@ class Scorer:
     def __post_init__(self) -> None:
         if (self.fn is None) == (self.sql is None):
             raise ValueError(f"scorer {self.name!r} needs exactly one of fn or sql")
-        unknown = set(self.requires) - set(CASE_FIELDS)
+        unknown = set(self.requires) - set(SCORED_FIELDS)
         if unknown:
             raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
 

@@ -9,22 +9,27 @@ from collections.abc import Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..cases import Case
+from ..cases import SCORED_FIELDS, Case
 from .base import Score, Scorer
 from .features import FeatureColumns, TrialFeatures, features_sql
 
+
+def _arrow_type(annotation: str) -> pa.DataType:
+    """The Arrow type of a Case field, from its annotation (the dataclass is the one definition)."""
+    if annotation.startswith("tuple"):
+        return pa.list_(pa.string())
+    if annotation.startswith("bool"):
+        return pa.bool_()
+    if annotation.startswith("int"):
+        return pa.int64()
+    return pa.string()
+
+
+_ANNOTATIONS = {f.name: str(f.type) for f in dataclasses.fields(Case)}
 CASE_SCHEMA = pa.schema(
-    [
-        pa.field("case_id", pa.string()),
-        pa.field("expected_output", pa.string()),
-        pa.field("expected_tools", pa.list_(pa.string())),
-        pa.field("must_not_contain", pa.list_(pa.string())),
-        pa.field("expects_tool_error", pa.bool_()),
-        pa.field("relevant_docs", pa.list_(pa.string())),
-        pa.field("expected_trajectory", pa.list_(pa.string())),
-        pa.field("max_tool_calls", pa.int64()),
-    ]
+    [pa.field("case_id", pa.string())] + [pa.field(n, _arrow_type(_ANNOTATIONS[n])) for n in SCORED_FIELDS]
 )
+"""The case fields SQL scorers read, as the relation ``c``."""
 
 
 def case_table(cases: Iterable[Case]) -> pa.Table:
