@@ -99,9 +99,9 @@ def evaluate(
     """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
 
     ``agent`` is a callable or ``mock`` / ``MODULE:ATTR`` / ``FILE.py:ATTR``; ``dataset`` a built-in
-    name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest interrupted
-    experiment (or the one whose id is given) with only its missing trials; ``retry_failed``
-    (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
+    name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest experiment that was
+    interrupted or left "running" by a crash (or the one whose id is given) with only its missing trials;
+    ``retry_failed`` (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
     ``scorers`` are added to the built-in ones (a same-named scorer replaces a built-in).
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
     """
@@ -155,7 +155,7 @@ class _Run:
         previous = None
         if resume:
             previous = _resumable(store, resume if isinstance(resume, str) else None)
-            stored = json.loads(json.dumps(previous.options))
+            stored = previous.options
             options = RunOptions(**{k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__})
             dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
             if agent_spec is None or agent_spec == "":
