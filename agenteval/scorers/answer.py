@@ -79,9 +79,13 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _as_number(text: str) -> float:
+    return float(text.replace(",", "").replace("−", "-"))
+
+
 def numbers_in(text: str) -> list[float]:
     """Every number written in ``text`` (1,234.50 and -3 and 7.5 alike)."""
-    return [float(m.replace(",", "").replace("−", "-")) for m in NUMBER.findall(text)]
+    return [_as_number(m) for m in NUMBER.findall(text)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,10 +109,10 @@ def matches(expected: str, reply: str) -> tuple[bool, str]:
     """Whether ``reply`` gives ``expected``, and why."""
     wanted = expected_number(expected)
     if wanted is not None:
-        found = numbers_in(reply)
-        if any(same_number(wanted, n) for n in found):
-            return True, f"the reply states {expected}"
-        shown = ", ".join(f"{n:g}" for n in found[:5]) or "none"
+        for match in NUMBER.finditer(reply):  # stop at the first equal number; list them only to explain a miss
+            if same_number(wanted, _as_number(match.group())):
+                return True, f"the reply states {expected}"
+        shown = ", ".join(f"{n:g}" for n in numbers_in(reply)[:5]) or "none"
         return False, f"expected the number {expected}; numbers in the reply: {shown}"
     target, text = normalize(expected), normalize(reply)
     if not target:
