@@ -44,7 +44,7 @@ from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
 DEFAULT_ATTEMPTS = 3
 DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT = 120.0
-BATCH_SECONDS = 0.1
+BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
 
 

@@ -69,6 +69,7 @@ class ScoringEngine:
         self.sql_scorers = [s for s in scorers if s.sql is not None]
         self.python_scorers = [s for s in scorers if s.fn is not None]
         self.con = duckdb.connect()
+        self._applicable: dict[str, list[Scorer]] = {}
 
     def features(self, trials: pa.Table, spans: pa.Table | pa.RecordBatch) -> pa.Table:
         """The feature query over trials and spans held in memory (run time)."""
@@ -84,8 +85,11 @@ class ScoringEngine:
         """Scores for every trial in ``features`` (one row per trial, from the feature query)."""
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
-        # Which scorers apply depends on the case alone: decided once per case, not per trial.
-        applicable = {cid: [s for s in self.scorers if s.applies(cases[cid])] for cid in set(case_ids)}
+        # Which scorers apply depends on the case alone: decided once per case for the engine's life.
+        known = self._applicable
+        for cid in set(case_ids) - known.keys():
+            known[cid] = [s for s in self.scorers if s.applies(cases[cid])]
+        applicable = {cid: known[cid] for cid in set(case_ids)}
         sql_results = self._sql_scores(features, cases, applicable)
         scored = []
         for index, (trial_id, case_id) in enumerate(zip(trial_ids, case_ids, strict=True)):

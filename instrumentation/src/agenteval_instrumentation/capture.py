@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import datetime
 import enum
+import functools
 import json
 import os
 import re
@@ -39,9 +40,20 @@ _SECRET_KEY = re.compile(
 _SCALARS = (str, int, float, bool, type(None))
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
     """True for keys that look like they hold a secret (``api_key``, ``password``, ``token``, ...)."""
     return bool(_SECRET_KEY.search(key))
+
+
+def _plain(value: Any, max_string: int) -> bool:
+    """A scalar JSON takes as it is: not a NaN or infinity, not a string past the cap."""
+    kind = type(value)
+    if kind is str:
+        return len(value) <= max_string
+    if kind is float:
+        return value == value and value not in (float("inf"), float("-inf"))
+    return kind in _SCALARS
 
 
 def _env_enabled() -> bool:
@@ -108,6 +120,17 @@ def to_json(attribute: str, value: Any) -> str:
             value = config.redactor(attribute, value)
         if type(value) is str and len(value) <= config.max_string:
             return json.dumps(value, ensure_ascii=False)
+        if (  # the common case, a call's few plain arguments: nothing to cap, mask or convert
+            type(value) is dict
+            and len(value) <= config.max_items
+            and all(
+                type(k) is str and not (config.mask_secrets and is_secret_key(k)) and _plain(v, config.max_string)
+                for k, v in value.items()
+            )
+        ):
+            text = json.dumps(value, ensure_ascii=False)
+            if len(text) <= config.max_length:
+                return text
         text = json.dumps(_jsonable(value, config.max_depth, config.max_string, config.max_items), ensure_ascii=False)
         return text if len(text) <= config.max_length else _shrink(value)
     except Exception:  # capture must never break the decorated function
