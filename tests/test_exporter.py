@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -15,7 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter
+from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter, PartitionedWriter
+from agenteval_exporters.exporter import partition_by_experiment
 from agenteval_instrumentation import attributes as A
 
 
@@ -250,3 +253,88 @@ def test_auto_configuration_entry_point(tmp_path, monkeypatch):
 
     (entry,) = [e for e in entry_points(group="opentelemetry_traces_exporter") if e.name == "agenteval_parquet"]
     assert entry.load() is ParquetSpanExporter
+
+
+# PartitionedWriter: row groups reach staging as they fill; files appear whole, by rows, time or flush.
+
+ROWS = pa.schema([pa.field("experiment_id", pa.string()), pa.field("n", pa.int64())])
+
+
+def rows(start: int, count: int, experiment: str = "e") -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"experiment_id": [experiment] * count, "n": list(range(start, start + count))}, schema=ROWS
+    )
+
+
+def published(root: Path) -> list[Path]:
+    return sorted((root / "t").rglob("*.parquet"))
+
+
+def numbers(root: Path) -> list[int]:
+    return sorted(n for path in published(root) for n in pq.ParquetFile(path).read().column("n").to_pylist())
+
+
+def test_writer_streams_row_groups_then_publishes_whole_files(tmp_path):
+    writer = PartitionedWriter(
+        tmp_path, "t", ROWS, partition_by_experiment, max_rows=25, flush_interval=3600, row_group_rows=10
+    )
+    for start in range(0, 24, 4):  # 24 rows: two row groups handed over, no file full yet
+        writer.append(rows(start, 4))
+    assert published(tmp_path) == []
+    writer.append(rows(24, 4))  # the 25th row fills the file: published before append returns
+    (first,) = published(tmp_path)
+    assert pq.read_metadata(first).num_rows == 28
+    assert [pq.read_metadata(first).row_group(i).num_rows for i in range(3)] == [12, 12, 4]
+    writer.append(rows(28, 2))
+    writer.close()
+    assert numbers(tmp_path) == list(range(30))
+    assert not list((tmp_path / ".staging").iterdir())
+
+
+def test_writer_keeps_rows_of_a_file_that_could_not_be_staged(tmp_path, caplog):
+    writer = PartitionedWriter(
+        tmp_path, "t", ROWS, partition_by_experiment, max_rows=1000, flush_interval=0.05, row_group_rows=5
+    )
+    staging = tmp_path / ".staging"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.write_text("a file where the staging folder should be")  # no staged file can be opened
+    with caplog.at_level(logging.ERROR):
+        for start in range(0, 20, 5):
+            writer.append(rows(start, 5))
+        with pytest.raises(OSError):
+            writer.flush()
+        time.sleep(0.3)  # the timer retries on its own, and logs the failure once
+    assert caplog.text.count("could not publish t files") == 1
+    staging.unlink()
+    writer.append(rows(20, 3))
+    writer.flush()
+    assert numbers(tmp_path) == list(range(23))
+    writer.close()
+
+
+def test_writer_retries_kept_rows_on_time_without_new_rows(tmp_path):
+    writer = PartitionedWriter(tmp_path, "t", ROWS, partition_by_experiment, max_rows=1000, flush_interval=0.05)
+    blocker = tmp_path / "t" / "experiment_id=e"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where the partition folder should be")
+    writer.append(rows(0, 3))
+    with pytest.raises(OSError):
+        writer.flush()
+    blocker.unlink()
+    deadline = time.monotonic() + 5
+    while not published(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert numbers(tmp_path) == [0, 1, 2]
+    writer.close()
+
+
+def test_writer_after_close(tmp_path):
+    writer = PartitionedWriter(tmp_path, "t", ROWS, partition_by_experiment, flush_interval=3600)
+    writer.append(rows(0, 2))
+    writer.close()
+    writer.close()
+    writer.flush()  # nothing is buffered after close: returns at once
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.append(rows(2, 1))
+    assert len(published(tmp_path)) == 1

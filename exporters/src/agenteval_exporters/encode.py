@@ -1,15 +1,20 @@
 """Spans to an Arrow record batch: the exporter's hot path.
 
-Columns are built directly as Python lists and handed to Arrow once per column; ids are hexed
-a whole column at a time; attribute, event and resource JSON goes through orjson, and a resource shared by
-every span of a provider is serialised once.
+Per-span Python is what costs here, so every column is pulled out with C-level loops
+(``map`` over ``attrgetter``/``itemgetter``/``dict.get``) instead of comprehensions that call the
+SDK's Python properties. Ids are hexed a column at a time; attribute and event JSON is made by
+orjson straight into an Arrow string buffer; a resource shared by a provider's spans is encoded once.
 """
 
 from __future__ import annotations
 
 import array
 import json
+import sys
 from collections.abc import Sequence
+from functools import lru_cache, partial
+from itertools import accumulate, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import orjson
@@ -19,8 +24,15 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from .schema import SPAN_SCHEMA, TYPED_ATTRIBUTES
 
-_KIND = {kind: kind.name for kind in SpanKind}
-_STATUS = {code: code.name for code in StatusCode}
+# Keyed by identity: enum members are singletons, and Enum.__hash__ runs in Python (~0.2 µs).
+_KIND_NAMES = {id(kind): kind.name for kind in SpanKind}
+_STATUS_NAMES = {id(code): code.name for code in StatusCode}
+
+
+def _enum_names(members: Sequence[Any], names: dict[int, str]) -> list[str]:
+    return list(map(names.__getitem__, map(id, members)))
+
+
 _TYPED_COLUMNS = frozenset(TYPED_ATTRIBUTES)
 
 
@@ -28,104 +40,206 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _dumps(value: Any) -> str:
+_orjson_dumps = partial(orjson.dumps, default=_json_default)
+
+
+def _dumps_bytes(value: Any) -> bytes:
     try:
-        return orjson.dumps(value, default=_json_default).decode()
+        return _orjson_dumps(value)
     except TypeError:  # orjson refuses integers beyond 64 bits; the standard library does not
-        return json.dumps(value, default=_json_default)
+        return json.dumps(value, default=_json_default).encode()
+
+
+def _dumps(value: Any) -> str:
+    return _dumps_bytes(value).decode()
+
+
+# What a row needs from a span, read straight from the SDK's private slots (see _span_fields).
+_PRIVATE_SLOTS = {
+    "context": "_context",
+    "parent": "_parent",
+    "status_code": "_status._status_code",
+    "status_message": "_status._description",
+    "attributes": "_attributes._dict",
+    "events": "_events._dq",
+    "resource": "_resource",
+    "scope_name": "_instrumentation_scope._name",
+    "name": "_name",
+    "kind": "_kind",
+    "start_time": "_start_time",
+    "end_time": "_end_time",
+}
+_read_private_slots = attrgetter(*_PRIVATE_SLOTS.values())
+
+
+def _read_public_properties(span: ReadableSpan) -> tuple[Any, ...]:
+    scope = span.instrumentation_scope
+    return (
+        span.context,
+        span.parent,
+        span.status.status_code,
+        span.status.description,
+        dict(span.attributes or {}),
+        span.events,
+        span.resource,
+        None if scope is None else scope.name,
+        span.name,
+        span.kind,
+        span.start_time,
+        span.end_time,
+    )
+
+
+def _span_fields(spans: Sequence[ReadableSpan]) -> dict[str, tuple[Any, ...]]:
+    """The values of :data:`_PRIVATE_SLOTS` for every span, as columns.
+
+    The SDK's public accessors are Python properties (~50 ns a call), and ``attributes`` and
+    ``events`` wrap or copy what they return; the private slots behind them are read and
+    transposed in C. Spans that lack a slot (not made by the SDK's tracer) use the properties.
+    """
+    try:
+        rows = list(map(_read_private_slots, spans))
+    except AttributeError:
+        rows = list(map(_read_public_properties, spans))
+    return dict(zip(_PRIVATE_SLOTS, zip(*rows, strict=True), strict=True))
 
 
 def _hex_column(ids: list[int | None], width: int) -> pa.Array:
-    """Ids as lower-case hex strings, built with no per-id Python beyond ``to_bytes``: all ids are
-    joined and hexed at once, and Arrow is handed the text with fixed offsets (None -> null)."""
+    """Ids as lower-case hex strings, built with no per-id Python: all ids are joined and hexed at
+    once, and Arrow is handed the text with fixed offsets (None -> null)."""
     count = len(ids)
     nulls = ids.count(None)
-    raw = (
-        b"".join([(i or 0).to_bytes(width, "big") for i in ids])
-        if nulls
-        else b"".join([i.to_bytes(width, "big") for i in ids])
-    )
-    step = 2 * width
-    offsets = array.array("i", range(0, step * (count + 1), step))
-    validity = pa.array([i is not None for i in ids], pa.bool_()).buffers()[1] if nulls else None
+    present = [i or 0 for i in ids] if nulls else ids
+    raw = _big_endian(present, width)
+    validity = pa.array(list(map(bool, ids)), pa.bool_()).buffers()[1] if nulls else None
     return pa.StringArray.from_buffers(
-        count, pa.py_buffer(offsets), pa.py_buffer(raw.hex().encode("ascii")), validity, nulls
+        count, _fixed_offsets(count, 2 * width), pa.py_buffer(raw.hex().encode("ascii")), validity, nulls
     )
 
 
-def _plain_attributes(span: ReadableSpan) -> dict[str, Any]:
-    """The span's attributes as a plain dict, without a copy where the SDK allows.
+def _big_endian(ids: list[int], width: int) -> bytes:
+    if width == _U64.itemsize:  # span ids: packed in C, ~3x faster than int.to_bytes each
+        packed = array.array("Q", ids)
+        if sys.byteorder == "little":
+            packed.byteswap()
+        return packed.tobytes()
+    return b"".join(map(int.to_bytes, ids, repeat(width), repeat("big")))
 
-    ``ReadableSpan.attributes`` is a read-only view over ``BoundedAttributes``, whose lookups run
-    in Python (~0.8 µs each, a dozen per span); its underlying dict answers in C.
-    """
-    bounded = getattr(span, "_attributes", None)
-    inner = getattr(bounded, "_dict", None)
-    if isinstance(inner, dict):
-        return inner
-    return dict(span.attributes or {})
+
+_U64 = array.array("Q")
+
+
+@lru_cache(maxsize=64)
+def _fixed_offsets(count: int, step: int) -> pa.Buffer:
+    return pa.py_buffer(array.array("i", range(0, step * (count + 1), step)))
+
+
+def _json_column(values: list[Any]) -> pa.Array:
+    """Each value as JSON text, None as null: orjson's bytes go into the Arrow buffer undecoded."""
+    nulls = values.count(None)
+    try:
+        encoded = (
+            list(map(_orjson_dumps, values)) if not nulls else [b"" if v is None else _orjson_dumps(v) for v in values]
+        )
+    except TypeError:
+        encoded = [b"" if v is None else _dumps_bytes(v) for v in values]
+    offsets = array.array("q", accumulate(map(len, encoded), initial=0))
+    if offsets[-1] >= 2**31:
+        return pa.array([None if v is None else e.decode() for v, e in zip(values, encoded, strict=True)], pa.string())
+    validity = pa.array([v is not None for v in values], pa.bool_()).buffers()[1] if nulls else None
+    return pa.StringArray.from_buffers(
+        len(values), pa.py_buffer(array.array("i", offsets)), pa.py_buffer(b"".join(encoded)), validity, nulls
+    )
+
+
+_FINISH_REASONS = TYPED_ATTRIBUTES["finish_reason"]
+_STRUCT_COLUMNS = [name for name in TYPED_ATTRIBUTES if name != "finish_reason"]
+_TYPED_STRUCT = pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in _STRUCT_COLUMNS])
 
 
 def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     """One row per span, in :data:`SPAN_SCHEMA`."""
-    contexts = [s.context for s in spans]
-    parents = [s.parent for s in spans]
-    statuses = [s.status for s in spans]
-    attributes = [_plain_attributes(s) for s in spans]
-    columns: dict[str, list[Any]] = {
-        "trace_id": _hex_column([c.trace_id for c in contexts], 16),
-        "span_id": _hex_column([c.span_id for c in contexts], 8),
-        "parent_span_id": _hex_column([p.span_id if p is not None else None for p in parents], 8),
-        "name": [s.name for s in spans],
-        "kind": [_KIND[s.kind] for s in spans],
-        "start_time": [s.start_time for s in spans],
-        "end_time": [s.end_time if s.end_time is not None else s.start_time for s in spans],
-        "status_code": [_STATUS[st.status_code] for st in statuses],
-        "status_message": [st.description for st in statuses],
-        "scope_name": [sc.name if (sc := s.instrumentation_scope) is not None else None for s in spans],
+    if not spans:
+        return _empty_batch()
+    fields = _span_fields(spans)
+    contexts, attributes = fields["context"], fields["attributes"]
+    starts, ends = fields["start_time"], fields["end_time"]
+    if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
+        ends = [start if end is None else end for start, end in zip(starts, ends, strict=True)]
+    columns: dict[str, Any] = {
+        "trace_id": _hex_column(list(map(itemgetter(0), contexts)), 16),
+        "span_id": _hex_column(list(map(itemgetter(1), contexts)), 8),
+        "parent_span_id": _hex_column([p and p[1] for p in fields["parent"]], 8),
+        "name": fields["name"],
+        "kind": _enum_names(fields["kind"], _KIND_NAMES),
+        "start_time": starts,
+        "end_time": ends,
+        # pyarrow.compute costs ~40 µs a call at this batch size; one comprehension is cheaper.
+        "duration_ms": [(end - start) / 1e6 for start, end in zip(starts, ends, strict=True)],
+        "status_code": _enum_names(fields["status_code"], _STATUS_NAMES),
+        "status_message": fields["status_message"],
+        "scope_name": fields["scope_name"],
+        "finish_reason": _first_reasons(list(map(dict.get, attributes, repeat(_FINISH_REASONS)))),
+        "attributes": _json_column(attributes),
+        "events": _events_column(fields["events"]),
     }
-    for name, key in TYPED_ATTRIBUTES.items():
-        columns[name] = [a.get(key) for a in attributes]
-    columns["finish_reason"] = [r[0] if r else None for r in columns["finish_reason"]]
-    columns["attributes"] = [_dumps(a) if a else "{}" for a in attributes]
-    columns["events"] = [_events_json(s) if _has_events(s) else None for s in spans]
-    columns["resource"], columns["service_name"] = _resource_columns(spans)
-    columns["duration_ms"] = [
-        (end - start) / 1e6 for start, end in zip(columns["start_time"], columns["end_time"], strict=True)
-    ]
+    columns.update(_typed_columns(attributes))
+    columns["resource"], columns["service_name"] = _resource_columns(fields["resource"])
     return _to_batch(columns)
 
 
-def _has_events(span: ReadableSpan) -> bool:
-    # ``ReadableSpan.events`` copies the bounded list into a tuple (~2 µs); most spans have none.
-    queue = getattr(getattr(span, "_events", None), "_dq", None)
-    return bool(queue) if queue is not None else bool(span.events)
+def _first_reasons(reasons: list[Any]) -> list[Any]:
+    """The first finish reason of each span (the attribute is a list; a lone string is taken whole)."""
+    return [(r if isinstance(r, str) else r[0]) if r else None for r in reasons]
 
 
-def _resource_columns(spans: Sequence[ReadableSpan]) -> tuple[list[str], list[str | None]]:
-    """Resource JSON and service name per span; a provider's spans share one resource, encoded once."""
-    cache: dict[int, tuple[str, str | None]] = {}
-    resources, services = [], []
-    for span in spans:
-        resource = span.resource
-        cached = cache.get(id(resource))
-        if cached is None:
-            cached = cache[id(resource)] = (
-                _dumps(dict(resource.attributes)),
-                resource.attributes.get("service.name"),
+def _typed_columns(attributes: list[dict[str, Any]]) -> dict[str, pa.Array]:
+    """The typed attribute columns, read from the dicts in one pass by Arrow.
+
+    Attribute values are user-set: when one has the wrong type, columns are built one by one
+    and the misfits become null (the JSON keeps them).
+    """
+    try:
+        return dict(zip(_STRUCT_COLUMNS, pa.array(attributes, type=_TYPED_STRUCT).flatten(), strict=True))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return {
+            name: _typed_attribute_array(
+                list(map(dict.get, attributes, repeat(TYPED_ATTRIBUTES[name]))), SPAN_SCHEMA.field(name).type
             )
-        resources.append(cached[0])
-        services.append(cached[1])
-    return resources, services
+            for name in _STRUCT_COLUMNS
+        }
 
 
-def _events_json(span: ReadableSpan) -> str:
-    return _dumps(
-        [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes or {})} for e in span.events]
-    )
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=SPAN_SCHEMA)
 
 
-def _to_batch(columns: dict[str, list[Any]]) -> pa.RecordBatch:
+def _events_column(events: Sequence[Any]) -> pa.Array:
+    if not any(events):
+        return pa.nulls(len(events), pa.string())
+    return _json_column([_event_dicts(e) if e else None for e in events])
+
+
+def _event_dicts(events: Any) -> list[dict[str, Any]]:
+    return [{"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes or {})} for e in events]
+
+
+def _resource_columns(resources: Sequence[Any]) -> tuple[list[str], list[str | None]]:
+    """Resource JSON and service name per span; a provider's spans share one resource, encoded once."""
+    if resources.count(resources[0]) == len(resources):  # identity is checked first: C speed
+        resource = resources[0]
+        return [_dumps(dict(resource.attributes))] * len(resources), [resource.attributes.get("service.name")] * len(
+            resources
+        )
+    encoded: dict[int, tuple[str, str | None]] = {}
+    for resource in resources:
+        if id(resource) not in encoded:
+            encoded[id(resource)] = (_dumps(dict(resource.attributes)), resource.attributes.get("service.name"))
+    pairs = [encoded[id(r)] for r in resources]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _to_batch(columns: dict[str, Any]) -> pa.RecordBatch:
     arrays = []
     for field in SPAN_SCHEMA:
         values = columns[field.name]

@@ -15,12 +15,13 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import is_unique_field
+from .schema import is_document_field, is_unique_field
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,17 @@ def staging_dir(root: Path) -> Path:
     return path
 
 
+def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    """zstd; no dictionary for unique columns, no statistics for documents (see the schema's field helpers)."""
+    return pq.ParquetWriter(
+        sink,
+        schema,
+        compression="zstd",
+        use_dictionary=[field.name for field in schema if not is_unique_field(field)],
+        write_statistics=[field.name for field in schema if not is_document_field(field)],
+    )
+
+
 def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.Schema | None = None) -> int:
     """Write ``table`` (or a stream of tables, one row group each) with zstd, and fsync; returns the rows.
 
@@ -53,10 +65,9 @@ def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.S
     schema = table.schema if isinstance(table, pa.Table) else schema
     if schema is None:
         raise ValueError("write_parquet needs the schema of a stream of tables")
-    dictionary = [field.name for field in schema if not is_unique_field(field)]
     rows = 0
     with open(path, "wb") as sink:
-        with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=dictionary) as writer:
+        with _parquet_writer(sink, schema) as writer:
             for part in tables:
                 writer.write_table(part, row_group_size=max(1, part.num_rows))
                 rows += part.num_rows
@@ -74,21 +85,63 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+class StagedFile:
+    """A Parquet file written under ``<root>/.staging/`` a row group at a time, then published
+    into ``<root>/<table_name>/<partition>/`` in one atomic move (or abandoned)."""
+
+    def __init__(self, root: Path, table_name: str, schema: pa.Schema) -> None:
+        self.root = root
+        self.table_name = table_name
+        self.path = staging_dir(root) / f"{table_name}-{uuid.uuid4().hex}.parquet"
+        self.rows = 0
+        self._sink = open(self.path, "wb")  # closed by publish or abandon
+        try:
+            self._writer = _parquet_writer(self._sink, schema)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table`` as one row group."""
+        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.rows += table.num_rows
+
+    def publish(self, partition: str) -> Path:
+        """Finish the file, fsync it, and move it into place; on failure the staged file is removed."""
+        try:
+            self._writer.close()
+            self._sink.flush()
+            os.fsync(self._sink.fileno())
+            self._sink.close()
+            folder = self.root / self.table_name / partition
+            folder.mkdir(parents=True, exist_ok=True)
+            final = folder / new_file_name()
+            os.replace(self.path, final)
+        except BaseException:
+            self.abandon()
+            raise
+        fsync_dir(folder)
+        return final
+
+    def abandon(self) -> None:
+        """Close and delete the staged file, ignoring errors (it is never visible to readers)."""
+        for close in (getattr(self, "_writer", None), self._sink):
+            with contextlib.suppress(Exception):
+                if close is not None:
+                    close.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
 def publish(root: Path, table_name: str, partition: str, table: pa.Table) -> Path:
     """Write ``table`` to ``<root>/<table_name>/<partition>/part-*.parquet`` atomically."""
-    staged = staging_dir(root) / f"{table_name}-{uuid.uuid4().hex}.parquet"
+    staged = StagedFile(root, table_name, table.schema)
     try:
-        write_parquet(staged, table)
-        folder = root / table_name / partition
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / new_file_name()
-        os.replace(staged, final)
+        staged.write(table)
     except BaseException:
-        with contextlib.suppress(OSError):
-            staged.unlink()
+        staged.abandon()
         raise
-    fsync_dir(folder)
-    return final
+    return staged.publish(partition)
 
 
 def remove_stale_staging(root: Path, older_than: float = STALE_STAGING_SECONDS) -> int:

@@ -31,7 +31,20 @@ def unique_field(name: str, type_: pa.DataType, nullable: bool = True) -> pa.Fie
 
 
 def is_unique_field(field: pa.Field) -> bool:
-    return bool(field.metadata and field.metadata.get(UNIQUE_KEY))
+    return bool(field.metadata and field.metadata.get(UNIQUE_KEY) in (b"true", DOCUMENT))
+
+
+DOCUMENT = b"document"
+
+
+def document_field(name: str, type_: pa.DataType = pa.string()) -> pa.Field:
+    """A column of documents (JSON, replies): no dictionary encoding, and no min/max statistics,
+    which would never let a reader skip a row group but cost time and bytes to write."""
+    return pa.field(name, type_, metadata={UNIQUE_KEY: DOCUMENT})
+
+
+def is_document_field(field: pa.Field) -> bool:
+    return bool(field.metadata and field.metadata.get(UNIQUE_KEY) == DOCUMENT)
 
 
 SPAN_SCHEMA = pa.schema(
@@ -63,8 +76,8 @@ SPAN_SCHEMA = pa.schema(
         unique_field("trial_id", pa.string()),
         pa.field("attempt", pa.int32()),
         pa.field("role", pa.string()),
-        unique_field("attributes", pa.string()),
-        unique_field("events", pa.string()),
+        document_field("attributes"),
+        document_field("events"),
         pa.field("resource", pa.string()),
     ],
     metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},

@@ -1,24 +1,102 @@
-"""Buffering record batches per partition and publishing them as files by rows or by time."""
+"""Buffering record batches per partition and publishing them as files by rows or by time.
+
+Each partition has one staged file open at a time. Rows go into it a row group at a time on a
+background thread: Parquet encoding and zstd release the GIL, so the caller goes on encoding the
+next spans meanwhile. A file is published when it reaches ``max_rows``, when its first rows are
+``flush_interval`` seconds old, or on :meth:`PartitionedWriter.flush`. The caller that fills a
+file, and ``flush()``, wait until it is published and get its error if it could not be; the rows
+of a file that failed are kept and go first into the partition's next file.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
-from .files import publish, remove_stale_staging
+from .files import StagedFile, remove_stale_staging
 
 logger = logging.getLogger(__name__)
 
 Partitioner = Callable[[pa.RecordBatch], Iterable[tuple[str, pa.RecordBatch]]]
 """Splits a batch into ``(partition path, rows)`` pairs."""
 
+ROW_GROUP_ROWS = 32_768
+"""Rows handed to the background thread at a time, each written as one Parquet row group."""
+
+MAX_QUEUED_JOBS = 4
+"""Row groups waiting for the background thread before callers wait for it (back-pressure)."""
+
 MAX_BUFFERED_ROWS = 2_000_000
 """Past this many unpublished rows (the disk keeps failing), the oldest are dropped and logged."""
+
+
+@dataclass
+class _Buffer:
+    """The caller's side of a partition's current file."""
+
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    rows: int = 0  # in ``batches``, not yet handed to the background thread
+    file_rows: int = 0  # in the current file, ``rows`` included
+    since: float = field(default_factory=time.monotonic)  # when the file's first rows arrived
+
+
+@dataclass
+class _Write:
+    partition: str
+    table: pa.Table
+
+
+@dataclass
+class _Publish:
+    partitions: list[str] | None  # None: every partition with an open file or rows to retry
+    retry: bool  # also publish partitions whose only rows are ones kept from a failed file
+    done: Future[None]
+
+
+_STOP = object()
+
+
+class _OpenFile:
+    """The background thread's staged file for one partition, and the tables in it (kept so
+    that a failed file's rows can go into the next one)."""
+
+    def __init__(self, staged: Callable[[], StagedFile], tables: list[pa.Table]) -> None:
+        self.tables: list[pa.Table] = []
+        self.error: Exception | None = None
+        self.staged: StagedFile | None = None
+        try:
+            self.staged = staged()
+        except Exception as exc:
+            self.error = exc
+        for table in tables:
+            self.write(table)
+
+    def write(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        if self.error is None and self.staged is not None:
+            try:
+                self.staged.write(table)
+            except Exception as exc:
+                self.error = exc
+
+    def publish(self, partition: str) -> None:
+        if self.error is None and self.staged is not None:
+            try:
+                self.staged.publish(partition)
+                return
+            except Exception as exc:
+                self.error = exc
+        if self.staged is not None:
+            self.staged.abandon()
+        raise self.error or RuntimeError("staged file missing")
 
 
 class PartitionedWriter:
@@ -35,6 +113,7 @@ class PartitionedWriter:
         *,
         max_rows: int = 100_000,
         flush_interval: float = 1.0,
+        row_group_rows: int = ROW_GROUP_ROWS,
     ) -> None:
         self.root = Path(root)
         self.table_name = table_name
@@ -42,91 +121,153 @@ class PartitionedWriter:
         self.partitioner = partitioner
         self.max_rows = max_rows
         self.flush_interval = flush_interval
-        self._lock = threading.Lock()
-        self._publish_lock = threading.Lock()
-        self._buffers: dict[str, list[pa.RecordBatch]] = {}
-        self._rows: dict[str, int] = {}
-        self._since: dict[str, float] = {}
-        self._closed = threading.Event()
-        self._failing = False
+        self.row_group_rows = min(row_group_rows, max_rows)
         self.files_written = 0
         self.rows_dropped = 0
+        self._lock = threading.Lock()  # the callers' buffers, and the order of jobs
+        self._buffers: dict[str, _Buffer] = {}
+        self._jobs: queue.Queue[object] = queue.Queue(MAX_QUEUED_JOBS)
+        self._open: dict[str, _OpenFile] = {}  # the background thread's alone, like _retry
+        self._retry: dict[str, list[pa.Table]] = {}
+        self._closed = threading.Event()
+        self._stopped = False
+        self._failing = False
         remove_stale_staging(self.root)
+        self._worker = threading.Thread(target=self._work, name=f"agenteval-{table_name}-writer", daemon=True)
+        self._worker.start()
         self._timer = threading.Thread(target=self._flush_on_time, name=f"agenteval-{table_name}-flush", daemon=True)
         self._timer.start()
 
     def append(self, batch: pa.RecordBatch) -> None:
-        """Buffer ``batch``; publishes at once any partition that reached ``max_rows``."""
+        """Buffer ``batch``; a partition that reached ``max_rows`` is published before this returns
+        (raises if it could not be; its rows are kept)."""
         if batch.num_rows == 0:
             return
-        full = []
+        if self._stopped:
+            raise RuntimeError(f"the {self.table_name} writer under {self.root} is closed")
+        published = []
         with self._lock:
             for partition, rows in self.partitioner(batch):
-                self._buffers.setdefault(partition, []).append(rows)
-                self._rows[partition] = self._rows.get(partition, 0) + rows.num_rows
-                self._since.setdefault(partition, time.monotonic())
-                if self._rows[partition] >= self.max_rows:
-                    full.append(partition)
-            taken = [(p, self._take(p)) for p in full]
-        self._publish_all(taken)
+                buffer = self._buffers.setdefault(partition, _Buffer())
+                buffer.batches.append(rows)
+                buffer.rows += rows.num_rows
+                buffer.file_rows += rows.num_rows
+                if buffer.file_rows >= self.max_rows:
+                    self._hand_over(partition, self._buffers.pop(partition))
+                    published.append(self._publish([partition], retry=False))
+                elif buffer.rows >= self.row_group_rows:
+                    self._hand_over(partition, buffer)
+        for done in published:
+            done.result()
 
     def flush(self) -> None:
         """Publish everything buffered; raises if a file could not be written (rows are kept)."""
+        if self._stopped:
+            return
         with self._lock:
-            taken = [(p, self._take(p)) for p in list(self._buffers)]
-        self._publish_all(taken)
+            for partition, buffer in self._buffers.items():
+                self._hand_over(partition, buffer)
+            self._buffers.clear()
+            done = self._publish(None, retry=True)
+        done.result()
 
     def close(self) -> None:
-        """Publish what is left and stop the timer. Safe to call twice."""
+        """Publish what is left and stop the background threads. Safe to call twice."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._timer.join(timeout=5)
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._stopped = True
+            self._jobs.put(_STOP)
+            self._worker.join(timeout=30)
 
-    def _take(self, partition: str) -> list[pa.RecordBatch]:
-        self._rows.pop(partition, None)
-        self._since.pop(partition, None)
-        return self._buffers.pop(partition, [])
+    # The callers' side: jobs are queued under the lock, so they run in the order rows arrived.
 
-    def _publish_all(self, taken: list[tuple[str, list[pa.RecordBatch]]]) -> None:
-        error: Exception | None = None
-        with self._publish_lock:
-            for partition, batches in taken:
-                if not batches:
-                    continue
-                try:
-                    publish(self.root, self.table_name, partition, pa.Table.from_batches(batches, self.schema))
-                    self.files_written += 1
-                    self._failing = False
-                except Exception as exc:
-                    self._keep_for_retry(partition, batches)
-                    error = exc
-        if error is not None:
-            raise error
+    def _hand_over(self, partition: str, buffer: _Buffer) -> None:
+        if buffer.rows:
+            self._jobs.put(_Write(partition, pa.Table.from_batches(buffer.batches, self.schema)))
+            buffer.batches, buffer.rows = [], 0
 
-    def _keep_for_retry(self, partition: str, batches: list[pa.RecordBatch]) -> None:
-        with self._lock:
-            kept = batches + self._buffers.get(partition, [])
-            rows = sum(b.num_rows for b in kept)
-            while rows > MAX_BUFFERED_ROWS and len(kept) > 1:
-                dropped = kept.pop(0)
-                rows -= dropped.num_rows
-                self.rows_dropped += dropped.num_rows
-            self._buffers[partition] = kept
-            self._rows[partition] = rows
-            self._since.setdefault(partition, time.monotonic())
+    def _publish(self, partitions: list[str] | None, *, retry: bool) -> Future[None]:
+        done: Future[None] = Future()
+        self._jobs.put(_Publish(partitions, retry, done))
+        return done
 
     def _flush_on_time(self) -> None:
         tick = max(0.01, self.flush_interval / 4)
         while not self._closed.wait(tick):
             now = time.monotonic()
             with self._lock:
-                due = [p for p, since in self._since.items() if now - since >= self.flush_interval]
-                taken = [(p, self._take(p)) for p in due]
+                due = [p for p, buffer in self._buffers.items() if now - buffer.since >= self.flush_interval]
+                for partition in due:
+                    self._hand_over(partition, self._buffers.pop(partition))
+                if not due and not self._retry:
+                    continue
+                done = self._publish(due, retry=True)
             try:
-                self._publish_all(taken)
+                done.result()
+                self._failing = False
             except Exception:
                 if not self._failing:  # once per failure spell, not per file
                     logger.exception("agenteval: could not publish %s files under %s", self.table_name, self.root)
                 self._failing = True
+
+    # The background thread's side.
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not _STOP:
+            if isinstance(job, _Write):
+                try:
+                    self._write(job.partition, job.table)
+                except Exception:  # _OpenFile keeps write errors for publish; this is a bug
+                    logger.exception("agenteval: %s writer failed to buffer rows", self.table_name)
+            elif isinstance(job, _Publish):
+                try:
+                    self._publish_files(job.partitions, job.retry)
+                except Exception as exc:
+                    job.done.set_exception(exc)
+                else:
+                    job.done.set_result(None)
+
+    def _write(self, partition: str, table: pa.Table) -> None:
+        open_file = self._open.get(partition)
+        if open_file is None:
+            self._open[partition] = _OpenFile(self._stage, self._retry.pop(partition, []) + [table])
+        else:
+            open_file.write(table)
+
+    def _stage(self) -> StagedFile:
+        return StagedFile(self.root, self.table_name, self.schema)
+
+    def _publish_files(self, partitions: list[str] | None, retry: bool) -> None:
+        names = list(self._open) if partitions is None else list(partitions)
+        if retry:
+            names += [p for p in self._retry if p not in names]
+        error: Exception | None = None
+        for partition in names:
+            open_file = self._open.pop(partition, None)
+            if open_file is None:
+                kept = self._retry.pop(partition, None)
+                if not kept:
+                    continue
+                open_file = _OpenFile(self._stage, kept)
+            try:
+                open_file.publish(partition)
+                self.files_written += 1
+            except Exception as exc:
+                self._keep_for_retry(partition, open_file.tables)
+                error = exc
+        if error is not None:
+            raise error
+
+    def _keep_for_retry(self, partition: str, tables: list[pa.Table]) -> None:
+        kept = tables + self._retry.get(partition, [])
+        rows = sum(t.num_rows for t in kept)
+        while rows > MAX_BUFFERED_ROWS and len(kept) > 1:
+            dropped = kept.pop(0)
+            rows -= dropped.num_rows
+            self.rows_dropped += dropped.num_rows
+        self._retry[partition] = kept
