@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -46,17 +47,29 @@ class Case:
     line: int = 0
     """The line of the dataset file the case came from (0 for generated cases)."""
 
+    def to_json(self) -> str:
+        """:meth:`to_dict` as one line of JSON, keys sorted: what the dataset hash and the stored
+        cases table hold."""
+        return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
+
     def to_dict(self) -> dict[str, Any]:
         """The case as it would be written in a dataset (defaults left out)."""
         out: dict[str, Any] = {"id": self.id, "input": self.input, "expected_output": self.expected_output}
-        for field in dataclasses.fields(self):
-            if field.name in out or field.name == "line":
-                continue
-            value = getattr(self, field.name)
-            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        for name, default in _optional_defaults():
+            value = getattr(self, name)
             if value != default:
-                out[field.name] = list(value) if isinstance(value, tuple) else value
+                out[name] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+@functools.cache
+def _optional_defaults() -> tuple[tuple[str, Any], ...]:
+    """Each optional field of :class:`Case` that a dataset line may carry, with its default."""
+    return tuple(
+        (f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+        for f in dataclasses.fields(Case)
+        if f.name not in ("id", "input", "expected_output", "line")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +352,6 @@ def dataset_hash(cases: Iterable[Case]) -> str:
     """A content hash of cases that were not read from a file (generated datasets)."""
     digest = hashlib.sha256()
     for case in cases:
-        digest.update(json.dumps(case.to_dict(), sort_keys=True).encode())
+        digest.update(case.to_json().encode())
         digest.update(b"\n")
     return digest.hexdigest()

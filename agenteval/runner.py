@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
+import gc
+import itertools
+import secrets
 import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +232,7 @@ class _Run:
         )
         self.progress.start(len(self.plans), self.experiment.experiment_id)
         status = ex.COMPLETED
-        with self._signals():
+        with self._signals(), _long_lived_objects_frozen():
             try:
                 await self._run_trials(runner)
             except BaseException:
@@ -422,6 +424,21 @@ class _Run:
         }
 
 
+@contextlib.contextmanager
+def _long_lived_objects_frozen() -> Iterator[None]:
+    """Keep what outlives the trials (the cases, the plans, loaded modules) out of the garbage
+    collector's full passes for the run. Without it, at 100,000 trials, 64 full passes walked
+    them all and took 12% of the run. What the trials make is collected as usual."""
+    if gc.get_freeze_count():  # the application froze its own heap: leave that alone
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _dataset_ref(spec: str | Path | Dataset, dataset: Dataset) -> str:
     """How a resume finds the dataset again: a built-in's name, or a file's absolute path."""
     if isinstance(spec, Dataset):
@@ -430,10 +447,15 @@ def _dataset_ref(spec: str | Path | Dataset, dataset: Dataset) -> str:
     return text if text in builtin_names() else str(Path(text).resolve())
 
 
+_TRIAL_SEQUENCE = itertools.count(secrets.randbits(32))
+
+
 def _trial_id() -> str:
-    """Sortable by when the trial was planned, unique across machines. Spans files are in time order too,
-    so a range of trial ids maps onto few row groups, and rescoring a batch skips the rest by statistics."""
-    return f"{time.time_ns():016x}{uuid.uuid4().hex[:8]}"
+    """Sortable by when the trial was planned, unique across machines: the time, then a sequence
+    that starts at random in each process (a uuid4 each cost a sixth of planning 100,000 trials).
+    Spans files are in time order too, so a range of trial ids maps onto few row groups, and
+    rescoring a batch skips the rest by statistics."""
+    return f"{time.time_ns():016x}{next(_TRIAL_SEQUENCE) & 0xFFFFFFFF:08x}"
 
 
 def _case_row(experiment_id: str, case: Case) -> dict[str, Any]:
@@ -446,7 +468,7 @@ def _case_row(experiment_id: str, case: Case) -> dict[str, Any]:
         "category": case.category,
         "difficulty": case.difficulty,
         "tags": list(case.tags),
-        "case": json.dumps(case.to_dict(), ensure_ascii=False),
+        "case": case.to_json(),
     }
 
 

@@ -69,7 +69,8 @@ class ScoringEngine:
         self.sql_scorers = [s for s in scorers if s.sql is not None]
         self.python_scorers = [s for s in scorers if s.fn is not None]
         self.con = duckdb.connect()
-        self._applicable: dict[str, list[Scorer]] = {}
+        self._applicable: dict[str, tuple[Scorer, ...]] = {}
+        self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
 
     def features(self, trials: pa.Table, spans: pa.Table | pa.RecordBatch) -> pa.Table:
         """The feature query over trials and spans held in memory (run time)."""
@@ -86,9 +87,12 @@ class ScoringEngine:
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
         # Which scorers apply depends on the case alone: decided once per case for the engine's life.
+        # Cases share one tuple per distinct set, so a run of many cases adds no objects for the
+        # garbage collector to walk.
         known = self._applicable
         for cid in set(case_ids) - known.keys():
-            known[cid] = [s for s in self.scorers if s.applies(cases[cid])]
+            chosen = tuple(i for i, s in enumerate(self.scorers) if s.applies(cases[cid]))
+            known[cid] = self._scorer_sets.setdefault(chosen, tuple(self.scorers[i] for i in chosen))
         applicable = {cid: known[cid] for cid in set(case_ids)}
         sql_results = self._sql_scores(features, cases, applicable)
         scored = []
@@ -110,7 +114,7 @@ class ScoringEngine:
             return item.error(f"{type(exc).__name__}: {exc}")
 
     def _sql_scores(
-        self, features: pa.Table, cases: dict[str, Case], applicable: dict[str, list[Scorer]]
+        self, features: pa.Table, cases: dict[str, Case], applicable: dict[str, tuple[Scorer, ...]]
     ) -> dict[str, dict[str, Score]]:
         """Each SQL scorer's scores, computed in one query over the trials whose case it applies to."""
         results: dict[str, dict[str, Score]] = {}
