@@ -66,14 +66,14 @@ def rescore(
     done = scores = 0
     for low, high, count in bounds:
         features = _features(store, experiment.experiment_id, low, high)
-        scored = engine.score(features, cases)
-        table = score_table(experiment.experiment_id, scored, pass_id, time.time_ns())
+        judged = engine.judge(features, cases)
+        table = score_table(experiment.experiment_id, judged, pass_id, time.time_ns())
         if table.num_rows:
             store.write("scores", table)
         done += count
         scores += table.num_rows
         # Drop this batch before the next is built: memory is bounded by one batch, not two.
-        del features, scored, table
+        del features, judged, table
         pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
     return RescoreResult(

@@ -38,7 +38,7 @@ from .environment import environment
 from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
-from .scorers import ScoredTrial, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
+from .scorers import Judgement, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
 from .store import TRIALS, Store, compact
 from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
@@ -314,28 +314,27 @@ class _Run:
                     self.otlp.on_end(span)
         if not results:
             return
-        scored = self._score(results, spans_batch)
+        judged = self._score(results, spans_batch)
         trial_rows = []
         for result in results:
-            judged = scored.get(result.plan.trial_id)
-            passed = result.failure is None and judged is not None and judged.passed
+            passed = result.failure is None and judged.passed.get(result.plan.trial_id, False)
             outcome = "failed" if result.failure else "passed" if passed else "wrong"
             trial_rows.append(self._trial_row(result, outcome, passed))
             self.counts[outcome] += 1
             if result.failure and result.failure.infrastructure:
                 self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
-        scores = score_table(self.experiment.experiment_id, scored.values(), self.pass_id, time.time_ns())
+        scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         for batch in scores.to_batches():
             self.score_writer.append(batch)
         self.trial_writer.append(pa.RecordBatch.from_pylist(trial_rows, schema=TRIALS))
 
-    def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> dict[str, ScoredTrial]:
+    def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
         """Scores of the trials that produced an answer, through the same feature query and scorers as
         ``rescore`` uses over the store."""
         answered = [r for r in results if r.failure is None]
         if not answered:
-            return {}
+            return Judgement.empty()
         trials = pa.table(
             {
                 "experiment_id": [self.experiment.experiment_id] * len(answered),
@@ -348,7 +347,7 @@ class _Run:
         )
         features = self.engine.features(trials, spans if spans is not None else SPAN_SCHEMA.empty_table())
         cases = {r.plan.case.id: r.plan.case for r in answered}
-        return {t.trial_id: t for t in self.engine.score(features, cases)}
+        return self.engine.judge(features, cases)
 
     @staticmethod
     def _stored_reply(result: TrialResult) -> str | None:

@@ -269,6 +269,36 @@ def test_custom_scorer_values_and_versions():
     )
 
 
+out_of_range_sql = Scorer("out_of_range_sql", sql="struct_pack(value := 1.5, passed := true, reason := 'x')")
+null_sql = Scorer("null_sql", sql="struct_pack(value := NULL::DOUBLE, passed := NULL::BOOLEAN, reason := 'x')")
+graded_sql = Scorer("graded_sql", continuous=True, sql="struct_pack(value := 0.25, passed := true, reason := NULL)")
+defaulted_sql = Scorer("defaulted_sql", sql="struct_pack(value := 1.0, passed := NULL::BOOLEAN, reason := 'ok')")
+
+
+def test_sql_scorers_follow_the_python_rules():
+    scores = score_one(case(), trial(["4"]), [out_of_range_sql, null_sql, graded_sql, defaulted_sql])
+    assert scores["out_of_range_sql"].error == "returned 1.5, not a number between 0 and 1"
+    assert scores["out_of_range_sql"].passed is None and scores["out_of_range_sql"].value is None
+    assert scores["null_sql"].error == "returned None, not a number between 0 and 1"
+    assert (scores["graded_sql"].value, scores["graded_sql"].passed, scores["graded_sql"].reason) == (0.25, None, "")
+    assert (scores["defaulted_sql"].passed, scores["defaulted_sql"].reason) == (True, "ok")  # passed from value 1.0
+
+
+def test_judgement_rows_and_pass_per_trial():
+    engine = ScoringEngine([*BUILTIN_SCORERS, explodes])
+    rows = [dict(trial(["4"]), trial_id="t1"), dict(trial(["5"]), trial_id="t2"), dict(trial(["x"]), trial_id="t3")]
+    cases = {"c1": case(expected_output="4"), "c2": case(expected_output="")}
+    rows[2]["case_id"] = "c2"
+    cases["c2"] = Case(id="c2", input="q", expected_output="")
+    judged = engine.judge(pa.Table.from_pylist(rows, schema=FEATURES), cases)
+    assert judged.passed == {"t1": False, "t2": False, "t3": True}  # explodes applies where expected_output is set
+    by_trial = {}
+    for row in judged.table.to_pylist():
+        by_trial.setdefault(row["trial_id"], []).append(row["scorer"])
+    assert by_trial == {"t1": ["answer_match", "explodes"], "t2": ["answer_match", "explodes"]}
+    assert [t.trial_id for t in judged.trials()] == ["t1", "t2", "t3"] and judged.trials()[2].scores == []
+
+
 def test_scorer_definitions_are_checked():
     with pytest.raises(ValueError, match="exactly one of fn or sql"):
         Scorer("neither")

@@ -12,12 +12,13 @@ from .builtin import (
     trajectory_order,
     unknown_answer,
 )
-from .engine import ScoredTrial, ScoringEngine, case_table, score_table
+from .engine import Judgement, ScoredTrial, ScoringEngine, case_table, score_table
 from .features import TrialFeatures, features_sql
 from .loading import load_scorers, scorer_specs
 
 __all__ = [
     "BUILTIN_SCORERS",
+    "Judgement",
     "Score",
     "ScoredTrial",
     "Scorer",

@@ -11,6 +11,11 @@ from typing import Any
 from ..cases import SCORED_FIELDS, Case
 from .features import TrialFeatures
 
+Outcome = tuple[float | None, bool | None, str, str | None]
+"""A judgement without its scorer: ``(value, passed, reason, error)``."""
+
+FAILED_REASON = "the scorer raised an error"
+
 
 @dataclasses.dataclass(frozen=True)
 class Score:
@@ -65,9 +70,21 @@ class Scorer:
 
     def result(self, returned: Any) -> Score:
         """A Score from what a scorer returned: a Score, a bool, a number in 0..1, or (value, reason)."""
-        reason = ""
+        return self._score(self.outcome(returned))
+
+    def error(self, message: str) -> Score:
+        """The score recorded when the scorer failed: never a silent NaN, and never a pass."""
+        return self._score(self.failure(message))
+
+    def outcome(self, returned: Any) -> Outcome:
+        """What a scorer returned, as ``(value, passed, reason, error)``: the one place the
+        return conventions are read (``result`` and the engine's columns both go through it)."""
+        if type(returned) is tuple and len(returned) == 2 and type(returned[0]) is bool:  # the common case
+            passed, reason = returned
+            return float(passed), None if self.continuous else passed, str(reason), None
+        reason: Any = ""
         if isinstance(returned, Score):
-            return dataclasses.replace(returned, scorer=self.name, version=self.version, continuous=self.continuous)
+            return returned.value, returned.passed, returned.reason, returned.error
         if isinstance(returned, dict):
             value, passed, reason = returned.get("value"), returned.get("passed"), returned.get("reason") or ""
         else:
@@ -77,21 +94,18 @@ class Scorer:
         if isinstance(value, bool):
             passed, value = value if passed is None else passed, float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
-            return self.error(f"returned {value!r}, not a number between 0 and 1")
+            return self.failure(f"returned {value!r}, not a number between 0 and 1")
         if not self.continuous and passed is None:
             passed = value >= 1.0
-        return Score(
-            self.name,
-            self.version,
-            float(value),
-            None if self.continuous else passed,
-            str(reason),
-            continuous=self.continuous,
-        )
+        return float(value), None if self.continuous else passed, str(reason), None
 
-    def error(self, message: str) -> Score:
-        """The score recorded when the scorer failed: never a silent NaN, and never a pass."""
-        return Score(self.name, self.version, None, None, "the scorer raised an error", message[:2000], self.continuous)
+    @staticmethod
+    def failure(message: str) -> Outcome:
+        return None, None, FAILED_REASON, message[:2000]
+
+    def _score(self, outcome: Outcome) -> Score:
+        value, passed, reason, error = outcome
+        return Score(self.name, self.version, value, passed, reason, error, self.continuous)
 
 
 def scorer(

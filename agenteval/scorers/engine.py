@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..cases import SCORED_FIELDS, Case
 from .base import Score, Scorer
@@ -43,6 +44,55 @@ def case_table(cases: Iterable[Case]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=CASE_SCHEMA)
 
 
+JUDGEMENT_SCHEMA = pa.schema(
+    [
+        pa.field("trial_id", pa.string()),
+        pa.field("case_id", pa.string()),
+        pa.field("scorer", pa.string()),
+        pa.field("scorer_version", pa.string()),
+        pa.field("value", pa.float64()),
+        pa.field("passed", pa.bool_()),
+        pa.field("reason", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("continuous", pa.bool_()),
+    ]
+)
+"""One row per (trial, applicable scorer): the ``scores`` table without experiment, pass and time."""
+
+
+@dataclasses.dataclass
+class Judgement:
+    """A batch of trials scored: one row per trial and applicable scorer, and whether each trial
+    passed (every applicable pass/fail scorer passed; an error does not pass)."""
+
+    table: pa.Table
+    passed: dict[str, bool]
+    case_ids: dict[str, str]
+    """Each trial's case."""
+
+    @classmethod
+    def empty(cls) -> Judgement:
+        return cls(JUDGEMENT_SCHEMA.empty_table(), {}, {})
+
+    def trials(self) -> list[ScoredTrial]:
+        """The same, trial by trial (in batch order, scores in scorer order)."""
+        by_trial: dict[str, ScoredTrial] = {}
+        for row in self.table.to_pylist():
+            scored = by_trial.setdefault(row["trial_id"], ScoredTrial(row["trial_id"], row["case_id"], []))
+            scored.scores.append(
+                Score(
+                    row["scorer"],
+                    row["scorer_version"],
+                    row["value"],
+                    row["passed"],
+                    row["reason"],
+                    row["error"],
+                    row["continuous"],
+                )
+            )
+        return [by_trial.get(t) or ScoredTrial(t, self.case_ids[t], []) for t in self.passed]
+
+
 @dataclasses.dataclass
 class ScoredTrial:
     """A trial's scores and whether it passed: every applicable pass/fail scorer passed (an error does
@@ -66,8 +116,6 @@ class ScoringEngine:
         if duplicated:
             raise ValueError(f"two scorers share a name: {', '.join(sorted(duplicated))}")
         self.scorers = list(scorers)
-        self.sql_scorers = [s for s in scorers if s.sql is not None]
-        self.python_scorers = [s for s in scorers if s.fn is not None]
         self.con = duckdb.connect()
         self._applicable: dict[str, tuple[Scorer, ...]] = {}
         self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
@@ -82,10 +130,37 @@ class ScoringEngine:
             self.con.unregister("agenteval_trials")
             self.con.unregister("agenteval_spans")
 
-    def score(self, features: pa.Table, cases: dict[str, Case]) -> list[ScoredTrial]:
-        """Scores for every trial in ``features`` (one row per trial, from the feature query)."""
+    def judge(self, features: pa.Table, cases: dict[str, Case]) -> Judgement:
+        """Every applicable scorer over every trial in ``features`` (one row per trial, from the feature
+        query): SQL scorers in one query each over the batch, Python scorers trial by trial."""
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
+        rows_by_scorer = self._rows_by_scorer(case_ids, cases)
+        parts = []
+        self.con.register("agenteval_features", features)
+        try:
+            for item in self.scorers:
+                rows = rows_by_scorer.get(item.name)
+                if not rows:
+                    continue
+                if item.sql is not None:
+                    outcomes = self._sql_outcomes(
+                        item, [cases[cid] for cid in dict.fromkeys(case_ids[i] for i in rows)]
+                    )
+                else:
+                    outcomes = self._python_outcomes(item, rows, columns, case_ids, cases)
+                parts.append(_with_scorer(outcomes, item))
+        finally:
+            self.con.unregister("agenteval_features")
+        table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
+        return Judgement(table, _passed_by_trial(trial_ids, table), dict(zip(trial_ids, case_ids, strict=True)))
+
+    def score(self, features: pa.Table, cases: dict[str, Case]) -> list[ScoredTrial]:
+        """:meth:`judge`, trial by trial."""
+        return self.judge(features, cases).trials()
+
+    def _rows_by_scorer(self, case_ids: list[str], cases: dict[str, Case]) -> dict[str, list[int]]:
+        """For each scorer, the rows of the batch whose case it applies to."""
         # Which scorers apply depends on the case alone: decided once per case for the engine's life.
         # Cases share one tuple per distinct set, so a run of many cases adds no objects for the
         # garbage collector to walk.
@@ -93,108 +168,107 @@ class ScoringEngine:
         for cid in set(case_ids) - known.keys():
             chosen = tuple(i for i, s in enumerate(self.scorers) if s.applies(cases[cid]))
             known[cid] = self._scorer_sets.setdefault(chosen, tuple(self.scorers[i] for i in chosen))
-        applicable = {cid: known[cid] for cid in set(case_ids)}
-        sql_results = self._sql_scores(features, cases, applicable)
-        scored = []
-        for index, (trial_id, case_id) in enumerate(zip(trial_ids, case_ids, strict=True)):
-            case, trial, scores = cases[case_id], TrialFeatures(columns, index), []
-            for item in applicable[case_id]:
-                if item.sql is not None:
-                    scores.append(sql_results[item.name].get(trial_id) or item.error("no result"))
-                else:
-                    scores.append(self._run_python(item, case, trial))
-            scored.append(ScoredTrial(trial_id, case_id, scores))
-        return scored
+        rows_by_set: dict[tuple[Scorer, ...], list[int]] = {}
+        for row, cid in enumerate(case_ids):
+            rows_by_set.setdefault(known[cid], []).append(row)
+        rows: dict[str, list[int]] = {}
+        for scorer_set, members in rows_by_set.items():
+            for item in scorer_set:
+                rows.setdefault(item.name, []).extend(members)
+        return {name: sorted(members) for name, members in rows.items()}
 
     @staticmethod
-    def _run_python(item: Scorer, case: Case, trial: TrialFeatures) -> Score:
-        try:
-            return item.result(item.fn(case, trial))  # type: ignore[misc]
-        except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
-            return item.error(f"{type(exc).__name__}: {exc}")
-
-    def _sql_scores(
-        self, features: pa.Table, cases: dict[str, Case], applicable: dict[str, tuple[Scorer, ...]]
-    ) -> dict[str, dict[str, Score]]:
-        """Each SQL scorer's scores, computed in one query over the trials whose case it applies to."""
-        results: dict[str, dict[str, Score]] = {}
-        self.con.register("agenteval_features", features)
-        try:
-            for item in self.sql_scorers:
-                wanted = [cases[cid] for cid, scorers in applicable.items() if item in scorers]
-                if not wanted:
-                    continue
-                self.con.register("agenteval_cases", case_table(wanted))
-                try:
-                    results[item.name] = self._one_sql_scorer(item)
-                finally:
-                    self.con.unregister("agenteval_cases")
-        finally:
-            self.con.unregister("agenteval_features")
-        return results
-
-    def _one_sql_scorer(self, item: Scorer) -> dict[str, Score]:
-        query = (
-            "SELECT trial_id, s.value::DOUBLE, s.passed::BOOLEAN, s.reason::VARCHAR FROM ("
-            f"SELECT f.trial_id, {item.sql} AS s FROM agenteval_features f JOIN agenteval_cases c USING (case_id))"
+    def _python_outcomes(
+        item: Scorer, rows: list[int], columns: FeatureColumns, case_ids: list[str], cases: dict[str, Case]
+    ) -> pa.Table:
+        fn = item.fn
+        assert fn is not None
+        outcomes = []
+        for row in rows:
+            try:
+                outcomes.append(item.outcome(fn(cases[case_ids[row]], TrialFeatures(columns, row))))
+            except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
+                outcomes.append(item.failure(f"{type(exc).__name__}: {exc}"))
+        value, passed, reason, error = zip(*outcomes, strict=True)
+        indices = pa.array(rows, pa.int64())
+        return pa.table(
+            {
+                "trial_id": columns.table.column("trial_id").take(indices),
+                "case_id": columns.table.column("case_id").take(indices),
+                "value": pa.array(value, pa.float64()),
+                "passed": pa.array(passed, pa.bool_()),
+                "reason": pa.array(reason, pa.string()),
+                "error": pa.array(error, pa.string()),
+            }
         )
+
+    def _sql_outcomes(self, item: Scorer, wanted: list[Case]) -> pa.Table:
+        """The scorer's SQL over the batch's trials whose case it applies to, checked in SQL too: a
+        value outside 0..1 is an error score, as it is for Python scorers."""
+        self.con.register("agenteval_cases", case_table(wanted))
         try:
-            rows = self.con.execute(query).fetchall()
+            return self.con.sql(_sql_scorer_query(item)).to_arrow_table()
         except duckdb.Error as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            return _ErrorForAll(item.error(message))
-        results = {}
-        for trial_id, value, passed, reason in rows:
-            if value is None or value != value or not 0.0 <= value <= 1.0:
-                results[trial_id] = item.error(f"returned {value!r}, not a number between 0 and 1")
-            else:
-                if not item.continuous and passed is None:
-                    passed = value >= 1.0
-                results[trial_id] = Score(
-                    item.name,
-                    item.version,
-                    value,
-                    None if item.continuous else passed,
-                    reason or "",
-                    continuous=item.continuous,
-                )
-        return results
+            failed = item.failure(f"{type(exc).__name__}: {exc}")
+            return self.con.sql(
+                "SELECT f.trial_id, f.case_id, NULL::DOUBLE AS value, NULL::BOOLEAN AS passed, ? AS reason, "
+                "? AS error FROM agenteval_features f JOIN agenteval_cases c USING (case_id)",
+                params=[failed[2], failed[3]],
+            ).to_arrow_table()
+        finally:
+            self.con.unregister("agenteval_cases")
 
 
-def score_table(experiment_id: str, scored: Iterable[ScoredTrial], pass_id: str, scored_at: int) -> pa.Table:
-    """The ``scores`` table rows for scored trials, all of one pass (built column by column)."""
+def _sql_scorer_query(item: Scorer) -> str:
+    _, _, failed_reason, _ = item.failure("")
+    passed = "NULL::BOOLEAN" if item.continuous else "coalesce(passed, value >= 1.0)"
+    return f"""
+        SELECT trial_id, case_id,
+               CASE WHEN bad THEN NULL ELSE value END AS value,
+               CASE WHEN bad THEN NULL ELSE {passed} END AS passed,
+               CASE WHEN bad THEN '{failed_reason}' ELSE coalesce(reason, '') END AS reason,
+               CASE WHEN bad THEN 'returned ' || coalesce(value::VARCHAR, 'None') || ', not a number between 0 and 1'
+               END AS error
+        FROM (SELECT trial_id, case_id, value, passed, reason,
+                     value IS NULL OR isnan(value) OR value < 0 OR value > 1 AS bad
+              FROM (SELECT f.trial_id, f.case_id, s.value::DOUBLE AS value, s.passed::BOOLEAN AS passed,
+                           s.reason::VARCHAR AS reason
+                    FROM (SELECT f.trial_id, f.case_id, {item.sql} AS s
+                          FROM agenteval_features f JOIN agenteval_cases c USING (case_id)) f))"""
+
+
+def _with_scorer(outcomes: pa.Table, item: Scorer) -> pa.Table:
+    """Outcomes (trial_id, case_id, value, passed, reason, error) with the scorer's columns added."""
+    count = outcomes.num_rows
+    constant = {
+        "scorer": pa.repeat(pa.scalar(item.name), count),
+        "scorer_version": pa.repeat(pa.scalar(item.version), count),
+        "continuous": pa.repeat(pa.scalar(item.continuous), count),
+    }
+    return pa.table(
+        [outcomes.column(f.name) if f.name in outcomes.column_names else constant[f.name] for f in JUDGEMENT_SCHEMA],
+        schema=JUDGEMENT_SCHEMA,
+    )
+
+
+def _passed_by_trial(trial_ids: list[str], table: pa.Table) -> dict[str, bool]:
+    """Each trial passed unless one of its pass/fail scores did not pass (false, or an error)."""
+    passed = dict.fromkeys(trial_ids, True)
+    judged = table.filter(pc.invert(table.column("continuous")))
+    not_passed = judged.filter(pc.invert(pc.fill_null(judged.column("passed"), False)))
+    for trial_id in not_passed.column("trial_id").to_pylist():
+        passed[trial_id] = False
+    return passed
+
+
+def score_table(experiment_id: str, judgement: Judgement, pass_id: str, scored_at: int) -> pa.Table:
+    """The ``scores`` table rows of a judged batch, all of one pass."""
     from ..store import SCORES
 
-    flat = [(trial, score) for trial in scored for score in trial.scores]
-    trial_ids = [trial.trial_id for trial, _ in flat]
-    case_ids = [trial.case_id for trial, _ in flat]
-    fields = {
-        "scorer": [score.scorer for _, score in flat],
-        "scorer_version": [score.version for _, score in flat],
-        "value": [score.value for _, score in flat],
-        "passed": [score.passed for _, score in flat],
-        "reason": [score.reason for _, score in flat],
-        "error": [score.error for _, score in flat],
-        "continuous": [score.continuous for _, score in flat],
-    }
-    count = len(trial_ids)
-    columns = {
+    table, count = judgement.table, judgement.table.num_rows
+    added = {
         "experiment_id": pa.repeat(pa.scalar(experiment_id), count),
-        "trial_id": trial_ids,
-        "case_id": case_ids,
-        **fields,
         "pass_id": pa.repeat(pa.scalar(pass_id), count),
         "scored_at": pa.repeat(pa.scalar(scored_at, SCORES.field("scored_at").type), count),
     }
-    return pa.table({name: columns[name] for name in SCORES.names}, schema=SCORES)
-
-
-class _ErrorForAll(dict):
-    """Every trial gets the same error score (the SQL of a scorer failed for the whole batch)."""
-
-    def __init__(self, score: Score) -> None:
-        super().__init__()
-        self._score = score
-
-    def get(self, key: object, default: object = None) -> Score:  # type: ignore[override]
-        return self._score
+    return pa.table([added[f.name] if f.name in added else table.column(f.name) for f in SCORES], schema=SCORES)

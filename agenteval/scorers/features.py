@@ -89,6 +89,11 @@ class FeatureColumns:
     def __len__(self) -> int:
         return self._table.num_rows
 
+    @property
+    def table(self) -> Any:
+        """The feature query's result these columns read from."""
+        return self._table
+
     def column(self, name: str) -> list[Any]:
         values = self._columns.get(name)
         if values is None:
