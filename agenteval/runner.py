@@ -39,7 +39,7 @@ from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
 from .scorers import Judgement, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
-from .store import TRIALS, Store, compact
+from .store import CASES, TRIALS, Store, compact
 from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
 
@@ -195,7 +195,9 @@ class _Run:
             plans = [
                 TrialPlan(case, attempt, _trial_id()) for case in chosen for attempt in range(1, options.attempts + 1)
             ]
-            store.write("cases", [_case_row(experiment.experiment_id, c) for c in chosen])
+            store.write("cases", _cases_table(experiment.experiment_id, chosen))
+            # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
+            pa.default_memory_pool().release_unused()
         return cls(
             store,
             experiment,
@@ -457,18 +459,22 @@ def _trial_id() -> str:
     return f"{time.time_ns():016x}{next(_TRIAL_SEQUENCE) & 0xFFFFFFFF:08x}"
 
 
-def _case_row(experiment_id: str, case: Case) -> dict[str, Any]:
-    return {
-        "experiment_id": experiment_id,
-        "case_id": case.id,
-        "line": case.line,
-        "input": case.input,
-        "expected_output": case.expected_output,
-        "category": case.category,
-        "difficulty": case.difficulty,
-        "tags": list(case.tags),
-        "case": case.to_json(),
-    }
+def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
+    """The run's snapshot of its cases, built column by column (a dict per case cost 80 MB at 100,000)."""
+    return pa.table(
+        {
+            "experiment_id": pa.repeat(pa.scalar(experiment_id), len(cases)),
+            "case_id": [c.id for c in cases],
+            "line": [c.line for c in cases],
+            "input": [c.input for c in cases],
+            "expected_output": [c.expected_output for c in cases],
+            "category": [c.category for c in cases],
+            "difficulty": [c.difficulty for c in cases],
+            "tags": [list(c.tags) for c in cases],
+            "case": [c.to_json() for c in cases],
+        },
+        schema=CASES,
+    )
 
 
 def _resumable(store: Store, experiment_id: str | None) -> ex.Experiment:
