@@ -338,3 +338,44 @@ def test_writer_after_close(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         writer.append(rows(2, 1))
     assert len(published(tmp_path)) == 1
+
+
+def test_spans_not_made_by_the_sdk_tracer_encode_the_same():
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agenteval_exporters import spans_to_batch
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "svc"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("scope")
+    with tracer.start_as_current_span("root", attributes={A.EXPERIMENT_ID: "e", A.TRIAL_ATTEMPT: 1}):
+        with tracer.start_as_current_span("chat", kind=SpanKind.CLIENT) as chat:
+            chat.set_attribute(A.GEN_AI_RESPONSE_FINISH_REASONS, ("stop",))
+            chat.add_event("retry", {"attempt": 2})
+            chat.set_status(Status(StatusCode.ERROR, "boom"))
+    made = list(memory.get_finished_spans())
+    # The shape other SDK users hand to exporters: plain dicts and tuples, no bounded containers.
+    copies = [
+        ReadableSpan(
+            s.name,
+            s.context,
+            s.parent,
+            s.resource,
+            dict(s.attributes),
+            tuple(s.events),
+            kind=s.kind,
+            status=s.status,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            instrumentation_scope=s.instrumentation_scope,
+        )
+        for s in made
+    ]
+    expected = spans_to_batch(made)
+    assert spans_to_batch(copies).equals(expected)
+    assert spans_to_batch([made[0], copies[1]]).equals(expected)
+    chat_row = pa.Table.from_batches([expected]).drop_columns(["start_time", "end_time"]).to_pylist()[0]
+    assert (chat_row["finish_reason"], chat_row["status_code"], chat_row["kind"]) == ("stop", "ERROR", "CLIENT")
+    assert spans_to_batch([]).num_rows == 0
