@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..cases import SCORED_FIELDS, Case
-from .base import Score, Scorer
+from ..store.schemas import SCORES
+from .base import FAILED_REASON, Score, Scorer
 from .features import FeatureColumns, TrialFeatures, features_sql
 
 
@@ -44,19 +45,8 @@ def case_table(cases: Iterable[Case]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=CASE_SCHEMA)
 
 
-JUDGEMENT_SCHEMA = pa.schema(
-    [
-        pa.field("trial_id", pa.string()),
-        pa.field("case_id", pa.string()),
-        pa.field("scorer", pa.string()),
-        pa.field("scorer_version", pa.string()),
-        pa.field("value", pa.float64()),
-        pa.field("passed", pa.bool_()),
-        pa.field("reason", pa.string()),
-        pa.field("error", pa.string()),
-        pa.field("continuous", pa.bool_()),
-    ]
-)
+_PER_PASS = ("experiment_id", "pass_id", "scored_at")
+JUDGEMENT_SCHEMA = pa.schema([f for f in SCORES if f.name not in _PER_PASS])
 """One row per (trial, applicable scorer): the ``scores`` table without experiment, pass and time."""
 
 
@@ -220,13 +210,12 @@ class ScoringEngine:
 
 
 def _sql_scorer_query(item: Scorer) -> str:
-    _, _, failed_reason, _ = item.failure("")
     passed = "NULL::BOOLEAN" if item.continuous else "coalesce(passed, value >= 1.0)"
     return f"""
         SELECT trial_id, case_id,
                CASE WHEN bad THEN NULL ELSE value END AS value,
                CASE WHEN bad THEN NULL ELSE {passed} END AS passed,
-               CASE WHEN bad THEN '{failed_reason}' ELSE coalesce(reason, '') END AS reason,
+               CASE WHEN bad THEN '{FAILED_REASON}' ELSE coalesce(reason, '') END AS reason,
                CASE WHEN bad THEN 'returned ' || coalesce(value::VARCHAR, 'None') || ', not a number between 0 and 1'
                END AS error
         FROM (SELECT trial_id, case_id, value, passed, reason,
@@ -263,8 +252,6 @@ def _passed_by_trial(trial_ids: list[str], table: pa.Table) -> dict[str, bool]:
 
 def score_table(experiment_id: str, judgement: Judgement, pass_id: str, scored_at: int) -> pa.Table:
     """The ``scores`` table rows of a judged batch, all of one pass."""
-    from ..store import SCORES
-
     table, count = judgement.table, judgement.table.num_rows
     added = {
         "experiment_id": pa.repeat(pa.scalar(experiment_id), count),
