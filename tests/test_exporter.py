@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -379,3 +380,30 @@ def test_spans_not_made_by_the_sdk_tracer_encode_the_same():
     chat_row = pa.Table.from_batches([expected]).drop_columns(["start_time", "end_time"]).to_pylist()[0]
     assert (chat_row["finish_reason"], chat_row["status_code"], chat_row["kind"]) == ("stop", "ERROR", "CLIENT")
     assert spans_to_batch([]).num_rows == 0
+
+
+def test_writer_in_a_forked_child_publishes_only_its_own_rows(tmp_path):
+    writer = PartitionedWriter(
+        tmp_path, "t", ROWS, partition_by_experiment, max_rows=1000, flush_interval=3600, row_group_rows=4
+    )
+    writer.append(rows(0, 10))  # two row groups in the parent's staged file, two rows still buffered
+    pid = os.fork()
+    if pid == 0:  # the child: its own rows only, through threads of its own
+        code = 1
+        try:
+            writer.append(rows(100, 5))
+            writer.close()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung writing")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    writer.append(rows(10, 3))
+    writer.close()
+    assert numbers(tmp_path) == [*range(13), *range(100, 105)]  # each row once, every file readable
+    assert len(published(tmp_path)) == 2

@@ -123,6 +123,15 @@ class StagedFile:
         fsync_dir(folder)
         return final
 
+    def detach(self) -> None:
+        """In a forked child: point this file's descriptor at ``/dev/null``, so that nothing the child
+        does with its copy (closing it included) reaches the file the parent is still writing."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._sink.fileno())
+        finally:
+            os.close(devnull)
+
     def abandon(self) -> None:
         """Close and delete the staged file, ignoring errors (it is never visible to readers)."""
         for close in (getattr(self, "_writer", None), self._sink):

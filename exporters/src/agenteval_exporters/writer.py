@@ -11,9 +11,11 @@ of a file that failed are kept and go first into the partition's next file.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -133,10 +135,30 @@ class PartitionedWriter:
         self._stopped = False
         self._failing = False
         remove_stale_staging(self.root)
-        self._worker = threading.Thread(target=self._work, name=f"agenteval-{table_name}-writer", daemon=True)
+        self._start_threads()
+        if hasattr(os, "register_at_fork"):
+            after_fork = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
+
+    def _start_threads(self) -> None:
+        name = self.table_name
+        self._worker = threading.Thread(target=self._work, name=f"agenteval-{name}-writer", daemon=True)
         self._worker.start()
-        self._timer = threading.Thread(target=self._flush_on_time, name=f"agenteval-{table_name}-flush", daemon=True)
+        self._timer = threading.Thread(target=self._flush_on_time, name=f"agenteval-{name}-flush", daemon=True)
         self._timer.start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child starts empty, with threads of its own: what was buffered is the parent's
+        to publish, and the parent's staged files are never touched from here."""
+        for open_file in self._open.values():
+            if open_file.staged is not None:
+                open_file.staged.detach()
+        self._open, self._retry, self._buffers = {}, {}, {}
+        self._lock = threading.Lock()
+        self._jobs = queue.Queue(MAX_QUEUED_JOBS)
+        if not self._closed.is_set():
+            self._closed = threading.Event()
+            self._start_threads()
 
     def append(self, batch: pa.RecordBatch) -> None:
         """Buffer ``batch``; a partition that reached ``max_rows`` is published before this returns
