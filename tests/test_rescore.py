@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.compute as pc
 from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.experiments import summarize
 from agenteval.rescore import rescore
 from agenteval.runner import evaluate
-from agenteval.scorers import scorer
+from agenteval.scorers import batch_scorer, scorer
 from agenteval.store import Store
 from agenteval.tools import country_facts, fetch_review, get_stock_price, search_documents
 
@@ -77,6 +78,25 @@ def test_rescoring_reproduces_run_time_scores_exactly(tmp_path):
         "tool_error_handling",
         "retrieval_recall",
     } <= scorers_seen
+
+
+@batch_scorer(requires=("expected_output",))
+def names_a_number(features, cases):
+    """Vectorised: whether any reply has a digit in it."""
+    replies = pc.binary_join(features.column("replies"), " ")
+    return pc.match_substring_regex(pc.fill_null(replies, ""), r"\d")
+
+
+def test_an_arrow_scorer_is_rescored_from_the_run_s_record(tmp_path):
+    store = Store(tmp_path / "s")
+    experiment = evaluate(busy_agent, "hard", attempts=1, store=store, progress="none", scorers=[names_a_number])
+    original = pass_scores(store, run_pass_id(store, experiment.id))
+    mine = [row for row in original if row[1] == "names_a_number"]
+    assert mine and all(row[6] is None for row in mine)  # real judgements, no error scores
+    assert {row[4] for row in mine} == {True, False}
+    again = rescore(store, experiment.id)  # no scorers given: the run's, its Arrow scorer loaded by import path
+    assert "names_a_number" in again.scorers
+    assert pass_scores(store, again.pass_id) == original
 
 
 @scorer(name="strict_capital", version="1", requires=("expected_output",))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from agenteval.cases import Case
-from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, ScoringEngine, scorer
+from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, ScoringEngine, batch_scorer, scorer
 
 TOOL_CALL = pa.struct(
     [("name", pa.string()), ("arguments", pa.string()), ("result", pa.string()), ("error", pa.bool_())]
@@ -300,9 +301,72 @@ def test_judgement_rows_and_pass_per_trial():
 
 
 def test_scorer_definitions_are_checked():
-    with pytest.raises(ValueError, match="exactly one of fn or sql"):
+    with pytest.raises(ValueError, match="exactly one of fn, sql or arrow"):
         Scorer("neither")
     with pytest.raises(ValueError, match="unknown case fields: expected_outptu"):
         Scorer("typo", sql="1", requires=("expected_outptu",))
     with pytest.raises(ValueError, match="two scorers share a name: half"):
         ScoringEngine([half, half])
+
+
+# --- Arrow scorers: one call per batch, the same rules --------------------------------------------
+
+
+@batch_scorer(requires=("expected_output",))
+def exact_reply(features, cases):
+    replies = pc.list_element(features.column("replies"), 0)
+    return pc.equal(replies, cases.column("expected_output"))
+
+
+@batch_scorer(continuous=True, version="2")
+def brevity(features, cases):
+    lengths = pc.utf8_length(pc.list_element(features.column("replies"), 0))
+    value = pc.divide(pa.array([1.0] * len(lengths)), pc.add(lengths.cast(pa.float64()), 1.0))
+    return pa.table({"value": value, "reason": pc.binary_join_element_wise("length ", lengths.cast(pa.string()), "")})
+
+
+@batch_scorer
+def arrow_explodes(features, cases):
+    raise RuntimeError("bug in my batch scorer")
+
+
+@batch_scorer
+def arrow_too_short(features, cases):
+    return [1.0]
+
+
+@batch_scorer
+def arrow_out_of_range(features, cases):
+    return pa.table({"value": [2.0] * features.num_rows, "passed": [True] * features.num_rows})
+
+
+def test_arrow_scorers_get_the_batch_and_follow_the_rules():
+    engine = ScoringEngine([exact_reply, brevity, arrow_explodes, arrow_too_short, arrow_out_of_range])
+    rows = [dict(trial(["4"]), trial_id="t1"), dict(trial(["five"]), trial_id="t2")]
+    rows[1]["case_id"] = "c2"
+    cases = {"c1": case(expected_output="4"), "c2": Case(id="c2", input="q", expected_output="5")}
+    judged = engine.judge(pa.Table.from_pylist(rows, schema=FEATURES), cases)
+    scores = {(t.trial_id, s.scorer): s for t in judged.trials() for s in t.scores}
+    assert (scores["t1", "exact_reply"].value, scores["t1", "exact_reply"].passed) == (1.0, True)
+    assert (scores["t2", "exact_reply"].value, scores["t2", "exact_reply"].passed) == (0.0, False)
+    assert scores["t2", "brevity"].value == pytest.approx(1 / 5) and scores["t2", "brevity"].passed is None
+    assert (scores["t2", "brevity"].reason, scores["t2", "brevity"].version) == ("length 4", "2")
+    assert scores["t1", "arrow_explodes"].error == "RuntimeError: bug in my batch scorer"
+    assert scores["t2", "arrow_too_short"].error == "ValueError: returned 1 rows; the batch has 2 trials"
+    assert scores["t1", "arrow_out_of_range"].error == "returned 2.0, not a number between 0 and 1"
+    assert scores["t1", "arrow_out_of_range"].passed is None
+    assert judged.passed == {"t1": False, "t2": False}  # errors never pass
+
+
+def test_an_arrow_scorer_sees_only_the_trials_it_applies_to():
+    seen = []
+
+    @batch_scorer(requires=("expected_output",))
+    def records(features, cases):
+        seen.append((features.column("trial_id").to_pylist(), cases.column("case_id").to_pylist()))
+        return [True] * features.num_rows
+
+    rows = [dict(trial(["4"]), trial_id=f"t{i}", case_id=f"c{i % 2}") for i in range(4)]
+    cases = {"c0": Case(id="c0", input="q", expected_output=""), "c1": case(expected_output="4")}
+    ScoringEngine([records]).judge(pa.Table.from_pylist(rows, schema=FEATURES), cases)
+    assert seen == [(["t1", "t3"], ["c1", "c1"])]

@@ -1,6 +1,6 @@
 """Scorers: judgements of trials, from 0 to 1, with a reason, computed from the trials' spans."""
 
-from .base import Score, Scorer, scorer
+from .base import Score, Scorer, batch_scorer, scorer
 from .builtin import (
     BUILTIN_SCORERS,
     answer_match,
@@ -25,6 +25,7 @@ __all__ = [
     "ScoringEngine",
     "TrialFeatures",
     "answer_match",
+    "batch_scorer",
     "case_table",
     "features_sql",
     "load_scorers",

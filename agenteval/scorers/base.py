@@ -42,10 +42,11 @@ def _present(case: Case, field: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
-    """A scorer. ``fn(case, features)`` for a per-trial Python scorer, or ``sql``: an expression over
-    ``f`` (the features: ``replies``, ``tool_calls``, ``model_calls``, ``retrieved_ids``, ...) and ``c``
-    (the case: ``expected_output``, ``expected_tools``, ``must_not_contain``, ...) giving
-    ``struct_pack(value := ..., passed := ..., reason := ...)``, run once for a whole batch."""
+    """A scorer, one of three kinds. ``fn(case, features)``: per-trial Python. ``sql``: an expression
+    over ``f`` (the features: ``replies``, ``tool_calls``, ``model_calls``, ``retrieved_ids``, ...)
+    and ``c`` (the case: ``expected_output``, ``expected_tools``, ``must_not_contain``, ...) giving
+    ``struct_pack(value := ..., passed := ..., reason := ...)``, run once for a whole batch.
+    ``arrow(features, cases)``: a whole-batch computation over Arrow tables (see :func:`batch_scorer`)."""
 
     name: str
     version: str = "1"
@@ -55,12 +56,13 @@ class Scorer:
     """Reported beside the pass rate, never folded into whether a trial passed."""
     fn: Callable[[Case, TrialFeatures], Any] | None = None
     sql: str | None = None
+    arrow: Callable[[Any, Any], Any] | None = None
     when: Callable[[Case], bool] | None = None
     """A further condition on the case, beyond ``requires``."""
 
     def __post_init__(self) -> None:
-        if (self.fn is None) == (self.sql is None):
-            raise ValueError(f"scorer {self.name!r} needs exactly one of fn or sql")
+        if [self.fn, self.sql, self.arrow].count(None) != 2:
+            raise ValueError(f"scorer {self.name!r} needs exactly one of fn, sql or arrow")
         unknown = set(self.requires) - set(SCORED_FIELDS)
         if unknown:
             raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
@@ -125,5 +127,28 @@ def scorer(
 
     def make(f: Callable[[Case, TrialFeatures], Any]) -> Scorer:
         return Scorer(name or f.__name__, version, tuple(requires), continuous, fn=f, when=when)
+
+    return make(fn) if fn is not None else make
+
+
+def batch_scorer(
+    fn: Callable[[Any, Any], Any] | None = None,
+    *,
+    name: str | None = None,
+    version: str = "1",
+    requires: tuple[str, ...] = (),
+    continuous: bool = False,
+    when: Callable[[Case], bool] | None = None,
+) -> Any:
+    """Make a vectorised scorer from ``fn(features, cases)``, called once per batch with two
+    ``pyarrow.Table`` objects of the same length: the feature rows of the trials it applies to, and
+    row for row their cases' fields. It returns one result per row: an array of values (numbers in
+    0..1 or bools), or a table or struct array with ``value`` and optionally ``passed`` and
+    ``reason``. The rules are the per-trial ones: a value outside 0..1 is an error score, and a
+    raise makes every trial of the batch an error score.
+    """
+
+    def make(f: Callable[[Any, Any], Any]) -> Scorer:
+        return Scorer(name or f.__name__, version, tuple(requires), continuous, arrow=f, when=when)
 
     return make(fn) if fn is not None else make

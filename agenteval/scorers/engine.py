@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -122,7 +123,7 @@ class ScoringEngine:
 
     def judge(self, features: pa.Table, cases: dict[str, Case]) -> Judgement:
         """Every applicable scorer over every trial in ``features`` (one row per trial, from the feature
-        query): SQL scorers in one query each over the batch, Python scorers trial by trial."""
+        query): SQL and Arrow scorers once over the batch, Python scorers trial by trial."""
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
         rows_by_scorer = self._rows_by_scorer(case_ids, cases)
@@ -133,12 +134,13 @@ class ScoringEngine:
                 rows = rows_by_scorer.get(item.name)
                 if not rows:
                     continue
-                if item.sql is not None:
-                    outcomes = self._sql_outcomes(
-                        item, [cases[cid] for cid in dict.fromkeys(case_ids[i] for i in rows)]
-                    )
-                else:
+                if item.fn is not None:
                     outcomes = self._python_outcomes(item, rows, columns, case_ids, cases)
+                elif item.sql is not None:
+                    wanted = [cases[cid] for cid in dict.fromkeys(case_ids[i] for i in rows)]
+                    outcomes = self._sql_outcomes(item, wanted, _keys(features, rows))
+                else:
+                    outcomes = self._arrow_outcomes(item, features.take(pa.array(rows, pa.int64())), case_ids, cases)
                 parts.append(_with_scorer(outcomes, item))
         finally:
             self.con.unregister("agenteval_features")
@@ -192,38 +194,101 @@ class ScoringEngine:
             }
         )
 
-    def _sql_outcomes(self, item: Scorer, wanted: list[Case]) -> pa.Table:
-        """The scorer's SQL over the batch's trials whose case it applies to, checked in SQL too: a
-        value outside 0..1 is an error score, as it is for Python scorers."""
+    def _sql_outcomes(self, item: Scorer, wanted: list[Case], keys: pa.Table) -> pa.Table:
+        """The scorer's SQL over the batch's trials whose case it applies to."""
+        raw = (
+            "SELECT trial_id, case_id, s.value AS value, s.passed AS passed, s.reason AS reason FROM ("
+            f"SELECT f.trial_id, f.case_id, {item.sql} AS s "
+            "FROM agenteval_features f JOIN agenteval_cases c USING (case_id))"
+        )
         self.con.register("agenteval_cases", case_table(wanted))
         try:
-            return self.con.sql(_sql_scorer_query(item)).to_arrow_table()
-        except duckdb.Error as exc:
-            failed = item.failure(f"{type(exc).__name__}: {exc}")
-            return self.con.sql(
-                "SELECT f.trial_id, f.case_id, NULL::DOUBLE AS value, NULL::BOOLEAN AS passed, ? AS reason, "
-                "? AS error FROM agenteval_features f JOIN agenteval_cases c USING (case_id)",
-                params=[failed[2], failed[3]],
-            ).to_arrow_table()
+            return self._checked(item, raw, keys)
         finally:
             self.con.unregister("agenteval_cases")
 
+    def _arrow_outcomes(self, item: Scorer, subset: pa.Table, case_ids: list[str], cases: dict[str, Case]) -> pa.Table:
+        """The scorer's Arrow computation over the batch's trials whose case it applies to."""
+        keys = subset.select(["trial_id", "case_id"])
+        assert item.arrow is not None
+        try:
+            returned = _outcome_columns(
+                item.arrow(subset, case_table(cases[cid] for cid in subset.column("case_id").to_pylist())),
+                subset.num_rows,
+            )
+        except Exception as exc:  # a scorer's bug is recorded on its scores, never stops the run
+            return _failed(item, keys, f"{type(exc).__name__}: {exc}")
+        self.con.register(
+            "agenteval_outcomes",
+            pa.table({"trial_id": keys.column("trial_id"), "case_id": keys.column("case_id"), **returned}),
+        )
+        try:
+            return self._checked(item, "SELECT * FROM agenteval_outcomes", keys)
+        finally:
+            self.con.unregister("agenteval_outcomes")
 
-def _sql_scorer_query(item: Scorer) -> str:
-    passed = "NULL::BOOLEAN" if item.continuous else "coalesce(passed, value >= 1.0)"
-    return f"""
-        SELECT trial_id, case_id,
-               CASE WHEN bad THEN NULL ELSE value END AS value,
-               CASE WHEN bad THEN NULL ELSE {passed} END AS passed,
-               CASE WHEN bad THEN '{FAILED_REASON}' ELSE coalesce(reason, '') END AS reason,
-               CASE WHEN bad THEN 'returned ' || coalesce(value::VARCHAR, 'None') || ', not a number between 0 and 1'
-               END AS error
-        FROM (SELECT trial_id, case_id, value, passed, reason,
-                     value IS NULL OR isnan(value) OR value < 0 OR value > 1 AS bad
-              FROM (SELECT f.trial_id, f.case_id, s.value::DOUBLE AS value, s.passed::BOOLEAN AS passed,
-                           s.reason::VARCHAR AS reason
-                    FROM (SELECT f.trial_id, f.case_id, {item.sql} AS s
-                          FROM agenteval_features f JOIN agenteval_cases c USING (case_id)) f))"""
+    def _checked(self, item: Scorer, raw: str, keys: pa.Table) -> pa.Table:
+        """``raw`` outcomes (trial_id, case_id, value, passed, reason) under the rules every scorer's
+        results follow, as for Python scorers: no value, or one outside 0..1, is an error score; a
+        pass/fail scorer that gives no ``passed`` passes at 1.0; a continuous one neither passes nor
+        fails. A query that fails makes every trial's score an error."""
+        passed = "NULL::BOOLEAN" if item.continuous else "coalesce(passed, value >= 1.0)"
+        query = f"""
+            SELECT trial_id, case_id,
+                   CASE WHEN bad THEN NULL ELSE value END AS value,
+                   CASE WHEN bad THEN NULL ELSE {passed} END AS passed,
+                   CASE WHEN bad THEN '{FAILED_REASON}' ELSE coalesce(reason, '') END AS reason,
+                   CASE WHEN bad
+                        THEN 'returned ' || coalesce(value::VARCHAR, 'None') || ', not a number between 0 and 1'
+                   END AS error
+            FROM (SELECT *, value IS NULL OR isnan(value) OR value < 0 OR value > 1 AS bad
+                  FROM (SELECT trial_id, case_id, value::DOUBLE AS value, passed::BOOLEAN AS passed,
+                               reason::VARCHAR AS reason FROM ({raw})))"""
+        try:
+            return self.con.sql(query).to_arrow_table()
+        except duckdb.Error as exc:
+            return _failed(item, keys, f"{type(exc).__name__}: {exc}")
+
+
+def _keys(features: pa.Table, rows: list[int]) -> pa.Table:
+    return features.select(["trial_id", "case_id"]).take(pa.array(rows, pa.int64()))
+
+
+def _failed(item: Scorer, keys: pa.Table, message: str) -> pa.Table:
+    """An error score for every trial in ``keys``."""
+    _, _, reason, error = item.failure(message)
+    count = keys.num_rows
+    return pa.table(
+        {
+            "trial_id": keys.column("trial_id"),
+            "case_id": keys.column("case_id"),
+            "value": pa.nulls(count, pa.float64()),
+            "passed": pa.nulls(count, pa.bool_()),
+            "reason": pa.repeat(pa.scalar(reason), count),
+            "error": pa.repeat(pa.scalar(error), count),
+        }
+    )
+
+
+def _outcome_columns(returned: Any, count: int) -> dict[str, Any]:
+    """What an Arrow scorer returned, as ``value``, ``passed`` and ``reason`` columns of ``count`` rows."""
+    if isinstance(returned, pa.RecordBatch):
+        returned = pa.Table.from_batches([returned])
+    if isinstance(returned, pa.StructArray):
+        returned = pa.table({field.name: returned.field(field.name) for field in returned.type})
+    if isinstance(returned, pa.Table):
+        if "value" not in returned.column_names:
+            raise ValueError(f"returned a table without a value column (columns: {', '.join(returned.column_names)})")
+        columns = {
+            name: returned.column(name) for name in ("value", "passed", "reason") if name in returned.column_names
+        }
+    else:
+        columns = {"value": returned if isinstance(returned, (pa.Array, pa.ChunkedArray)) else pa.array(returned)}
+    if len(columns["value"]) != count:
+        raise ValueError(f"returned {len(columns['value'])} rows; the batch has {count} trials")
+    columns.setdefault("passed", pa.nulls(count, pa.bool_()))
+    columns.setdefault("reason", pa.nulls(count, pa.string()))
+    return columns
 
 
 def _with_scorer(outcomes: pa.Table, item: Scorer) -> pa.Table:

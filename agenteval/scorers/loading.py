@@ -41,12 +41,14 @@ def load_scorers(extra: Sequence[Scorer | str] = (), *, only: bool = False) -> l
 
 
 def scorer_specs(extra: Sequence[Scorer | str]) -> list[str]:
-    """How a run's extra scorers are recorded, so ``rescore`` can load them again."""
+    """How a run's extra scorers are recorded, so ``rescore`` can load them again: a Python or Arrow
+    scorer made with a decorator by ``MODULE:ATTR``, anything else by name."""
     specs = []
     for item in extra:
         if isinstance(item, Scorer):
-            module = getattr(item.fn, "__module__", None) if item.fn is not None else None
-            specs.append(f"{module}:{item.fn.__name__}" if module and item.fn is not None else item.name)
+            function = item.fn or item.arrow
+            module = getattr(function, "__module__", None)
+            specs.append(f"{module}:{function.__name__}" if module and function is not None else item.name)
         else:
             specs.append(item)
     return specs
