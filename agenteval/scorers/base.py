@@ -124,31 +124,25 @@ def scorer(
 
     Bump ``version`` when its logic changes, so stored scores say which logic judged them.
     """
-
-    def make(f: Callable[[Case, TrialFeatures], Any]) -> Scorer:
-        return Scorer(name or f.__name__, version, tuple(requires), continuous, fn=f, when=when)
-
-    return make(fn) if fn is not None else make
+    options = {"version": version, "requires": tuple(requires), "continuous": continuous, "when": when}
+    return _decorate("fn", fn, name, options)
 
 
-def batch_scorer(
-    fn: Callable[[Any, Any], Any] | None = None,
-    *,
-    name: str | None = None,
-    version: str = "1",
-    requires: tuple[str, ...] = (),
-    continuous: bool = False,
-    when: Callable[[Case], bool] | None = None,
-) -> Any:
+def batch_scorer(fn: Callable[[Any, Any], Any] | None = None, *, name: str | None = None, **options: Any) -> Any:
     """Make a vectorised scorer from ``fn(features, cases)``, called once per batch with two
     ``pyarrow.Table`` objects of the same length: the feature rows of the trials it applies to, and
     row for row their cases' fields. It returns one result per row: an array of values (numbers in
     0..1 or bools), or a table or struct array with ``value`` and optionally ``passed`` and
     ``reason``. The rules are the per-trial ones: a value outside 0..1 is an error score, and a
-    raise makes every trial of the batch an error score.
+    raise makes every trial of the batch an error score. Options as for :func:`scorer`.
     """
+    if "requires" in options:
+        options["requires"] = tuple(options["requires"])
+    return _decorate("arrow", fn, name, options)
 
-    def make(f: Callable[[Any, Any], Any]) -> Scorer:
-        return Scorer(name or f.__name__, version, tuple(requires), continuous, arrow=f, when=when)
+
+def _decorate(kind: str, fn: Callable[..., Any] | None, name: str | None, options: dict[str, Any]) -> Any:
+    def make(f: Callable[..., Any]) -> Scorer:
+        return Scorer(name or f.__name__, **options, **{kind: f})
 
     return make(fn) if fn is not None else make
