@@ -70,12 +70,12 @@ class _OpenFile:
     """The background thread's staged file for one partition, and the tables in it (kept so
     that a failed file's rows can go into the next one)."""
 
-    def __init__(self, staged: Callable[[], StagedFile], tables: list[pa.Table]) -> None:
+    def __init__(self, stage: Callable[[], StagedFile], tables: list[pa.Table]) -> None:
         self.tables: list[pa.Table] = []
         self.error: Exception | None = None
         self.staged: StagedFile | None = None
         try:
-            self.staged = staged()
+            self.staged = stage()
         except Exception as exc:
             self.error = exc
         for table in tables:
