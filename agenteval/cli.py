@@ -281,14 +281,13 @@ def run(
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=100_000,
-    show_default=True,
-    help="Trials scored at a time; memory is bounded by this.",
+    default=None,
+    help="Trials scored at a time (default: 50,000); memory is bounded by this.",
 )
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
-    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
+    experiment: str | None, scorers: tuple[str, ...], batch_size: int | None, store: str | None, as_json: bool
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
     import dataclasses
@@ -300,7 +299,8 @@ def rescore(
 
     target = Store(store)
     try:
-        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
+        sizing = {} if batch_size is None else {"batch_size": batch_size}  # else the API's default
+        result = rescore_experiment(target, experiment, list(scorers), **sizing)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     figures = summarize(target, result.experiment_id)
