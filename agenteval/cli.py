@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from .options import DEFAULT_ATTEMPTS, DEFAULT_CONCURRENCY, DEFAULT_RESCORE_BATCH, DEFAULT_TIMEOUT
 from .tables import FORMATS
 
 
@@ -162,15 +163,15 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--attempts",
     type=click.IntRange(min=1),
-    default=3,
+    default=DEFAULT_ATTEMPTS,
     show_default=True,
     help="Trials per case; odd numbers avoid ties.",
 )
-@click.option("--concurrency", "-j", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--concurrency", "-j", type=click.IntRange(min=1), default=DEFAULT_CONCURRENCY, show_default=True)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=120.0,
+    default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds per trial.",
 )
@@ -281,13 +282,14 @@ def run(
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=None,
-    help="Trials scored at a time (default: 50,000); memory is bounded by this.",
+    default=DEFAULT_RESCORE_BATCH,
+    show_default=True,
+    help="Trials scored at a time; memory is bounded by this.",
 )
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
-    experiment: str | None, scorers: tuple[str, ...], batch_size: int | None, store: str | None, as_json: bool
+    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
     import dataclasses
@@ -299,8 +301,7 @@ def rescore(
 
     target = Store(store)
     try:
-        sizing = {} if batch_size is None else {"batch_size": batch_size}  # else the API's default
-        result = rescore_experiment(target, experiment, list(scorers), **sizing)
+        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     figures = summarize(target, result.experiment_id)
@@ -429,7 +430,9 @@ def gate_command(
     default=None,
     help="The baseline pass rate [default: 0.85, or the --from experiment's].",
 )
-@click.option("--attempts", type=click.IntRange(min=1), default=None, help="[default: 3, or --from's]")
+@click.option(
+    "--attempts", type=click.IntRange(min=1), default=None, help=f"[default: {DEFAULT_ATTEMPTS}, or --from's]"
+)
 @click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
 @click.option("--drop", "drops", type=click.FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True)
@@ -475,7 +478,7 @@ def power(
         pass_rate = pass_rate or sum(rates) / len(rates)
         variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
     else:
-        pass_rate, attempts = pass_rate or 0.85, attempts or 3
+        pass_rate, attempts = pass_rate or 0.85, attempts or DEFAULT_ATTEMPTS
         variance = default_model(pass_rate, attempts).between_case_variance if spread is None else spread**2
     try:
         model = PowerModel(pass_rate, attempts, variance, alpha)

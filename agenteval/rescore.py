@@ -16,10 +16,9 @@ import pyarrow as pa
 
 from . import experiments as ex
 from .cases import Case, parse_case
+from .options import DEFAULT_RESCORE_BATCH
 from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_table
 from .store import Store, sql_string
-
-DEFAULT_BATCH = 50_000
 
 
 @dataclasses.dataclass
@@ -45,7 +44,7 @@ def rescore(
     experiment_id: str | None = None,
     scorers: Sequence[Scorer | str] = (),
     *,
-    batch_size: int = DEFAULT_BATCH,
+    batch_size: int = DEFAULT_RESCORE_BATCH,
     on_batch: Callable[[int, int], None] = lambda done, total: None,
 ) -> RescoreResult:
     """Score the experiment's current trials again and append the scores as a new pass.

@@ -35,6 +35,7 @@ from .cases import Case, Dataset
 from .catalog import builtin_names, load_dataset
 from .collect import collector_for
 from .environment import environment
+from .options import DEFAULT_ATTEMPTS, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, RunOptions
 from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
@@ -43,39 +44,12 @@ from .store import CASES, TRIALS, Store, compact
 from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
 from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
 
-DEFAULT_ATTEMPTS = 3
-DEFAULT_CONCURRENCY = 4
-DEFAULT_TIMEOUT = 120.0
 BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
 
 
 class RunRefused(ValueError):
     """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """What a run was asked to do; stored with the experiment so ``--resume`` can repeat it."""
-
-    attempts: int = DEFAULT_ATTEMPTS
-    concurrency: int = DEFAULT_CONCURRENCY
-    timeout: float = DEFAULT_TIMEOUT
-    sample: int | None = None
-    sample_seed: int = 0
-    cases: int | None = None
-    agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    dataset: str = ""
-    scorers: list[str] = dataclasses.field(default_factory=list)
-    """Scorers added to the built-ins (names or MODULE:ATTR), so rescore can load them again."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be at least 1")
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
 
 
 def evaluate(

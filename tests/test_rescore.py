@@ -162,10 +162,3 @@ def test_scores_from_a_raising_scorer_are_stored_and_the_run_completes(tmp_path)
     assert experiment.status == "completed" and experiment.summary["passed"] == 0  # an error never passes
     errors = Store(tmp_path / "s").rows("SELECT DISTINCT error FROM scores WHERE scorer = 'explodes'")
     assert errors == [{"error": "ZeroDivisionError: oops"}]
-
-
-def test_the_command_documents_the_api_batch_default():
-    from agenteval.rescore import DEFAULT_BATCH
-
-    shown = CliRunner().invoke(main, ["rescore", "--help"]).output
-    assert f"(default: {DEFAULT_BATCH:,})" in " ".join(shown.split())

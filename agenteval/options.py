@@ -1,0 +1,37 @@
+"""What a run is asked to do, and the defaults of runs and rescoring: no heavy imports, so the
+command line reads its defaults from here instead of repeating them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+DEFAULT_ATTEMPTS = 3
+DEFAULT_CONCURRENCY = 4
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_RESCORE_BATCH = 50_000
+"""Trials a rescore judges at a time: memory is bounded by this, not by the experiment."""
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """What a run was asked to do; stored with the experiment so ``--resume`` can repeat it."""
+
+    attempts: int = DEFAULT_ATTEMPTS
+    concurrency: int = DEFAULT_CONCURRENCY
+    timeout: float = DEFAULT_TIMEOUT
+    sample: int | None = None
+    sample_seed: int = 0
+    cases: int | None = None
+    agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dataset: str = ""
+    scorers: list[str] = dataclasses.field(default_factory=list)
+    """Scorers added to the built-ins (names or MODULE:ATTR), so rescore can load them again."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
