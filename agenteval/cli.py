@@ -8,7 +8,18 @@ from typing import Any
 
 import click
 
-from .options import DEFAULT_ATTEMPTS, DEFAULT_CONCURRENCY, DEFAULT_RESCORE_BATCH, DEFAULT_TIMEOUT
+from .audit import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
+from .options import (
+    DEFAULT_ALPHA,
+    DEFAULT_ATTEMPTS,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_DROP,
+    DEFAULT_MAX_INFRA,
+    DEFAULT_PASS_RATE,
+    DEFAULT_RESCORE_BATCH,
+    DEFAULT_TARGET_POWER,
+    DEFAULT_TIMEOUT,
+)
 from .tables import FORMATS
 
 
@@ -112,14 +123,14 @@ def datasets(as_json: bool) -> None:
 @click.option(
     "--min-per-category",
     type=click.IntRange(min=1),
-    default=5,
+    default=MIN_CASES_PER_CATEGORY,
     show_default=True,
     help="Categories with fewer cases are reported as too thin to measure.",
 )
 @click.option(
     "--similarity",
     type=click.FloatRange(0.0, 1.0),
-    default=0.8,
+    default=NEAR_DUPLICATE_SIMILARITY,
     show_default=True,
     help="Word-set similarity from which two inputs count as near-duplicates.",
 )
@@ -381,21 +392,21 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
 @click.option(
     "--max-drop",
     type=click.FloatRange(0, 1),
-    default=0.02,
+    default=DEFAULT_MAX_DROP,
     show_default=True,
     help="Drops up to this much are tolerated.",
 )
 @click.option(
     "--alpha",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.05,
+    default=DEFAULT_ALPHA,
     show_default=True,
     help="Significance level of the one-sided paired test.",
 )
 @click.option(
     "--max-infra",
     type=click.FloatRange(0, 1),
-    default=0.10,
+    default=DEFAULT_MAX_INFRA,
     show_default=True,
     help="Refuse to judge when more than this share of either run failed for infrastructure reasons.",
 )
@@ -428,16 +439,21 @@ def gate_command(
     "--pass-rate",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
-    help="The baseline pass rate [default: 0.85, or the --from experiment's].",
+    help=f"The baseline pass rate [default: {DEFAULT_PASS_RATE}, or the --from experiment's].",
 )
 @click.option(
     "--attempts", type=click.IntRange(min=1), default=None, help=f"[default: {DEFAULT_ATTEMPTS}, or --from's]"
 )
 @click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
 @click.option("--drop", "drops", type=click.FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True)
 @click.option(
-    "--target-power", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8, show_default=True
+    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=DEFAULT_ALPHA, show_default=True
+)
+@click.option(
+    "--target-power",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=DEFAULT_TARGET_POWER,
+    show_default=True,
 )
 @click.option(
     "--spread",
@@ -478,7 +494,7 @@ def power(
         pass_rate = pass_rate or sum(rates) / len(rates)
         variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
     else:
-        pass_rate, attempts = pass_rate or 0.85, attempts or DEFAULT_ATTEMPTS
+        pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
         variance = default_model(pass_rate, attempts).between_case_variance if spread is None else spread**2
     try:
         model = PowerModel(pass_rate, attempts, variance, alpha)

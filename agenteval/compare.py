@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from . import experiments as ex
+from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from .stats import PairedDifference, paired_difference
 from .store import Store
 
@@ -164,9 +165,9 @@ def gate(
     baseline_id: str,
     candidate_id: str,
     *,
-    max_drop: float = 0.02,
-    alpha: float = 0.05,
-    max_infra: float = 0.10,
+    max_drop: float = DEFAULT_MAX_DROP,
+    alpha: float = DEFAULT_ALPHA,
+    max_infra: float = DEFAULT_MAX_INFRA,
 ) -> GateDecision:
     """Exit 0: no regression. Exit 1: a regression, meaning the candidate's pass rate is below the
     baseline's by more than ``max_drop`` AND the one-sided paired test rejects "no drop" at ``alpha``

@@ -1,5 +1,5 @@
-"""What a run is asked to do, and the defaults of runs and rescoring: no heavy imports, so the
-command line reads its defaults from here instead of repeating them."""
+"""What a run is asked to do, and the defaults the Python API and the command line share (runs,
+rescoring, the gate, power): no heavy imports, so the command line reads them from here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RESCORE_BATCH = 50_000
 """Trials a rescore judges at a time: memory is bounded by this, not by the experiment."""
+DEFAULT_ALPHA = 0.05
+"""Significance level of the one-sided paired tests (gate, power)."""
+DEFAULT_TARGET_POWER = 0.8
+"""The chance of catching a drop that power analysis plans for."""
+DEFAULT_PASS_RATE = 0.85
+"""The baseline pass rate power analysis assumes when no experiment is given."""
+DEFAULT_MAX_DROP = 0.02
+"""Drops in pass rate the gate tolerates."""
+DEFAULT_MAX_INFRA = 0.10
+"""Share of infrastructure failures beyond which the gate refuses to judge."""
 
 
 @dataclasses.dataclass

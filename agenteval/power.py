@@ -18,6 +18,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from .options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
 from .stats import NORMAL
 
 DEFAULT_SPREAD_SHARE = 0.5
@@ -32,7 +33,7 @@ class PowerModel:
     pass_rate: float
     attempts: int
     between_case_variance: float
-    alpha: float = 0.05
+    alpha: float = DEFAULT_ALPHA
 
     def __post_init__(self) -> None:
         if not 0 < self.pass_rate < 1:
@@ -56,7 +57,7 @@ class PowerModel:
             return 1.0
         return NORMAL.cdf(drop / standard_error - NORMAL.inv_cdf(1 - self.alpha))
 
-    def cases_needed(self, drop: float, target: float = 0.8) -> int:
+    def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER) -> int:
         """The fewest cases for which ``drop`` is caught with probability ``target``."""
         z = NORMAL.inv_cdf(1 - self.alpha) + NORMAL.inv_cdf(target)
         return max(2, math.ceil(z * z * self.difference_variance(drop) / (drop * drop)))
@@ -73,7 +74,7 @@ class PowerModel:
         ]
 
 
-def default_model(pass_rate: float, attempts: int, alpha: float = 0.05) -> PowerModel:
+def default_model(pass_rate: float, attempts: int, alpha: float = DEFAULT_ALPHA) -> PowerModel:
     return PowerModel(pass_rate, attempts, DEFAULT_SPREAD_SHARE * pass_rate * (1 - pass_rate), alpha)
 
 

@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
+from .options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
+
 Z95 = 1.959963984540054
 
 
@@ -84,7 +86,7 @@ class PairedDifference:
             return 0.0 if self.difference < 0 else 1.0
         return NORMAL.cdf(self.difference / self.standard_error)
 
-    def minimum_detectable_drop(self, alpha: float = 0.05, power: float = 0.8) -> float:
+    def minimum_detectable_drop(self, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_TARGET_POWER) -> float:
         """The smallest drop a one-sided test at ``alpha`` catches with ``power``, at this standard error."""
         return (NORMAL.inv_cdf(1 - alpha) + NORMAL.inv_cdf(power)) * self.standard_error
 
