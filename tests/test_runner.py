@@ -453,3 +453,19 @@ def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
     assert again.summary["trials"] == 20  # figures use the newest attempt of each
     superseded = s.rows("SELECT count(*) AS n FROM trials WHERE supersedes IS NOT NULL")[0]["n"]
     assert superseded == failed
+
+
+def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    evaluate("mock", "arithmetic", cases=8, attempts=1, store=tmp_path / "a", progress="none")
+    assert gc.get_freeze_count() == 0  # the run froze its long-lived objects, then let them go
+    gc.freeze()  # an application that froze its own heap keeps it frozen, untouched
+    try:
+        frozen = gc.get_freeze_count()
+        evaluate("mock", "arithmetic", cases=8, attempts=1, store=tmp_path / "b", progress="none")
+        # still frozen (an unfreeze would give 0), and nothing added (a few frozen objects were freed)
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
