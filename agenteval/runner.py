@@ -211,6 +211,9 @@ class _Run:
         with self._signals(), _long_lived_objects_frozen():
             try:
                 await self._run_trials(runner)
+            except (KeyboardInterrupt, asyncio.CancelledError):  # stopped at once: what finished can resume
+                status = ex.INTERRUPTED
+                raise
             except BaseException:
                 status = ex.FAILED
                 raise
@@ -359,27 +362,34 @@ class _Run:
         }
 
     @contextlib.contextmanager
-    def _signals(self) -> Any:
-        loop = asyncio.get_running_loop()
-        installed = []
+    def _signals(self) -> Iterator[None]:
+        """Ctrl-C and SIGTERM stop new trials and keep what finished; a second one stops at once.
 
-        def on_signal() -> None:
+        Python delivers signals to the main thread only: a run started from another thread keeps
+        the application's own handlers, and its caller stops it by other means.
+        """
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int, frame: Any) -> None:
             if self.stop.is_set():
                 raise KeyboardInterrupt  # a second Ctrl-C: stop at once
-            self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
-            self.stop.set()
+            loop.call_soon_threadsafe(self._stop_soon)
 
+        previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, on_signal)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or not POSIX
-                pass
+                previous[sig] = signal.signal(sig, on_signal)
+            except ValueError:  # not the main thread (see above)
+                break
         try:
             yield
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _stop_soon(self) -> None:
+        self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
+        self.stop.set()
 
     def summary(self) -> dict[str, Any]:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""

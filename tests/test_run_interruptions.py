@@ -116,3 +116,22 @@ def test_sigint_stops_marks_interrupted_and_says_how_to_resume(tmp_path):
     assert summary["experiment_id"] == experiment_id and summary["status"] == "completed"
     assert summary["this_run"]["trials"] == CASES * ATTEMPTS - saved  # nothing finished was lost or redone
     assert_complete_and_unique(store, experiment_id)
+
+
+def test_a_second_sigint_stops_at_once_and_the_run_still_resumes(tmp_path):
+    store = tmp_path / "store"
+    child = start(store)
+    wait_for_trials(store, 10)
+    child.send_signal(signal.SIGINT)
+    time.sleep(0.01)
+    child.send_signal(signal.SIGINT)
+    child.communicate(timeout=60)
+    assert child.returncode != 0
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments ORDER BY updated_at DESC LIMIT 1")
+    # Never "failed": "interrupted", or "running" when the second signal cut the wind-down short (as
+    # kill -9 would); --resume picks either up.
+    assert row["status"] in ("interrupted", "running")
+    experiment_id = row["experiment_id"]
+    summary = resume(store)
+    assert summary["experiment_id"] == experiment_id and summary["status"] == "completed"
+    assert_complete_and_unique(store, experiment_id)

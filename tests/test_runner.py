@@ -469,3 +469,20 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
+
+
+def test_runs_restore_signal_handlers_and_work_from_other_threads(tmp_path):
+    import signal
+
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    evaluate("mock", "arithmetic", cases=4, attempts=1, store=tmp_path / "main", progress="none")
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    done = {}
+    worker = threading.Thread(
+        target=lambda: done.setdefault(
+            "run", evaluate("mock", "arithmetic", cases=4, attempts=1, store=tmp_path / "thread", progress="none")
+        )
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert done["run"].status == "completed"  # signals reach the main thread only: no handlers, no error
