@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from .cases import FIELDS, Case, Dataset
+from .cases import FIELDS, OPTIONAL_DEFAULTS, Case, Dataset
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
@@ -58,14 +58,9 @@ def audit(
         row = difficulties.setdefault(case.category or "uncategorized", {})
         key = case.difficulty or "unset"
         row[key] = row.get(key, 0) + 1
-    optional = [
-        f for f in dataclasses.fields(Case) if f.name in FIELDS and f.name not in ("input", "expected_output", "id")
-    ]
-    defaults = {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        for f in optional
-    }
-    used = Counter(name for case in cases for name, default in defaults.items() if getattr(case, name) != default)
+    used = Counter(
+        name for case in cases for name, default in OPTIONAL_DEFAULTS.items() if getattr(case, name) != default
+    )
     return AuditReport(
         dataset=dataset.name,
         cases=len(cases),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -55,21 +54,11 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         """The case as it would be written in a dataset (defaults left out)."""
         out: dict[str, Any] = {"id": self.id, "input": self.input, "expected_output": self.expected_output}
-        for name, default in _optional_defaults():
+        for name, default in OPTIONAL_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
                 out[name] = list(value) if isinstance(value, tuple) else value
         return out
-
-
-@functools.cache
-def _optional_defaults() -> tuple[tuple[str, Any], ...]:
-    """Each optional field of :class:`Case` that a dataset line may carry, with its default."""
-    return tuple(
-        (f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
-        for f in dataclasses.fields(Case)
-        if f.name not in ("id", "input", "expected_output", "line")
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,24 +176,14 @@ def _json_type(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-FIELDS = (
-    "input",
-    "expected_output",
-    "id",
-    "category",
-    "expected_tools",
-    "must_not_contain",
-    "expects_tool_error",
-    "relevant_docs",
-    "expected_trajectory",
-    "max_tool_calls",
-    "turns",
-    "simulated_user",
-    "max_turns",
-    "tags",
-    "difficulty",
-    "metadata",
-)
+OPTIONAL_DEFAULTS: dict[str, Any] = {
+    f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    for f in dataclasses.fields(Case)
+    if f.name not in ("id", "input", "expected_output", "line")
+}
+"""Each optional field a dataset line may carry, with its default (read only)."""
+
+FIELDS = ("input", "expected_output", "id", *OPTIONAL_DEFAULTS)
 """Every field a case may have."""
 
 SCORED_FIELDS = (
