@@ -22,6 +22,15 @@ from .options import (
 )
 from .tables import FORMATS
 
+alpha_option = click.option(
+    "--alpha",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=DEFAULT_ALPHA,
+    show_default=True,
+    help="Significance level of the one-sided paired test.",
+)
+"""``--alpha``, shared by ``gate`` and ``power``."""
+
 
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--store DIR``, shared by every command that reads or writes the store."""
@@ -396,13 +405,7 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     show_default=True,
     help="Drops up to this much are tolerated.",
 )
-@click.option(
-    "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=DEFAULT_ALPHA,
-    show_default=True,
-    help="Significance level of the one-sided paired test.",
-)
+@alpha_option
 @click.option(
     "--max-infra",
     type=click.FloatRange(0, 1),
@@ -446,9 +449,7 @@ def gate_command(
 )
 @click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
 @click.option("--drop", "drops", type=click.FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
-@click.option(
-    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=DEFAULT_ALPHA, show_default=True
-)
+@alpha_option
 @click.option(
     "--target-power",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),

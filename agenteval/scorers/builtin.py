@@ -106,17 +106,18 @@ tool_error_handling = Scorer(
 )
 """A tool did fail, and the final reply says so rather than stating a value it could not have got."""
 
+_RELEVANT = "len(list_distinct(c.relevant_docs))"
+_RECALLED = "len(list_filter(list_distinct(c.relevant_docs), lambda d: list_contains(f.retrieved_ids, d)))"
+
 retrieval_recall = Scorer(
     "retrieval_recall",
     requires=("relevant_docs",),
     continuous=True,
-    sql="""
+    sql=f"""
     struct_pack(
-        value := len(list_filter(list_distinct(c.relevant_docs), lambda d: list_contains(f.retrieved_ids, d)))
-                 / len(list_distinct(c.relevant_docs)),
+        value := {_RECALLED} / {_RELEVANT},
         passed := NULL::BOOLEAN,
-        reason := len(list_filter(list_distinct(c.relevant_docs), lambda d: list_contains(f.retrieved_ids, d)))
-                  || ' of ' || len(list_distinct(c.relevant_docs)) || ' relevant documents retrieved'
+        reason := {_RECALLED} || ' of ' || {_RELEVANT} || ' relevant documents retrieved'
     )""",
 )
 """The share of the relevant documents that a retrieval span returned (``[]``: nothing to retrieve, not scored)."""
