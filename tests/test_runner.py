@@ -424,31 +424,19 @@ def test_resume_refuses_a_changed_agent_or_dataset(tmp_path):
 
 
 def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
-    store = tmp_path / "s"
-    first = evaluate(
-        "mock",
-        "arithmetic",
+    run = dict(
         cases=10,
         attempts=2,
-        store=store,
+        store=tmp_path / "s",
         progress="none",
         agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
     )
+    first = evaluate("mock", "arithmetic", **run)
     failed = first.summary["failed"]
     assert failed > 0
-    again = evaluate(
-        "mock",
-        "arithmetic",
-        cases=10,
-        attempts=2,
-        store=store,
-        progress="none",
-        resume=first.id,
-        retry_failed="infra",
-        agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
-    )
+    again = evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **run)
     assert again.id == first.id and again.summary["this_run"]["trials"] == failed
-    s = Store(store)
+    s = Store(run["store"])
     assert s.rows("SELECT count(*) AS n FROM trials")[0]["n"] == 20 + failed  # both kept
     assert again.summary["trials"] == 20  # figures use the newest attempt of each
     superseded = s.rows("SELECT count(*) AS n FROM trials WHERE supersedes IS NOT NULL")[0]["n"]
