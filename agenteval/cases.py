@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from agenteval_instrumentation.text import storable_text
+
 MAX_PROBLEMS = 50
 DEFAULT_MAX_TURNS = 5
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -150,11 +152,18 @@ def _strings(field: str, value: Any, *, allow_empty_list: bool = True) -> tuple[
     return tuple(value)
 
 
+MAX_INTEGER = 1_000_000
+"""The largest count a case may give (``max_tool_calls``, ``max_turns``): far beyond any real budget,
+and well inside the 64-bit integers the store holds."""
+
+
 def _integer(field: str, value: Any, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise _Invalid(field, f"must be an integer, not {_json_type(value)}")
     if value < minimum:
         raise _Invalid(field, f"must be at least {minimum}")
+    if value > MAX_INTEGER:
+        raise _Invalid(field, f"must be at most {MAX_INTEGER:,}, not {value:.3g}")
     return value
 
 
@@ -207,6 +216,13 @@ def parse_case(record: Any, line: int) -> Case:
             close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(FIELDS)}"
             raise _Invalid(key, f"unknown field{hint}")
+    unstorable = _lone_surrogate_field(record)
+    if unstorable is not None:
+        raise _Invalid(
+            unstorable,
+            "holds a lone surrogate (a \\ud800-\\udfff escape without its pair), which cannot be "
+            "stored as UTF-8; fix the escape or remove it",
+        )
     values: dict[str, Any] = {"line": line}
     turns = record.get("turns")
     if turns is not None:
@@ -226,6 +242,21 @@ def parse_case(record: Any, line: int) -> Case:
     values["id"] = _string("id", case_id, allow_empty=False)
     _optional_fields(record, values)
     return Case(**values)
+
+
+def _lone_surrogate_field(value: Any, field: str = "") -> str | None:
+    """The first field (``metadata.key``, ``turns``) whose text holds a lone surrogate, or None."""
+    if isinstance(value, str):
+        return field if storable_text(value) != value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = key if isinstance(key, str) and not field else field if isinstance(key, int) else f"{field}.{key}"
+        if isinstance(key, str) and storable_text(key) != key:
+            return inner
+        found = _lone_surrogate_field(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _optional_fields(record: dict[str, Any], values: dict[str, Any]) -> None:

@@ -180,23 +180,22 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 @main.command()
 @click.option("--dataset", "-d", help="A built-in dataset name or a JSONL file.")
 @click.option("--agent", "-a", "agent_spec", help="mock, MODULE:ATTR or FILE.py:ATTR.")
+# No click defaults for what a run stores: on --resume an option left out means "as the run was".
 @click.option(
     "--attempts",
     type=click.IntRange(min=1),
-    default=DEFAULT_ATTEMPTS,
-    show_default=True,
+    show_default=str(DEFAULT_ATTEMPTS),
     help="Trials per case; odd numbers avoid ties.",
 )
-@click.option("--concurrency", "-j", type=click.IntRange(min=1), default=DEFAULT_CONCURRENCY, show_default=True)
+@click.option("--concurrency", "-j", type=click.IntRange(min=1), show_default=str(DEFAULT_CONCURRENCY))
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TIMEOUT,
-    show_default=True,
+    show_default=str(DEFAULT_TIMEOUT),
     help="Seconds per trial.",
 )
 @click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
-@click.option("--sample-seed", type=int, default=0, show_default=True)
+@click.option("--sample-seed", type=int, show_default="0")
 @click.option("--cases", type=click.IntRange(min=1), help="How many cases a generated dataset (arithmetic) has.")
 @click.option("--name", help="A name for the experiment.")
 @click.option(
@@ -233,11 +232,11 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 def run(
     dataset: str | None,
     agent_spec: str | None,
-    attempts: int,
-    concurrency: int,
-    timeout: float,
+    attempts: int | None,
+    concurrency: int | None,
+    timeout: float | None,
     sample: int | None,
-    sample_seed: int,
+    sample_seed: int | None,
     cases: int | None,
     name: str | None,
     agent_options: tuple[str, ...],
@@ -332,6 +331,11 @@ def rescore(
         f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
         f"({', '.join(result.scorers)}) in {result.seconds:.2f} s"
     )
+    if result.not_scored:
+        skipped = ", ".join(f"{name} ({count} trials)" for name, count in sorted(result.not_scored.items()))
+        click.echo(
+            f"not re-run, for want of message content (captured off when it ran): {skipped}; their earlier scores stand"
+        )
     if figures["pass_rate"] is not None:
         click.echo(
             f"pass rate with the current scores: {figures['pass_rate']:.1%} "

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.context import Context
@@ -56,6 +58,7 @@ class TrialCollector(SpanProcessor):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: dict[str, dict[str, list[ReadableSpan]]] = {}  # experiment -> trial -> spans
+        self._stores: dict[str, str] = {}  # experiment -> the store its run writes the spans to
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         current = current_trial.get()
@@ -71,16 +74,26 @@ class TrialCollector(SpanProcessor):
         with self._lock:
             trials.setdefault(trial_id, []).append(span)  # type: ignore[arg-type]
 
-    def open(self, experiment_id: str) -> None:
-        """Start gathering the spans of ``experiment_id``."""
+    def open(self, experiment_id: str, store: str | os.PathLike[str] | None = None) -> None:
+        """Start gathering the spans of ``experiment_id``, whose run writes them to ``store`` itself."""
         with self._lock:
             self._spans.setdefault(experiment_id, {})
+            if store is not None:
+                self._stores[experiment_id] = store_key(store)
 
     def close(self, experiment_id: str) -> list[ReadableSpan]:
         """Stop gathering; returns spans never taken (late spans of trials that timed out)."""
         with self._lock:
             left = self._spans.pop(experiment_id, {})
+            self._stores.pop(experiment_id, None)
         return [span for spans in left.values() for span in spans]
+
+    def written_by_run(self, span: ReadableSpan, store: str) -> bool:
+        """Whether a run in progress writes ``span`` to the store keyed ``store`` (see :func:`store_key`)."""
+        if not self._stores:
+            return False
+        experiment_id = (span.attributes or {}).get(A.EXPERIMENT_ID)
+        return experiment_id is not None and self._stores.get(experiment_id) == store  # type: ignore[call-overload]
 
     def take(self, experiment_id: str, trial_id: str) -> list[ReadableSpan]:
         """The spans of a finished trial, removed from the collector."""
@@ -92,6 +105,11 @@ class TrialCollector(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
+
+
+def store_key(store: str | os.PathLike[str]) -> str:
+    """One name per store folder, however the path to it was written."""
+    return str(Path(store).resolve())
 
 
 _collectors: dict[int, TrialCollector] = {}

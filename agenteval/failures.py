@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from agenteval_instrumentation.text import exception_text
+
 TOOL_ERROR = "tool_error"
 LLM_ERROR = "llm_error"
 TIMEOUT = "timeout"
@@ -179,7 +181,7 @@ def classify(
             return Failure(TIMEOUT_AFTER_RATE_LIMIT, True, message)
         return Failure(TIMEOUT, False, "the trial ran past its timeout")
     if exc is not None:
-        message = f"{type(exc).__name__}: {exc}"[:2000]
+        message = exception_text(exc)
         if isinstance(exc, MaxStepsExceeded):
             return Failure(MAX_STEPS_EXCEEDED, False, message)
         if isinstance(exc, InvalidModelOutput):

@@ -45,3 +45,18 @@ class RunOptions:
             raise ValueError("concurrency must be at least 1")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
+
+
+CHANGEABLE_ON_RESUME = frozenset({"concurrency"})
+"""Options a resume may set anew: how fast trials run, not what they are."""
+
+
+def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The options ``given`` for a resume that differ from what the run stored, as ``name (given, stored)``."""
+    return [
+        f"{name} ({given[name]!r} given, {stored.get(name)!r} in the run)"
+        for name in given
+        if name not in CHANGEABLE_ON_RESUME
+        and name in RunOptions.__dataclass_fields__
+        and given[name] != stored.get(name)
+    ]

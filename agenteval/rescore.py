@@ -10,6 +10,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from . import experiments as ex
 from .cases import Case, parse_case
 from .options import DEFAULT_RESCORE_BATCH
 from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_table
+from .scorers.features import NO_REPLIES
 from .store import Store, sql_string
 
 
@@ -31,6 +33,9 @@ class RescoreResult:
     scores: int
     scorers: list[str]
     seconds: float
+    not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Scorer -> trials it was not re-run on: it needs message content, and the experiment ran with
+    content capture off (those trials keep their earlier scores)."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -63,9 +68,11 @@ def rescore(
     bounds = _batches(store, experiment.experiment_id, batch_size)
     total_trials = sum(count for _, _, count in bounds)
     done = scores = 0
+    not_scored: Counter[str] = Counter()
     for low, high, count in bounds:
         features = _features(store, experiment.experiment_id, low, high)
         judged = engine.judge(features, cases)
+        not_scored.update(judged.not_scored)
         table = score_table(experiment.experiment_id, judged, pass_id, time.time_ns())
         if table.num_rows:
             store.write("scores", table)
@@ -76,7 +83,13 @@ def rescore(
         pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
     return RescoreResult(
-        experiment.experiment_id, pass_id, total_trials, scores, [s.name for s in chosen], time.perf_counter() - started
+        experiment.experiment_id,
+        pass_id,
+        total_trials,
+        scores,
+        [s.name for s in chosen],
+        time.perf_counter() - started,
+        dict(not_scored),
     )
 
 
@@ -96,6 +109,6 @@ def _batches(store: Store, experiment_id: str, size: int) -> list[tuple[str, str
 
 def _features(store: Store, experiment_id: str, low: str, high: str) -> pa.Table:
     within = f"trial_id BETWEEN {sql_string(low)} AND {sql_string(high)}"
-    trials = f"(SELECT * FROM {_answered_trials(experiment_id)} WHERE {within})"
+    trials = f"(SELECT *, {NO_REPLIES} FROM {_answered_trials(experiment_id)} WHERE {within})"
     spans = f"(SELECT * FROM spans WHERE experiment_id = {sql_string(experiment_id)} AND {within})"
     return store.query(features_sql(trials, spans))

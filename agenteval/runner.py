@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, spans_to_batch
 from agenteval_instrumentation import capture
+from agenteval_instrumentation.text import exception_text, storable_text
 
 from . import experiments as ex
 from .agents.loading import LoadedAgent, load_agent
@@ -35,14 +36,15 @@ from .cases import Case, Dataset
 from .catalog import builtin_names, load_dataset
 from .collect import collector_for
 from .environment import environment
-from .options import DEFAULT_ATTEMPTS, DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, RunOptions
+from .options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
 from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
 from .scorers import Judgement, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
 from .store import CASES, TRIALS, Store, compact
-from .tracing import SCHEDULE_DELAY_MILLIS, otlp_exporter_from_env, sdk_provider
-from .trial import TrialPlan, TrialResult, TrialRunner, UserSimulator
+from .store.lease import Lease, experiment_lease
+from .tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
+from .trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
@@ -56,11 +58,11 @@ def evaluate(
     agent: str | Callable[..., Any],
     dataset: str | Path | Dataset | None = None,
     *,
-    attempts: int = DEFAULT_ATTEMPTS,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    timeout: float = DEFAULT_TIMEOUT,
+    attempts: int | None = None,
+    concurrency: int | None = None,
+    timeout: float | None = None,
     sample: int | None = None,
-    sample_seed: int = 0,
+    sample_seed: int | None = None,
     cases: int | None = None,
     name: str | None = None,
     store: str | Path | Store | None = None,
@@ -78,23 +80,33 @@ def evaluate(
     name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest experiment that was
     interrupted or left "running" by a crash (or the one whose id is given) with only its missing trials;
     ``retry_failed`` (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
+    Options left as None take their defaults (``attempts`` 3, ``concurrency`` 4, ``timeout`` 120 s, every
+    case); on resume they take the run's stored values, and one given that differs from those is refused
+    (except ``concurrency``).
     ``scorers`` are added to the built-in ones (a same-named scorer replaces a built-in).
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
     """
     target = store if isinstance(store, Store) else Store(store)
-    options = RunOptions(
-        attempts,
-        concurrency,
-        timeout,
-        sample,
-        sample_seed,
-        cases,
-        dict(agent_options or {}),
-        scorers=scorer_specs(scorers),
+    given = {
+        name: value
+        for name, value in (
+            ("attempts", attempts),
+            ("concurrency", concurrency),
+            ("timeout", timeout),
+            ("sample", sample),
+            ("sample_seed", sample_seed),
+            ("cases", cases),
+            ("agent_options", dict(agent_options) if agent_options else None),
+        )
+        if value is not None
+    }
+    options = RunOptions(**given, scorers=scorer_specs(scorers))
+    run = _Run.prepare(
+        target, agent, dataset, options, given, name, resume, retry_failed, user_simulator, prices, progress
     )
-    run = _Run.prepare(target, agent, dataset, options, name, resume, retry_failed, user_simulator, prices, progress)
-    run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
-    return asyncio.run(run.execute())
+    with run.lease:
+        run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
+        return asyncio.run(run.execute())
 
 
 @dataclasses.dataclass
@@ -108,6 +120,8 @@ class _Run:
     user_simulator: UserSimulator | None
     progress: Progress
     resumed: bool
+    lease: Lease
+    """Held while the run lives, so that no ``--resume`` joins it."""
     engine: ScoringEngine | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -119,6 +133,7 @@ class _Run:
         agent_spec: str | Callable[..., Any],
         dataset_spec: str | Path | Dataset | None,
         options: RunOptions,
+        given: dict[str, Any],
         name: str | None,
         resume: bool | str,
         retry_failed: str | None,
@@ -128,14 +143,56 @@ class _Run:
     ) -> _Run:
         if retry_failed not in (None, "infra", "all"):
             raise ValueError("retry_failed must be 'infra' or 'all'")
-        previous = None
+        previous = lease = None
         if resume:
-            previous = _resumable(store, resume if isinstance(resume, str) else None)
+            previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
             stored = previous.options
-            options = RunOptions(**{k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__})
+            changed = changed_on_resume(stored, given)
+            if changed:
+                lease.release()
+                raise RunRefused(
+                    f"cannot resume {previous.experiment_id} with other options than it ran with: "
+                    f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
+                )
+            kept = {k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__}
+            options = RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
             dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
             if agent_spec is None or agent_spec == "":
                 agent_spec = previous.agent
+        try:
+            return cls._prepare(
+                store,
+                agent_spec,
+                dataset_spec,
+                options,
+                name,
+                previous,
+                lease,
+                retry_failed,
+                user_simulator,
+                prices_file,
+                progress,
+            )
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+
+    @classmethod
+    def _prepare(
+        cls,
+        store: Store,
+        agent_spec: str | Callable[..., Any],
+        dataset_spec: str | Path | Dataset | None,
+        options: RunOptions,
+        name: str | None,
+        previous: ex.Experiment | None,
+        lease: Lease | None,
+        retry_failed: str | None,
+        user_simulator: UserSimulator | None,
+        prices_file: str | Path | None,
+        progress: str,
+    ) -> _Run:
         if dataset_spec is None:
             raise ValueError("a dataset is required (--dataset NAME|PATH)")
         dataset = (
@@ -166,6 +223,8 @@ class _Run:
                 environment=environment(agent.source_file),
                 prices=prices,
             )
+            lease = experiment_lease(store.root, experiment.experiment_id)
+            lease.acquire()  # a new id: no other process can hold it
             plans = [
                 TrialPlan(case, attempt, _trial_id()) for case in chosen for attempt in range(1, options.attempts + 1)
             ]
@@ -182,6 +241,7 @@ class _Run:
             user_simulator,
             Progress.create(progress),
             previous is not None,
+            lease,
         )
 
     async def execute(self) -> ex.Experiment:
@@ -189,9 +249,9 @@ class _Run:
         provider = sdk_provider()
         collector = collector_for(provider)
         # The run's spans also go to the OTLP backend the standard variables name, for as long as the run lasts.
-        otlp = otlp_exporter_from_env()
+        otlp = None if exports_otlp(provider) else otlp_exporter_from_env()
         self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
-        collector.open(self.experiment.experiment_id)
+        collector.open(self.experiment.experiment_id, self.store.root)
         self.span_writer = ParquetSpanExporter(self.store.root, flush_interval=3600)
         self.score_writer = self.store.writer("scores", flush_interval=3600)
         self.trial_writer = self.store.writer("trials", flush_interval=3600)
@@ -293,7 +353,7 @@ class _Run:
                     self.otlp.on_end(span)
         if not results:
             return
-        judged = self._score(results, spans_batch)
+        judged = self._judge(results, spans_batch)
         trial_rows = []
         for result in results:
             passed = result.failure is None and judged.passed.get(result.plan.trial_id, False)
@@ -306,7 +366,27 @@ class _Run:
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         for batch in scores.to_batches():
             self.score_writer.append(batch)
-        self.trial_writer.append(pa.RecordBatch.from_pylist(trial_rows, schema=TRIALS))
+        self.trial_writer.append(_trial_batch(trial_rows))
+
+    def _judge(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
+        """:meth:`_score`; should the batch fail as a whole, trial by trial, so that one trial's odd value
+        costs that trial an error score and the rest of the batch is judged as usual."""
+        try:
+            return self._score(results, spans)
+        except Exception:
+            pass
+        parts = []
+        for result in results:
+            try:
+                parts.append(self._score([result], spans))
+            except Exception as exc:
+                if result.failure is None:
+                    plan = result.plan
+                    message = f"this trial could not be scored: {exception_text(exc)}"
+                    parts.append(
+                        self.engine.failed([plan.trial_id], [plan.case.id], {plan.case.id: plan.case}, message)
+                    )
+        return Judgement.concat(parts)
 
     def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
         """Scores of the trials that produced an answer, through the same feature query and scorers as
@@ -322,6 +402,8 @@ class _Run:
                 "trace_id": [r.trace_id for r in answered],
                 "failure_type": pa.nulls(len(answered), pa.string()),
                 "reply": [self._stored_reply(r) for r in answered],
+                # The replies in memory: what scorers read when content capture keeps them out of the spans.
+                "replies": pa.array([r.replies for r in answered], pa.list_(pa.string())),
             }
         )
         features = self.engine.features(trials, spans if spans is not None else SPAN_SCHEMA.empty_table())
@@ -372,7 +454,7 @@ class _Run:
 
         def on_signal(signum: int, frame: Any) -> None:
             if self.stop.is_set():
-                raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+                raise StopNow  # a second Ctrl-C: stop at once
             loop.call_soon_threadsafe(self._stop_soon)
 
         previous = {}
@@ -407,6 +489,29 @@ class _Run:
             if self.experiment.status == ex.INTERRUPTED
             else None,
         }
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _trial_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Trial rows as a batch; values the table cannot hold (a lone surrogate, an integer past 64 bits,
+    both from agent or user code) are repaired or dropped in the rows they are in, not the batch."""
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=TRIALS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+        return pa.RecordBatch.from_pylist([_storable_row(row) for row in rows], schema=TRIALS)
+
+
+def _storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in row.items():
+        if isinstance(value, str):
+            value = storable_text(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
+            value = None
+        out[name] = value
+    return out
 
 
 @contextlib.contextmanager
@@ -461,13 +566,22 @@ def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
     )
 
 
-def _resumable(store: Store, experiment_id: str | None) -> ex.Experiment:
+def _resumable(store: Store, experiment_id: str | None) -> tuple[ex.Experiment, Lease]:
+    """The experiment to resume, and its lease, now held by this process."""
     # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
     found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING))
     if found is None:
         what = f"no experiment {experiment_id}" if experiment_id else "no interrupted experiment"
         raise RunRefused(f"cannot resume: there is {what} in {store.root}")
-    return found
+    lease = experiment_lease(store.root, found.experiment_id)
+    if not lease.acquire():  # its run is alive: two processes would run the same trials
+        holder = lease.holder()
+        raise RunRefused(
+            f"cannot resume {found.experiment_id}: it is still running"
+            + (f" (process {holder})" if holder else "")
+            + "; wait for it to finish, or stop it (Ctrl-C) and resume it then"
+        )
+    return found, lease
 
 
 def _check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from pathlib import Path
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from agenteval_exporters import ParquetSpanExporter, store_path
+
+from .collect import TrialCollector, collector_for, store_key
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +46,41 @@ class Tracing:
             processor.shutdown()
 
 
+class _SkipRunSpans(SpanProcessor):
+    """Hands spans on to ``inner``, except those a run in progress writes to the same store itself:
+    with ``setup_tracing()`` and ``evaluate()`` in one process, each span is written once."""
+
+    def __init__(self, inner: SpanProcessor, collector: TrialCollector, store: os.PathLike[str]) -> None:
+        self.inner = inner
+        self.collector = collector
+        self.store = store_key(store)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self.collector.written_by_run(span, self.store):
+            self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
 _active: dict[tuple[int, str], Tracing] = {}
 """Tracing set up per (provider, store): a second setup must not write every span twice."""
 
 
 def _key(provider: TracerProvider, store: os.PathLike[str]) -> tuple[int, str]:
-    return id(provider), str(Path(store).resolve())
+    return id(provider), store_key(store)
+
+
+def exports_otlp(provider: TracerProvider) -> bool:
+    """Whether :func:`setup_tracing` already sends ``provider``'s spans to an OTLP backend (a run then
+    adds no exporter of its own, so the backend receives each span once)."""
+    return any(t.otlp is not None for (provider_id, _), t in _active.items() if provider_id == id(provider))
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
@@ -103,7 +134,13 @@ def setup_tracing(
     if existing is not None:
         return existing
     parquet = ParquetSpanExporter(store, flush_interval=flush_interval)
-    processors: list[SpanProcessor] = [BatchSpanProcessor(parquet, schedule_delay_millis=SCHEDULE_DELAY_MILLIS)]
+    processors: list[SpanProcessor] = [
+        _SkipRunSpans(
+            BatchSpanProcessor(parquet, schedule_delay_millis=SCHEDULE_DELAY_MILLIS),
+            collector_for(provider),
+            parquet.store,
+        )
+    ]
     otlp_exporter = otlp_exporter_from_env() if otlp else None
     if otlp_exporter is not None:
         processors.append(BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))

@@ -20,21 +20,31 @@ from opentelemetry.trace import Status, StatusCode
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, error_type, record_error
 from agenteval_instrumentation.responses import reply_text
+from agenteval_instrumentation.text import storable_text
 
 from .agents.loading import LoadedAgent, accepts_messages, is_async
 from .cases import Case
 from .collect import TrialCollector, TrialTag, current_trial, trial_context
-from .failures import RATE_LIMITED, Failure, classify, provider_error
+from .failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
 from .prices import Prices, cost
 
 SIMULATED_USER = "simulated_user"
 RUNNER_SCOPE = "agenteval.runner"
 MAX_BACKOFF = 30.0
+LOOP_BLOCKED = (
+    "the trial ran past its timeout while the event loop was blocked, so its timer could not fire: a blocking "
+    "call (time.sleep, sync I/O) inside an async agent holds up every trial; await instead, or make the agent sync"
+)
 
 UserSimulator = Callable[[str, list[dict[str, str]]], "str | None | Awaitable[str | None]"]
 """``simulator(goal, messages)``: ``goal`` is the case's ``simulated_user`` text and ``messages`` the
 conversation so far (``{"role": "user"|"assistant", "content": ...}``). It returns the user's next
 message, or None (or "") to end the conversation. Sync or async."""
+
+
+class StopNow(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM: the run stops at once. Any other KeyboardInterrupt raised inside
+    an agent is that trial's failure."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +135,10 @@ class TrialRunner:
         spans = self.collector.take(self.experiment_id, plan.trial_id)
         return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
 
-    async def _attempt(self, case: Case, root: Any, deadline: float) -> tuple[list[str], BaseException | None, bool]:
+    async def _attempt(
+        self, case: Case, root: Any, deadline: float
+    ) -> tuple[list[str], BaseException | None, bool | str]:
+        """The replies, the exception raised, and whether the trial timed out (or why, as text)."""
         replies: list[str] = []
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -139,8 +152,18 @@ class TrialRunner:
                 if timer.expired():
                     return replies, None, True
                 return replies, error, False
-            except Exception as error:  # the agent's failure is data here, not a crash
+            except StopNow:
+                raise
+            # The agent's failure is data here, not a crash: even sys.exit() or a KeyboardInterrupt raised by
+            # its own code costs that trial only (a real second Ctrl-C arrives as StopNow).
+            except (Exception, SystemExit, KeyboardInterrupt) as error:
                 return replies, error, False
+        # An agent that swallowed its cancellation, or that held the event loop past the deadline (so the
+        # timer could not fire), returned an answer; but a trial that ran past its timeout is a timeout.
+        if timer.expired():
+            return replies, None, True
+        if time.monotonic() > deadline:
+            return replies, None, LOOP_BLOCKED
         return replies, None, False
 
     async def _converse(self, case: Case, replies: list[str]) -> None:
@@ -169,7 +192,7 @@ class TrialRunner:
         else:
             result = await in_thread(self.agent.fn, *args, **kwargs)
         text = reply_text(result)
-        return text if text is not None else ("" if result is None else str(result))
+        return storable_text(text if text is not None else ("" if result is None else str(result)))
 
     async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
         current = current_trial.get()
@@ -185,7 +208,7 @@ class TrialRunner:
             current_trial.reset(token)
         return result.strip() if isinstance(result, str) else None
 
-    def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool) -> None:
+    def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool | str) -> None:
         if capture.config.enabled and replies:
             messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
             root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
@@ -203,7 +226,7 @@ class TrialRunner:
         started: int,
         replies: list[str],
         exc: BaseException | None,
-        timed_out: bool,
+        timed_out: bool | str,
         retries: int,
         spans: list[ReadableSpan],
     ) -> TrialResult:
@@ -211,11 +234,13 @@ class TrialRunner:
         failure = classify(
             exc,
             raised_in=_raised_in(final_try, exc),
-            timed_out=timed_out,
+            timed_out=bool(timed_out),
             rate_limit_retries=retries,
             last_finish_reason=_last_finish_reason(final_try),
             reply=replies[-1] if replies else None,
         )
+        if isinstance(timed_out, str) and failure is not None and failure.type == TIMEOUT:
+            failure = dataclasses.replace(failure, message=timed_out)
         result = TrialResult(plan, trace_id, started, time.time_ns(), replies, failure, retries, spans)
         self._add_usage(result)
         return result

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from agenteval_instrumentation.text import exception_text, storable_text
+
 from ..cases import SCORED_FIELDS, Case
 from .features import TrialFeatures
 
@@ -59,6 +61,10 @@ class Scorer:
     arrow: Callable[[Any, Any], Any] | None = None
     when: Callable[[Case], bool] | None = None
     """A further condition on the case, beyond ``requires``."""
+    needs_content: bool = True
+    """Reads message content (replies, tool arguments or results). Such a scorer is not re-run over trials
+    stored without content (capture switched off); their earlier scores stand. Tool names, counts, tokens
+    and document ids are not content."""
 
     def __post_init__(self) -> None:
         if [self.fn, self.sql, self.arrow].count(None) != 2:
@@ -83,11 +89,13 @@ class Scorer:
         return conventions are read (``result`` and the engine's columns both go through it)."""
         if type(returned) is tuple and len(returned) == 2 and type(returned[0]) is bool:  # the common case
             passed, reason = returned
-            return float(passed), None if self.continuous else passed, str(reason), None
+            return float(passed), None if self.continuous else passed, _reason(reason), None
         reason: Any = ""
         if isinstance(returned, Score):
-            return returned.value, returned.passed, returned.reason, returned.error
-        if isinstance(returned, dict):
+            if returned.error is not None:
+                return None, None, _reason(returned.reason), storable_text(returned.error)
+            value, passed, reason = returned.value, returned.passed, returned.reason
+        elif isinstance(returned, dict):
             value, passed, reason = returned.get("value"), returned.get("passed"), returned.get("reason") or ""
         else:
             if isinstance(returned, tuple):
@@ -97,17 +105,37 @@ class Scorer:
             passed, value = value if passed is None else passed, float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
             return self.failure(f"returned {value!r}, not a number between 0 and 1")
+        if passed is not None and not isinstance(passed, bool):
+            return self.failure(f"returned passed={passed!r}, not true, false or None")
         if not self.continuous and passed is None:
             passed = value >= 1.0
-        return float(value), None if self.continuous else passed, str(reason), None
+        return float(value), None if self.continuous else passed, _reason(reason), None
+
+    def applicability(self, case: Case) -> bool | str:
+        """Whether the scorer applies to ``case``; a ``when=`` that raises gives its error as text, and
+        the scorer then applies with an error score (the case is not silently left unjudged)."""
+        try:
+            return bool(self.applies(case))
+        except Exception as exc:
+            return f"its when= condition raised {exception_text(exc)}"
 
     @staticmethod
     def failure(message: str) -> Outcome:
-        return None, None, FAILED_REASON, message[:2000]
+        return None, None, FAILED_REASON, storable_text(message[:2000])
 
     def _score(self, outcome: Outcome) -> Score:
         value, passed, reason, error = outcome
         return Score(self.name, self.version, value, passed, reason, error, self.continuous)
+
+
+def _reason(reason: Any) -> str:
+    """A scorer's reason as storable text (a reason whose ``str`` raises is not the trial's fault)."""
+    if type(reason) is not str:
+        try:
+            reason = str(reason)
+        except Exception as exc:
+            reason = f"<the reason could not be read: {exception_text(exc)}>"
+    return storable_text(reason)
 
 
 def scorer(
@@ -118,13 +146,20 @@ def scorer(
     requires: tuple[str, ...] = (),
     continuous: bool = False,
     when: Callable[[Case], bool] | None = None,
+    needs_content: bool = True,
 ) -> Any:
     """Make a per-trial Python scorer from ``fn(case, features)``. It may return a bool, a number in 0..1,
     ``(value, reason)``, a dict with ``value``/``passed``/``reason``, or a :class:`Score`.
 
     Bump ``version`` when its logic changes, so stored scores say which logic judged them.
     """
-    options = {"version": version, "requires": tuple(requires), "continuous": continuous, "when": when}
+    options = {
+        "version": version,
+        "requires": tuple(requires),
+        "continuous": continuous,
+        "when": when,
+        "needs_content": needs_content,
+    }
     return _decorate("fn", fn, name, options)
 
 

@@ -27,7 +27,7 @@ def unknown_answer(case: Case, trial: TrialFeatures) -> tuple[float, str]:
     return float(ok), reason
 
 
-@scorer(requires=("expected_trajectory",), continuous=True)
+@scorer(requires=("expected_trajectory",), continuous=True, needs_content=False)
 def trajectory_order(case: Case, trial: TrialFeatures) -> tuple[float, str]:
     """How well the order of tool calls follows the expected one: the longest common subsequence of the
     calls and the expected trajectory, over the trajectory's length (1.0 when it is followed in order)."""
@@ -50,6 +50,7 @@ TOOL_NAMES = "list_transform(f.tool_calls, lambda t: t.name)"
 
 tool_use = Scorer(
     "tool_use",
+    needs_content=False,
     requires=("expected_tools",),
     sql=f"""
     struct_pack(
@@ -111,6 +112,7 @@ _RECALLED = "len(list_filter(list_distinct(c.relevant_docs), lambda d: list_cont
 
 retrieval_recall = Scorer(
     "retrieval_recall",
+    needs_content=False,
     requires=("relevant_docs",),
     continuous=True,
     sql=f"""
@@ -124,6 +126,7 @@ retrieval_recall = Scorer(
 
 step_efficiency = Scorer(
     "step_efficiency",
+    needs_content=False,
     requires=("max_tool_calls",),
     continuous=True,
     sql="""

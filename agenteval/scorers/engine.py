@@ -4,6 +4,7 @@ Python scorers trial by trial. A scorer that raises gives an error score and the
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -60,10 +61,24 @@ class Judgement:
     passed: dict[str, bool]
     case_ids: dict[str, str]
     """Each trial's case."""
+    not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Scorer -> trials it applies to but did not judge: it needs content the stored trial lacks."""
 
     @classmethod
     def empty(cls) -> Judgement:
         return cls(JUDGEMENT_SCHEMA.empty_table(), {}, {})
+
+    @classmethod
+    def concat(cls, parts: Sequence[Judgement]) -> Judgement:
+        """Judgements of disjoint batches as one."""
+        if not parts:
+            return cls.empty()
+        return cls(
+            pa.concat_tables([p.table for p in parts]),
+            {t: ok for p in parts for t, ok in p.passed.items()},
+            {t: c for p in parts for t, c in p.case_ids.items()},
+            dict(sum((Counter(p.not_scored) for p in parts), Counter())),
+        )
 
     def trials(self) -> list[ScoredTrial]:
         """The same, trial by trial (in batch order, scores in scorer order)."""
@@ -110,6 +125,8 @@ class ScoringEngine:
         self.con = duckdb.connect()
         self._applicable: dict[str, tuple[Scorer, ...]] = {}
         self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
+        self._when_errors: dict[tuple[str, str], str] = {}
+        """(case id, scorer name) -> the error its ``when=`` raised for that case."""
 
     def features(self, trials: pa.Table, spans: pa.Table | pa.RecordBatch) -> pa.Table:
         """The feature query over trials and spans held in memory (run time)."""
@@ -127,11 +144,21 @@ class ScoringEngine:
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
         rows_by_scorer = self._rows_by_scorer(case_ids, cases)
+        without_content = _rows_without_content(features)
         parts = []
+        not_scored: dict[str, int] = {}
         self.con.register("agenteval_features", features)
         try:
             for item in self.scorers:
                 rows = rows_by_scorer.get(item.name)
+                if rows and without_content and item.needs_content:
+                    kept = [r for r in rows if r not in without_content]
+                    if len(kept) < len(rows):
+                        not_scored[item.name] = len(rows) - len(kept)
+                    rows = kept
+                if rows and self._when_errors:
+                    rows, broken = self._split_broken(item, rows, case_ids)
+                    parts.extend(_with_scorer(_failed(item, _keys(features, r), e), item) for e, r in broken.items())
                 if not rows:
                     continue
                 if item.fn is not None:
@@ -145,7 +172,9 @@ class ScoringEngine:
         finally:
             self.con.unregister("agenteval_features")
         table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
-        return Judgement(table, _passed_by_trial(trial_ids, table), dict(zip(trial_ids, case_ids, strict=True)))
+        return Judgement(
+            table, _passed_by_trial(trial_ids, table), dict(zip(trial_ids, case_ids, strict=True)), not_scored
+        )
 
     def score(self, features: pa.Table, cases: dict[str, Case]) -> list[ScoredTrial]:
         """:meth:`judge`, trial by trial."""
@@ -158,8 +187,14 @@ class ScoringEngine:
         # garbage collector to walk.
         known = self._applicable
         for cid in set(case_ids) - known.keys():
-            chosen = tuple(i for i, s in enumerate(self.scorers) if s.applies(cases[cid]))
-            known[cid] = self._scorer_sets.setdefault(chosen, tuple(self.scorers[i] for i in chosen))
+            chosen = []
+            for i, item in enumerate(self.scorers):
+                applies = item.applicability(cases[cid])
+                if isinstance(applies, str):
+                    self._when_errors[cid, item.name] = applies
+                if applies:
+                    chosen.append(i)
+            known[cid] = self._scorer_sets.setdefault(tuple(chosen), tuple(self.scorers[i] for i in chosen))
         rows_by_set: dict[tuple[Scorer, ...], list[int]] = {}
         for row, cid in enumerate(case_ids):
             rows_by_set.setdefault(known[cid], []).append(row)
@@ -168,6 +203,33 @@ class ScoringEngine:
             for item in scorer_set:
                 rows.setdefault(item.name, []).extend(members)
         return {name: sorted(members) for name, members in rows.items()}
+
+    def _split_broken(
+        self, item: Scorer, rows: list[int], case_ids: list[str]
+    ) -> tuple[list[int], dict[str, list[int]]]:
+        """``rows`` the scorer can judge, and the rest by the error its ``when=`` raised for their case."""
+        fine: list[int] = []
+        broken: dict[str, list[int]] = {}
+        for row in rows:
+            error = self._when_errors.get((case_ids[row], item.name))
+            if error is None:
+                fine.append(row)
+            else:
+                broken.setdefault(error, []).append(row)
+        return fine, broken
+
+    def failed(
+        self, trial_ids: Sequence[str], case_ids: Sequence[str], cases: dict[str, Case], message: str
+    ) -> Judgement:
+        """An error score from every scorer that applies, for trials that could not be judged at all."""
+        parts = []
+        for item in self.scorers:
+            rows = [i for i, cid in enumerate(case_ids) if item.applicability(cases[cid])]
+            if rows:
+                keys = pa.table({"trial_id": [trial_ids[i] for i in rows], "case_id": [case_ids[i] for i in rows]})
+                parts.append(_with_scorer(_failed(item, keys, message), item))
+        table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
+        return Judgement(table, dict.fromkeys(trial_ids, False), dict(zip(trial_ids, case_ids, strict=True)))
 
     @staticmethod
     def _python_outcomes(
@@ -248,6 +310,16 @@ class ScoringEngine:
             return self.con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
             return _failed(item, keys, f"{type(exc).__name__}: {exc}")
+
+
+def _rows_without_content(features: pa.Table) -> frozenset[int]:
+    """Rows whose replies are unknown (stored with content capture off); usually none."""
+    if "has_content" not in features.column_names:
+        return frozenset()
+    known = pc.fill_null(features.column("has_content"), False)
+    if pc.all(known).as_py() is not False:
+        return frozenset()
+    return frozenset(pc.indices_nonzero(pc.invert(known)).to_pylist())
 
 
 def _keys(features: pa.Table, rows: list[int]) -> pa.Table:

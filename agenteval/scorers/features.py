@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 FEATURES_SQL = """
-WITH t AS (SELECT experiment_id, trial_id, case_id, trace_id, failure_type, reply FROM {trials}),
+WITH t AS (SELECT experiment_id, trial_id, case_id, trace_id, failure_type, reply, replies FROM {trials}),
 s AS (
     SELECT s.* FROM {spans} s JOIN t ON s.trial_id = t.trial_id AND s.trace_id = t.trace_id
     WHERE s.role IS NULL
@@ -47,7 +47,8 @@ retrievals AS (
     FROM s WHERE operation = 'retrieval' GROUP BY trial_id
 )
 SELECT t.experiment_id, t.trial_id, t.case_id, t.failure_type,
-       coalesce(roots.replies, CASE WHEN t.reply IS NULL THEN [] ELSE [t.reply] END) AS replies,
+       coalesce(roots.replies, t.replies, CASE WHEN t.reply IS NULL THEN [] ELSE [t.reply] END) AS replies,
+       roots.replies IS NOT NULL OR t.replies IS NOT NULL OR t.reply IS NOT NULL AS has_content,
        coalesce(tools.tool_calls, []) AS tool_calls,
        coalesce(models.model_calls, 0) AS model_calls,
        coalesce(models.input_tokens, 0) AS input_tokens,
@@ -61,7 +62,12 @@ LEFT JOIN models USING (trial_id)
 LEFT JOIN retrievals USING (trial_id)
 ORDER BY t.trial_id
 """
-"""``{trials}`` and ``{spans}`` are relations: registered Arrow tables at run time, store views when rescoring."""
+"""``{trials}`` and ``{spans}`` are relations: registered Arrow tables at run time, store views when rescoring.
+The trials' ``replies`` are the runner's own copy (run time), used when the spans hold no content
+(capture switched off); rescoring has none (NULL), and ``has_content`` says whether any reply was known."""
+
+NO_REPLIES = "NULL::VARCHAR[] AS replies"
+"""The trials' ``replies`` column when rescoring: the store keeps no copy beside the spans."""
 
 
 def features_sql(trials: str, spans: str) -> str:
@@ -139,6 +145,11 @@ class TrialFeatures:
         """The final reply ("" when there was none)."""
         replies = self._get("replies")
         return (replies[-1] or "") if replies else ""
+
+    @property
+    def has_content(self) -> bool:
+        """Whether the replies are known (False when content capture was off and the trial is rescored)."""
+        return bool(self._get("has_content"))
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:

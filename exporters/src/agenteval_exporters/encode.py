@@ -22,6 +22,8 @@ import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from agenteval_instrumentation.text import storable, storable_text
+
 from .schema import SPAN_SCHEMA, TYPED_ATTRIBUTES
 
 # Keyed by identity: enum members are singletons, and Enum.__hash__ runs in Python (~0.2 µs).
@@ -46,8 +48,9 @@ _orjson_dumps = partial(orjson.dumps, default=_json_default)
 def _dumps_bytes(value: Any) -> bytes:
     try:
         return _orjson_dumps(value)
-    except TypeError:  # orjson refuses integers beyond 64 bits; the standard library does not
-        return json.dumps(value, default=_json_default).encode()
+    except TypeError:  # orjson refuses integers beyond 64 bits and lone surrogates; the standard library does not
+        # Unescaped, so that a lone surrogate can be replaced: DuckDB's JSON functions reject a "\ud800" escape.
+        return storable_text(json.dumps(value, default=_json_default, ensure_ascii=False)).encode()
 
 
 def _dumps(value: Any) -> str:
@@ -201,7 +204,7 @@ def _typed_columns(attributes: list[dict[str, Any]]) -> dict[str, pa.Array]:
     """
     try:
         return dict(zip(_STRUCT_COLUMNS, pa.array(attributes, type=_TYPED_STRUCT).flatten(), strict=True))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
         return {
             name: _typed_attribute_array(
                 list(map(dict.get, attributes, repeat(TYPED_ATTRIBUTES[name]))), SPAN_SCHEMA.field(name).type
@@ -243,16 +246,22 @@ def _to_batch(columns: dict[str, Any]) -> pa.RecordBatch:
     arrays = []
     for field in SPAN_SCHEMA:
         values = columns[field.name]
-        if isinstance(values, pa.Array):
-            arrays.append(values)
-        elif field.type == pa.string() and _uniform(values):
-            # One resource, scope, experiment or status across the batch is common: no per-value work.
-            arrays.append(pa.repeat(pa.scalar(values[0], pa.string()), len(values)))
-        elif field.name in _TYPED_COLUMNS:
-            arrays.append(_typed_attribute_array(values, field.type))
-        else:
-            arrays.append(pa.array(values, type=field.type))
+        try:
+            arrays.append(_column(field, values))
+        except UnicodeEncodeError:  # a lone surrogate in a user-set name or value costs one character, not the batch
+            arrays.append(_column(field, list(map(storable, values))))
     return pa.RecordBatch.from_arrays(arrays, schema=SPAN_SCHEMA)
+
+
+def _column(field: pa.Field, values: Any) -> pa.Array:
+    if isinstance(values, pa.Array):
+        return values
+    if field.type == pa.string() and _uniform(values):
+        # One resource, scope, experiment or status across the batch is common: no per-value work.
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
+    if field.name in _TYPED_COLUMNS:
+        return _typed_attribute_array(values, field.type)
+    return pa.array(values, type=field.type)
 
 
 def _uniform(values: list[Any]) -> bool:
@@ -264,9 +273,9 @@ def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Arr
     """Attribute values are user-set: a wrong type becomes null in the typed column (the JSON keeps it)."""
     try:
         return pa.array(values, type=arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
         if arrow_type == pa.string():
-            return pa.array([v if isinstance(v, str) else None if v is None else str(v) for v in values])
+            return pa.array([None if v is None else storable(v if isinstance(v, str) else str(v)) for v in values])
         limit = 2 ** (arrow_type.bit_width - 1)
         return pa.array(
             [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],

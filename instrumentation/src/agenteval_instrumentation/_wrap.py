@@ -24,6 +24,7 @@ from . import attributes as A
 from . import capture
 from ._steps import Step, error_type
 from .responses import ResponseInfo, chunk_text, read_chunk_into
+from .text import exception_text
 from .version import __version__
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,12 @@ def record_error(span: Span, exc: BaseException) -> None:
     if not span.is_recording():
         return
     span.set_attribute(A.ERROR_TYPE, error_type(exc))
-    span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1000]))
+    message = exception_text(exc, 1000)
+    try:
+        span.record_exception(exc)
+    except Exception:  # its str() raised: record what can be read
+        span.add_event("exception", {"exception.type": type(exc).__name__, "exception.message": message})
+    span.set_status(Status(StatusCode.ERROR, message))
 
 
 def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:

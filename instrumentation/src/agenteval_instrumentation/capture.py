@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .text import storable_text
+
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 Redactor = Callable[[str, Any], Any]
@@ -114,7 +116,12 @@ def configure_capture(
 
 
 def to_json(attribute: str, value: Any) -> str:
-    """Bounded, redacted JSON text for ``value``; never raises (a failure gives a placeholder)."""
+    """Bounded, redacted JSON text for ``value``; never raises (a failure gives a placeholder).
+    Lone surrogates become U+FFFD, so the text can be stored and parsed as JSON anywhere."""
+    return storable_text(_to_json(attribute, value))
+
+
+def _to_json(attribute: str, value: Any) -> str:
     try:
         if config.redactor is not None:
             value = config.redactor(attribute, value)

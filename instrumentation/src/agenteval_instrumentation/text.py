@@ -1,0 +1,34 @@
+"""Text that UTF-8 can hold: the one rule every stored string goes through.
+
+Python strings may carry lone surrogates (``"\\ud800"``, from a bad decode or a JSON ``\\ud800``
+escape); UTF-8, and so Arrow and Parquet, cannot encode them. One such character in an agent's reply
+must not cost a batch of trials, so text is repaired where it enters the store.
+"""
+
+from __future__ import annotations
+
+REPLACEMENT = "\ufffd"
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a well-formed pair is joined)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def storable(value: object) -> object:
+    """``value`` with :func:`storable_text` applied to it if it is a string, else as it is."""
+    return storable_text(value) if isinstance(value, str) else value
+
+
+def exception_text(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` for a record of ``exc``: storable, cut at ``limit``, and safe from an exception
+    whose ``str`` raises (the agent's failure must be recorded, not replaced by a new one)."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's message could not be read>"
+    return storable_text(f"{type(exc).__name__}: {message}"[:limit])

@@ -1,0 +1,206 @@
+"""One bad value costs one trial, never a batch: replies, reasons and cases the store cannot hold as
+they are, and scorers that misbehave, are recorded on the trial they belong to; the rest is saved."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+
+from agenteval import tool
+from agenteval.cases import Case, Dataset, DatasetError, load_file
+from agenteval.rescore import rescore
+from agenteval.runner import evaluate
+from agenteval.scorers import Score, scorer
+from agenteval.store import Store
+
+CASES = [Case(id=f"q{i}", input=f"What is {i} + 0?", expected_output=str(i), category="c") for i in range(1, 6)]
+DATASET = Dataset("five", "five(test)", "hash-five", CASES)
+
+
+def correct(question: str) -> str:
+    return question.split()[2]
+
+
+def run(store, agent=correct, scorers=(), dataset=DATASET):
+    return evaluate(agent, dataset, attempts=2, concurrency=1, store=store, scorers=list(scorers), progress="none")
+
+
+def trial_rows(store, experiment_id):
+    return Store(store).rows(
+        "SELECT case_id, attempt, outcome, failure_type, error_message, reply FROM trials "
+        "WHERE experiment_id = ? ORDER BY case_id, attempt",
+        [experiment_id],
+    )
+
+
+def scores_of(store, experiment_id, name):
+    return Store(store).rows(
+        "SELECT case_id, value, passed, reason, error FROM scores WHERE experiment_id = ? AND scorer = ? "
+        "ORDER BY case_id",
+        [experiment_id, name],
+    )
+
+
+def test_a_reply_with_a_lone_surrogate_is_stored_repaired_and_scored(tmp_path):
+    def agent(question: str) -> str:
+        answer = correct(question)
+        return f"{answer} \ud800" if answer == "3" else answer
+
+    experiment = run(tmp_path / "s", agent)
+    assert experiment.status == "completed"
+    rows = trial_rows(tmp_path / "s", experiment.id)
+    assert len(rows) == 10 and {r["outcome"] for r in rows} == {"passed"}
+    assert [r["reply"] for r in rows if r["case_id"] == "q3"] == ["3 \ufffd", "3 \ufffd"]
+    # The spans hold it too, as JSON that DuckDB can still parse.
+    (reply,) = Store(tmp_path / "s").rows(
+        """SELECT DISTINCT json_extract_string(json_extract_string(attributes, '$."gen_ai.output.messages"'),
+                                               '$[0].parts[0].content') AS r
+           FROM spans WHERE case_id = 'q3' AND scope_name = 'agenteval.runner'"""
+    )
+    assert reply["r"] == "3 \ufffd"
+
+
+@tool
+def echo_tool(text: str) -> str:
+    return text + "\udc80"
+
+
+def test_a_span_name_or_attribute_with_a_lone_surrogate_costs_no_span(tmp_path):
+    def agent(question: str) -> str:
+        tracer = trace.get_tracer("user-code")
+        with tracer.start_as_current_span("step \ud800") as span:
+            span.set_attribute("note", "odd \udfff value")
+            span.set_attribute("gen_ai.tool.name", "name \ud800")
+            echo_tool("x")
+        return correct(question)
+
+    experiment = run(tmp_path / "s", agent)
+    spans = Store(tmp_path / "s").rows(
+        "SELECT name, tool_name, json_extract_string(attributes, '$.note') AS note, "
+        "json_extract_string(attributes, '$.\"gen_ai.tool.call.result\"') AS result FROM spans "
+        "WHERE experiment_id = ?",
+        [experiment.id],
+    )
+    assert len(spans) == 10 * 3  # root, the user's step, the tool: none lost
+    steps = [s for s in spans if s["name"].startswith("step")]
+    assert {s["name"] for s in steps} == {"step \ufffd"} and {s["note"] for s in steps} == {"odd \ufffd value"}
+    assert {s["tool_name"] for s in steps} == {"name \ufffd"}
+    assert {s["result"] for s in spans if s["name"] == "execute_tool echo_tool"} == {'"x\ufffd"'}
+    assert experiment.summary["passed"] == 10
+
+
+@scorer
+def surrogate_reason(case, trial):
+    return True, "fine \udc80"
+
+
+@scorer(when=lambda case: case.id != "q2" or 1 / 0)
+def raising_when(case, trial):
+    return True
+
+
+@scorer
+def says_yes(case, trial):
+    return {"value": 1.0, "passed": "yes"} if case.id == "q4" else True
+
+
+@scorer
+def score_says_yes(case, trial):
+    return Score("score_says_yes", "1", 1.0, "yes", "looked")  # type: ignore[arg-type]
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@scorer
+def unprintable_reason(case, trial):
+    return True, Unprintable()
+
+
+@pytest.mark.parametrize(
+    ("scorer_", "bad_cases", "error"),
+    [
+        (surrogate_reason, set(), None),
+        (raising_when, {"q2"}, "when= condition raised ZeroDivisionError"),
+        (says_yes, {"q4"}, "passed='yes'"),
+        (score_says_yes, {"q1", "q2", "q3", "q4", "q5"}, "passed='yes'"),
+        (unprintable_reason, set(), None),
+    ],
+    ids=["surrogate-reason", "raising-when", "passed-yes", "score-passed-yes", "unprintable-reason"],
+)
+def test_a_misbehaving_scorer_costs_its_own_scores_only(tmp_path, scorer_, bad_cases, error):
+    experiment = run(tmp_path / "s", scorers=[scorer_])
+    assert experiment.status == "completed"
+    rows = trial_rows(tmp_path / "s", experiment.id)
+    assert len(rows) == 10
+    assert {r["case_id"] for r in rows if r["outcome"] == "wrong"} == bad_cases
+    assert {r["case_id"] for r in rows if r["outcome"] == "passed"} == {c.id for c in CASES} - bad_cases
+    scores = scores_of(tmp_path / "s", experiment.id, scorer_.name)
+    assert len(scores) == 10  # an error score for each bad trial, a real one for the others
+    errored = [s for s in scores if s["error"]]
+    assert {s["case_id"] for s in errored} == bad_cases
+    assert all(error in s["error"] and s["passed"] is None for s in errored)
+    assert len(scores_of(tmp_path / "s", experiment.id, "answer_match")) == 10
+    if scorer_ is surrogate_reason:
+        assert {s["reason"] for s in scores} == {"fine \ufffd"}
+    # Rescoring meets the same values and copes the same way.
+    result = rescore(Store(tmp_path / "s"), experiment.id)
+    assert result.trials == 10
+
+
+def test_a_case_the_scorers_cannot_read_costs_that_trial_only(tmp_path):
+    # Made in Python, so validate never saw it: a budget past 64-bit integers.
+    huge = Case(id="huge", input="What is 7 + 0?", expected_output="7", category="c", max_tool_calls=10**20)
+    dataset = Dataset("six", "six(test)", "hash-six", [*CASES, huge])
+    experiment = run(tmp_path / "s", dataset=dataset)
+    assert experiment.status == "completed"
+    rows = trial_rows(tmp_path / "s", experiment.id)
+    assert len(rows) == 12
+    assert {r["case_id"] for r in rows if r["outcome"] == "passed"} == {c.id for c in CASES}
+    errors = [s for s in scores_of(tmp_path / "s", experiment.id, "answer_match") if s["error"]]
+    assert {s["case_id"] for s in errors} == {"huge"}
+    assert all("could not be scored" in s["error"] for s in errors)
+
+
+def test_an_exception_whose_message_raises_is_still_a_typed_failure(tmp_path):
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    def agent(question: str) -> str:
+        if "2 +" in question:
+            raise Weird()
+        return correct(question) + " \ud800" if "3 +" in question else correct(question)
+
+    experiment = run(tmp_path / "s", agent)
+    rows = trial_rows(tmp_path / "s", experiment.id)
+    failed = [r for r in rows if r["outcome"] == "failed"]
+    assert {r["case_id"] for r in failed} == {"q2"} and {r["failure_type"] for r in failed} == {"agent_error"}
+    assert all(r["error_message"].startswith("Weird: <the exception") for r in failed)
+    assert sum(r["outcome"] == "passed" for r in rows) == 8
+
+
+def test_validate_rejects_unstorable_values_with_line_and_field(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    path.write_text(
+        '{"id": "ok", "input": "What is 1 + 1?", "expected_output": "2"}\n'
+        '{"id": "big", "input": "x", "expected_output": "1", "max_tool_calls": 100000000000000000000}\n'
+        '{"id": "turns", "input": "x", "expected_output": "1", "max_turns": 1e20}\n'
+        '{"id": "s", "input": "hi \\ud800", "expected_output": "1"}\n'
+        '{"id": "m", "input": "x", "expected_output": "1", "metadata": {"notes": ["fine", "bad \\udc00"]}}\n'
+        '{"id": "pair", "input": "a smile \\ud83d\\ude00", "expected_output": "1"}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    problems = [(p.line, p.field, p.message) for p in info.value.problems]
+    assert [(line, field) for line, field, _ in problems] == [
+        (2, "max_tool_calls"),
+        (3, "max_turns"),
+        (4, "input"),
+        (5, "metadata.notes"),
+    ]
+    assert "at most 1,000,000" in problems[0][2]
+    assert "lone surrogate" in problems[2][2]

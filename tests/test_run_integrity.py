@@ -1,0 +1,173 @@
+"""No confident wrong number from a run: a timeout is a timeout, an agent cannot end the run quietly,
+resume keeps the caller's word, and content capture off does not turn right answers into wrong ones."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agenteval import configure_capture
+from agenteval.cases import Case, Dataset
+from agenteval.rescore import rescore
+from agenteval.runner import RunRefused, evaluate
+from agenteval.store import Store
+
+
+def dataset(*ids: str) -> Dataset:
+    cases = [Case(id=i, input=f"What is {n} + 0?", expected_output=str(n), category="c") for n, i in enumerate(ids)]
+    return Dataset("tiny", "tiny(test)", f"hash-{len(ids)}", cases)
+
+
+def outcomes(store, experiment_id) -> dict[str, tuple[str, str | None]]:
+    rows = Store(store).rows(
+        "SELECT case_id, outcome, failure_type, error_message FROM trials WHERE experiment_id = ?", [experiment_id]
+    )
+    return {r["case_id"]: (r["outcome"], r["failure_type"], r["error_message"]) for r in rows}
+
+
+def answer(question: str) -> str:
+    return question.split()[2]
+
+
+def test_an_async_agent_that_blocks_the_loop_past_its_timeout_is_a_timeout(tmp_path):
+    async def agent(question: str) -> str:
+        if "0 +" in question:
+            time.sleep(1.5)  # blocks the event loop: no timer can fire meanwhile
+        else:
+            await asyncio.sleep(0.01)
+        return answer(question)
+
+    experiment = evaluate(
+        agent, dataset("blocks", "fine"), attempts=1, timeout=0.5, concurrency=2, store=tmp_path, progress="none"
+    )
+    found = outcomes(tmp_path, experiment.id)
+    assert found["blocks"][:2] == ("failed", "timeout")
+    assert "event loop was blocked" in found["blocks"][2]
+    assert found["fine"][0] in ("passed", "failed")  # its timer may only fire once the loop is free again
+    if found["fine"][0] == "failed":
+        assert found["fine"][1] == "timeout"
+
+
+def test_an_agent_that_swallows_its_cancellation_still_times_out(tmp_path):
+    async def agent(question: str) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            pass  # refuses to stop, and answers anyway
+        return answer(question)
+
+    experiment = evaluate(agent, dataset("stubborn"), attempts=2, timeout=0.2, store=tmp_path, progress="none")
+    assert experiment.summary["failures_by_type"] == {"timeout": 2}
+    assert experiment.summary["passed"] == 0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("raised", [SystemExit(0), KeyboardInterrupt()], ids=["sys.exit", "KeyboardInterrupt"])
+def test_an_agent_cannot_end_the_run(tmp_path, kind, raised):
+    def sync_agent(question: str) -> str:
+        if "0 +" in question:
+            raise raised
+        return answer(question)
+
+    async def async_agent(question: str) -> str:
+        return sync_agent(question)
+
+    agent = sync_agent if kind == "sync" else async_agent
+    experiment = evaluate(agent, dataset("exits", "a", "b"), attempts=2, store=tmp_path, progress="none")
+    assert experiment.status == "completed"
+    found = outcomes(tmp_path, experiment.id)
+    assert found["exits"][:2] == ("failed", "agent_error")
+    assert found["exits"][2].startswith(type(raised).__name__)
+    assert found["a"][0] == found["b"][0] == "passed"
+    assert experiment.summary["trials"] == 6
+
+
+def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
+    agent_file = tmp_path / "quitter.py"
+    agent_file.write_text("import sys\n\ndef answer(question):\n    sys.exit(0)\n")
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--cases", "3"]
+        + ["--agent", f"{agent_file}:answer", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"agent_error": 9' in done.stdout
+
+
+def test_resume_refuses_options_that_differ_from_the_stored_run(tmp_path):
+    first = evaluate("mock", "arithmetic", cases=4, attempts=3, store=tmp_path, progress="none")
+    with pytest.raises(RunRefused) as refused:
+        evaluate("mock", "arithmetic", attempts=5, resume=first.id, store=tmp_path, progress="none", timeout=9)
+    message = str(refused.value)
+    assert "attempts (5 given, 3 in the run)" in message and "timeout (9 given, 120.0 in the run)" in message
+    # Concurrency is how fast, not what: it may change. Options left out take the stored ones.
+    again = evaluate("mock", "arithmetic", resume=first.id, concurrency=1, store=tmp_path, progress="none")
+    assert again.summary["trials"] == 12 and again.summary["this_run"]["trials"] == 0
+
+
+def test_the_command_line_refuses_a_resume_with_other_options(tmp_path):
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path)}
+    base = [sys.executable, "-m", "agenteval.cli", "run"]
+    first = subprocess.run(
+        [*base, "--dataset", "arithmetic", "--agent", "mock", "--cases", "2", "-q"], env=env, capture_output=True
+    )
+    assert first.returncode == 0
+    (experiment,) = Store(tmp_path).rows("SELECT DISTINCT experiment_id FROM experiments")
+    refused = subprocess.run(
+        [*base, "--resume", experiment["experiment_id"], "--attempts", "5"], env=env, capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and "attempts (5 given, 3 in the run)" in refused.stderr
+
+
+@pytest.fixture
+def content_off():
+    configure_capture(enabled=False)
+    yield
+    configure_capture(enabled=True)
+
+
+def test_content_capture_off_still_scores_the_replies_at_run_time(tmp_path, content_off):
+    experiment = evaluate("mock", "arithmetic", cases=6, attempts=2, store=tmp_path, progress="none")
+    assert experiment.summary["pass_rate"] == 1.0
+    stored = Store(tmp_path).rows("SELECT count(*) FILTER (WHERE reply IS NOT NULL) AS replies FROM trials")
+    assert stored == [{"replies": 0}]  # nothing of the content was stored
+    spans = Store(tmp_path).rows(
+        "SELECT count(*) AS n FROM spans WHERE attributes LIKE '%gen_ai.output.messages%' "
+        "OR attributes LIKE '%gen_ai.tool.call.arguments%'"
+    )
+    assert spans == [{"n": 0}]
+
+
+def test_rescoring_without_content_leaves_content_scorers_unjudged_and_says_so(tmp_path, content_off):
+    experiment = evaluate(
+        "mock", "arithmetic", cases=6, attempts=2, store=tmp_path, progress="none", agent_options={"seed": "1"}
+    )
+    result = rescore(Store(tmp_path), experiment.id)
+    assert result.not_scored == {"answer_match": 12}
+    current = Store(tmp_path).rows(
+        """SELECT scorer, count(*) AS n, bool_and(passed) AS all_passed FROM (
+               SELECT * FROM scores
+               QUALIFY row_number() OVER (PARTITION BY trial_id, scorer ORDER BY scored_at DESC) = 1
+           ) GROUP BY scorer ORDER BY scorer"""
+    )
+    # answer_match keeps its run-time judgement; tool_use (tool names are not content) was re-run.
+    assert current == [
+        {"scorer": "answer_match", "n": 12, "all_passed": True},
+        {"scorer": "tool_use", "n": 12, "all_passed": True},
+    ]
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path)}
+    said = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "rescore", experiment.id], env=env, capture_output=True, text=True
+    )
+    assert said.returncode == 0
+    assert "not re-run, for want of message content" in said.stdout and "answer_match (12 trials)" in said.stdout
+    assert "pass rate with the current scores: 100.0%" in said.stdout
