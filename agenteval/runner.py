@@ -48,6 +48,8 @@ from .trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
+BLOCKED_LOOP_SECONDS = 1.0
+"""How late housekeeping may wake before the run says that something blocks the event loop."""
 
 
 class RunRefused(ValueError):
@@ -313,8 +315,17 @@ class _Run:
 
         async def housekeeping() -> None:
             last_flush = time.monotonic()
+            warned = False
             while True:
+                asleep = time.monotonic()
                 await asyncio.sleep(BATCH_SECONDS)
+                late = time.monotonic() - asleep - BATCH_SECONDS
+                if late >= BLOCKED_LOOP_SECONDS and not warned:
+                    warned = True  # once a run: the trials that ran past their timeout say it each
+                    self.progress.note(
+                        f"the event loop was blocked for {late:.1f} s: an async agent is making a blocking call "
+                        "(time.sleep, sync I/O), which holds up every trial and their timeouts"
+                    )
                 self._process()
                 if time.monotonic() - last_flush >= FLUSH_SECONDS:
                     self._flush()

@@ -34,17 +34,18 @@ def answer(question: str) -> str:
     return question.split()[2]
 
 
-def test_an_async_agent_that_blocks_the_loop_past_its_timeout_is_a_timeout(tmp_path):
+def test_an_async_agent_that_blocks_the_loop_past_its_timeout_is_a_timeout(tmp_path, capsys):
     async def agent(question: str) -> str:
         if "0 +" in question:
-            time.sleep(1.5)  # blocks the event loop: no timer can fire meanwhile
+            time.sleep(2.0)  # blocks the event loop: no timer can fire meanwhile
         else:
             await asyncio.sleep(0.01)
         return answer(question)
 
     experiment = evaluate(
-        agent, dataset("blocks", "fine"), attempts=1, timeout=0.5, concurrency=2, store=tmp_path, progress="none"
+        agent, dataset("blocks", "fine"), attempts=1, timeout=0.5, concurrency=2, store=tmp_path, progress="plain"
     )
+    assert "the event loop was blocked for " in capsys.readouterr().err
     found = outcomes(tmp_path, experiment.id)
     assert found["blocks"][:2] == ("failed", "timeout")
     assert "event loop was blocked" in found["blocks"][2]
