@@ -145,106 +145,79 @@ class _Run:
     ) -> _Run:
         if retry_failed not in (None, "infra", "all"):
             raise ValueError("retry_failed must be 'infra' or 'all'")
-        previous = lease = None
-        if resume:
-            previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
-            stored = previous.options
-            changed = changed_on_resume(stored, given)
-            if changed:
-                lease.release()
-                raise RunRefused(
-                    f"cannot resume {previous.experiment_id} with other options than it ran with: "
-                    f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
+        with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
+            previous = lease = None
+            if resume:
+                previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
+                on_failure.callback(lease.release)
+                changed = changed_on_resume(previous.options, given)
+                if changed:
+                    raise RunRefused(
+                        f"cannot resume {previous.experiment_id} with other options than it ran with: "
+                        f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
+                    )
+                kept = {k: v for k, v in previous.options.items() if k in RunOptions.__dataclass_fields__}
+                options = RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
+                dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
+                if agent_spec is None or agent_spec == "":
+                    agent_spec = previous.agent
+            if dataset_spec is None:
+                raise ValueError("a dataset is required (--dataset NAME|PATH)")
+            dataset = (
+                dataset_spec
+                if isinstance(dataset_spec, Dataset)
+                else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
+            )
+            options.dataset = _dataset_ref(dataset_spec, dataset)
+            agent = load_agent(agent_spec, options.agent_options)
+            chosen = (
+                sample_cases(dataset.cases, options.sample, options.sample_seed) if options.sample else dataset.cases
+            )
+            prices = load_prices(prices_file)
+            if previous is not None:
+                _check_resumable(previous, agent, dataset)
+                experiment = previous
+                experiment.status, experiment.ended_at = ex.RUNNING, None
+                plans = _missing_plans(store, experiment.experiment_id, chosen, options.attempts, retry_failed)
+            else:
+                experiment = ex.Experiment(
+                    experiment_id=ex.new_experiment_id(),
+                    name=name,
+                    dataset_name=dataset.name,
+                    dataset_hash=dataset.hash,
+                    agent=agent.spec,
+                    version=agent.version,
+                    options=dataclasses.asdict(options),
+                    status=ex.RUNNING,
+                    started_at=time.time_ns(),
+                    environment=environment(agent.source_file),
+                    prices=prices,
                 )
-            kept = {k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__}
-            options = RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
-            dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
-            if agent_spec is None or agent_spec == "":
-                agent_spec = previous.agent
-        try:
-            return cls._prepare(
+                lease = experiment_lease(store.root, experiment.experiment_id)
+                lease.acquire()  # a new id: no other process can hold it
+                on_failure.callback(lease.release)
+                plans = [
+                    TrialPlan(case, attempt, _trial_id())
+                    for case in chosen
+                    for attempt in range(1, options.attempts + 1)
+                ]
+                store.write("cases", _cases_table(experiment.experiment_id, chosen))
+                # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
+                pa.default_memory_pool().release_unused()
+            run = cls(
                 store,
-                agent_spec,
-                dataset_spec,
+                experiment,
+                agent,
+                dataset,
+                plans,
                 options,
-                name,
-                previous,
-                lease,
-                retry_failed,
                 user_simulator,
-                prices_file,
-                progress,
+                Progress.create(progress),
+                previous is not None,
+                lease,
             )
-        except BaseException:
-            if lease is not None:
-                lease.release()
-            raise
-
-    @classmethod
-    def _prepare(
-        cls,
-        store: Store,
-        agent_spec: str | Callable[..., Any],
-        dataset_spec: str | Path | Dataset | None,
-        options: RunOptions,
-        name: str | None,
-        previous: ex.Experiment | None,
-        lease: Lease | None,
-        retry_failed: str | None,
-        user_simulator: UserSimulator | None,
-        prices_file: str | Path | None,
-        progress: str,
-    ) -> _Run:
-        if dataset_spec is None:
-            raise ValueError("a dataset is required (--dataset NAME|PATH)")
-        dataset = (
-            dataset_spec
-            if isinstance(dataset_spec, Dataset)
-            else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
-        )
-        options.dataset = _dataset_ref(dataset_spec, dataset)
-        agent = load_agent(agent_spec, options.agent_options)
-        chosen = sample_cases(dataset.cases, options.sample, options.sample_seed) if options.sample else dataset.cases
-        prices = load_prices(prices_file)
-        if previous is not None:
-            _check_resumable(previous, agent, dataset)
-            experiment = previous
-            experiment.status, experiment.ended_at = ex.RUNNING, None
-            plans = _missing_plans(store, experiment.experiment_id, chosen, options.attempts, retry_failed)
-        else:
-            experiment = ex.Experiment(
-                experiment_id=ex.new_experiment_id(),
-                name=name,
-                dataset_name=dataset.name,
-                dataset_hash=dataset.hash,
-                agent=agent.spec,
-                version=agent.version,
-                options=dataclasses.asdict(options),
-                status=ex.RUNNING,
-                started_at=time.time_ns(),
-                environment=environment(agent.source_file),
-                prices=prices,
-            )
-            lease = experiment_lease(store.root, experiment.experiment_id)
-            lease.acquire()  # a new id: no other process can hold it
-            plans = [
-                TrialPlan(case, attempt, _trial_id()) for case in chosen for attempt in range(1, options.attempts + 1)
-            ]
-            store.write("cases", _cases_table(experiment.experiment_id, chosen))
-            # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
-            pa.default_memory_pool().release_unused()
-        return cls(
-            store,
-            experiment,
-            agent,
-            dataset,
-            plans,
-            options,
-            user_simulator,
-            Progress.create(progress),
-            previous is not None,
-            lease,
-        )
+            on_failure.pop_all()
+            return run
 
     async def execute(self) -> ex.Experiment:
         ex.save(self.store, self.experiment)
