@@ -376,7 +376,8 @@ def report(experiment: str | None, fmt: str, output: str | None, store: str | No
 @store_option
 @click.option("--json", "as_json", is_flag=True)
 def compare_command(baseline: str, candidate: str, store: str | None, as_json: bool) -> None:
-    """Compare CANDIDATE with BASELINE case by case: paired difference with its interval, what changed."""
+    """Compare CANDIDATE with BASELINE case by case: paired difference with its interval, what changed.
+    Warns when either run is not completed, the datasets differ, or each ran cases the other did not."""
     import json
 
     from .compare import NotComparable, compare
@@ -389,6 +390,8 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        for warning in result.warnings:  # the JSON holds them too; stderr keeps them in sight
+            click.echo(f"warning: {warning.message}", err=True)
         return
     from rich.console import Console
 
@@ -413,27 +416,53 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     show_default=True,
     help="Refuse to judge when more than this share of either run failed for infrastructure reasons.",
 )
+@click.option(
+    "--allow-incomplete",
+    is_flag=True,
+    help="Judge an interrupted, failed or still running experiment on the cases both ran, instead of refusing.",
+)
+@click.option(
+    "--allow-different-datasets",
+    is_flag=True,
+    help="Judge experiments of different datasets (or of a changed dataset) by case id, instead of refusing.",
+)
 @store_option
 def gate_command(
-    baseline: str, candidate: str, max_drop: float, alpha: float, max_infra: float, store: str | None
+    baseline: str,
+    candidate: str,
+    max_drop: float,
+    alpha: float,
+    max_infra: float,
+    allow_incomplete: bool,
+    allow_different_datasets: bool,
+    store: str | None,
 ) -> None:
-    """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge) for CI."""
+    """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge, or any error) for CI."""
     import os
 
-    from .compare import gate
+    from .compare import REFUSED, gate, with_step_summary
     from .store import Store
 
-    decision = gate(Store(store), baseline, candidate, max_drop=max_drop, alpha=alpha, max_infra=max_infra)
+    try:
+        decision = gate(
+            Store(store),
+            baseline,
+            candidate,
+            max_drop=max_drop,
+            alpha=alpha,
+            max_infra=max_infra,
+            allow_incomplete=allow_incomplete,
+            allow_different_datasets=allow_different_datasets,
+        )
+        summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_file:
+            decision = with_step_summary(decision, summary_file, baseline, candidate)
+    except Exception as exc:  # a bug: still exit 3, since CI reads exit 1 as a regression
+        click.echo(f"gate: refused (exit {REFUSED})\n  internal error {type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(REFUSED) from None
     click.echo(f"gate: {decision.verdict} (exit {decision.exit_code})")
     for reason in decision.reasons:
         click.echo(f"  {reason}")
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as handle:
-            handle.write(f"### agenteval gate: {decision.verdict}\n\n")
-            handle.write(f"Baseline `{baseline}`, candidate `{candidate}`.\n\n")
-            handle.writelines(f"- {reason}\n" for reason in decision.reasons)
-            handle.write("\n")
     raise SystemExit(decision.exit_code)
 
 

@@ -100,6 +100,7 @@ def comparison_view(comparison: dict) -> RenderableType:
             f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
             f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
         ),
+        *(Text(f"warning: {w['message']}", style="yellow") for w in comparison["warnings"]),
     ]
     rows = [
         [
