@@ -27,7 +27,7 @@ alpha_option = click.option(
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=DEFAULT_ALPHA,
     show_default=True,
-    help="Significance level of the one-sided paired test.",
+    help="Significance level of the one-sided tests (0.025 is as strict as a two-sided 95% test).",
 )
 """``--alpha``, shared by ``gate`` and ``power``."""
 
@@ -490,10 +490,19 @@ def gate_command(
     type=click.FloatRange(0, 0.5),
     default=None,
     help="Standard deviation of the cases' true pass rates [default: estimated from --from, else "
-    "half the largest possible variance].",
+    "half the largest possible variance; the largest, sqrt(p(1 - p)), is every case all-or-nothing].",
+)
+@click.option(
+    "--affected",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Share of the cases the drop falls on: 0.2 takes drop / 0.2 from a fifth of the cases (in proportion "
+    "to their pass rates) and nothing from the rest.",
 )
 @click.option("--from", "from_experiment", help="Estimate pass rate, attempts and spread from this experiment.")
 @store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the table and assumptions as JSON.")
 def power(
     pass_rate: float | None,
     attempts: int | None,
@@ -502,39 +511,41 @@ def power(
     alpha: float,
     target_power: float,
     spread: float | None,
+    affected: float,
     from_experiment: str | None,
     store: str | None,
+    as_json: bool,
 ) -> None:
-    """How likely a comparison is to catch a drop, and how many cases it takes."""
-    from .console import power_view
-    from .power import PowerModel, default_model, estimate_between_case_variance
+    """How likely a comparison is to catch a drop, and how many cases it takes. Each cell reads
+    paired / unpaired: the paired comparison of compare and gate, then comparing two runs' pass rates
+    each with its own error bar (the same cases), which catches far less when cases differ a lot."""
+    import json
 
-    if from_experiment:
-        from .compare import case_rates
-        from .experiments import find
-        from .store import Store
+    from .power import build_model, power_table
 
-        target = Store(store)
-        found = find(target, from_experiment)
-        if found is None:
-            raise click.ClickException(f"no experiment {from_experiment!r}")
-        rows = case_rates(target, found.experiment_id)
-        rates = [r["rate"] for r in rows]
-        attempts = attempts or max(r["attempts"] for r in rows)
-        pass_rate = pass_rate or sum(rates) / len(rates)
-        variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
-    else:
-        pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
-        variance = default_model(pass_rate, attempts).between_case_variance if spread is None else spread**2
     try:
-        model = PowerModel(pass_rate, attempts, variance, alpha)
+        model = build_model(
+            pass_rate=pass_rate,
+            attempts=attempts,
+            spread=spread,
+            alpha=alpha,
+            affected=affected,
+            store=store,
+            from_experiment=from_experiment,
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    table = power_table(
+        model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power
+    )
+    if as_json:
+        click.echo(json.dumps(table.to_dict(), indent=2))
+        return
     from rich.console import Console
 
-    Console().print(
-        power_view(model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power)
-    )
+    from .console import power_view
+
+    Console().print(power_view(table))
 
 
 @main.command()
