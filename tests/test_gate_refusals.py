@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from agenteval import experiments as ex
 from agenteval.agents.mock import mock_agent
 from agenteval.catalog import load_dataset
 from agenteval.cli import main
 from agenteval.runner import evaluate
+from agenteval.store import Store
 
 CASES, ATTEMPTS, STOP_AFTER_TRIALS = 30, 3, 40
 
@@ -99,6 +101,18 @@ def test_an_interrupted_candidate_is_refused_not_passed(runs):
 def test_an_interrupted_baseline_is_refused_too(runs):
     result = gate(runs, runs["interrupted"], runs["baseline"])
     assert result.exit_code == 3 and f"the baseline {runs['interrupted']} is interrupted" in result.output
+
+
+@pytest.mark.parametrize("status", [ex.RUNNING, ex.FAILED])
+def test_a_candidate_left_running_or_failed_is_refused(runs, status):
+    # A run killed with SIGKILL keeps "running" as its newest status row; a harness error records "failed".
+    store = Store(runs["store"])
+    candidate = evaluate("mock", "arithmetic", cases=CASES, attempts=ATTEMPTS, store=store, progress="none")
+    record = ex.find(store, candidate.id)
+    record.status = status
+    ex.save(store, record)
+    result = gate(runs, runs["baseline"], candidate.id)
+    assert result.exit_code == 3 and f"{candidate.id} is {status}, not completed" in result.output
 
 
 def test_allow_incomplete_judges_the_shared_cases_and_says_so(runs):
