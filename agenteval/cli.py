@@ -27,7 +27,7 @@ alpha_option = click.option(
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     default=DEFAULT_ALPHA,
     show_default=True,
-    help="Significance level of the one-sided paired test.",
+    help="Significance level of the one-sided tests (0.025 is as strict as a two-sided 95% test).",
 )
 """``--alpha``, shared by ``gate`` and ``power``."""
 
@@ -380,7 +380,8 @@ def report(experiment: str | None, fmt: str, output: str | None, store: str | No
 @store_option
 @click.option("--json", "as_json", is_flag=True)
 def compare_command(baseline: str, candidate: str, store: str | None, as_json: bool) -> None:
-    """Compare CANDIDATE with BASELINE case by case: paired difference with its interval, what changed."""
+    """Compare CANDIDATE with BASELINE case by case: paired difference with its interval, what changed.
+    Warns when either run is not completed, the datasets differ, or each ran cases the other did not."""
     import json
 
     from .compare import NotComparable, compare
@@ -393,6 +394,8 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        for warning in result.warnings:  # the JSON holds them too; stderr keeps them in sight
+            click.echo(f"warning: {warning.message}", err=True)
         return
     from rich.console import Console
 
@@ -417,27 +420,53 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     show_default=True,
     help="Refuse to judge when more than this share of either run failed for infrastructure reasons.",
 )
+@click.option(
+    "--allow-incomplete",
+    is_flag=True,
+    help="Judge an interrupted, failed or still running experiment on the cases both ran, instead of refusing.",
+)
+@click.option(
+    "--allow-different-datasets",
+    is_flag=True,
+    help="Judge experiments of different datasets (or of a changed dataset) by case id, instead of refusing.",
+)
 @store_option
 def gate_command(
-    baseline: str, candidate: str, max_drop: float, alpha: float, max_infra: float, store: str | None
+    baseline: str,
+    candidate: str,
+    max_drop: float,
+    alpha: float,
+    max_infra: float,
+    allow_incomplete: bool,
+    allow_different_datasets: bool,
+    store: str | None,
 ) -> None:
-    """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge) for CI."""
+    """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge, or any error) for CI."""
     import os
 
-    from .compare import gate
+    from .compare import REFUSED, gate, with_step_summary
     from .store import Store
 
-    decision = gate(Store(store), baseline, candidate, max_drop=max_drop, alpha=alpha, max_infra=max_infra)
+    try:
+        decision = gate(
+            Store(store),
+            baseline,
+            candidate,
+            max_drop=max_drop,
+            alpha=alpha,
+            max_infra=max_infra,
+            allow_incomplete=allow_incomplete,
+            allow_different_datasets=allow_different_datasets,
+        )
+        summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_file:
+            decision = with_step_summary(decision, summary_file, baseline, candidate)
+    except Exception as exc:  # a bug: still exit 3, since CI reads exit 1 as a regression
+        click.echo(f"gate: refused (exit {REFUSED})\n  internal error {type(exc).__name__}: {exc}", err=True)
+        raise SystemExit(REFUSED) from None
     click.echo(f"gate: {decision.verdict} (exit {decision.exit_code})")
     for reason in decision.reasons:
         click.echo(f"  {reason}")
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as handle:
-            handle.write(f"### agenteval gate: {decision.verdict}\n\n")
-            handle.write(f"Baseline `{baseline}`, candidate `{candidate}`.\n\n")
-            handle.writelines(f"- {reason}\n" for reason in decision.reasons)
-            handle.write("\n")
     raise SystemExit(decision.exit_code)
 
 
@@ -465,10 +494,19 @@ def gate_command(
     type=click.FloatRange(0, 0.5),
     default=None,
     help="Standard deviation of the cases' true pass rates [default: estimated from --from, else "
-    "half the largest possible variance].",
+    "half the largest possible variance; the largest, sqrt(p(1 - p)), is every case all-or-nothing].",
+)
+@click.option(
+    "--affected",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Share of the cases the drop falls on: 0.2 takes drop / 0.2 from a fifth of the cases (in proportion "
+    "to their pass rates) and nothing from the rest.",
 )
 @click.option("--from", "from_experiment", help="Estimate pass rate, attempts and spread from this experiment.")
 @store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the table and assumptions as JSON.")
 def power(
     pass_rate: float | None,
     attempts: int | None,
@@ -477,39 +515,41 @@ def power(
     alpha: float,
     target_power: float,
     spread: float | None,
+    affected: float,
     from_experiment: str | None,
     store: str | None,
+    as_json: bool,
 ) -> None:
-    """How likely a comparison is to catch a drop, and how many cases it takes."""
-    from .console import power_view
-    from .power import PowerModel, default_model, estimate_between_case_variance
+    """How likely a comparison is to catch a drop, and how many cases it takes. Each cell reads
+    paired / unpaired: the paired comparison of compare and gate, then comparing two runs' pass rates
+    each with its own error bar (the same cases), which catches far less when cases differ a lot."""
+    import json
 
-    if from_experiment:
-        from .compare import case_rates
-        from .experiments import find
-        from .store import Store
+    from .power import build_model, power_table
 
-        target = Store(store)
-        found = find(target, from_experiment)
-        if found is None:
-            raise click.ClickException(f"no experiment {from_experiment!r}")
-        rows = case_rates(target, found.experiment_id)
-        rates = [r["rate"] for r in rows]
-        attempts = attempts or max(r["attempts"] for r in rows)
-        pass_rate = pass_rate or sum(rates) / len(rates)
-        variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
-    else:
-        pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
-        variance = default_model(pass_rate, attempts).between_case_variance if spread is None else spread**2
     try:
-        model = PowerModel(pass_rate, attempts, variance, alpha)
+        model = build_model(
+            pass_rate=pass_rate,
+            attempts=attempts,
+            spread=spread,
+            alpha=alpha,
+            affected=affected,
+            store=store,
+            from_experiment=from_experiment,
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    table = power_table(
+        model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power
+    )
+    if as_json:
+        click.echo(json.dumps(table.to_dict(), indent=2))
+        return
     from rich.console import Console
 
-    Console().print(
-        power_view(model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power)
-    )
+    from .console import power_view
+
+    Console().print(power_view(table))
 
 
 @main.command()

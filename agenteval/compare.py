@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from . import experiments as ex
 from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
@@ -36,8 +39,24 @@ def case_rates(store: Store, experiment_id: str) -> list[dict[str, Any]]:
         return ex.fetch(con, CASE_RATES)
 
 
+PLANNED_CASES = "SELECT count(*) AS n FROM cases WHERE experiment_id = ?"
+"""How many cases the experiment set out to run (written when it started, before any trial)."""
+
+INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datasets", "unshared_cases"
+"""Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
+
+
 class NotComparable(ValueError):
-    """The two experiments cannot be compared (too few shared cases, or one is missing)."""
+    """The two experiments cannot be compared (too few shared cases, one missing, or an ambiguous id)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparisonWarning:
+    """Why a comparison is not like for like: one run is unfinished, the datasets differ, or each ran cases the
+    other did not."""
+
+    kind: str
+    message: str
 
 
 @dataclasses.dataclass
@@ -53,6 +72,7 @@ class Comparison:
     failure_types: dict[str, tuple[int, int]]
     figures: dict[str, dict[str, Any]]
     changes: dict[str, tuple[Any, Any]]
+    warnings: list[ComparisonWarning] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         def paired(d: PairedDifference) -> dict[str, Any]:
@@ -74,6 +94,7 @@ class Comparison:
             "failure_types": {k: {"baseline": a, "candidate": b} for k, (a, b) in self.failure_types.items()},
             "figures": self.figures,
             "changes": {k: {"baseline": a, "candidate": b} for k, (a, b) in self.changes.items()},
+            "warnings": [dataclasses.asdict(w) for w in self.warnings],
         }
 
 
@@ -81,14 +102,64 @@ def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], d
     """Per-case rates, run figures and summary of one experiment, from one computation of its trials."""
     with ex.judged_connection(store, experiment_id) as con:
         rates = {row["case_id"]: row for row in ex.fetch(con, CASE_RATES)}
-        return rates, ex.fetch(con, RUN_FIGURES)[0], ex.summarize(store, experiment_id, con)
+        figures = ex.fetch(con, RUN_FIGURES)[0]
+        figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]
+        return rates, figures, ex.summarize(store, experiment_id, con)
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
-    found = ex.find(store, experiment_id)
+    try:
+        found = ex.find(store, experiment_id)
+    except ValueError as exc:  # an id prefix that matches several experiments
+        raise NotComparable(f"{exc}; give more of the id") from exc
     if found is None:
         raise NotComparable(f"no experiment {experiment_id!r} in {store.root}")
     return found
+
+
+def _status_warning(role: str, experiment: ex.Experiment, cases_run: int, planned: int) -> list[ComparisonWarning]:
+    if experiment.status == ex.COMPLETED:
+        return []
+    return [
+        ComparisonWarning(
+            INCOMPLETE,
+            f"the {role} {experiment.experiment_id} is {experiment.status}, not completed: {cases_run} of its "
+            f"{planned} cases have trials, and its pass rate covers only those. Finish it with "
+            f"agenteval run --resume {experiment.experiment_id}",
+        )
+    ]
+
+
+def _dataset_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarning]:
+    """Case ids pair cases only within one dataset: a line number in one file is another case in another file.
+    Samples of one dataset share its name and hash, so they stay comparable on the cases both ran."""
+    if a.dataset_name != b.dataset_name:
+        why = f"the baseline ran dataset {a.dataset_name!r} and the candidate {b.dataset_name!r}"
+    elif a.dataset_hash != b.dataset_hash:
+        why = (
+            f"the dataset {a.dataset_name!r} changed between the runs (content hash {a.dataset_hash[:12]} -> "
+            f"{b.dataset_hash[:12]})"
+        )
+    else:
+        return []
+    return [
+        ComparisonWarning(
+            DIFFERENT_DATASETS, f"{why}: the same case id may name different cases. Run both on the same dataset"
+        )
+    ]
+
+
+def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list[ComparisonWarning]:
+    only_a, only_b = len(a) - shared, len(b) - shared
+    if not only_a and not only_b:
+        return []
+    return [
+        ComparisonWarning(
+            UNSHARED_CASES,
+            f"compared on the {shared} cases both ran; {only_a} case(s) only the baseline ran and {only_b} only "
+            "the candidate ran are left out",
+        )
+    ]
 
 
 def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int = MIN_SHARED_CASES) -> Comparison:
@@ -97,10 +168,17 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
     a, figures_a, summary_a = _run(store, baseline.experiment_id)
     b, figures_b, summary_b = _run(store, candidate.experiment_id)
     shared = sorted(set(a) & set(b))
+    warnings = [
+        *_status_warning("baseline", baseline, len(a), figures_a["planned_cases"]),
+        *_status_warning("candidate", candidate, len(b), figures_b["planned_cases"]),
+        *_dataset_warning(baseline, candidate),
+        *_unshared_warning(a, b, len(shared)),
+    ]
     if len(shared) < min_shared:
         raise NotComparable(
             f"{baseline.experiment_id} and {candidate.experiment_id} share {len(shared)} case(s); at least "
             f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed)."
+            + "".join(f"\n{w.message}" for w in warnings if w.kind != UNSHARED_CASES)
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories: dict[str, PairedDifference] = {}
@@ -126,6 +204,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         failure_types,
         figures,
         _changes(baseline, candidate),
+        warnings,
     )
 
 
@@ -149,6 +228,9 @@ def _changes(a: ex.Experiment, b: ex.Experiment) -> dict[str, tuple[Any, Any]]:
 
 PASS, REGRESSION, REFUSED = 0, 1, 3
 
+ALLOW_OPTIONS = {INCOMPLETE: "--allow-incomplete", DIFFERENT_DATASETS: "--allow-different-datasets"}
+"""The warnings the gate refuses on, and the option that lets it judge anyway."""
+
 
 @dataclasses.dataclass
 class GateDecision:
@@ -159,6 +241,14 @@ class GateDecision:
     reasons: list[str]
     comparison: Comparison | None = None
 
+    def markdown(self, baseline_id: str, candidate_id: str) -> str:
+        """The decision as a GitHub step summary."""
+        reasons = "".join(f"- {reason}\n" for reason in self.reasons)
+        return (
+            f"### agenteval gate: {self.verdict}\n\nBaseline `{baseline_id}`, candidate `{candidate_id}`.\n\n"
+            f"{reasons}\n"
+        )
+
 
 def gate(
     store: Store,
@@ -168,15 +258,34 @@ def gate(
     max_drop: float = DEFAULT_MAX_DROP,
     alpha: float = DEFAULT_ALPHA,
     max_infra: float = DEFAULT_MAX_INFRA,
+    allow_incomplete: bool = False,
+    allow_different_datasets: bool = False,
 ) -> GateDecision:
     """Exit 0: no regression. Exit 1: a regression, meaning the candidate's pass rate is below the
     baseline's by more than ``max_drop`` AND the one-sided paired test rejects "no drop" at ``alpha``
-    (p = Phi(difference / SE) < alpha). Exit 3: refused, when more than ``max_infra`` of either
-    experiment's trials failed for infrastructure reasons, or the two cannot be compared."""
+    (p = Phi(difference / SE) < alpha). Exit 3: refused, when the two cannot be compared, when either
+    is not completed (unless ``allow_incomplete``), when their datasets differ (unless
+    ``allow_different_datasets``), or when more than ``max_infra`` of either experiment's trials failed
+    for infrastructure reasons. Never raises for what a user can cause: that is a refusal too."""
     try:
         comparison = compare(store, baseline_id, candidate_id)
-    except NotComparable as exc:
+    except (NotComparable, duckdb.Error, OSError) as exc:
         return GateDecision(REFUSED, "refused", [str(exc)])
+    allowed = {INCOMPLETE: allow_incomplete, DIFFERENT_DATASETS: allow_different_datasets}
+    refusals = [
+        f"{w.message}; or pass {ALLOW_OPTIONS[w.kind]} to judge the cases both ran anyway"
+        for w in comparison.warnings
+        if w.kind in allowed and not allowed[w.kind]
+    ]
+    refusals += _infrastructure_refusals(comparison, max_infra)
+    if refusals:
+        return GateDecision(REFUSED, "refused", refusals, comparison)
+    decision = _judge(comparison, max_drop, alpha)
+    decision.reasons += [f"warning: {w.message}" for w in comparison.warnings]
+    return decision
+
+
+def _infrastructure_refusals(comparison: Comparison, max_infra: float) -> list[str]:
     refusals = []
     for role, figures in comparison.figures.items():
         trials, infra = figures["trials"], figures["infrastructure_failures"]
@@ -188,8 +297,11 @@ def gate(
                 f"(limit {max_infra:.0%}): the API, not the agent, decided them. Re-run the failed ones with "
                 f"agenteval run --resume {experiment.experiment_id} --retry-failed infra"
             )
-    if refusals:
-        return GateDecision(REFUSED, "refused", refusals, comparison)
+    return refusals
+
+
+def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecision:
+    """The verdict on a comparison the gate accepted to judge."""
     overall = comparison.overall
     drop, p_value = -overall.difference, overall.p_drop()
     mde = overall.minimum_detectable_drop(alpha)
@@ -210,3 +322,23 @@ def gate(
     if mde > max(max_drop, 0.0) and drop > 0:
         why += f"; this comparison could not reliably see drops under {mde:.1%} (underpowered)"
     return GateDecision(PASS, "no regression", [numbers, why, power_note], comparison)
+
+
+def with_step_summary(decision: GateDecision, path: str | Path, baseline_id: str, candidate_id: str) -> GateDecision:
+    """Append the decision to the GitHub step summary at ``path``. A summary that cannot be written makes
+    the gate refuse (exit 3): CI reads exit 1 as a regression, so no error may end with it."""
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(decision.markdown(baseline_id, candidate_id))
+    except OSError as exc:
+        return GateDecision(
+            REFUSED,
+            "refused",
+            [
+                f"cannot write the GitHub step summary to {path} ({exc.strerror or exc}): check GITHUB_STEP_SUMMARY "
+                f"names a writable file. The gate's own decision was: {decision.verdict} (exit {decision.exit_code})",
+                *decision.reasons,
+            ],
+            decision.comparison,
+        )
+    return decision

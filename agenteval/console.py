@@ -8,6 +8,7 @@ from rich.text import Text
 from .audit import AuditReport
 from .cases import DIFFICULTIES
 from .catalog import CatalogEntry
+from .power import PowerTable
 from .tables import rich_table
 
 
@@ -100,6 +101,7 @@ def comparison_view(comparison: dict) -> RenderableType:
             f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
             f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
         ),
+        *(Text(f"warning: {w['message']}", style="yellow") for w in comparison["warnings"]),
     ]
     rows = [
         [
@@ -157,10 +159,16 @@ def _figure(value: object) -> str:
     return "–" if value is None else f"{value:,.4g}" if isinstance(value, float) else str(value)
 
 
-def power_view(model: object, cases: list[int], drops: list[float], target: float) -> RenderableType:
-    """``agenteval power``: the chance of catching each drop for each number of cases, and cases needed."""
-    header = ["cases", *(f"drop {d:.0%}" for d in drops)]
-    rows = [[str(m), *(f"{model.power(m, d):.0%}" for d in drops)] for m in cases]  # type: ignore[attr-defined]
-    rows.append([f"cases for {target:.0%} power", *(str(model.cases_needed(d, target)) for d in drops)])  # type: ignore[attr-defined]
-    assumptions = Text("Assumptions:\n" + "\n".join(f"  - {a}" for a in model.assumptions()))  # type: ignore[attr-defined]
-    return Group(rich_table(header, rows, title="Probability that a paired comparison catches the drop"), assumptions)
+def power_view(table: PowerTable) -> RenderableType:
+    """``agenteval power``: the chance of catching each drop for each number of cases, paired / unpaired,
+    and the cases each needs."""
+    header = ["cases", *(f"drop {d:.0%}" for d in table.drops)]
+    rows = [
+        [str(m), *(f"{a:.0%} / {b:.0%}" for a, b in zip(paired, unpaired, strict=True))]
+        for m, paired, unpaired in zip(table.cases, table.paired, table.unpaired, strict=True)
+    ]
+    needed = zip(table.cases_needed, table.cases_needed_unpaired, strict=True)
+    rows.append([f"cases for {table.target:.0%} power", *(f"{a} / {b}" for a, b in needed)])
+    assumptions = Text("Assumptions:\n" + "\n".join(f"  - {a}" for a in table.assumptions))
+    title = "Probability of catching the drop: paired (compare, gate) / unpaired (two runs' own error bars)"
+    return Group(rich_table(header, rows, title=title), assumptions)

@@ -1,15 +1,24 @@
-"""How likely a comparison is to catch a drop: the variance decomposition of Miller (2024) for the
-paired, case-clustered comparison that ``compare`` and ``gate`` use.
+"""How likely a comparison is to catch a drop: the variance decomposition of Miller (2024), for the
+paired comparison that ``compare`` and ``gate`` use and for an unpaired one.
 
 Each case i has a true pass rate p_i; across cases p_i has mean p and variance s² (the between-case
 spread). A case's observed rate over K attempts varies around p_i by p_i(1 - p_i) / K (within-case).
-In a paired comparison the between-case part cancels: the candidate is assumed to move every case by
-the same drop d, so each case's difference has variance
+The candidate takes d_i off case i: the same drop d from every case, or d / f from a share f of the
+cases (``affected``) and nothing from the rest, so d_i has mean d and variance v = d²(1 - f) / f.
+With q_i = p_i - d_i and E p_i(1 - p_i) = p(1 - p) - s², E q_i(1 - q_i) = q(1 - q) - s² - v (q = p - d):
 
-    V = [E(p_i(1 - p_i)) + E(q_i(1 - q_i))] / K,   E(p_i(1 - p_i)) = p(1 - p) - s²,  q_i = p_i - d
+- paired, over the same cases: the between-case part cancels, and each case's difference has
+  variance  V = v + [E p_i(1 - p_i) + E q_i(1 - q_i)] / K;  over m cases the difference has
+  standard error sqrt(V / m), and a one-sided test at alpha catches the drop with probability
+  Phi(d / sqrt(V / m) - z(1 - alpha)).
+- unpaired: each run's pass rate with its own case-clustered standard error, as when two reports'
+  intervals are set side by side. The test divides by sqrt(U / m), U = [s² + E p_i(1 - p_i) / K] +
+  [s² + v + E q_i(1 - q_i) / K], which counts the between-case spread twice; but the two runs are
+  of the same cases, so the difference still varies by sqrt(V / m) only. It catches the drop with
+  probability  Phi((d - z(1 - alpha) sqrt(U / m)) / sqrt(V / m)).
 
-and over m cases the difference has standard error sqrt(V / m). A one-sided test at alpha catches the
-drop with probability  Phi(d / sqrt(V / m) - z(1 - alpha)).
+The more the cases' pass rates are spread out (all-or-nothing cases: s² near p(1 - p)), the more
+the unpaired test overstates its error and the less it catches.
 """
 
 from __future__ import annotations
@@ -17,13 +26,28 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
-from .options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
+from .options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
 from .stats import NORMAL
 
 DEFAULT_SPREAD_SHARE = 0.5
 """Without a past experiment to estimate from, the between-case variance is taken as half its largest
 possible value p(1 - p): cases differ a lot, but not all are all-or-nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variances:
+    """One case's variances under a drop: of its paired difference, and of each run's observed rate."""
+
+    paired: float
+    baseline: float
+    candidate: float
+
+    @property
+    def unpaired(self) -> float:
+        """What the unpaired test takes the difference's variance to be: the two runs' added."""
+        return self.baseline + self.candidate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,48 +58,97 @@ class PowerModel:
     attempts: int
     between_case_variance: float
     alpha: float = DEFAULT_ALPHA
+    affected: float = 1.0
+    """The share of cases the drop falls on (1: every case by the same drop)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.pass_rate < 1:
             raise ValueError("--pass-rate must be between 0 and 1")
         if self.attempts < 1:
             raise ValueError("--attempts must be at least 1")
+        if not 0 < self.affected <= 1:
+            raise ValueError("--affected must be more than 0 and at most 1")
         limit = self.pass_rate * (1 - self.pass_rate)
         if not 0 <= self.between_case_variance <= limit:
             raise ValueError(f"the between-case variance must be between 0 and p(1 - p) = {limit:.4f}")
 
+    def affected_share(self, drop: float) -> float:
+        """The share of cases ``drop`` falls on: ``affected``, widened to drop / pass rate where the
+        affected cases would otherwise have to lose more than they pass."""
+        return min(1.0, max(self.affected, drop / self.pass_rate))
+
+    def variances(self, drop: float) -> Variances:
+        """Each affected case keeps 1 - r of its pass rate, r = drop / (share x pass rate): the drop is
+        taken where there are passes to lose, so no case goes below 0, and the cases lose drop on average."""
+        p, s2, k = self.pass_rate, self.between_case_variance, self.attempts
+        share = self.affected_share(drop)
+        r = drop / (share * p)
+        second_moment = s2 + p * p  # E p_i²
+        candidate_second_moment = second_moment * (1 - 2 * share * r + share * r * r)  # E q_i²
+        within_baseline = p - second_moment  # E p_i(1 - p_i)
+        within_candidate = (p - drop) - candidate_second_moment
+        return Variances(
+            paired=share * r * r * second_moment - drop * drop + (within_baseline + within_candidate) / k,
+            baseline=s2 + within_baseline / k,
+            candidate=candidate_second_moment - (p - drop) ** 2 + within_candidate / k,
+        )
+
     def difference_variance(self, drop: float) -> float:
-        """Variance of one case's candidate-minus-baseline pass rate under a uniform ``drop``."""
-        p, q, s2 = self.pass_rate, self.pass_rate - drop, self.between_case_variance
-        within = max(p * (1 - p) - s2, 0.0) + max(q * (1 - q) - s2, 0.0)
-        return within / self.attempts
+        """Variance of one case's candidate-minus-baseline pass rate under ``drop``."""
+        return self.variances(drop).paired
 
     def power(self, cases: int, drop: float) -> float:
-        """The probability that a comparison over ``cases`` cases catches ``drop``."""
-        standard_error = math.sqrt(self.difference_variance(drop) / cases)
-        if standard_error == 0:
-            return 1.0
-        return NORMAL.cdf(drop / standard_error - NORMAL.inv_cdf(1 - self.alpha))
+        """The probability that a paired comparison over ``cases`` cases catches ``drop``."""
+        v = self.variances(drop)
+        return self._power(cases, drop, true=v.paired, tested=v.paired)
 
-    def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER) -> int:
-        """The fewest cases for which ``drop`` is caught with probability ``target``."""
-        z = NORMAL.inv_cdf(1 - self.alpha) + NORMAL.inv_cdf(target)
-        return max(2, math.ceil(z * z * self.difference_variance(drop) / (drop * drop)))
+    def unpaired_power(self, cases: int, drop: float) -> float:
+        """The probability that comparing the two runs' pass rates, each with its own error, catches ``drop``."""
+        v = self.variances(drop)
+        return self._power(cases, drop, true=v.paired, tested=v.unpaired)
+
+    def _power(self, cases: int, drop: float, true: float, tested: float) -> float:
+        """Phi((d - z(1 - alpha) SE_tested) / SE_true): the test divides by the error it estimates,
+        and the difference varies by the true one."""
+        threshold = NORMAL.inv_cdf(1 - self.alpha) * math.sqrt(tested / cases)
+        true_error = math.sqrt(true / cases)
+        if true_error == 0:
+            return 1.0 if drop > threshold else 0.0
+        return NORMAL.cdf((drop - threshold) / true_error)
+
+    def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER, paired: bool = True) -> int:
+        """The fewest cases for which ``drop`` is caught with probability ``target``:
+        m = [(z(1 - alpha) sqrt(U) + z(target) sqrt(V)) / d]², U = V when paired."""
+        v = self.variances(drop)
+        tested = v.paired if paired else v.unpaired
+        root = (
+            NORMAL.inv_cdf(1 - self.alpha) * math.sqrt(tested) + NORMAL.inv_cdf(target) * math.sqrt(v.paired)
+        ) / drop
+        return max(2, math.ceil(root * root))
 
     def assumptions(self) -> list[str]:
+        if self.affected < 1:
+            how = (
+                f"the drop falls on {self.affected:.0%} of the cases, chosen by chance, each losing drop / "
+                f"{self.affected:g} on average; a larger drop than the affected cases pass is spread over more cases"
+            )
+        else:
+            how = "every case loses the same share of its pass rate, drop / pass rate (--affected concentrates it)"
+        how += "; a case loses in proportion to its pass rate, so one that always fails cannot get worse"
         return [
             f"baseline pass rate {self.pass_rate:.2f}; {self.attempts} attempt(s) per case",
             f"between-case variance of true pass rates {self.between_case_variance:.4f} "
             f"(spread {math.sqrt(self.between_case_variance):.3f}; "
-            f"at most {self.pass_rate * (1 - self.pass_rate):.4f})",
-            "the candidate moves every case by the same drop (a drop concentrated in some cases is easier to see "
-            "per case but noisier overall)",
-            f"paired comparison over the same cases, one-sided test at alpha {self.alpha}; normal approximation",
+            f"at most {self.pass_rate * (1 - self.pass_rate):.4f}, when every case is all-or-nothing)",
+            how,
+            "paired: the same cases, each case's difference (compare, gate); unpaired: the same cases, but each "
+            "run's pass rate with its own case-clustered error, as when two reports are set side by side",
+            f"one-sided test at alpha {self.alpha}; normal approximation",
         ]
 
 
-def default_model(pass_rate: float, attempts: int, alpha: float = DEFAULT_ALPHA) -> PowerModel:
-    return PowerModel(pass_rate, attempts, DEFAULT_SPREAD_SHARE * pass_rate * (1 - pass_rate), alpha)
+def default_model(pass_rate: float, attempts: int, alpha: float = DEFAULT_ALPHA, affected: float = 1.0) -> PowerModel:
+    return PowerModel(pass_rate, attempts, DEFAULT_SPREAD_SHARE * pass_rate * (1 - pass_rate), alpha, affected)
 
 
 def estimate_between_case_variance(case_rates: Sequence[float], attempts: int) -> float:
@@ -92,21 +165,116 @@ def estimate_between_case_variance(case_rates: Sequence[float], attempts: int) -
     return min(max(observed - within, 0.0), mean * (1 - mean))
 
 
-def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000, seed: int = 0) -> float:
-    """The same model by Monte Carlo: draw case rates from a Beta with the model's mean and spread,
-    attempts as Bernoulli draws, and count how often the paired one-sided test rejects."""
+def build_model(
+    *,
+    pass_rate: float | None = None,
+    attempts: int | None = None,
+    spread: float | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    affected: float = 1.0,
+    store: Any = None,
+    from_experiment: str | None = None,
+) -> PowerModel:
+    """The model ``agenteval power`` uses: what is given, the rest estimated from ``from_experiment``
+    (pass rate, attempts, spread) or the defaults. ``spread`` is the standard deviation of the cases'
+    true pass rates."""
+    if from_experiment:
+        rates, attempts_run = _experiment_rates(store, from_experiment)
+        attempts = attempts or attempts_run
+        pass_rate = pass_rate or sum(rates) / len(rates)
+        variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
+        return PowerModel(pass_rate, attempts, variance, alpha, affected)
+    pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
+    if spread is None:
+        return default_model(pass_rate, attempts, alpha, affected)
+    return PowerModel(pass_rate, attempts, spread**2, alpha, affected)
+
+
+def _experiment_rates(store: Any, experiment_id: str) -> tuple[list[float], int]:
+    from .compare import case_rates
+    from .experiments import find
+    from .store import Store
+
+    target = store if isinstance(store, Store) else Store(store)
+    found = find(target, experiment_id)
+    if found is None:
+        raise ValueError(f"no experiment {experiment_id!r} in {target.root}")
+    rows = case_rates(target, found.experiment_id)
+    if len(rows) < 2:
+        raise ValueError(f"{found.experiment_id} has trials for {len(rows)} case(s); at least 2 are needed")
+    return [r["rate"] for r in rows], max(r["attempts"] for r in rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerTable:
+    """What ``agenteval power`` prints: for each number of cases (rows) and drop (columns), the chance
+    that a paired and an unpaired comparison catch it, and the cases each needs for ``target``."""
+
+    model: PowerModel
+    cases: list[int]
+    drops: list[float]
+    target: float
+    paired: list[list[float]]
+    unpaired: list[list[float]]
+    cases_needed: list[int]
+    cases_needed_unpaired: list[int]
+    assumptions: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def power_table(model: PowerModel, cases: Sequence[int], drops: Sequence[float], target: float) -> PowerTable:
+    return PowerTable(
+        model,
+        list(cases),
+        list(drops),
+        target,
+        [[model.power(m, d) for d in drops] for m in cases],
+        [[model.unpaired_power(m, d) for d in drops] for m in cases],
+        [model.cases_needed(d, target) for d in drops],
+        [model.cases_needed(d, target, paired=False) for d in drops],
+        model.assumptions(),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedPower:
+    paired: float
+    unpaired: float
+
+
+def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000, seed: int = 0) -> SimulatedPower:
+    """The same model by Monte Carlo: draw case rates from a Beta with the model's mean and spread, the
+    affected cases at random, attempts as Bernoulli draws, and count how often each one-sided test
+    rejects: the paired one on per-case differences, the unpaired one on the two pass rates, each with
+    its standard error clustered by case."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     p, s2, k = model.pass_rate, model.between_case_variance, model.attempts
-    if s2 > 0:
+    if s2 >= p * (1 - p):  # the Beta's limit: every case all-or-nothing
+        rates = (rng.random((runs, cases)) < p).astype(float)
+    elif s2 > 0:
         common = p * (1 - p) / s2 - 1
         rates = rng.beta(p * common, (1 - p) * common, size=(runs, cases))
     else:
         rates = np.full((runs, cases), p)
+    share = model.affected_share(drop)
+    hit = rng.random((runs, cases)) < share
     baseline = rng.binomial(k, rates) / k
-    candidate = rng.binomial(k, np.clip(rates - drop, 0, 1)) / k
+    candidate = rng.binomial(k, rates * (1 - hit * drop / (share * p))) / k
+    critical = -NORMAL.inv_cdf(1 - model.alpha)
+
+    def rejects(difference: Any, standard_error: Any) -> float:
+        # No error at all: the test rejects exactly when the candidate is worse.
+        z = np.divide(
+            difference, standard_error, out=np.where(difference < 0, -np.inf, np.inf), where=standard_error > 0
+        )
+        return float(np.mean(z < critical))
+
     diffs = candidate - baseline
-    standard_error = diffs.std(axis=1, ddof=1) / math.sqrt(cases)
-    z = np.divide(diffs.mean(axis=1), standard_error, out=np.full(runs, -np.inf), where=standard_error > 0)
-    return float(np.mean(z < -NORMAL.inv_cdf(1 - model.alpha)))
+    paired = rejects(diffs.mean(axis=1), diffs.std(axis=1, ddof=1) / math.sqrt(cases))
+    unpaired_error = np.sqrt((baseline.var(axis=1, ddof=1) + candidate.var(axis=1, ddof=1)) / cases)
+    unpaired = rejects(candidate.mean(axis=1) - baseline.mean(axis=1), unpaired_error)
+    return SimulatedPower(paired, unpaired)

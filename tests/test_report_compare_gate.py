@@ -213,3 +213,40 @@ def test_power_command(runs):
     assert result.exit_code == 0 and "Assumptions" in result.output and "cases for 80% power" in result.output
     from_run = runner.invoke(main, ["power", "--from", runs["worse"], "--store", str(runs["store"])])
     assert from_run.exit_code == 0 and "3 attempt(s) per case" in from_run.output
+
+
+def test_power_prints_the_unpaired_chance_beside_the_paired_one():
+    from agenteval.power import default_model
+
+    setting = ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"]
+    model = default_model(0.85, 3)
+    paired, unpaired = model.power(55, 0.1), model.unpaired_power(55, 0.1)
+    assert unpaired < paired - 0.2  # spread-out cases: two runs' own error bars see much less
+    table = CliRunner().invoke(main, setting)
+    assert table.exit_code == 0 and "paired (compare, gate) / unpaired" in table.output.replace("\n", " ")
+    assert f"{paired:.0%} / {unpaired:.0%}" in table.output
+    needed = f"{model.cases_needed(0.1)} / {model.cases_needed(0.1, paired=False)}"
+    assert needed in table.output
+    typed = json.loads(CliRunner().invoke(main, [*setting, "--json"]).output)
+    assert typed["paired"] == [[pytest.approx(paired)]] and typed["unpaired"] == [[pytest.approx(unpaired)]]
+    assert typed["cases"] == [55] and typed["drops"] == [0.1] and typed["model"]["affected"] == 1.0
+
+
+def test_power_with_a_drop_concentrated_in_a_share_of_the_cases():
+    from agenteval.power import default_model
+
+    setting = ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"]
+    result = CliRunner().invoke(main, [*setting, "--affected", "0.2", "--json"])
+    assert result.exit_code == 0, result.output
+    typed = json.loads(result.output)
+    concentrated = default_model(0.85, 3, affected=0.2)
+    assert typed["paired"] == [[pytest.approx(concentrated.power(55, 0.1))]]
+    assert typed["paired"][0][0] < default_model(0.85, 3).power(55, 0.1)
+    assert any("falls on 20% of the cases" in line for line in typed["assumptions"])
+    bad = CliRunner().invoke(main, [*setting, "--affected", "0"])
+    assert bad.exit_code == 2  # out of range: click's usage error
+
+
+def test_power_from_an_unknown_experiment_says_so(runs):
+    result = CliRunner().invoke(main, ["power", "--from", "nope", "--store", str(runs["store"])])
+    assert result.exit_code == 1 and "no experiment 'nope'" in result.output and "Traceback" not in result.output

@@ -69,13 +69,51 @@ def test_interval95_is_clipped_to_a_rate():
 
 
 @pytest.mark.parametrize(
-    ("pass_rate", "attempts", "spread_share", "cases", "drop"),
-    [(0.85, 3, 0.5, 55, 0.10), (0.85, 3, 0.0, 55, 0.10), (0.7, 5, 0.3, 40, 0.08), (0.9, 1, 0.6, 200, 0.05)],
+    ("pass_rate", "attempts", "spread_share", "cases", "drop", "affected"),
+    [
+        (0.85, 3, 0.5, 55, 0.10, 1.0),
+        (0.85, 3, 0.0, 55, 0.10, 1.0),
+        (0.7, 5, 0.3, 40, 0.08, 1.0),
+        (0.9, 1, 0.6, 200, 0.05, 1.0),
+        (0.85, 3, 0.8, 55, 0.10, 1.0),  # spread-out cases: the unpaired test catches far less
+        (0.85, 3, 0.5, 100, 0.10, 0.2),  # the drop concentrated in a fifth of the cases
+        (0.85, 3, 0.3, 55, 0.10, 0.2),
+        (0.7, 5, 0.3, 100, 0.05, 0.25),
+        (0.85, 3, 0.5, 55, 0.10, 0.5),
+        (0.85, 3, 0.5, 100, 0.05, 0.05),  # too concentrated: widened to drop / pass rate of the cases
+    ],
 )
-def test_analytic_power_agrees_with_monte_carlo_within_3_points(pass_rate, attempts, spread_share, cases, drop):
-    model = PowerModel(pass_rate, attempts, spread_share * pass_rate * (1 - pass_rate))
+def test_analytic_power_agrees_with_monte_carlo_within_3_points(
+    pass_rate, attempts, spread_share, cases, drop, affected
+):
+    model = PowerModel(pass_rate, attempts, spread_share * pass_rate * (1 - pass_rate), affected=affected)
     simulated = simulate_power(model, cases, drop, runs=4000, seed=3)
-    assert abs(model.power(cases, drop) - simulated) <= 0.03
+    assert abs(model.power(cases, drop) - simulated.paired) <= 0.03
+    assert abs(model.unpaired_power(cases, drop) - simulated.unpaired) <= 0.03
+
+
+def test_unpaired_power_is_lower_the_more_cases_differ():
+    def both(spread_share):
+        model = PowerModel(0.85, 3, spread_share * 0.85 * 0.15)
+        return model.power(55, 0.1), model.unpaired_power(55, 0.1)
+
+    assert both(0.0)[0] == pytest.approx(both(0.0)[1])  # cases alike: pairing gains nothing
+    assert both(0.5)[1] < both(0.5)[0] and both(1.0)[1] < both(0.5)[1] < both(0.0)[1]
+
+
+def test_a_concentrated_drop_is_harder_to_catch_and_never_takes_more_than_a_case_passes():
+    spread = 0.5 * 0.85 * 0.15
+    uniform, fifth = PowerModel(0.85, 3, spread), PowerModel(0.85, 3, spread, affected=0.2)
+    assert fifth.power(55, 0.1) < uniform.power(55, 0.1)
+    assert PowerModel(0.85, 3, spread, affected=0.01).affected_share(0.1) == pytest.approx(0.1 / 0.85)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_cases_needed_reaches_the_target_power_paired_and_unpaired(paired):
+    model = PowerModel(0.85, 3, 0.5 * 0.85 * 0.15, affected=0.3)
+    power = model.power if paired else model.unpaired_power
+    needed = model.cases_needed(0.05, 0.8, paired=paired)
+    assert power(needed, 0.05) >= 0.8 > power(needed - 1, 0.05)
 
 
 def test_cases_needed_reaches_the_target_power():

@@ -1,0 +1,176 @@
+"""The gate judges only what it can: an unfinished run, or runs of different datasets, are refused (exit 3)
+unless an option says otherwise, and every error ends with exit 3, never 1 (a regression) nor a traceback.
+All through the real command line, over stores made by real runs of the mock agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval import experiments as ex
+from agenteval.agents.mock import mock_agent
+from agenteval.catalog import load_dataset
+from agenteval.cli import main
+from agenteval.runner import evaluate
+from agenteval.store import Store
+
+CASES, ATTEMPTS, STOP_AFTER_TRIALS = 30, 3, 40
+
+
+def write_cases(path: Path, seed: int, cases: int = 20) -> Path:
+    """Arithmetic cases without ids, so their ids are line numbers, as in a hand-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps({"input": c.input, "expected_output": c.expected_output, "category": c.category})
+        for c in load_dataset("arithmetic", cases=cases, seed=seed).cases
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def interrupted_run(store: Path) -> str:
+    """A run stopped by a real SIGINT after STOP_AFTER_TRIALS trials: about 13 of its 30 cases have trials."""
+    mock = mock_agent(wrong_rate="0.05", seed="1")
+    calls = 0
+
+    async def agent(message: str) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == STOP_AFTER_TRIALS:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; the run's handler stops it
+        return await mock(message)
+
+    experiment = evaluate(
+        agent, "arithmetic", cases=CASES, attempts=ATTEMPTS, concurrency=1, store=store, progress="none"
+    )
+    assert experiment.status == "interrupted"
+    return experiment.id
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gate")
+    store = root / "store"
+
+    def run(dataset: str | Path, **options: object) -> str:
+        return evaluate(
+            "mock",
+            str(dataset),
+            cases=CASES if dataset == "arithmetic" else None,
+            attempts=ATTEMPTS,
+            store=store,
+            progress="none",
+            agent_options={"wrong_rate": "0.05", "seed": "1"},
+            **options,
+        ).id
+
+    first = write_cases(root / "a" / "cases.jsonl", seed=0)
+    changed = write_cases(root / "b" / "cases.jsonl", seed=1)  # the same name, other content
+    renamed = root / "other.jsonl"
+    renamed.write_bytes(first.read_bytes())  # the same content under another name
+    return {
+        "store": store,
+        "baseline": run("arithmetic"),
+        "interrupted": interrupted_run(store),
+        "file": run(first),
+        "changed": run(changed),
+        "renamed": run(renamed),
+        "sample_0": run(first, sample=15, sample_seed=0),
+        "sample_1": run(first, sample=15, sample_seed=1),
+    }
+
+
+def gate(runs, baseline: str, candidate: str, *options: str, env: dict | None = None):
+    arguments = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", str(runs["store"]), *options]
+    return CliRunner().invoke(main, arguments, env=env)
+
+
+def test_an_interrupted_candidate_is_refused_not_passed(runs):
+    result = gate(runs, runs["baseline"], runs["interrupted"])
+    assert result.exit_code == 3, result.output
+    assert "gate: refused (exit 3)" in result.output
+    assert f"{runs['interrupted']} is interrupted, not completed" in result.output
+    assert f"agenteval run --resume {runs['interrupted']}" in result.output and "--allow-incomplete" in result.output
+
+
+def test_an_interrupted_baseline_is_refused_too(runs):
+    result = gate(runs, runs["interrupted"], runs["baseline"])
+    assert result.exit_code == 3 and f"the baseline {runs['interrupted']} is interrupted" in result.output
+
+
+@pytest.mark.parametrize("status", [ex.RUNNING, ex.FAILED])
+def test_a_candidate_left_running_or_failed_is_refused(runs, status):
+    # A run killed with SIGKILL keeps "running" as its newest status row; a harness error records "failed".
+    store = Store(runs["store"])
+    candidate = evaluate("mock", "arithmetic", cases=CASES, attempts=ATTEMPTS, store=store, progress="none")
+    record = ex.find(store, candidate.id)
+    record.status = status
+    ex.save(store, record)
+    result = gate(runs, runs["baseline"], candidate.id)
+    assert result.exit_code == 3 and f"{candidate.id} is {status}, not completed" in result.output
+
+
+def test_allow_incomplete_judges_the_shared_cases_and_says_so(runs):
+    result = gate(runs, runs["baseline"], runs["interrupted"], "--allow-incomplete")
+    assert result.exit_code in (0, 1), result.output
+    assert "warning: the candidate" in result.output and "only the baseline ran" in result.output
+
+
+@pytest.mark.parametrize("candidate", ["changed", "renamed"])
+def test_different_datasets_are_refused(runs, candidate):
+    result = gate(runs, runs["file"], runs[candidate])
+    assert result.exit_code == 3, result.output
+    assert "the same case id may name different cases" in result.output
+    assert "--allow-different-datasets" in result.output
+    allowed = gate(runs, runs["file"], runs[candidate], "--allow-different-datasets")
+    assert allowed.exit_code in (0, 1) and "warning: " in allowed.output
+
+
+def test_changed_content_of_a_same_named_dataset_names_both_hashes(runs):
+    result = gate(runs, runs["file"], runs["changed"])
+    assert "the dataset 'cases' changed between the runs (content hash" in result.output
+
+
+def test_two_samples_of_one_dataset_are_judged_on_the_cases_both_ran(runs):
+    result = gate(runs, runs["sample_0"], runs["sample_1"])
+    assert result.exit_code in (0, 1), result.output
+    assert "warning: compared on the" in result.output and "refused" not in result.output
+
+
+def test_compare_warns_about_what_the_gate_refuses(runs):
+    store = str(runs["store"])
+    table = CliRunner().invoke(main, ["compare", runs["baseline"], runs["interrupted"], "--store", store])
+    assert table.exit_code == 0 and "warning: the candidate" in table.output
+    as_json = CliRunner().invoke(main, ["compare", runs["file"], runs["changed"], "--store", store, "--json"])
+    assert as_json.exit_code == 0
+    payload = json.loads(as_json.stdout)
+    assert [w["kind"] for w in payload["warnings"]] == ["different_datasets"]
+    assert "warning: the dataset 'cases' changed" in as_json.stderr
+
+
+def test_an_ambiguous_experiment_id_exits_3_without_a_traceback(runs):
+    prefix = os.path.commonprefix([runs["baseline"], runs["interrupted"]])
+    result = gate(runs, prefix, runs["interrupted"])
+    assert result.exit_code == 3, result.output
+    assert "is ambiguous" in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_an_unknown_experiment_id_exits_3(runs):
+    result = gate(runs, "no-such-experiment", runs["baseline"])
+    assert result.exit_code == 3 and "no experiment 'no-such-experiment'" in result.output
+
+
+@pytest.mark.parametrize("where", ["a directory", "a missing folder"])
+def test_a_step_summary_that_cannot_be_written_exits_3(runs, tmp_path, where):
+    path = tmp_path if where == "a directory" else tmp_path / "missing" / "summary.md"
+    result = gate(runs, runs["file"], runs["file"], env={"GITHUB_STEP_SUMMARY": str(path)})
+    assert result.exit_code == 3, result.output
+    assert f"cannot write the GitHub step summary to {path}" in result.output
+    assert "The gate's own decision was: no regression (exit 0)" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
