@@ -80,6 +80,14 @@ def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.S
     return rows
 
 
+def write_to_memory(table: pa.Table) -> pa.Buffer:
+    """``table`` as the Parquet bytes a file of it would hold (same writer settings), in memory."""
+    sink = pa.BufferOutputStream()
+    with _parquet_writer(sink, table.schema) as writer:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+    return sink.getvalue()
+
+
 def fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):  # not every platform lets a folder be fsynced
         fd = os.open(path, os.O_RDONLY)
