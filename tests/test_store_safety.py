@@ -83,28 +83,34 @@ import sys, time
 from pathlib import Path
 from agenteval.cli import main
 
-store, go = sys.argv[1], Path(sys.argv[2])
-while not go.exists():  # both processes start compacting together
-    time.sleep(0.001)
-main(["compact", "--store", store])
+store, starts, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+for round_ in range(rounds):
+    print("ready", flush=True)
+    while not (starts / str(round_)).exists():  # both processes start compacting together
+        time.sleep(0.001)
+    main(["compact", "--store", store], standalone_mode=False)
+    sys.stdout.flush()
 """
 
 
 def test_two_compactions_racing_never_double_a_row(tmp_path):
     store = Store(tmp_path / "s")
+    starts = tmp_path / "starts"
+    starts.mkdir()
+    rounds = 5
+    racers = [run_script(COMPACT_WHEN_TOLD, str(store.root), str(starts), str(rounds)) for _ in range(2)]
     total = 0
-    for round_ in range(6):
-        total += write_small_files(store, ["e1", "e2"], files=60, rows=20, first=round_ * 10_000)
-        go = tmp_path / f"go-{round_}"
-        racers = [run_script(COMPACT_WHEN_TOLD, str(store.root), str(go)) for _ in range(2)]
-        time.sleep(1.0)  # let both import and wait at the start line
-        go.touch()
-        outcomes = [racer.communicate(timeout=120) + (racer.returncode,) for racer in racers]
-        for out, err, code in outcomes:
-            assert code == 0 and "Traceback" not in err, err
-            assert "compacted" in out
+    for round_ in range(rounds):
+        total += write_small_files(store, ["e1", "e2"], files=40, rows=20, first=round_ * 10_000)
+        assert [racer.stdout.readline().strip() for racer in racers] == ["ready", "ready"]
+        (starts / str(round_)).touch()
+        for racer in racers:
+            assert racer.stdout.readline().startswith("compacted"), racer.communicate()[1]
         assert trial_counts(store.root) == (total, total), f"round {round_}"
         assert misplaced_parquet(store.root) == []
+    for racer in racers:
+        _, err = racer.communicate(timeout=60)
+        assert racer.returncode == 0 and "Traceback" not in err, err
 
 
 HOLD_THE_LOCK = """

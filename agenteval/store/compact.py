@@ -268,7 +268,7 @@ def recover(store: Store, wait: float = 0) -> int:
     except StoreBusy:
         return 0
     except OSError:  # a store this user may read but not change: leave it to its owner
-        logger.warning("agenteval: %s holds a compaction killed half way; compact it to finish it", store.root)
+        logger.warning("agenteval: %s has an unfinished compaction (running, or killed half way)", store.root)
         return 0
 
 
