@@ -44,6 +44,9 @@ COMPACT_WAIT_SECONDS = 300.0
 WORKSPACES = ".compacting"
 """Beside the store (``<store>.compacting``) or, failing that, inside it (``<store>/.compacting``)."""
 
+REPLACEMENT = "partition"
+"""The workspace's folder that stands in for the partition, and holds the old files after the swap."""
+
 MANIFEST = "compaction.json"
 """A workspace's record of the compaction: written before the swap, read by :func:`recover`."""
 
@@ -145,7 +148,7 @@ def _new_workspace(root: Path) -> tuple[Path, bool]:
 
 def _fresh(home: Path) -> Path:
     workspace = home / uuid.uuid4().hex
-    (workspace / "partition").mkdir(parents=True)
+    (workspace / REPLACEMENT).mkdir(parents=True)
     return workspace
 
 
@@ -168,7 +171,7 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     workspace, beside = _new_workspace(store.root)
-    replacement = workspace / "partition"
+    replacement = workspace / REPLACEMENT
     name = new_file_name()
     # File names start with their publication time, so rows stay in time order without a global sort,
     # and memory is bounded by a row group, not by the partition.
@@ -289,7 +292,7 @@ def _finish_or_roll_back(root: Path, workspace: Path, manifest: _Manifest) -> No
         logger.info("agenteval: rolling back a compaction of %s killed before its swap", folder)
         return  # the old files are all still in the partition; the merged copy goes with the workspace
     logger.info("agenteval: finishing a compaction of %s killed after its swap", folder)
-    replacement = workspace / "partition"
+    replacement = workspace / REPLACEMENT
     if replacement.is_dir():
         _move_back_late_files(replacement, folder, manifest)
     _remove_merged(folder, manifest)  # when the merged file was published without a swap
