@@ -573,13 +573,19 @@ def experiments(store: str | None, fmt: str) -> None:
 
 @main.command()
 @store_option
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to wait for another compaction of the store to finish [default: 300].",
+)
 @user_errors
-def compact(store: str | None) -> None:
-    """Merge each partition's small files into one (safe while others read)."""
+def compact(store: str | None, wait: float | None) -> None:
+    """Merge each partition's small files into one (safe while others read and write)."""
     from .store import Store
     from .store import compact as compact_store
 
-    result = compact_store(Store(store))
+    result = compact_store(Store(store), **({} if wait is None else {"wait": wait}))
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows"

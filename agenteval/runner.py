@@ -268,7 +268,7 @@ class _Run:
                 self.experiment.ended_at = time.time_ns()
                 ex.save(self.store, self.experiment)
         if status == ex.COMPLETED:
-            compact(self.store)
+            compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
         self.experiment.summary = self.summary()
         return self.experiment
 

@@ -1,14 +1,26 @@
 """Merging a partition's small files into one, atomically, while readers keep reading.
 
-The merged file is built in a staging folder that mirrors the partition; then the two folders
-are swapped in one step (``renameat2(RENAME_EXCHANGE)`` on Linux), so a reader sees either all
-the old files or the merged one, never both (no double counting) and never neither. Files
-a live writer published into the partition after the merge began are moved back at once.
+One compactor at a time per store: :func:`compact` holds the store's compaction lock, an OS lock
+that dies with its process (:func:`~agenteval.store.store.compaction_lock`).
+
+The merged file is built in a workspace beside the store (``<store>.compacting/``), out of reach of
+any glob over the store, in a folder that stands in for the partition; then the two folders are
+swapped in one step (``renameat2(RENAME_EXCHANGE)`` on Linux), so a reader sees either all the old
+files or the merged one, never both (no double counting) and never neither. Files a live writer
+published into the partition after the merge began are moved back at once. Where the folders
+cannot be swapped (no ``renameat2``, or no folder beside the store on its file system), the merged
+file is published and the old ones removed right after; the workspace is then ``<store>/.compacting/``
+and holds nothing that ends in ``.parquet``.
+
+Before the swap, the workspace records what it merged (:data:`MANIFEST`). A compaction killed at
+any step is finished or rolled back by the next compaction or opening of the store (:func:`recover`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -19,22 +31,35 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agenteval_exporters.files import exchange, fsync_dir, new_file_name, staging_dir, write_parquet
+from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 
 from .schemas import TABLES
-from .store import SCHEMA_FILE, Store
+from .store import SCHEMA_FILE, Store, StoreBusy, compaction_lock
 
 logger = logging.getLogger(__name__)
+
+COMPACT_WAIT_SECONDS = 300.0
+"""How long an explicit compaction waits for another one of the same store before giving up."""
+
+WORKSPACES = ".compacting"
+"""Beside the store (``<store>.compacting``) or, failing that, inside it (``<store>/.compacting``)."""
+
+REPLACEMENT = "partition"
+"""The workspace's folder that stands in for the partition, and holds the old files after the swap."""
+
+MANIFEST = "compaction.json"
+"""A workspace's record of the compaction: written before the swap, read by :func:`recover`."""
 
 
 @dataclasses.dataclass
 class CompactionResult:
-    """What one compaction did."""
+    """What one compaction did; ``skipped`` when another compaction of the store was running."""
 
     partitions: int = 0
     files_before: int = 0
     files_after: int = 0
     rows: int = 0
+    skipped: bool = False
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -77,39 +102,134 @@ def _data_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.parquet") if p.name != SCHEMA_FILE)
 
 
+# Workspaces.
+
+
+def _workspace_homes(root: Path) -> tuple[Path, Path]:
+    """(beside the store, inside it): where compactions of ``root`` keep their workspaces."""
+    resolved = root.resolve()
+    return resolved.parent / f"{resolved.name}{WORKSPACES}", root / WORKSPACES
+
+
+@dataclasses.dataclass
+class _Manifest:
+    table: str
+    partition: str  # the partition folder's name
+    merged: list[str]  # the files merged, by name
+    result: str  # the merged file's name in the partition
+
+    def save(self, workspace: Path) -> None:
+        staged = workspace / f"{MANIFEST}{STAGED_SUFFIX}"
+        staged.write_text(json.dumps(dataclasses.asdict(self)))
+        with open(staged, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(staged, workspace / MANIFEST)
+        fsync_dir(workspace)
+
+    @classmethod
+    def load(cls, workspace: Path) -> _Manifest | None:
+        try:
+            return cls(**json.loads((workspace / MANIFEST).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+
+def _new_workspace(root: Path) -> tuple[Path, bool]:
+    """A fresh workspace, and whether it is beside the store (out of every glob over it, on its
+    file system), where the partition's folder can be swapped with it."""
+    beside, inside = _workspace_homes(root)
+    with contextlib.suppress(OSError):
+        beside.mkdir(exist_ok=True)
+        if beside.stat().st_dev == root.stat().st_dev:
+            return _fresh(beside), True
+        beside.rmdir()  # another file system: renames from there would fail
+    return _fresh(inside), False
+
+
+def _fresh(home: Path) -> Path:
+    workspace = home / uuid.uuid4().hex
+    (workspace / REPLACEMENT).mkdir(parents=True)
+    return workspace
+
+
+def _remove_workspace(workspace: Path) -> None:
+    shutil.rmtree(workspace, ignore_errors=True)
+    with contextlib.suppress(OSError):  # the home too, once no compaction uses it
+        workspace.parent.rmdir()
+
+
+# Compaction.
+
+
 def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]:
-    """Merge ``folder``'s files into one; returns (files merged, rows)."""
+    """Merge ``folder``'s files into one; returns (files merged, rows). The caller holds the
+    store's compaction lock."""
     files = _data_files(folder)
     if len(files) < 2:
         return 0, 0
     schema = TABLES[table]
     if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
-    workspace = staging_dir(store.root) / f"compact-{uuid.uuid4().hex}"
-    replacement = workspace / folder.name
-    replacement.mkdir(parents=True)
+    workspace, beside = _new_workspace(store.root)
+    replacement = workspace / REPLACEMENT
+    name = new_file_name()
     # File names start with their publication time, so rows stay in time order without a global sort,
     # and memory is bounded by a row group, not by the partition.
-    rows = write_parquet(replacement / new_file_name(), _row_groups(files, schema), schema)
-    merged_names = {f.name for f in files}
-    if exchange(replacement, folder):
+    staged = replacement / f"{name}{STAGED_SUFFIX}"
+    rows = write_parquet(staged, _row_groups(files, schema), schema)
+    manifest = _Manifest(table, folder.name, [f.name for f in files], name)
+    manifest.save(workspace)
+    if beside:  # out of every glob over the store: the merged file may take its final name here
+        os.replace(staged, replacement / name)
+    if beside and exchange(replacement, folder):
         # `replacement` now holds the old files, plus any a writer published meanwhile.
-        for late in _data_files(replacement):
-            if late.name not in merged_names:
-                os.replace(late, folder / late.name)
+        _move_back_late_files(replacement, folder, manifest)
     else:
-        # No atomic folder swap on this platform: publish, then remove the merged files.
-        (new_file,) = _data_files(replacement)
-        os.replace(new_file, folder / new_file.name)
-        for f in files:
-            f.unlink(missing_ok=True)
+        # No atomic folder swap: publish, then remove the merged files.
+        os.replace(replacement / name if beside else staged, folder / name)
+        fsync_dir(folder)
+        _remove_merged(folder, manifest)
     fsync_dir(folder)
-    shutil.rmtree(workspace, ignore_errors=True)
+    _remove_workspace(workspace)
     return len(files), rows
 
 
-def compact(store: Store, tables: list[str] | None = None) -> CompactionResult:
-    """Compact every partition of ``tables`` (all tables by default) holding more than one file."""
+def _move_back_late_files(replacement: Path, folder: Path, manifest: _Manifest) -> None:
+    """After the swap: files not merged go back to the partition, merged ones are deleted."""
+    merged = set(manifest.merged)
+    for path in replacement.iterdir():
+        if path.name in merged:
+            path.unlink()
+        else:
+            os.replace(path, folder / path.name)
+
+
+def _remove_merged(folder: Path, manifest: _Manifest) -> None:
+    for name in manifest.merged:
+        (folder / name).unlink(missing_ok=True)
+
+
+def compact(
+    store: Store, tables: list[str] | None = None, *, wait: float = COMPACT_WAIT_SECONDS, skip_if_busy: bool = False
+) -> CompactionResult:
+    """Compact every partition of ``tables`` (all tables by default) holding more than one file.
+
+    One compaction at a time per store: when another holds the store's lock, this one waits up to
+    ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
+    compaction at its end), returns at once with ``skipped`` set.
+    """
+    try:
+        with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
+            _recover_locked(store.root)
+            return _compact_locked(store, tables)
+    except StoreBusy:
+        if not skip_if_busy:
+            raise
+        logger.info("agenteval: %s is being compacted by another process; skipping this compaction", store.root)
+        return CompactionResult(skipped=True)
+
+
+def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
     result = CompactionResult()
     for table in tables or list(TABLES):
         root = store.root / table
@@ -123,3 +243,57 @@ def compact(store: Store, tables: list[str] | None = None) -> CompactionResult:
                 result.files_after += 1
                 result.rows += rows
     return result
+
+
+# Recovery.
+
+
+def _pending(root: Path) -> list[Path]:
+    """Workspaces left by compactions (a live one's too, unless the caller holds the lock)."""
+    found = []
+    for home in _workspace_homes(root):
+        with contextlib.suppress(OSError):  # no home, or a live compaction just removed it
+            found += sorted(w for w in home.iterdir() if w.is_dir())
+    return found
+
+
+def recover(store: Store, wait: float = 0) -> int:
+    """Finish or roll back compactions of ``store`` that were killed half way; returns how many.
+
+    Skipped (0) when another process holds the compaction lock for more than ``wait`` seconds:
+    that compactor recovers before it starts.
+    """
+    if not _pending(store.root):  # the usual case: no lock taken, nothing written
+        return 0
+    try:
+        with compaction_lock(store.root, wait=wait):
+            return _recover_locked(store.root)
+    except StoreBusy:
+        return 0
+    except OSError:  # a store this user may read but not change: leave it to its owner
+        logger.warning("agenteval: %s has an unfinished compaction (running, or killed half way)", store.root)
+        return 0
+
+
+def _recover_locked(root: Path) -> int:
+    pending = _pending(root)
+    for workspace in pending:
+        manifest = _Manifest.load(workspace)
+        if manifest is not None:
+            _finish_or_roll_back(root, workspace, manifest)
+        # No manifest: killed before the swap, so the partition was never touched.
+        _remove_workspace(workspace)
+    return len(pending)
+
+
+def _finish_or_roll_back(root: Path, workspace: Path, manifest: _Manifest) -> None:
+    folder = root / manifest.table / manifest.partition
+    if not (folder / manifest.result).exists():
+        logger.info("agenteval: rolling back a compaction of %s killed before its swap", folder)
+        return  # the old files are all still in the partition; the merged copy goes with the workspace
+    logger.info("agenteval: finishing a compaction of %s killed after its swap", folder)
+    replacement = workspace / REPLACEMENT
+    if replacement.is_dir():
+        _move_back_late_files(replacement, folder, manifest)
+    _remove_merged(folder, manifest)  # when the merged file was published without a swap
+    fsync_dir(folder)

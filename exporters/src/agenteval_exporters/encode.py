@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from agenteval_instrumentation.text import storable, storable_text
 
-from .schema import SPAN_SCHEMA, TYPED_ATTRIBUTES
+from .schema import PARTITION_COLUMN, SPAN_SCHEMA, TYPED_ATTRIBUTES
 
 # Keyed by identity: enum members are singletons, and Enum.__hash__ runs in Python (~0.2 µs).
 _KIND_NAMES = {id(kind): kind.name for kind in SpanKind}
@@ -281,3 +281,27 @@ def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Arr
             [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],
             type=arrow_type,
         )
+
+
+def sample_spans() -> list[ReadableSpan]:
+    """A few real SDK spans of the shapes the encoder meets (a root with every typed attribute and an
+    event, a child, a span with no experiment), made by a private provider that exports nowhere."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "agenteval-warm-up"}), shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("agenteval.warm_up")
+    typed = {
+        key: 1 if pa.types.is_integer(SPAN_SCHEMA.field(name).type) else "x" for name, key in TYPED_ATTRIBUTES.items()
+    }
+    typed[_FINISH_REASONS] = ("stop",)
+    with tracer.start_as_current_span("warm-up", kind=SpanKind.CLIENT, attributes=typed) as root:
+        root.add_event("warm-up", {"n": 1})
+        with tracer.start_as_current_span("warm-up child", attributes={TYPED_ATTRIBUTES[PARTITION_COLUMN]: "x"}):
+            pass
+    tracer.start_span("warm-up without experiment").end()
+    return list(memory.get_finished_spans())

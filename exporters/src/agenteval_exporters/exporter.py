@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -13,8 +14,8 @@ import pyarrow.compute as pc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from .encode import spans_to_batch
-from .files import partition_path
+from .encode import sample_spans, spans_to_batch
+from .files import partition_path, write_to_memory
 from .schema import PARTITION_COLUMN, SPAN_SCHEMA
 from .writer import PartitionedWriter
 
@@ -69,6 +70,25 @@ def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch
             yield partition_path("date", day.isoformat()), rest.filter(pc.equal(days, pa.scalar(day, pa.date32())))
 
 
+WARM_UP_SPANS = 512
+"""The BatchSpanProcessor's default batch size."""
+
+
+@functools.cache
+def warm_up() -> None:
+    """Do an export's first-time work once per process, before any span waits for it: pyarrow's
+    converters and kernels (and its one-time look for pandas), orjson, the Parquet writer and zstd.
+    Left to the first export it took ~40 ms, long enough for a burst of spans right after start-up
+    to overflow the SDK's batch queue, which then drops spans."""
+    try:
+        samples = sample_spans()
+        # As many spans as the SDK's default batch: first-time allocations are sized by the batch too.
+        batch = spans_to_batch(samples * (WARM_UP_SPANS // len(samples) + 1))
+        write_to_memory(pa.Table.from_batches([rows for _, rows in partition_spans(batch)], SPAN_SCHEMA))
+    except Exception:  # an exporter that could not warm up still works, only its first export is slower
+        logger.debug("agenteval: exporter warm-up failed", exc_info=True)
+
+
 class ParquetSpanExporter(SpanExporter):
     """Writes one flat row per span to ``<store>/spans/``, Hive-partitioned, files published atomically.
 
@@ -87,6 +107,7 @@ class ParquetSpanExporter(SpanExporter):
         flush_interval: float | None = None,
     ) -> None:
         self.store = store_path(store)
+        warm_up()
         self._writer = PartitionedWriter(
             self.store,
             SPANS_TABLE,

@@ -1,8 +1,10 @@
 """Publishing Parquet files atomically into a Hive-partitioned folder, and swapping partitions.
 
-A file is written under ``<root>/.staging/`` (outside every table's glob), flushed, fsynced and
-closed, then moved into place with ``os.replace`` and its folder fsynced. A reader therefore
-never sees a partial file, and ``kill -9`` at any moment leaves at most an orphan in staging.
+A file is written under ``<root>/.staging/`` (outside every table's glob) with a name ending in
+:data:`STAGED_SUFFIX`, flushed, fsynced and closed, then moved into place with ``os.replace`` and its
+folder fsynced. A reader therefore never sees a partial file, and ``kill -9`` at any moment leaves at
+most an orphan in staging. Only published files end in ``.parquet``: a glob over the whole store
+(``<root>/**/*.parquet``) never reaches a file being written.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from .schema import is_document_field, is_unique_field
 logger = logging.getLogger(__name__)
 
 STAGING = ".staging"
+STAGED_SUFFIX = ".partial"
+"""How a file being written ends its name: never ``.parquet``, which only published files use."""
 STALE_STAGING_SECONDS = 3600
 
 
@@ -76,6 +80,14 @@ def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.S
     return rows
 
 
+def write_to_memory(table: pa.Table) -> pa.Buffer:
+    """``table`` as the Parquet bytes a file of it would hold (same writer settings), in memory."""
+    sink = pa.BufferOutputStream()
+    with _parquet_writer(sink, table.schema) as writer:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+    return sink.getvalue()
+
+
 def fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):  # not every platform lets a folder be fsynced
         fd = os.open(path, os.O_RDONLY)
@@ -92,7 +104,7 @@ class StagedFile:
     def __init__(self, root: Path, table_name: str, schema: pa.Schema) -> None:
         self.root = root
         self.table_name = table_name
-        self.path = staging_dir(root) / f"{table_name}-{uuid.uuid4().hex}.parquet"
+        self.path = staging_dir(root) / f"{table_name}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
         self.rows = 0
         self._sink = open(self.path, "wb")  # closed by publish or abandon
         try:

@@ -1,0 +1,279 @@
+"""Store safety between processes: one compactor at a time, compactions killed half way are
+finished or rolled back, and nothing that is not a published Parquet file ends in ``.parquet``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.runner import evaluate
+from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
+from agenteval_exporters import PartitionedWriter, partition_by_experiment
+
+TRIAL_ROWS = """
+import time
+
+def trial_rows(experiment, first, count):
+    now = time.time_ns()
+    return [
+        {"experiment_id": experiment, "trial_id": f"{experiment}-t{i}", "case_id": f"c{i % 5}", "attempt": 1,
+         "outcome": "passed", "passed": True, "started_at": now, "ended_at": now + 1000}
+        for i in range(first, first + count)
+    ]
+"""
+namespace: dict = {}
+exec(TRIAL_ROWS, namespace)
+trial_rows = namespace["trial_rows"]
+
+
+def run_script(script: str, *args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", TRIAL_ROWS + script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def write_small_files(store: Store, experiments: list[str], files: int, rows: int, first: int) -> int:
+    for i in range(files):
+        for experiment in experiments:
+            store.write("trials", trial_rows(experiment, first + i * rows, rows))
+    return files * rows * len(experiments)
+
+
+def trial_counts(root: Path) -> tuple[int, int]:
+    """(rows, distinct trial ids) of every trial file, read with plain DuckDB."""
+    glob = str(root / "trials" / "**" / "*.parquet")
+    return duckdb.sql(f"SELECT count(*), count(DISTINCT trial_id) FROM read_parquet('{glob}')").fetchall()[0]
+
+
+def misplaced_parquet(root: Path) -> list[Path]:
+    """Files under ``root`` ending in .parquet that are not a table's published file or schema file."""
+    bad = []
+    for path in root.rglob("*.parquet"):
+        parts = path.relative_to(root).parts
+        published = parts[0] in TABLES and (
+            (len(parts) == 3 and parts[2].startswith("part-")) or (len(parts) == 2 and parts[1].startswith("_schema-"))
+        )
+        if not published:
+            bad.append(path)
+        else:
+            pq.read_metadata(path)  # whole: footer present
+    return bad
+
+
+# One compactor at a time.
+
+COMPACT_WHEN_TOLD = """
+import sys, time
+from pathlib import Path
+from agenteval.cli import main
+
+store, starts, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+for round_ in range(rounds):
+    print("ready", flush=True)
+    while not (starts / str(round_)).exists():  # both processes start compacting together
+        time.sleep(0.001)
+    main(["compact", "--store", store], standalone_mode=False)
+    sys.stdout.flush()
+"""
+
+
+def test_two_compactions_racing_never_double_a_row(tmp_path):
+    store = Store(tmp_path / "s")
+    starts = tmp_path / "starts"
+    starts.mkdir()
+    rounds = 5
+    racers = [run_script(COMPACT_WHEN_TOLD, str(store.root), str(starts), str(rounds)) for _ in range(2)]
+    total = 0
+    for round_ in range(rounds):
+        total += write_small_files(store, ["e1", "e2"], files=40, rows=20, first=round_ * 10_000)
+        assert [racer.stdout.readline().strip() for racer in racers] == ["ready", "ready"]
+        (starts / str(round_)).touch()
+        for racer in racers:
+            assert racer.stdout.readline().startswith("compacted"), racer.communicate()[1]
+        assert trial_counts(store.root) == (total, total), f"round {round_}"
+        assert misplaced_parquet(store.root) == []
+    for racer in racers:
+        _, err = racer.communicate(timeout=60)
+        assert racer.returncode == 0 and "Traceback" not in err, err
+
+
+HOLD_THE_LOCK = """
+import sys
+from pathlib import Path
+from agenteval.store.store import compaction_lock
+
+with compaction_lock(Path(sys.argv[1]), wait=0):
+    print("holding", flush=True)
+    sys.stdin.read()  # until killed
+"""
+
+
+def test_a_busy_store_is_skipped_by_a_run_and_waited_for_by_compact_then_freed_when_its_holder_dies(tmp_path):
+    store = Store(tmp_path / "s")
+    write_small_files(store, ["e"], files=3, rows=2, first=0)
+    holder = run_script(HOLD_THE_LOCK, str(store.root), stdin=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == "holding"
+
+    assert compact(store, skip_if_busy=True).skipped  # a run's own compaction leaves it to the holder
+    with pytest.raises(StoreBusy, match="is being compacted by process"):
+        compact(store, wait=0.2)
+    refused = CliRunner().invoke(main, ["compact", "--store", str(store.root), "--wait", "0.2"])
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert "is being compacted by process" in refused.output and "--wait" in refused.output
+    assert len(list((store.root / "trials" / "experiment_id=e").glob("part-*.parquet"))) == 3
+
+    os.kill(holder.pid, signal.SIGKILL)  # the OS lock dies with its process
+    holder.wait()
+    result = compact(store, wait=30)
+    assert (result.skipped, result.files_before, result.files_after) == (False, 3, 1)
+    assert trial_counts(store.root) == (6, 6)
+
+
+# A compaction killed half way is finished or rolled back.
+
+KILLED_COMPACTION = """
+import importlib, os, sys
+from agenteval.store import Store, compact
+
+compaction = importlib.import_module("agenteval.store.compact")  # the module, which `compact` shadows
+
+store, moment = Store(sys.argv[1]), sys.argv[2]
+swap = compaction.exchange
+
+def swap_and_die(replacement, folder):
+    store.write("trials", trial_rows("e1", 99_000, 7))  # a writer publishes while the merge runs
+    if moment == "before-swap":
+        os._exit(9)
+    swap(replacement, folder)
+    os._exit(9)
+
+def no_swap(replacement, folder):
+    return False
+
+def die(*args):
+    os._exit(9)
+
+if moment == "after-publish":  # no folder swap on this platform: killed between publishing and removing
+    compaction.exchange = no_swap
+    compaction._remove_merged = die
+else:
+    compaction.exchange = swap_and_die
+compact(store)
+"""
+
+
+@pytest.mark.parametrize("moment", ["after-swap", "before-swap", "after-publish", "after-publish-inside"])
+def test_a_compaction_killed_half_way_loses_and_doubles_nothing(tmp_path, moment):
+    store = Store(tmp_path / "s")
+    total = write_small_files(store, ["e1", "e2"], files=5, rows=10, first=0)
+    if moment.endswith("-inside"):  # no folder beside the store: its workspace goes inside it
+        (tmp_path / "s.compacting").write_text("in the way")
+    killed = run_script(KILLED_COMPACTION, str(store.root), moment.removesuffix("-inside"))
+    killed.communicate(timeout=120)
+    assert killed.returncode == 9, "the compaction was not killed where the test meant"
+    assert misplaced_parquet(store.root) == []  # even half done, nothing unpublished ends in .parquet
+    late = 0 if moment.startswith("after-publish") else 7
+
+    # Opening the store finishes or rolls back what the killed compaction left.
+    counts = store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trials").to_pylist()
+    assert counts == [{"n": total + late, "d": total + late}]
+    assert trial_counts(store.root) == (total + late, total + late)
+    assert misplaced_parquet(store.root) == []
+    assert not (tmp_path / "s.compacting").is_dir() and not (store.root / ".compacting").exists()
+    compact(store)
+    assert trial_counts(store.root) == (total + late, total + late)
+
+
+# Only published files end in .parquet.
+
+SPAN_WRITER = """
+import itertools, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from agenteval_exporters import ParquetSpanExporter
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(sys.argv[1], max_rows=400, flush_interval=0.05)))
+tracer = provider.get_tracer("writer")
+print("ready", flush=True)
+for i in itertools.count():
+    with tracer.start_as_current_span(f"span-{i}", attributes={"agenteval.experiment.id": f"e{i % 2}"}):
+        pass
+"""
+
+ROOT_GLOB_READER = """
+import json, sys, time
+import duckdb
+
+root, seconds = sys.argv[1], float(sys.argv[2])
+query = (
+    f"SELECT count(span_id), count(DISTINCT span_id) FROM read_parquet('{root}/**/*.parquet', union_by_name = true)"
+)
+reads, errors, doubled = 0, [], 0
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline:
+    try:
+        spans, distinct = duckdb.sql(query).fetchall()[0]
+    except duckdb.Error as exc:
+        # A file the glob listed and a compaction swapped away before it was opened: re-run, as the
+        # store's own queries do (README). Anything else is a failure.
+        if "No such file" not in str(exc):
+            errors.append(str(exc).splitlines()[0])
+        continue
+    reads += 1
+    doubled += spans != distinct
+print(json.dumps({"reads": reads, "errors": errors, "doubled": doubled}))
+"""
+
+
+def test_a_glob_over_the_whole_store_never_reaches_a_file_in_progress(tmp_path):
+    root = tmp_path / "s"
+    Store(root).ensure()
+    writer = run_script(SPAN_WRITER, str(root))
+    assert writer.stdout.readline().strip() == "ready"
+    reader = run_script(ROOT_GLOB_READER, str(root), "6")
+    try:
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            compact(Store(root))
+            time.sleep(0.05)
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    out, err = reader.communicate(timeout=60)
+    seen = json.loads(out)
+    assert seen["reads"] > 0, err
+    assert seen["errors"] == [] and seen["doubled"] == 0
+
+
+def test_no_file_in_progress_ends_in_parquet_during_or_after_a_run(tmp_path):
+    live = tmp_path / "live"
+    writer = PartitionedWriter(live, "trials", TRIALS, partition_by_experiment, flush_interval=3600, row_group_rows=5)
+    writer.append(pa.RecordBatch.from_pylist(trial_rows("e", 0, 10), schema=TRIALS))  # a row group to stage
+    deadline = time.monotonic() + 10
+    while not list((live / ".staging").glob("*")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the background thread opens the staged file
+    assert list((live / ".staging").glob("*")), "no file in progress to check"
+    assert misplaced_parquet(live) == []
+    writer.close()
+    assert trial_counts(live) == (10, 10)
+
+    store = tmp_path / "run"
+    evaluate("mock", "arithmetic", cases=4, attempts=1, store=store, progress="none")
+    assert misplaced_parquet(store) == []
