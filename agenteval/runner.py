@@ -559,11 +559,9 @@ def _resumable(store: Store, experiment_id: str | None) -> tuple[ex.Experiment, 
         raise RunRefused(f"cannot resume: there is {what} in {store.root}")
     lease = experiment_lease(store.root, found.experiment_id)
     if not lease.acquire():  # its run is alive: two processes would run the same trials
-        holder = lease.holder()
         raise RunRefused(
-            f"cannot resume {found.experiment_id}: it is still running"
-            + (f" (process {holder})" if holder else "")
-            + "; wait for it to finish, or stop it (Ctrl-C) and resume it then"
+            f"cannot resume {found.experiment_id}: it is still running ({lease.holder()}); "
+            "wait for it to finish, or stop it (Ctrl-C) and resume it then"
         )
     return found, lease
 

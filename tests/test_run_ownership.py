@@ -39,7 +39,7 @@ def test_resume_refuses_a_live_run_and_each_trial_is_run_once(tmp_path):
         for extra in ((), (experiment_id,)):  # the newest interrupted-or-running, and by id
             refused = resume_process(store, *extra)
             assert refused.returncode == 1
-            assert f"cannot resume {experiment_id}: it is still running (process {live.pid})" in refused.stderr
+            assert f"cannot resume {experiment_id}: it is still running (process {live.pid}, since " in refused.stderr
         out, err = live.communicate(timeout=120)
         assert live.returncode == 0, err
     finally:

@@ -1,27 +1,29 @@
-"""Leases: an exclusive OS file lock under the store, held by one process and gone when it dies.
+"""Leases: exclusive OS file locks under the store, each held by one process and gone when it dies.
 
 A running experiment holds one, so ``--resume`` can tell a live run from one that was killed; a
-crashed process (even by SIGKILL) leaves no stale lease behind, because the operating system drops
-the lock with the process.
+compaction holds the store's, so two never merge the same files. A crashed process (even by SIGKILL)
+leaves no stale lock behind: the operating system drops it with the process.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 try:
     import fcntl
-except ImportError:  # Windows
+except ImportError:  # Windows: a locked byte instead
     fcntl = None  # type: ignore[assignment]
     import msvcrt
 
 LOCKS = ".locks"
 """The folder of lock files under the store (no table's glob reaches it)."""
+POLL_SECONDS = 0.05
 
 
 class Lease:
-    """An exclusive lock on ``path``; :meth:`acquire` without waiting, :meth:`release` when done."""
+    """An exclusive lock on ``path``: :meth:`acquire` (waiting up to a bound), :meth:`release` when done."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -31,8 +33,16 @@ class Lease:
     def held(self) -> bool:
         return self._fd is not None
 
-    def acquire(self) -> bool:
-        """Take the lock if no process holds it; True when this process now holds it."""
+    def acquire(self, wait: float = 0.0) -> bool:
+        """Take the lock, waiting up to ``wait`` seconds for its holder; True when this process holds it."""
+        deadline = time.monotonic() + wait
+        while not self._try_acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_SECONDS)
+        return True
+
+    def _try_acquire(self) -> bool:
         if self._fd is not None:
             return True
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,8 +52,9 @@ class Lease:
         except OSError:
             os.close(fd)
             return False
+        # Written only once held: a waiting process never truncates what the holder wrote.
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.write(fd, f"process {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S %Z')}".encode())
         self._fd = fd
         return True
 
@@ -52,12 +63,12 @@ class Lease:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the lock
 
-    def holder(self) -> int | None:
-        """The process id the holder wrote, if it can be read."""
+    def holder(self) -> str:
+        """Who holds the lock, as the holder wrote it (``process N, since ...``)."""
         try:
-            return int(self.path.read_text() or 0) or None
-        except (OSError, ValueError):
-            return None
+            return self.path.read_text().strip() or "another process"
+        except OSError:  # Windows keeps a locked file unreadable
+            return "another process"
 
     def __enter__(self) -> Lease:
         return self
@@ -73,9 +84,14 @@ def _lock(fd: int) -> None:
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
 
 
+def store_lease(root: Path, name: str) -> Lease:
+    """The lease named ``name`` in the store at ``root``."""
+    return Lease(root / LOCKS / f"{name}.lock")
+
+
 def experiment_lease(root: Path, experiment_id: str) -> Lease:
     """The lease a running experiment holds."""
-    return Lease(root / LOCKS / f"experiment-{experiment_id}.lock")
+    return store_lease(root, f"experiment-{experiment_id}")
 
 
 def is_running(root: Path, experiment_id: str) -> bool:

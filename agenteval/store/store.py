@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -19,6 +19,7 @@ from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write
 from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
 
+from .lease import store_lease
 from .schemas import TABLES
 
 SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
@@ -29,77 +30,25 @@ QUERY_RETRIES = 8
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-try:  # an OS lock that dies with its process: flock on POSIX, a locked byte on Windows
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-try:
-    import msvcrt
-except ImportError:
-    msvcrt = None  # type: ignore[assignment]
-
-LOCK_FILE = ".compaction.lock"
-LOCK_POLL_SECONDS = 0.05
+COMPACTION_LEASE = "compaction"
 
 
 class StoreBusy(TimeoutError):
     """Another process held the store's compaction lock for longer than the caller would wait."""
 
 
-def _try_lock(handle: IO[str]) -> bool:
-    try:
-        if fcntl is not None:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        elif msvcrt is not None:
-            handle.seek(0)
-            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
-        else:
-            logger.warning("agenteval: no OS file lock on this platform; compactions of one store may overlap")
-    except OSError:
-        return False
-    return True
-
-
-def _unlock(handle: IO[str]) -> None:
-    with contextlib.suppress(OSError):
-        if fcntl is not None:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        elif msvcrt is not None:
-            handle.seek(0)
-            msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
-
-
-def _holder(path: Path) -> str:
-    """Who holds the lock, as its holder wrote it (unreadable on Windows while locked)."""
-    try:
-        return path.read_text().strip() or "another process"
-    except OSError:
-        return "another process"
-
-
 @contextlib.contextmanager
 def compaction_lock(root: Path, wait: float) -> Iterator[None]:
-    """Hold ``root``'s compaction lock, an OS lock on ``<root>/.compaction.lock`` that dies with its
-    process; waits up to ``wait`` seconds for another holder, then raises :class:`StoreBusy`."""
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / LOCK_FILE
-    with open(path, "a+") as handle:  # "a+": never truncate what the holder wrote before we hold it
-        deadline = time.monotonic() + wait
-        while not _try_lock(handle):
-            if time.monotonic() >= deadline:
-                raise StoreBusy(
-                    f"{root} is being compacted by {_holder(path)}; waited {wait:g} s. "
-                    "Run `agenteval compact` again once it has finished, or give it longer with --wait."
-                )
-            time.sleep(LOCK_POLL_SECONDS)
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"process {os.getpid()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
-            handle.flush()
-            yield
-        finally:
-            _unlock(handle)
+    """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
+    seconds for another holder, then raises :class:`StoreBusy`."""
+    lease = store_lease(root, COMPACTION_LEASE)
+    if not lease.acquire(wait):
+        raise StoreBusy(
+            f"{root} is being compacted by {lease.holder()}; waited {wait:g} s. "
+            "Run `agenteval compact` again once it has finished, or give it longer with --wait."
+        )
+    with lease:
+        yield
 
 
 def sql_string(value: str) -> str:
