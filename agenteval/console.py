@@ -85,7 +85,8 @@ def run_summary(summary: dict) -> str:
             lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary["failures_by_type"].items()))
         if summary.get("cost_usd_all_tries") is not None:
             lines.append(f"  {_usage(summary, '_all_tries')}, every try included")
-            if summary["cost_usd"] != summary["cost_usd_all_tries"]:
+            counted = (summary["input_tokens"], summary["output_tokens"])
+            if counted != (summary["input_tokens_all_tries"], summary["output_tokens_all_tries"]):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
     if summary.get("resume"):
         lines.append(f"interrupted; continue with: {summary['resume']}")

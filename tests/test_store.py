@@ -120,7 +120,7 @@ def test_queries_in_flight_never_fail_nor_double_count_during_compaction(tmp_pat
     def read() -> None:
         while not stop.is_set():
             try:
-                counts.append(store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"])
+                counts.append(store.query("SELECT count(*) n FROM trial_history").to_pylist()[0]["n"])
             except Exception as exc:  # any failure is what this test is about
                 errors.append(exc)
 
@@ -137,7 +137,7 @@ def test_queries_in_flight_never_fail_nor_double_count_during_compaction(tmp_pat
         reader.join()
     assert errors == []
     assert counts and max(counts) <= total
-    assert store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trials").to_pylist() == [
+    assert store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trial_history").to_pylist() == [
         {"n": total, "d": total}
     ]
 

@@ -10,8 +10,6 @@ cannot disagree.
 
 from __future__ import annotations
 
-from .schemas import TABLES
-
 
 def sql_string(value: str) -> str:
     """A SQL string literal."""
@@ -70,10 +68,18 @@ AND NOT EXISTS (SELECT 1 FROM trial_history r WHERE {only(experiment_id, "r")}
 
 def current_scores(experiment_id: str | None = None) -> str:
     """Each trial's newest score from each scorer: a rescore replaces what it re-ran, and what it did not
-    re-run stays current from the pass before."""
+    re-run stays current from the pass before.
+
+    A pass scores a trial at most once per scorer, so a scorer with one pass has nothing to pick: only
+    scorers with several passes go through the window, which about halves the cost for an experiment never rescored.
+    """
     return f"""
-SELECT * FROM score_history WHERE {only(experiment_id)}
-QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1
+WITH s AS NOT MATERIALIZED (SELECT * FROM score_history WHERE {only(experiment_id)}),
+rescored AS (SELECT experiment_id, scorer FROM s GROUP BY ALL HAVING count(DISTINCT pass_id) > 1)
+(SELECT * FROM s ANTI JOIN rescored USING (experiment_id, scorer))
+UNION ALL
+(SELECT * FROM s SEMI JOIN rescored USING (experiment_id, scorer)
+ QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1)
 """
 
 
@@ -81,8 +87,9 @@ def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id
     """``trials`` with ``outcome`` and ``passed`` judged by ``scores`` (their current scores): what passing means.
 
     A trial fails when it never produced an answer (``failure_type``); it passes when it did not fail and
-    every applicable pass/fail scorer passed (false, missing or an error does not pass); otherwise its
-    answer is wrong. Continuous scores are reported beside, never folded in. ``trials`` is a relation with
+    every applicable pass/fail scorer passed (a false or an error, whose ``passed`` is null, does not pass;
+    a trial no pass/fail scorer applies to passes); otherwise its answer is wrong. Continuous scores are
+    reported beside, never folded in. ``trials`` is a relation with
     the trials table's ``failure_type``, ``outcome`` and ``passed``; ``keys`` join it to ``scores``.
     """
     passes = "t.failure_type IS NULL AND coalesce(j.all_passed, true)"
@@ -105,6 +112,3 @@ CURRENT_VIEWS = {
     "trials": judged_trials(f"({current_trials()})", f"({current_scores()})"),
 }
 """The views people query by name, over the history views (created after them)."""
-
-VIEW_NAMES = [raw_table(t) for t in TABLES] + list(CURRENT_VIEWS)
-"""Every view a store connection has."""
