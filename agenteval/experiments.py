@@ -193,6 +193,16 @@ FROM judged
 """Usage of the tries that count, and of every try (rate-limited ones included): what the run spent."""
 
 
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """:data:`SUMMARY` and failures by type, over a :func:`judged_connection`."""
+    (figures,) = fetch(con, SUMMARY)
+    by_type = fetch(
+        con, "SELECT failure_type, count(*) AS n FROM judged WHERE outcome = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1"
+    )
+    figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
+    return figures
+
+
 def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
     """Counts of passed, wrong and failed trials, failures by type, tokens and cost (of the tries that count,
     and ``*_all_tries``), and the pass rate with its
@@ -200,11 +210,7 @@ def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection |
     if con is None:
         with judged_connection(store, experiment_id) as opened:
             return summarize(store, experiment_id, opened)
-    (figures,) = fetch(con, SUMMARY)
-    by_type = fetch(
-        con, "SELECT failure_type, count(*) AS n FROM judged WHERE outcome = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1"
-    )
-    figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
+    figures = counts(con)
     per_case = fetch(con, "SELECT list(passed::INT) AS values FROM judged GROUP BY case_id")
     _, standard_error = clustered_mean([row["values"] for row in per_case])
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
