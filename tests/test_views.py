@@ -108,3 +108,15 @@ def test_trials_written_before_usage_was_split_read_as_every_try(tmp_path):
     assert store.rows(f"SELECT {usage} FROM trial_history") == [expected]
     figures = summarize(store, "e-old")
     assert (figures["pass_rate"], figures["input_tokens"], figures["input_tokens_all_tries"]) == (1.0, None, 100)
+
+
+def test_the_run_judges_its_trials_as_the_views_do(tmp_path):
+    options = {"wrong_rate": "0.3", "fail_rate": "0.2", "failure": "tool_error", "seed": "5"}
+    evaluate("mock", "arithmetic", cases=20, attempts=2, store=tmp_path / "s", progress="none", agent_options=options)
+    (row,) = sql(
+        tmp_path / "s",
+        "SELECT count(*) AS n, count(DISTINCT t.outcome) AS kinds, "
+        "count(*) FILTER (WHERE t.outcome <> h.outcome OR t.passed <> h.passed) AS disagree "
+        "FROM trials t JOIN trial_history h USING (experiment_id, trial_id)",
+    )
+    assert row == {"n": 40, "kinds": 3, "disagree": 0}
