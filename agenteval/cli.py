@@ -83,7 +83,8 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @format_option
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
-    """Run a SQL QUERY over the store's views: experiments, cases, trials, spans, scores."""
+    """Run a SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as reports
+    give them) and experiment_history, trial_history, score_history (every row as written)."""
     from .store import Store
     from .tables import render
 

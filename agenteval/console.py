@@ -59,6 +59,13 @@ def audit_view(report: AuditReport) -> RenderableType:
     return Group(*parts)
 
 
+def _usage(summary: dict, suffix: str = "") -> str:
+    return (
+        f"tokens {summary['input_tokens' + suffix]} in / {summary['output_tokens' + suffix]} out · "
+        f"cost ${summary['cost_usd' + suffix] or 0:.4f}"
+    )
+
+
 def run_summary(summary: dict) -> str:
     """The few lines printed at the end of a run."""
     trials = summary["trials"]
@@ -77,11 +84,11 @@ def run_summary(summary: dict) -> str:
         )
         if summary["failures_by_type"]:
             lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary["failures_by_type"].items()))
-        if summary.get("cost_usd") is not None:
-            lines.append(
-                f"  tokens {summary['input_tokens']} in / {summary['output_tokens']} out · "
-                f"cost ${summary['cost_usd']:.4f}"
-            )
+        if summary.get("cost_usd_all_tries") is not None:
+            lines.append(f"  {_usage(summary, '_all_tries')}, every try included")
+            counted = (summary["input_tokens"], summary["output_tokens"])
+            if counted != (summary["input_tokens_all_tries"], summary["output_tokens_all_tries"]):
+                lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
     if summary.get("resume"):
         lines.append(f"interrupted; continue with: {summary['resume']}")
     lines.append(f"full report: {summary['report']}")

@@ -17,68 +17,23 @@ from typing import Any
 import duckdb
 
 from .stats import clustered_mean, interval95
-from .store import Store, sql_string
+from .store import Store, views
+from .store.views import current_scores, current_trials
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
-CURRENT_EXPERIMENTS = """
-SELECT * EXCLUDE (rank) FROM (
-    SELECT *, row_number() OVER (PARTITION BY experiment_id ORDER BY updated_at DESC) AS rank FROM experiments
-) WHERE rank = 1
-"""
-"""Each experiment's newest row."""
-
-
-def _only(experiment_id: str | None, alias: str = "") -> str:
-    column = f"{alias}.experiment_id" if alias else "experiment_id"
-    return f"{column} = {sql_string(experiment_id)}" if experiment_id else "true"
-
-
-def current_trials(experiment_id: str | None = None) -> str:
-    """Trials not superseded by a retry (of one experiment, or all)."""
-    return f"""
-SELECT * FROM trials t WHERE {_only(experiment_id, "t")}
-AND NOT EXISTS (SELECT 1 FROM trials r WHERE {_only(experiment_id, "r")}
-                AND r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
-"""
-
-
-def current_scores(experiment_id: str | None = None) -> str:
-    """Each trial's newest score from each scorer: a rescore pass replaces what it re-ran, older passes stay."""
-    return f"""
-SELECT * FROM scores WHERE {_only(experiment_id)}
-QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1
-"""
-
 
 def judged_trials(experiment_id: str | None = None, scores: str | None = None) -> str:
-    """Current trials judged by their current scores: a trial passes when it did not fail and every
-    applicable pass/fail scorer passed (an errored scorer does not pass). What every figure comes from.
+    """Current trials judged by their current scores (of one experiment, or all: the ``trials`` view).
     ``scores``: a relation already holding the current scores, if one was computed."""
-    current = scores or f"({current_scores(experiment_id)})"
-    return f"""
-SELECT t.* REPLACE (
-    CASE WHEN t.failure_type IS NOT NULL THEN 'failed' WHEN coalesce(j.all_passed, true) THEN 'passed'
-         ELSE 'wrong' END AS outcome,
-    t.failure_type IS NULL AND coalesce(j.all_passed, true) AS passed
-)
-FROM ({current_trials(experiment_id)}) t
-LEFT JOIN (
-    SELECT experiment_id, trial_id, bool_and(passed IS TRUE) AS all_passed
-    FROM {current} WHERE NOT coalesce(continuous, false) GROUP BY ALL
-) j USING (experiment_id, trial_id)
-"""
-
-
-CURRENT_TRIALS = current_trials()
-CURRENT_SCORES = current_scores()
-JUDGED_TRIALS = judged_trials()
+    return views.judged_trials(f"({current_trials(experiment_id)})", scores or f"({current_scores(experiment_id)})")
 
 
 SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, value, passed, continuous, error"
+USAGE_FIGURES = ", ".join([*views.USAGE, *(name + views.ALL_TRIES for name in views.USAGE)])
 TRIAL_FIGURES = (
     "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
-    "duration_ms, input_tokens, output_tokens, cost_usd"
+    f"duration_ms, {USAGE_FIGURES}"
 )
 
 
@@ -183,7 +138,7 @@ def find(
     store: Store, experiment_id: str | None = None, status: str | tuple[str, ...] | None = None
 ) -> Experiment | None:
     """An experiment by id (a unique prefix is enough), or the newest one, optionally with a ``status``."""
-    sql = f"SELECT * FROM ({CURRENT_EXPERIMENTS}) WHERE true"
+    sql = "SELECT * FROM experiments WHERE true"
     params: list[Any] = []
     if experiment_id:
         sql += " AND starts_with(experiment_id, ?)"
@@ -200,12 +155,12 @@ def find(
     return Experiment.from_row(chosen) if chosen else None
 
 
-EXPERIMENT_LIST = f"""
+EXPERIMENT_LIST = """
 SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at,
        count(t.trial_id) AS trials,
        avg(t.passed::INT) AS pass_rate,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed
-FROM ({CURRENT_EXPERIMENTS}) e LEFT JOIN ({JUDGED_TRIALS}) t USING (experiment_id)
+FROM experiments e LEFT JOIN trials t USING (experiment_id)
 GROUP BY ALL ORDER BY e.started_at DESC
 """
 
@@ -229,22 +184,33 @@ SELECT count(*) AS trials,
        count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        avg(passed::INT) AS pass_rate,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
-       sum(cost_usd) AS cost_usd
+       sum(cost_usd) AS cost_usd,
+       sum(input_tokens_all_tries)::BIGINT AS input_tokens_all_tries,
+       sum(output_tokens_all_tries)::BIGINT AS output_tokens_all_tries,
+       sum(cost_usd_all_tries) AS cost_usd_all_tries
 FROM judged
 """
+"""Usage of the tries that count, and of every try (rate-limited ones included): what the run spent."""
 
 
-def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
-    """Counts of passed, wrong and failed trials, failures by type, tokens, cost, and the pass rate with its
-    case-clustered interval. ``con``: a :func:`judged_connection` already open for the experiment."""
-    if con is None:
-        with judged_connection(store, experiment_id) as opened:
-            return summarize(store, experiment_id, opened)
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """:data:`SUMMARY` and failures by type, over a :func:`judged_connection`."""
     (figures,) = fetch(con, SUMMARY)
     by_type = fetch(
         con, "SELECT failure_type, count(*) AS n FROM judged WHERE outcome = 'failed' GROUP BY 1 ORDER BY 2 DESC, 1"
     )
     figures["failures_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
+    return figures
+
+
+def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
+    """Counts of passed, wrong and failed trials, failures by type, tokens and cost (of the tries that count,
+    and ``*_all_tries``), and the pass rate with its
+    case-clustered interval. ``con``: a :func:`judged_connection` already open for the experiment."""
+    if con is None:
+        with judged_connection(store, experiment_id) as opened:
+            return summarize(store, experiment_id, opened)
+    figures = counts(con)
     per_case = fetch(con, "SELECT list(passed::INT) AS values FROM judged GROUP BY case_id")
     _, standard_error = clustered_mean([row["values"] for row in per_case])
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error

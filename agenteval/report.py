@@ -39,8 +39,7 @@ SELECT quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.9
 """
 
 LATENCY_SAMPLE = """
-SELECT list(duration_ms) AS sample_ms
-FROM (SELECT duration_ms FROM trials WHERE experiment_id = ? USING SAMPLE 2000 ROWS)
+SELECT list(duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING SAMPLE 2000 ROWS)
 """
 """For the latency plot: a uniform sample is enough to draw the distribution."""
 
@@ -95,9 +94,9 @@ def build_report(store: Store, experiment_id: str | None = None) -> dict[str, An
         scorers = ex.fetch(con, SCORERS)
         span_latency = ex.fetch(con, SPAN_LATENCY, [eid])
         trial_latency = ex.fetch(con, TRIAL_LATENCY)[0]
-        sample = ex.fetch(con, LATENCY_SAMPLE, [eid])[0]["sample_ms"] or []
+        sample = ex.fetch(con, LATENCY_SAMPLE)[0]["sample_ms"] or []
         tokens = ex.fetch(con, TOKENS_BY_ROLE, [eid])
-        summary = ex.summarize(store, eid, con)
+        summary = ex.counts(con)  # the pass rate and its interval come from the cases below
     max_k = min(max((c["attempts"] for c in cases), default=0), MAX_K)
     categories = []
     for category in sorted({c["category"] for c in cases}):
@@ -154,6 +153,7 @@ def build_report(store: Store, experiment_id: str | None = None) -> dict[str, An
         },
         "tokens": tokens,
         "cost_usd": summary["cost_usd"],
+        "cost_usd_all_tries": summary["cost_usd_all_tries"],
         "worst_cases": [
             {
                 "case_id": c["case_id"],

@@ -77,8 +77,12 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         [t["role"], t["model"] or "–", str(t["model_calls"]), str(t["input_tokens"] or 0), str(t["output_tokens"] or 0)]
         for t in report["tokens"]
     ]
-    cost = report["cost_usd"]
-    tokens.append(["agent cost", "–" if cost is None else f"${cost:.4f}", "", "", ""])
+    costs = (
+        ("agent cost, tries that count", report["cost_usd"]),
+        ("agent cost, every try", report["cost_usd_all_tries"]),
+    )
+    for label, cost in costs:
+        tokens.append([label, "–" if cost is None else f"${cost:.4f}", "", "", ""])
     worst = [
         [w["case_id"], w["category"], f"{w['passes']}/{w['attempts']}", str(w["failed"]), (w["a_failure"] or "")[:80]]
         for w in report["worst_cases"]

@@ -338,11 +338,13 @@ class _Run:
         if not results:
             return
         judged = self._judge(results, spans_batch)
+        outcomes = self.engine.outcomes(
+            [r.plan.trial_id for r in results], [r.failure.type if r.failure else None for r in results], judged.table
+        )
         trial_rows = []
         for result in results:
-            passed = result.failure is None and judged.passed.get(result.plan.trial_id, False)
-            outcome = "failed" if result.failure else "passed" if passed else "wrong"
-            trial_rows.append(self._trial_row(result, outcome, passed))
+            outcome = outcomes[result.plan.trial_id]
+            trial_rows.append(self._trial_row(result, outcome))
             self.counts[outcome] += 1
             if result.failure and result.failure.infrastructure:
                 self.counts["infrastructure"] += 1
@@ -404,7 +406,7 @@ class _Run:
         self.score_writer.flush()
         self.trial_writer.flush()
 
-    def _trial_row(self, result: TrialResult, outcome: str, passed: bool) -> dict[str, Any]:
+    def _trial_row(self, result: TrialResult, outcome: str) -> dict[str, Any]:
         failure = result.failure
         return {
             "experiment_id": self.experiment.experiment_id,
@@ -413,7 +415,7 @@ class _Run:
             "attempt": result.plan.attempt,
             "trace_id": result.trace_id,
             "outcome": outcome,
-            "passed": passed,
+            "passed": outcome == "passed",
             "failure_type": failure.type if failure else None,
             "infrastructure": failure.infrastructure if failure else None,
             "error_message": failure.message if failure else None,
@@ -425,6 +427,9 @@ class _Run:
             "output_tokens": result.output_tokens,
             "cost_usd": result.cost_usd,
             "supersedes": result.plan.supersedes,
+            "input_tokens_all_tries": result.input_tokens_all_tries,
+            "output_tokens_all_tries": result.output_tokens_all_tries,
+            "cost_usd_all_tries": result.cost_usd_all_tries,
         }
 
     @contextlib.contextmanager

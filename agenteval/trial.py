@@ -69,9 +69,14 @@ class TrialResult:
     failure: Failure | None
     rate_limit_retries: int
     spans: list[ReadableSpan]
+    # The agent's usage in the try that counts (the last, whose answer is judged), and in every try,
+    # rate-limited tries that were retried included.
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None
+    input_tokens_all_tries: int = 0
+    output_tokens_all_tries: int = 0
+    cost_usd_all_tries: float | None = None
 
 
 class TrialRunner:
@@ -246,21 +251,28 @@ class TrialRunner:
         return result
 
     def _add_usage(self, result: TrialResult) -> None:
-        """The agent's own tokens and cost, over every try; the simulated user's and judge's are left out."""
-        total: float | None = None
+        """The agent's own tokens and cost, in the try that counts and over every try; the simulated
+        user's and judge's are left out."""
         for span in result.spans:
             attributes = span.attributes or {}
             if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
                 continue
-            tokens_in = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
-            tokens_out = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
-            result.input_tokens += tokens_in  # type: ignore[operator]
-            result.output_tokens += tokens_out  # type: ignore[operator]
+            tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0  # type: ignore[assignment]
+            tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0  # type: ignore[assignment]
             model = attributes.get(A.GEN_AI_RESPONSE_MODEL) or attributes.get(A.GEN_AI_REQUEST_MODEL)
             spent = cost(self.prices, model, tokens_in, tokens_out)  # type: ignore[arg-type]
-            if spent is not None:
-                total = (total or 0.0) + spent
-        result.cost_usd = total
+            result.input_tokens_all_tries += tokens_in
+            result.output_tokens_all_tries += tokens_out
+            result.cost_usd_all_tries = _plus(result.cost_usd_all_tries, spent)
+            if format(span.context.trace_id, "032x") == result.trace_id:
+                result.input_tokens += tokens_in
+                result.output_tokens += tokens_out
+                result.cost_usd = _plus(result.cost_usd, spent)
+
+
+def _plus(total: float | None, spent: float | None) -> float | None:
+    """A cost so far plus one call's; None while no call had a known price."""
+    return total if spent is None else (total or 0.0) + spent
 
 
 def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | None:

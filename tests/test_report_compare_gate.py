@@ -144,6 +144,7 @@ def build_report_stub(case_id: str, category: str) -> dict:
         "latency": {"trial_p50_ms": 1.0, "trial_p95_ms": 1.0, "trial_sample_ms": [1.0], "spans": []},
         "tokens": [],
         "cost_usd": None,
+        "cost_usd_all_tries": None,
         "worst_cases": [
             {"case_id": case_id, "category": category, "passes": 0, "attempts": 1, "failed": 0, "a_failure": None}
         ],

@@ -128,7 +128,7 @@ def test_a_fixed_scorer_changes_only_its_own_scores(tmp_path):
     assert {r["scorer_version"] for r in current if r["scorer"] == "strict_capital"} == {"2"}
     assert {r["scorer_version"] for r in before if r["scorer"] == "strict_capital"} == {"1"}
     assert summarize(store, experiment.id)["passed"] > experiment.summary["passed"]  # the fix shows in the figures
-    assert store.rows("SELECT count(DISTINCT pass_id) AS n FROM scores") == [{"n": 2}]  # older pass kept
+    assert store.rows("SELECT count(DISTINCT pass_id) AS n FROM score_history") == [{"n": 2}]  # older pass kept
 
 
 def test_rescore_command(tmp_path):

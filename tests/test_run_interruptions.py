@@ -70,13 +70,15 @@ def resume(store: Path) -> dict:
 
 def assert_complete_and_unique(store: Path, experiment_id: str) -> None:
     rows = Store(store).rows(
-        "SELECT case_id, attempt, count(*) AS n FROM trials WHERE experiment_id = ? GROUP BY ALL", [experiment_id]
+        "SELECT case_id, attempt, count(*) AS n FROM trial_history WHERE experiment_id = ? GROUP BY ALL",
+        [experiment_id],
     )
     assert len(rows) == CASES * ATTEMPTS and all(r["n"] == 1 for r in rows)
     # Every trial's spans and scores are there too (they are published before the trial row).
     missing = Store(store).rows(
-        "SELECT count(*) AS n FROM trials t WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trial_id = t.trial_id) "
-        "OR NOT EXISTS (SELECT 1 FROM scores c WHERE c.trial_id = t.trial_id)"
+        "SELECT count(*) AS n FROM trial_history t "
+        "WHERE NOT EXISTS (SELECT 1 FROM spans s WHERE s.trial_id = t.trial_id) "
+        "OR NOT EXISTS (SELECT 1 FROM score_history c WHERE c.trial_id = t.trial_id)"
     )
     assert missing == [{"n": 0}]
 

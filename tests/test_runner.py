@@ -222,6 +222,32 @@ def test_a_rate_limit_that_clears_gives_an_answer_and_the_last_try_is_scored(tmp
     assert row["trace_id"] in {s["trace_id"] for s in spans}
 
 
+@llm_call(model="m")
+def planning_model(prompt: str) -> str:
+    set_llm_response(input_tokens=10, output_tokens=5)
+    return "a plan"
+
+
+def test_usage_of_the_try_that_counts_is_apart_from_every_try(tmp_path):
+    tries = []
+
+    def flaky(message):  # each try spends 10 + 5 tokens, then the first two are rate limited
+        tries.append(1)
+        planning_model(message)
+        if len(tries) < 3:
+            rate_limited_model(message)
+        return "4"
+
+    experiment = run_agent(tmp_path, flaky)
+    usage = "input_tokens, output_tokens, input_tokens_all_tries, output_tokens_all_tries"
+    (row,) = Store(tmp_path / "s").rows(f"SELECT {usage} FROM trials")
+    assert row == {"input_tokens": 10, "output_tokens": 5, "input_tokens_all_tries": 30, "output_tokens_all_tries": 15}
+    (stored,) = Store(tmp_path / "s").rows(f"SELECT {usage} FROM trial_history")
+    assert stored == row
+    summary = experiment.summary
+    assert (summary["input_tokens"], summary["input_tokens_all_tries"]) == (10, 30)
+
+
 def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
     release = threading.Event()
     returned = []
@@ -437,10 +463,15 @@ def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
     again = evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **run)
     assert again.id == first.id and again.summary["this_run"]["trials"] == failed
     s = Store(run["store"])
-    assert s.rows("SELECT count(*) AS n FROM trials")[0]["n"] == 20 + failed  # both kept
+    assert s.rows("SELECT count(*) AS n FROM trial_history")[0]["n"] == 20 + failed  # both kept
     assert again.summary["trials"] == 20  # figures use the newest attempt of each
-    superseded = s.rows("SELECT count(*) AS n FROM trials WHERE supersedes IS NOT NULL")[0]["n"]
+    superseded = s.rows("SELECT count(*) AS n FROM trial_history WHERE supersedes IS NOT NULL")[0]["n"]
     assert superseded == failed
+    # The trials view is what the figures count: one row per (case, attempt), the newest try of each.
+    (current,) = s.rows(
+        "SELECT count(*) AS n, count(DISTINCT (case_id, attempt)) AS slots, sum(passed::INT) AS p FROM trials"
+    )
+    assert current == {"n": 20, "slots": 20, "p": again.summary["passed"]}
 
 
 def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):

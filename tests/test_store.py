@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.store import TABLES, TRIALS, Store, compact
+from agenteval.store.views import raw_table
 from agenteval_exporters import SPAN_SCHEMA, publish
 
 
@@ -36,9 +37,20 @@ def test_empty_store_has_every_view_with_its_columns(tmp_path):
     store = Store(tmp_path / "empty")
     con = store.connect()
     for table, schema in TABLES.items():
-        described = con.execute(f"DESCRIBE {table}").fetchall()
-        assert [row[0] for row in described] == schema.names, table
-        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+        for view in {table, raw_table(table)}:  # current and history views have the stored columns
+            described = con.execute(f"DESCRIBE {view}").fetchall()
+            assert [row[0] for row in described] == schema.names, view
+            assert con.execute(f"SELECT count(*) FROM {view}").fetchone() == (0,)
+    assert sorted(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()) == [
+        "cases",
+        "experiment_history",
+        "experiments",
+        "score_history",
+        "scores",
+        "spans",
+        "trial_history",
+        "trials",
+    ]
     typed = dict((r[0], r[1]) for r in con.execute("DESCRIBE spans").fetchall())
     assert typed["start_time"] == "TIMESTAMPTZ_NS" and typed["input_tokens"] == "BIGINT"
 
@@ -108,7 +120,7 @@ def test_queries_in_flight_never_fail_nor_double_count_during_compaction(tmp_pat
     def read() -> None:
         while not stop.is_set():
             try:
-                counts.append(store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"])
+                counts.append(store.query("SELECT count(*) n FROM trial_history").to_pylist()[0]["n"])
             except Exception as exc:  # any failure is what this test is about
                 errors.append(exc)
 
@@ -125,7 +137,7 @@ def test_queries_in_flight_never_fail_nor_double_count_during_compaction(tmp_pat
         reader.join()
     assert errors == []
     assert counts and max(counts) <= total
-    assert store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trials").to_pylist() == [
+    assert store.query("SELECT count(*) n, count(DISTINCT trial_id) d FROM trial_history").to_pylist() == [
         {"n": total, "d": total}
     ]
 
@@ -147,7 +159,7 @@ def test_sql_command_formats(tmp_path):
     store = tmp_path / "s"
     Store(store).write("trials", trial_rows("e1", 3))
     runner = CliRunner()
-    query = "SELECT trial_id, passed FROM trials ORDER BY trial_id"
+    query = "SELECT trial_id, passed FROM trial_history ORDER BY trial_id"  # as stored: no scores judge them
     table = runner.invoke(main, ["sql", query, "--store", str(store)])
     assert table.exit_code == 0, table.output
     assert "e1-t0" in table.output and "3 rows" in table.output

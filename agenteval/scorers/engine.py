@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from ..cases import SCORED_FIELDS, Case
 from ..store.schemas import SCORES
+from ..store.views import judged_trials
 from .base import FAILED_REASON, Score, Scorer
 from .features import FeatureColumns, TrialFeatures, features_sql
 
@@ -55,7 +56,8 @@ JUDGEMENT_SCHEMA = pa.schema([f for f in SCORES if f.name not in _PER_PASS])
 @dataclasses.dataclass
 class Judgement:
     """A batch of trials scored: one row per trial and applicable scorer, and whether each trial
-    passed (every applicable pass/fail scorer passed; an error does not pass)."""
+    passed (every applicable pass/fail scorer passed; an error does not pass; see
+    :func:`agenteval.store.views.judged_trials`)."""
 
     table: pa.Table
     passed: dict[str, bool]
@@ -84,7 +86,8 @@ class Judgement:
         """The same, trial by trial (in batch order, scores in scorer order)."""
         by_trial: dict[str, ScoredTrial] = {}
         for row in self.table.to_pylist():
-            scored = by_trial.setdefault(row["trial_id"], ScoredTrial(row["trial_id"], row["case_id"], []))
+            trial_id = row["trial_id"]
+            scored = by_trial.setdefault(trial_id, ScoredTrial(trial_id, row["case_id"], [], self.passed[trial_id]))
             scored.scores.append(
                 Score(
                     row["scorer"],
@@ -96,21 +99,17 @@ class Judgement:
                     row["continuous"],
                 )
             )
-        return [by_trial.get(t) or ScoredTrial(t, self.case_ids[t], []) for t in self.passed]
+        return [by_trial.get(t) or ScoredTrial(t, self.case_ids[t], [], passed) for t, passed in self.passed.items()]
 
 
 @dataclasses.dataclass
 class ScoredTrial:
-    """A trial's scores and whether it passed: every applicable pass/fail scorer passed (an error does
-    not pass); continuous scores are beside, not folded in."""
+    """A trial's scores and whether it passed (as :class:`Judgement` says)."""
 
     trial_id: str
     case_id: str
     scores: list[Score]
-
-    @property
-    def passed(self) -> bool:
-        return all(s.passed is True for s in self.scores if not s.continuous)
+    passed: bool
 
 
 class ScoringEngine:
@@ -172,9 +171,30 @@ class ScoringEngine:
         finally:
             self.con.unregister("agenteval_features")
         table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
-        return Judgement(
-            table, _passed_by_trial(trial_ids, table), dict(zip(trial_ids, case_ids, strict=True)), not_scored
+        outcomes = self.outcomes(trial_ids, columns.column("failure_type"), table)
+        passed = {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
+        return Judgement(table, passed, dict(zip(trial_ids, case_ids, strict=True)), not_scored)
+
+    def outcomes(self, trial_ids: list[str], failure_types: list[str | None], scores: pa.Table) -> dict[str, str]:
+        """Each trial's outcome (passed, wrong or failed) from its failure type and its ``scores`` (rows of a
+        :class:`Judgement` table), by the store's one definition (:func:`agenteval.store.views.judged_trials`)."""
+        count = len(trial_ids)
+        trials = pa.table(
+            {
+                "trial_id": pa.array(trial_ids, pa.string()),
+                "failure_type": pa.array(failure_types, pa.string()),
+                "outcome": pa.nulls(count, pa.string()),
+                "passed": pa.nulls(count, pa.bool_()),
+            }
         )
+        self.con.register("agenteval_outcome_trials", trials)
+        self.con.register("agenteval_outcome_scores", scores)
+        try:
+            judged = judged_trials("agenteval_outcome_trials", "agenteval_outcome_scores", keys="trial_id")
+            return dict(self.con.sql(f"SELECT trial_id, outcome FROM ({judged})").fetchall())
+        finally:
+            self.con.unregister("agenteval_outcome_trials")
+            self.con.unregister("agenteval_outcome_scores")
 
     def score(self, features: pa.Table, cases: dict[str, Case]) -> list[ScoredTrial]:
         """:meth:`judge`, trial by trial."""
@@ -375,16 +395,6 @@ def _with_scorer(outcomes: pa.Table, item: Scorer) -> pa.Table:
         [outcomes.column(f.name) if f.name in outcomes.column_names else constant[f.name] for f in JUDGEMENT_SCHEMA],
         schema=JUDGEMENT_SCHEMA,
     )
-
-
-def _passed_by_trial(trial_ids: list[str], table: pa.Table) -> dict[str, bool]:
-    """Each trial passed unless one of its pass/fail scores did not pass (false, or an error)."""
-    passed = dict.fromkeys(trial_ids, True)
-    judged = table.filter(pc.invert(table.column("continuous")))
-    not_passed = judged.filter(pc.invert(pc.fill_null(judged.column("passed"), False)))
-    for trial_id in not_passed.column("trial_id").to_pylist():
-        passed[trial_id] = False
-    return passed
 
 
 def score_table(experiment_id: str, judgement: Judgement, pass_id: str, scored_at: int) -> pa.Table:

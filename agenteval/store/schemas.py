@@ -60,6 +60,7 @@ TRIALS = _schema(
         pa.field("case_id", pa.string(), nullable=False),
         pa.field("attempt", pa.int32(), nullable=False),
         pa.field("trace_id", pa.string()),
+        # As judged when the trial ran; the ``trials`` view judges by the current scores instead.
         pa.field("outcome", pa.string(), nullable=False),  # passed | wrong | failed
         pa.field("passed", pa.bool_(), nullable=False),
         pa.field("failure_type", pa.string()),
@@ -69,10 +70,15 @@ TRIALS = _schema(
         unique_field("started_at", TIMESTAMP, nullable=False),
         unique_field("ended_at", TIMESTAMP, nullable=False),
         unique_field("duration_ms", pa.float64()),
+        # Usage of the try that counts (whose answer was judged), and of every try, rate-limited ones included.
+        # Files before schema version 3 have only the first three, holding every try (see store.views).
         pa.field("input_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
         pa.field("cost_usd", pa.float64()),
         pa.field("supersedes", pa.string()),  # a retried trial names the trial it replaces
+        pa.field("input_tokens_all_tries", pa.int64()),
+        pa.field("output_tokens_all_tries", pa.int64()),
+        pa.field("cost_usd_all_tries", pa.float64()),
     ],
 )
 

@@ -21,6 +21,7 @@ from agenteval_exporters.writer import PartitionedWriter
 
 from .lease import store_lease
 from .schemas import TABLES
+from .views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
 
 SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
 """An empty file with each table's current schema: views have every column even on an empty store,
@@ -49,11 +50,6 @@ def compaction_lock(root: Path, wait: float) -> Iterator[None]:
         )
     with lease:
         yield
-
-
-def sql_string(value: str) -> str:
-    """A SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 def quote_identifier(name: str) -> str:
@@ -110,18 +106,22 @@ class Store:
         return f"read_parquet({sql_string(self.glob(table))}, union_by_name = true, hive_partitioning = false)"
 
     def connect(self, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores``."""
+        """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
+        what reports give) and ``experiment_history``, ``trial_history``, ``score_history`` (every row as written)."""
         self.ensure()
         con = duckdb.connect(database)
         con.execute("SET enable_progress_bar = false")  # our commands show their own progress, or none
-        for table in TABLES:
+        views = {raw_table(table): self._stored_sql(table) for table in TABLES} | CURRENT_VIEWS
+        for name, sql in views.items():
             # Creating the view binds it, which opens the files to union their columns.
             _retry_vanished(
-                lambda table=table: con.execute(
-                    f"CREATE OR REPLACE VIEW {quote_identifier(table)} AS SELECT * FROM {self.read_parquet_sql(table)}"
-                )
+                lambda name=name, sql=sql: con.execute(f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}")
             )
         return con
+
+    def _stored_sql(self, table: str) -> str:
+        read = self.read_parquet_sql(table)
+        return stored_trials(read) if table == "trials" else f"SELECT * FROM {read}"
 
     def query(self, sql: str, parameters: Sequence[Any] | None = None) -> pa.Table:
         """Run ``sql`` over the views; retried when a compaction swapped files under it."""

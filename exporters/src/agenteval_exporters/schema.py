@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from agenteval_instrumentation import attributes as A
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped when a column is added; files of older versions still read (readers union by name).
-2: ``role``."""
+2: ``role``. 3: the trials' usage of every try (``*_all_tries``) apart from the try that counts."""
 
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"

@@ -1,0 +1,114 @@
+"""The store's views, and the one SQL definition of a trial's outcome.
+
+The views people query by name give the report's numbers: ``experiments`` (each experiment's latest
+row), ``trials`` (current trials judged by their current scores) and ``scores`` (each trial's newest
+score from each scorer). The rows as written stay queryable as ``experiment_history``,
+``trial_history`` and ``score_history``. Reports, compare, the gate and the run itself build their
+figures from the same functions, given an experiment id, so a figure and a query over the views
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+HISTORY = {"experiments": "experiment_history", "trials": "trial_history", "scores": "score_history"}
+"""Stored tables whose rows are history (appended, superseded, re-scored), and the views that show them as written."""
+
+ALL_TRIES = "_all_tries"
+USAGE = ("input_tokens", "output_tokens", "cost_usd")
+"""A trial's usage: these columns hold the try that counts (the one whose answer was judged), the same
+names with ``_all_tries`` every try, rate-limited tries that were retried included."""
+
+OLD_USAGE_MARKER = f"input_tokens{ALL_TRIES}"
+"""Absent (null) in rows written before the usage was split: their usage columns held every try."""
+
+
+def raw_table(table: str) -> str:
+    """The view that shows a stored table's rows as written."""
+    return HISTORY.get(table, table)
+
+
+def only(experiment_id: str | None, alias: str = "") -> str:
+    """A condition keeping one experiment's rows (or all, for None)."""
+    column = f"{alias}.experiment_id" if alias else "experiment_id"
+    return f"{column} = {sql_string(experiment_id)}" if experiment_id else "true"
+
+
+def stored_trials(read: str) -> str:
+    """Trial rows as written by any version. Before usage was split, ``input_tokens``, ``output_tokens`` and
+    ``cost_usd`` held every try: they are read as ``*_all_tries``, and the try that counts as unknown (null)."""
+    replaced = []
+    for name in USAGE:
+        replaced.append(f"CASE WHEN {OLD_USAGE_MARKER} IS NULL THEN NULL ELSE {name} END AS {name}")
+        replaced.append(f"coalesce({name}{ALL_TRIES}, {name}) AS {name}{ALL_TRIES}")
+    return f"SELECT * REPLACE ({', '.join(replaced)}) FROM {read}"
+
+
+def latest_experiments(experiment_id: str | None = None) -> str:
+    """Each experiment's newest row: a status change appends a row."""
+    return f"""
+SELECT * FROM experiment_history WHERE {only(experiment_id)}
+QUALIFY row_number() OVER (PARTITION BY experiment_id ORDER BY updated_at DESC) = 1
+"""
+
+
+def current_trials(experiment_id: str | None = None) -> str:
+    """Trials not superseded by a retry (``--retry-failed``), with their run-time outcome as stored."""
+    return f"""
+SELECT * FROM trial_history t WHERE {only(experiment_id, "t")}
+AND NOT EXISTS (SELECT 1 FROM trial_history r WHERE {only(experiment_id, "r")}
+                AND r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id)
+"""
+
+
+def current_scores(experiment_id: str | None = None) -> str:
+    """Each trial's newest score from each scorer: a rescore replaces what it re-ran, and what it did not
+    re-run stays current from the pass before.
+
+    A pass scores a trial at most once per scorer, so while there is one pass there is nothing to pick,
+    and the window, a report's costliest step, is skipped (a third of the time for a run never rescored).
+    """
+    passes = "(SELECT count(DISTINCT pass_id) FROM s)"
+    return f"""
+WITH s AS NOT MATERIALIZED (SELECT * FROM score_history WHERE {only(experiment_id)})
+(SELECT * FROM s WHERE {passes} <= 1)
+UNION ALL
+(SELECT * FROM s WHERE {passes} > 1
+ QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id, scorer ORDER BY scored_at DESC, pass_id) = 1)
+"""
+
+
+def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id") -> str:
+    """``trials`` with ``outcome`` and ``passed`` judged by ``scores`` (their current scores): what passing means.
+
+    A trial fails when it never produced an answer (``failure_type``); it passes when it did not fail and
+    every applicable pass/fail scorer passed (a false or an error, whose ``passed`` is null, does not pass;
+    a trial no pass/fail scorer applies to passes); otherwise its answer is wrong. Continuous scores are
+    reported beside, never folded in. ``trials`` is a relation with
+    the trials table's ``failure_type``, ``outcome`` and ``passed``; ``keys`` join it to ``scores``.
+    """
+    passes = "t.failure_type IS NULL AND coalesce(j.all_passed, true)"
+    return f"""
+SELECT t.* REPLACE (
+    CASE WHEN t.failure_type IS NOT NULL THEN 'failed' WHEN {passes} THEN 'passed' ELSE 'wrong' END AS outcome,
+    {passes} AS passed
+)
+FROM {trials} t
+LEFT JOIN (
+    SELECT {keys}, bool_and(passed IS TRUE) AS all_passed
+    FROM {scores} WHERE NOT coalesce(continuous, false) GROUP BY ALL
+) j USING ({keys})
+"""
+
+
+CURRENT_VIEWS = {
+    "experiments": latest_experiments(),
+    "scores": current_scores(),
+    "trials": judged_trials(f"({current_trials()})", f"({current_scores()})"),
+}
+"""The views people query by name, over the history views (created after them)."""
