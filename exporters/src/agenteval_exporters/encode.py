@@ -1,5 +1,11 @@
 """Spans to an Arrow record batch: the exporter's hot path.
 
+_gil_held: the encoder runs on the BatchSpanProcessor's thread while the application makes spans. Each
+pyarrow call that releases the GIL (pa.repeat, pa.nulls, StructArray.flatten, compute functions) then
+waits a whole switch interval (5 ms) to get it back from the busy application thread: seven such calls
+made one export of 512 spans take 45 ms, long enough for a burst to overflow the SDK's queue. So the
+encoder uses only calls that keep the GIL, which are as fast or faster here.
+
 Per-span Python is what costs here, so every column is pulled out with C-level loops
 (``map`` over ``attrgetter``/``itemgetter``/``dict.get``) instead of comprehensions that call the
 SDK's Python properties. Ids are hexed a column at a time; attribute and event JSON is made by
@@ -203,7 +209,9 @@ def _typed_columns(attributes: list[dict[str, Any]]) -> dict[str, pa.Array]:
     and the misfits become null (the JSON keeps them).
     """
     try:
-        return dict(zip(_STRUCT_COLUMNS, pa.array(attributes, type=_TYPED_STRUCT).flatten(), strict=True))
+        typed = pa.array(attributes, type=_TYPED_STRUCT)
+        # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
+        return {name: typed.field(i) for i, name in enumerate(_STRUCT_COLUMNS)}
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
         return {
             name: _typed_attribute_array(
@@ -219,7 +227,7 @@ def _empty_batch() -> pa.RecordBatch:
 
 def _events_column(events: Sequence[Any]) -> pa.Array:
     if not any(events):
-        return pa.nulls(len(events), pa.string())
+        return pa.array([None] * len(events), pa.string())  # not pa.nulls: see _gil_held
     return _json_column([_event_dicts(e) if e else None for e in events])
 
 
@@ -258,10 +266,18 @@ def _column(field: pa.Field, values: Any) -> pa.Array:
         return values
     if field.type == pa.string() and _uniform(values):
         # One resource, scope, experiment or status across the batch is common: no per-value work.
-        return pa.repeat(pa.scalar(values[0], pa.string()), len(values))
+        return _repeated_string(values[0], len(values))
     if field.name in _TYPED_COLUMNS:
         return _typed_attribute_array(values, field.type)
     return pa.array(values, type=field.type)
+
+
+def _repeated_string(value: str | None, count: int) -> pa.Array:
+    """``value`` ``count`` times, built from buffers (pa.repeat releases the GIL: see _gil_held)."""
+    if value is None:
+        return pa.array([None] * count, pa.string())
+    encoded = value.encode()
+    return pa.StringArray.from_buffers(count, _fixed_offsets(count, len(encoded)), pa.py_buffer(encoded * count))
 
 
 def _uniform(values: list[Any]) -> bool:

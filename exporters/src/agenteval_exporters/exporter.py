@@ -50,12 +50,12 @@ def _setting(value: float | None, env: str, default: float, kind: type) -> float
 def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` per experiment among the rows that have one (nulls are left out)."""
     ids = batch.column(PARTITION_COLUMN)
-    if ids.null_count == 0:
-        unique = pc.unique(ids)
-        if len(unique) == 1:  # the usual case: one batch, one experiment, no filtering
-            yield partition_path(PARTITION_COLUMN, unique[0].as_py()), batch
-            return
-    for value in pc.unique(ids.drop_null()).to_pylist():
+    # In Python rather than pc.unique, which releases the GIL (see encode's _gil_held note).
+    values = ids.to_pylist()
+    if values and values[0] is not None and values.count(values[0]) == len(values):
+        yield partition_path(PARTITION_COLUMN, values[0]), batch  # the usual case: one experiment, no filtering
+        return
+    for value in dict.fromkeys(v for v in values if v is not None):
         yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
 
 
