@@ -16,6 +16,8 @@ from typing import Any
 
 from agenteval_instrumentation.text import storable_text
 
+from .errors import AgentevalError
+
 MAX_PROBLEMS = 50
 DEFAULT_MAX_TURNS = 5
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -77,7 +79,7 @@ class Problem:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
-class DatasetError(ValueError):
+class DatasetError(AgentevalError, ValueError):
     """A dataset file has problems; ``problems`` lists them (at most :data:`MAX_PROBLEMS`)."""
 
     def __init__(self, problems: list[Problem], more: int = 0) -> None:
@@ -114,6 +116,20 @@ class Dataset:
 
 
 # --- field rules ---------------------------------------------------------------------------
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` would silently keep the last)."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return record
 
 
 class _Invalid(Exception):
@@ -227,6 +243,8 @@ def parse_case(record: Any, line: int) -> Case:
     turns = record.get("turns")
     if turns is not None:
         values["turns"] = _strings("turns", turns, allow_empty_list=False)
+    if "input" in record and turns is not None:
+        raise _Invalid("input", "give input or turns, not both: with turns, the last turn is the input")
     if "input" in record:
         values["input"] = _string("input", record["input"], allow_empty=False)
     elif turns is not None:
@@ -321,9 +339,15 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            record = json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
+            continue
+        except _DuplicateKey as exc:
+            report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
+            continue
+        except RecursionError:
+            report(number, None, "JSON nested too deeply to read; flatten the line")
             continue
         try:
             case = parse_case(record, number)
@@ -355,6 +379,10 @@ def load_file(path: str | Path, name: str | None = None) -> Dataset:
         cases = read_cases(lines(), str(path))
     except FileNotFoundError:
         raise DatasetError([Problem(str(path), 0, None, "no such file")]) from None
+    except IsADirectoryError:
+        raise DatasetError([Problem(str(path), 0, None, "is a folder; give the path of a JSONL file")]) from None
+    except PermissionError:
+        raise DatasetError([Problem(str(path), 0, None, "cannot be read (permission denied)")]) from None
     return Dataset(name or path.stem, str(path), digest.hexdigest(), cases)
 
 

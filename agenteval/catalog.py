@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from .cases import Case, Dataset, DatasetError, Problem, dataset_hash, load_file
+from .errors import UsageError
 
 GENERATED = "arithmetic"
 DEFAULT_ARITHMETIC_CASES = 100
@@ -37,13 +38,20 @@ def builtin_names() -> list[str]:
     return [GENERATED, *files]
 
 
+MAX_ARITHMETIC_CASES = 1_000_000
+"""The most generated cases a run may ask for: about 1 GB of cases and plans, held for the run."""
+
+
 def arithmetic_cases(count: int = DEFAULT_ARITHMETIC_CASES, seed: int = 0) -> list[Case]:
     """``count`` arithmetic questions over four categories, the same ones for the same seed.
 
     Case ``i`` depends only on ``seed`` and ``i``, so asking for more cases keeps the first ones.
     """
-    if count < 1:
-        raise ValueError("--cases must be at least 1")
+    if not 1 <= count <= MAX_ARITHMETIC_CASES:
+        raise UsageError(
+            f"--cases must be between 1 and {MAX_ARITHMETIC_CASES:,} (got {count:,}); "
+            "each case is held in memory for the run"
+        )
     names = list(_OPERATIONS)
     cases = []
     for i in range(count):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from .audit import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
+from .errors import AgentevalError
 from .options import (
     DEFAULT_ALPHA,
     DEFAULT_ATTEMPTS,
@@ -46,6 +48,11 @@ def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
 
+def _debugging() -> bool:
+    context = click.get_current_context(silent=True)
+    return bool(context and context.find_root().params.get("debug"))
+
+
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Expected problems (bad SQL, a missing file) print one clear line, not a traceback."""
 
@@ -56,14 +63,38 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (duckdb.Error, OSError, ValueError) as exc:
+            if _debugging():
+                raise
             raise click.ClickException(str(exc)) from exc
 
     return run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    """A warning from the library (a sample larger than the dataset, ...) as one line, not a source line."""
+    click.echo(f"warning: {message}", err=True)
+
+
+class _Commands(click.Group):
+    """The one handler of user errors: an :class:`AgentevalError` from any command is one line and its
+    exit code; anything else is a bug and keeps its traceback. ``--debug`` shows tracebacks for both."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning  # restored on the way out
+                return super().invoke(ctx)
+        except AgentevalError as exc:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agenteval")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the traceback of any error.")
+def main(debug: bool) -> None:
     """Trace and evaluate AI agents with OpenTelemetry."""
 
 
@@ -252,8 +283,7 @@ def run(
     """Run an agent over a dataset, several attempts per case, into the store."""
     import json
 
-    from .cases import DatasetError
-    from .runner import RunRefused, evaluate
+    from .runner import evaluate
 
     if resume is None and (not dataset or not agent_spec):
         raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
@@ -278,7 +308,9 @@ def run(
             prices=prices,
             progress="none" if quiet or as_json else "auto",
         )
-    except (DatasetError, RunRefused, ValueError) as exc:
+    except ValueError as exc:
+        if isinstance(exc, AgentevalError) or _debugging():
+            raise  # one line from the group's handler, or the traceback with --debug
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(experiment.summary, indent=2, default=str))

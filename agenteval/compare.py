@@ -10,6 +10,7 @@ from typing import Any
 import duckdb
 
 from . import experiments as ex
+from .errors import AgentevalError
 from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from .stats import PairedDifference, paired_difference
 from .store import Store
@@ -46,7 +47,7 @@ INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datase
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
 
 
-class NotComparable(ValueError):
+class NotComparable(AgentevalError, ValueError):
     """The two experiments cannot be compared (too few shared cases, one missing, or an ambiguous id)."""
 
 

@@ -4,7 +4,10 @@ rescoring, the gate, power): no heavy imports, so the command line reads them fr
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+from .errors import UsageError
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_CONCURRENCY = 4
@@ -40,11 +43,11 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
-            raise ValueError("attempts must be at least 1")
+            raise UsageError("--attempts must be at least 1")
         if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
+            raise UsageError("--concurrency must be at least 1")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan passes a plain "<= 0" check
+            raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
 
 
 CHANGEABLE_ON_RESUME = frozenset({"concurrency"})

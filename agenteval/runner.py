@@ -18,6 +18,7 @@ import secrets
 import signal
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ from .cases import Case, Dataset
 from .catalog import builtin_names, load_dataset
 from .collect import collector_for
 from .environment import environment
+from .errors import AgentevalError
 from .options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
 from .prices import load_prices
 from .progress import Progress
@@ -52,7 +54,7 @@ BLOCKED_LOOP_SECONDS = 1.0
 """How late housekeeping may wake before the run says that something blocks the event loop."""
 
 
-class RunRefused(ValueError):
+class RunRefused(AgentevalError, ValueError):
     """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
 
 
@@ -170,9 +172,7 @@ class _Run:
             )
             options.dataset = _dataset_ref(dataset_spec, dataset)
             agent = load_agent(agent_spec, options.agent_options)
-            chosen = (
-                sample_cases(dataset.cases, options.sample, options.sample_seed) if options.sample else dataset.cases
-            )
+            chosen = _chosen_cases(dataset, options)
             prices = load_prices(prices_file)
             if previous is not None:
                 _check_resumable(previous, agent, dataset)
@@ -516,6 +516,21 @@ def _long_lived_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def _chosen_cases(dataset: Dataset, options: RunOptions) -> list[Case]:
+    """The cases the run asks for; an empty dataset, or a sample larger than the dataset, is said out loud."""
+    if not dataset.cases:
+        raise RunRefused(f"the dataset {dataset.name} ({dataset.path}) has no cases: nothing to run")
+    if not options.sample:
+        return list(dataset.cases)
+    if options.sample >= len(dataset.cases):
+        warnings.warn(
+            f"--sample {options.sample} asks for at least as many cases as the dataset {dataset.name} has "
+            f"({len(dataset.cases)}): running all of them",
+            stacklevel=4,
+        )
+    return sample_cases(dataset.cases, options.sample, options.sample_seed)
 
 
 def _dataset_ref(spec: str | Path | Dataset, dataset: Dataset) -> str:

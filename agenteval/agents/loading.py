@@ -15,9 +15,14 @@ import importlib.util
 import inspect
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from agenteval_instrumentation.text import exception_text
+
+from ..errors import AgentLoadError
 
 MOCK = "mock"
 
@@ -61,10 +66,8 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
     else:
         target, name, source = _import(spec)
         spec_text = spec
-    if options:
-        agent = target(**options)
-    elif inspect.isclass(target):
-        agent = target()
+    if options or inspect.isclass(target):
+        agent = _guarded(spec_text, "building the agent", lambda: target(**options))
     else:
         agent = target
     if not callable(agent):
@@ -87,17 +90,44 @@ def _import(spec: str) -> tuple[Any, str, str | None]:
         module = importlib.util.module_from_spec(loader)
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.parent))  # so the agent's own sibling modules import
-        loader.loader.exec_module(module)
+        _guarded(spec, f"importing {module_part}", lambda: loader.loader.exec_module(module))  # type: ignore[union-attr]
     else:
         try:
-            module = importlib.import_module(module_part)
-        except ImportError as exc:
-            raise ValueError(f"--agent {spec}: cannot import {module_part}: {exc}") from exc
+            module = _guarded(spec, f"importing {module_part}", lambda: importlib.import_module(module_part))
+        except AgentLoadError as exc:
+            missing = exc.__cause__
+            if isinstance(missing, ModuleNotFoundError) and missing.name == module_part.partition(".")[0]:
+                raise AgentLoadError(f"--agent {spec}: cannot import {module_part}: {missing}") from missing
+            raise
     try:
         target = getattr(module, attr)
     except AttributeError:
         raise ValueError(f"--agent {spec}: {module_part} has no attribute {attr!r}") from None
     return target, attr, getattr(module, "__file__", None)
+
+
+def _guarded(spec: str, doing: str, step: Callable[[], Any]) -> Any:
+    """``step()``; whatever the user's code raises, even ``sys.exit()``, becomes one line naming the
+    file and line where it was raised."""
+    try:
+        return step()
+    except SyntaxError as exc:
+        raise AgentLoadError(f"--agent {spec}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except (Exception, SystemExit) as exc:
+        raise AgentLoadError(f"--agent {spec}: {doing} raised {exception_text(exc)}{_where(exc)}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``: the innermost frame of the user's code (not the import machinery)."""
+    machinery = (Path(__file__).resolve(), Path(importlib.__file__).resolve().parent)
+    own = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<frozen")
+        and not Path(f.filename).resolve().is_relative_to(machinery[1])
+        and Path(f.filename).resolve() != machinery[0]
+    ]
+    return f" (at {own[-1].filename}:{own[-1].lineno})" if own else ""
 
 
 def _source_of(obj: Any) -> str | None:

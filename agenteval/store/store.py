@@ -19,6 +19,7 @@ from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write
 from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
 
+from ..errors import AgentevalError
 from .lease import store_lease
 from .schemas import TABLES
 from .views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 COMPACTION_LEASE = "compaction"
 
 
-class StoreBusy(TimeoutError):
+class StoreBusy(AgentevalError, TimeoutError):
     """Another process held the store's compaction lock for longer than the caller would wait."""
 
 

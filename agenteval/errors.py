@@ -1,0 +1,23 @@
+"""The errors a user can cause: each says where (file and line, field, option, experiment) and what to do.
+
+The command line shows an :class:`AgentevalError` as one line and exits with its ``exit_code``; any
+other exception is a bug and keeps its traceback. ``agenteval --debug`` shows tracebacks for both.
+"""
+
+from __future__ import annotations
+
+
+class AgentevalError(Exception):
+    """A problem with what the user gave or has (a dataset, an option, an agent, a store); not a bug."""
+
+    exit_code = 1
+
+
+class UsageError(AgentevalError):
+    """An option or argument that cannot work as given."""
+
+    exit_code = 2
+
+
+class AgentLoadError(AgentevalError, ValueError):
+    """The agent could not be loaded: its file, module or factory failed."""

@@ -1,0 +1,123 @@
+"""One error model: what a user can get wrong is one line naming where and what to do, with exit 1 (2 for
+an option that cannot work); a traceback only for a bug, or with --debug. Oddities are said out loud."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agenteval.cases import DatasetError, load_file
+from agenteval.errors import AgentevalError, UsageError
+
+
+def agenteval(*args: str, store=None, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"AGENTEVAL_STORE": str(store)} if store else {})}
+    return subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess, code: int, *wanted: str) -> None:
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, done.stderr
+    for text in wanted:
+        assert text in lines[0], lines[0]
+
+
+def test_the_errors_users_cause_are_agenteval_errors():
+    from agenteval.compare import NotComparable
+    from agenteval.runner import RunRefused
+    from agenteval.store import StoreBusy
+
+    for error in (DatasetError, RunRefused, NotComparable, StoreBusy, UsageError):
+        assert issubclass(error, AgentevalError)
+    assert UsageError.exit_code == 2 and AgentevalError.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ('print("hi"\n', "syntax error", ":1: syntax error"),
+        ("import sys\nsys.exit(3)\n", "raised SystemExit: 3", ":2)"),
+        ("import not_a_module_anywhere\n", "No module named 'not_a_module_anywhere'", ":1)"),
+        ("def answer(q):\n    return q\nraise RuntimeError('no config')\n", "RuntimeError: no config", ":3)"),
+    ],
+    ids=["syntax", "sys-exit", "import", "raises"],
+)
+def test_an_agent_file_that_fails_to_import_names_its_file_and_line(tmp_path, body, field, message):
+    agent_file = tmp_path / "broken_agent.py"
+    agent_file.write_text(body)
+    done = agenteval(
+        "run", "--dataset", "arithmetic", "--cases", "2", "--agent", f"{agent_file}:answer", store=tmp_path
+    )
+    one_line_error(done, 1, f"--agent {agent_file}:answer", field, str(agent_file) + message)
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    agent_file = tmp_path / "broken_agent.py"
+    agent_file.write_text("raise RuntimeError('no config')\n")
+    done = agenteval(
+        "--debug", "run", "--dataset", "arithmetic", "--cases", "2", "--agent", f"{agent_file}:answer", store=tmp_path
+    )
+    assert done.returncode == 1 and "Traceback" in done.stderr and "AgentLoadError" in done.stderr
+
+
+def test_json_lines_that_cannot_be_read_as_meant_are_refused_with_line_and_field(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    deep = '{"input": "x", "expected_output": "1", "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path.write_text(
+        '{"input": "What is 1 + 1?", "expected_output": "2"}\n'
+        '{"input": "a", "expected_output": "1", "input": "b"}\n'
+        '{"input": "a", "turns": ["hello"], "expected_output": "1"}\n' + deep + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [(p.line, p.field) for p in info.value.problems] == [(2, "input"), (3, "input"), (4, None)]
+    messages = [p.message for p in info.value.problems]
+    assert "given twice" in messages[0] and "not both" in messages[1] and "nested too deeply" in messages[2]
+    # The same file through `run`: one line per problem, no traceback.
+    done = agenteval("run", "--dataset", str(path), "--agent", "mock", store=tmp_path / "store")
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "nested too deeply" in done.stderr
+
+
+def test_a_dataset_path_that_is_a_folder_says_so(tmp_path):
+    done = agenteval("run", "--dataset", str(tmp_path), "--agent", "mock", store=tmp_path / "store")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "is a folder; give the path of a JSONL file" in done.stderr
+
+
+def test_options_that_cannot_work_are_usage_errors(tmp_path):
+    nan = agenteval("run", "--dataset", "arithmetic", "--agent", "mock", "--timeout", "nan", store=tmp_path)
+    one_line_error(nan, 2, "--timeout must be a positive number of seconds, not nan")
+    huge = agenteval("run", "--dataset", "arithmetic", "--agent", "mock", "--cases", "100000000000", store=tmp_path)
+    one_line_error(huge, 2, "--cases must be between 1 and 1,000,000")
+    assert not (tmp_path / "experiments").exists()  # refused before anything was written
+
+
+def test_an_empty_dataset_is_refused_and_a_large_sample_is_said_out_loud(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    done = agenteval("run", "--dataset", str(empty), "--agent", "mock", store=tmp_path / "store")
+    one_line_error(done, 1, "has no cases: nothing to run")
+    sampled = agenteval(
+        "run",
+        "--dataset",
+        "arithmetic",
+        "--cases",
+        "8",
+        "--sample",
+        "100",
+        "--agent",
+        "mock",
+        "--attempts",
+        "1",
+        store=tmp_path / "store",
+    )
+    assert sampled.returncode == 0, sampled.stderr
+    assert "warning: --sample 100 asks for at least as many cases as the dataset arithmetic has (8)" in sampled.stderr
