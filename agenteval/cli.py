@@ -89,6 +89,14 @@ class _Commands(click.Group):
                 raise
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except Exception as exc:
+            from .store.doctor import damaged_store_message
+
+            damaged = damaged_store_message(exc)
+            if damaged is None or ctx.params.get("debug"):
+                raise
+            click.echo(f"Error: {damaged}", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -623,6 +631,40 @@ def compact(store: str | None, wait: float | None) -> None:
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows"
     )
+    if result.partitions_skipped:
+        click.echo(
+            f"left {result.partitions_skipped} partition(s) as they were: a file could not be read; "
+            "run agenteval doctor to set unreadable files aside",
+            err=True,
+        )
+
+
+@main.command()
+@store_option
+@click.option("--dry-run", is_flag=True, help="Only report unreadable files; move nothing.")
+@user_errors
+def doctor(store: str | None, dry_run: bool) -> None:
+    """Read every file of the store; move unreadable ones to .quarantine/ and say what they held."""
+    from .store import Store
+    from .store.doctor import doctor as check_store
+
+    report = check_store(Store(store), dry_run=dry_run)
+    for problem in report.unreadable:
+        held = f"{problem.rows:,} rows" if problem.rows is not None else "an unknown number of rows"
+        where = f"moved to {problem.moved_to}" if problem.moved_to else "left in place (--dry-run)"
+        click.echo(
+            f"{problem.path}: unreadable ({problem.error}); {problem.table}, {problem.bytes:,} bytes, {held}; {where}"
+        )
+    if report.healthy:
+        click.echo(f"{report.files_checked} files checked: all readable")
+        return
+    lost = {p.table for p in report.unreadable}
+    click.echo(
+        f"{report.files_checked} files checked, {len(report.unreadable)} unreadable ({', '.join(sorted(lost))})"
+        + ("; trials lost from a run are re-run by agenteval run --resume EXPERIMENT" if "trials" in lost else "")
+    )
+    if dry_run:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

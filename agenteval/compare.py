@@ -14,6 +14,7 @@ from .errors import AgentevalError
 from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from .stats import PairedDifference, paired_difference
 from .store import Store
+from .store.doctor import damaged_store_message
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""
@@ -271,7 +272,7 @@ def gate(
     try:
         comparison = compare(store, baseline_id, candidate_id)
     except (NotComparable, duckdb.Error, OSError) as exc:
-        return GateDecision(REFUSED, "refused", [str(exc)])
+        return GateDecision(REFUSED, "refused", [damaged_store_message(exc) or str(exc)])
     allowed = {INCOMPLETE: allow_incomplete, DIFFERENT_DATASETS: allow_different_datasets}
     refusals = [
         f"{w.message}; or pass {ALLOW_OPTIONS[w.kind]} to judge the cases both ran anyway"

@@ -60,6 +60,8 @@ class CompactionResult:
     files_after: int = 0
     rows: int = 0
     skipped: bool = False
+    partitions_skipped: int = 0
+    """Left as they were because a file could not be read (see ``agenteval doctor``)."""
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -236,7 +238,19 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
         if not root.is_dir():
             continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-            merged, rows = compact_partition(store, table, folder)
+            try:
+                merged, rows = compact_partition(store, table, folder)
+            except (pa.ArrowException, OSError) as exc:
+                # An unreadable file must not cost the rest of the store its compaction (nor a run its end).
+                logger.warning(
+                    "agenteval: left %s as it is: %s. Run `agenteval doctor --store %s` to set unreadable files aside",
+                    folder,
+                    exc,
+                    store.root,
+                )
+                _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
+                result.partitions_skipped += 1
+                continue
             if merged:
                 result.partitions += 1
                 result.files_before += merged

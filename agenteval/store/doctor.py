@@ -1,0 +1,115 @@
+"""``agenteval doctor``: find the store's unreadable Parquet files and set them aside.
+
+One corrupt, truncated or empty file (a disk that filled up, a copy cut short, a file written by hand)
+makes every query over its table fail, since the views read the whole table. The doctor reads every
+file whole, moves those that fail into ``.quarantine/`` under the store (renamed so that no glob over
+``*.parquet`` reaches them) and says what was lost, so the rest of the store reads again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from .compact import COMPACT_WAIT_SECONDS
+from .schemas import TABLES
+from .store import Store, compaction_lock
+
+QUARANTINE = ".quarantine"
+"""Where unreadable files go, under the store, each named ``<file>.unreadable``."""
+
+_UNREADABLE = re.compile(
+    r"File '(?P<path>[^']+\.parquet)' too small|No magic bytes found at end of file '(?P<path2>[^']+)'"
+    r"|(?:Invalid|Corrupt|Couldn't deserialize)[^']*'(?P<path3>[^']+\.parquet)'",
+    re.IGNORECASE,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreadableFile:
+    """A file the doctor could not read, and what it held as far as can be told."""
+
+    table: str
+    path: Path
+    bytes: int
+    rows: int | None
+    """From the file's footer when that could be read; None when nothing could be."""
+    error: str
+    moved_to: Path | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DoctorReport:
+    """What a check of the store found (and set aside, unless it was a dry run)."""
+
+    files_checked: int
+    unreadable: list[UnreadableFile]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.unreadable
+
+
+def unreadable_file_in(error: BaseException) -> str | None:
+    """The path of the store file a DuckDB error says it could not read, if it says so."""
+    found = _UNREADABLE.search(str(error))
+    if found is None:
+        return None
+    return found.group("path") or found.group("path2") or found.group("path3")
+
+
+def damaged_store_message(error: BaseException) -> str | None:
+    """One line for an error caused by an unreadable store file (or wrapping one), naming the file and
+    what to do; None for any other error."""
+    while error is not None:
+        found = unreadable_file_in(error)
+        if found is not None:
+            return (
+                f"the store holds a file that cannot be read: {found}. Run `agenteval doctor` (with the same "
+                "--store) to move unreadable files aside and see what they held."
+            )
+        error = error.__cause__  # type: ignore[assignment]
+    return None
+
+
+def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SECONDS) -> DoctorReport:
+    """Read every data file of the store; move unreadable ones to the quarantine (not with ``dry_run``).
+    Holds the compaction lock meanwhile, so no compaction merges a file while it is examined."""
+    if not store.root.is_dir():
+        raise FileNotFoundError(f"there is no store at {store.root}")
+    with compaction_lock(store.root, wait=wait):
+        checked, unreadable = 0, []
+        for table in TABLES:
+            for path in sorted((store.root / table).rglob("*.parquet")):
+                checked += 1
+                problem = _check(table, path)
+                if problem is not None:
+                    unreadable.append(problem if dry_run else _quarantine(store.root, problem))
+    return DoctorReport(checked, unreadable)
+
+
+def _check(table: str, path: Path) -> UnreadableFile | None:
+    try:
+        pq.read_table(path, use_threads=False, pre_buffer=False)
+        return None
+    except Exception as exc:  # any way a file can fail to read is what the doctor looks for
+        return UnreadableFile(table, path, path.stat().st_size, _footer_rows(path), f"{type(exc).__name__}: {exc}")
+
+
+def _footer_rows(path: Path) -> int | None:
+    try:
+        return pq.read_metadata(path).num_rows
+    except Exception:
+        return None
+
+
+def _quarantine(root: Path, problem: UnreadableFile) -> UnreadableFile:
+    target = root / QUARANTINE / problem.path.relative_to(root)
+    target = target.with_name(target.name + ".unreadable")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(problem.path, target)
+    return dataclasses.replace(problem, moved_to=target)

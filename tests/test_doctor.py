@@ -1,0 +1,104 @@
+"""A damaged file in the store: every command names it and points to `agenteval doctor`, which sets
+unreadable files aside and says what they held; the rest of the store reads again, and resume re-runs
+the trials that were lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from agenteval.runner import evaluate
+from agenteval.store import Store
+from agenteval.store.doctor import doctor
+
+
+def agenteval(store: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    return subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    path.write_bytes(b"" if how == "empty" else data[: len(data) // 2] if how == "truncated" else b"x" * len(data))
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    store = tmp_path / "store"
+    first = evaluate("mock", "arithmetic", cases=6, attempts=2, store=store, progress="none")
+    second = evaluate("mock", "arithmetic", cases=6, attempts=2, store=store, progress="none")
+    return store, first.id, second.id
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "garbage"])
+def test_the_doctor_finds_empty_truncated_and_garbage_files(two_runs, how):
+    store, first, _ = two_runs
+    (broken,) = (store / "scores" / f"experiment_id={first}").glob("*.parquet")
+    damage(broken, how)
+    report = doctor(Store(store), dry_run=True)
+    assert [(p.table, p.path) for p in report.unreadable] == [("scores", broken)]
+    assert report.files_checked == len(list(store.rglob("*.parquet")))
+    listed = agenteval(store, "experiments")
+    assert listed.returncode == 1 and broken.name in listed.stderr and "Traceback" not in listed.stderr
+
+
+def test_every_command_names_the_unreadable_file_and_the_doctor_sets_it_aside(two_runs):
+    store, first, second = two_runs
+    (broken,) = (store / "trials" / f"experiment_id={first}").glob("*.parquet")
+    damage(broken, "truncated")
+    for command in (
+        ("experiments",),
+        ("report", second),
+        ("rescore", second),
+        ("gate", "--baseline", first, "--candidate", second),
+    ):
+        done = agenteval(store, *command)
+        assert done.returncode in (1, 3), (command, done.stderr)
+        assert "Traceback" not in done.stderr + done.stdout
+        assert broken.name in done.stderr + done.stdout and "agenteval doctor" in done.stderr + done.stdout
+
+    dry = agenteval(store, "doctor", "--dry-run")
+    assert dry.returncode == 1 and f"{broken}: unreadable" in dry.stdout and "left in place" in dry.stdout
+    assert broken.exists()
+
+    fixed = agenteval(store, "doctor")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "1 unreadable (trials)" in fixed.stdout and "agenteval run --resume" in fixed.stdout
+    assert not broken.exists()
+    (moved,) = (store / ".quarantine").rglob("*.unreadable")
+    assert moved.name == broken.name + ".unreadable"
+    # Every file that still ends in .parquet reads, and the views work again.
+    for path in store.rglob("*.parquet"):
+        pq.read_table(path)
+    assert agenteval(store, "doctor").stdout.strip().endswith("all readable")
+    listed = agenteval(store, "experiments", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    # The lost trials are re-run by a resume of their experiment: each once.
+    resumed = agenteval(store, "run", "--resume", first, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["this_run"]["trials"] == 12
+    rows = Store(store).rows(
+        "SELECT count(*) AS n, count(DISTINCT (case_id, attempt)) AS d FROM trials WHERE experiment_id = ?", [first]
+    )
+    assert rows == [{"n": 12, "d": 12}]
+
+
+def test_a_run_into_a_damaged_store_keeps_its_trials_and_says_what_to_do(two_runs):
+    store, first, _ = two_runs
+    (broken,) = (store / "spans" / f"experiment_id={first}").glob("*.parquet")
+    damage(broken, "truncated")
+    done = agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", "--cases", "4", "--attempts", "1")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert broken.name in done.stderr and "agenteval doctor" in done.stderr
+    assert agenteval(store, "doctor").returncode == 0
+    newest = Store(store).rows("SELECT experiment_id FROM experiments ORDER BY started_at DESC LIMIT 1")[0]
+    counted = Store(store).rows("SELECT count(*) AS n FROM trials WHERE experiment_id = ?", [newest["experiment_id"]])
+    assert counted == [{"n": 4}]  # the run itself finished and saved everything before the summary failed
