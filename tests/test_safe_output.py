@@ -146,6 +146,26 @@ def test_the_run_summary_shows_hostile_names_as_visible_escapes(hostile):
     assert "dataset base\\x1b[2J" in text
 
 
+def test_a_hostile_jsonl_dataset_run_through_the_cli_shows_literally(tmp_path):
+    dataset = tmp_path / f"data{CLEAR}\u202e.jsonl"  # the dataset's name comes from its file name
+    lines = [
+        {"id": f"x{CLEAR}", "input": "What is 1 + 1?", "expected_output": "2", "category": f"c\u202e{RICH_MARKUP}"},
+        {"id": "<img src=x>", "input": "What is 2 + 2?", "expected_output": "4", "category": "![](http://e.example/p)"},
+    ]
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    store = str(tmp_path / "store")
+    ran = cli("run", "--dataset", str(dataset), "--agent", "mock", "--attempts", "1", "--store", store, "-q")
+    assert ran.exit_code == 0, ran.output
+    assert_inert(ran.output)
+    assert "data\\x1b[2J<U+202E>" in ran.output
+    shown = cli("report", "--store", store).output
+    assert_inert(shown)
+    assert f"c<U+202E>{RICH_MARKUP}" in shown and "<img src=x>" in shown
+    markdown = cli("report", "--format", "markdown", "--store", store).output
+    assert_inert(markdown)
+    assert "<img" not in markdown and "![" not in markdown
+
+
 class _Markdown:
     """The tables of a markdown document, split on unescaped pipes."""
 
