@@ -20,9 +20,11 @@ _CONTROL = "\x00-\x09\x0b-\x1f\x7f-\x9f"
 _UNSAFE = re.compile(f"[{_CONTROL}{BIDI_CONTROLS}]")
 _UNSAFE_OR_NEWLINE = re.compile(f"[\n{_CONTROL}{BIDI_CONTROLS}]")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]!|~#$])")
+_MARKDOWN_PUNCTUATION = r"\\`*_\[\]!|~#$"
 """Backslash-escaped in markdown so that no link, image, emphasis, code span, math, heading close or table pipe
 forms (HTML is taken care of by entities; a cell never starts a line, so list and block markers stay)."""
+_MARKDOWN_ESCAPED = re.compile(f"([{_MARKDOWN_PUNCTUATION}])")
+_MARKDOWN_SPECIAL = re.compile(f"[\r\n<>&{_MARKDOWN_PUNCTUATION}{_CONTROL}{BIDI_CONTROLS}]")
 
 
 def _escape(char: str) -> str:
@@ -45,9 +47,12 @@ def markdown_cell(text: object) -> str:
     """``text`` as literal GitHub-flavoured markdown that stays inside one table cell: line breaks become
     spaces, controls visible escapes, ``<``, ``>`` and ``&`` HTML entities, markdown punctuation
     backslash-escaped."""
-    flat = _LINE_BREAK.sub(" ", str(text))
+    text = str(text)
+    if _MARKDOWN_SPECIAL.search(text) is None:  # most cells: nothing to escape
+        return text
+    flat = _LINE_BREAK.sub(" ", text)
     escaped = html.escape(visible(flat), quote=False)
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", escaped)
+    return _MARKDOWN_ESCAPED.sub(r"\\\1", escaped)
 
 
 def html_text(text: object) -> str:
