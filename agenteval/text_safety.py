@@ -23,7 +23,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _MARKDOWN_PUNCTUATION = r"\\`*_\[\]!|~#$"
 """Backslash-escaped in markdown so that no link, image, emphasis, code span, math, heading close or table pipe
 forms (HTML is taken care of by entities; a cell never starts a line, so list and block markers stay)."""
-_MARKDOWN_ESCAPED = re.compile(f"([{_MARKDOWN_PUNCTUATION}])")
+_MARKDOWN_ESCAPED = re.compile(f"((?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|[{_MARKDOWN_PUNCTUATION.replace('_', '')}])")
+"""An underscore between letters or digits (``trial_id``) cannot start or end emphasis, so it stays as it is."""
 _MARKDOWN_SPECIAL = re.compile(f"[\r\n<>&{_MARKDOWN_PUNCTUATION}{_CONTROL}{BIDI_CONTROLS}]")
 
 
