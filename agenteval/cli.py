@@ -358,6 +358,7 @@ def rescore(
     from .experiments import summarize
     from .rescore import rescore as rescore_experiment
     from .store import Store
+    from .text_safety import visible
 
     target = Store(store)
     try:
@@ -370,12 +371,13 @@ def rescore(
         return
     click.echo(
         f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
-        f"({', '.join(result.scorers)}) in {result.seconds:.2f} s"
+        f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s"
     )
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} trials)" for name, count in sorted(result.not_scored.items()))
         click.echo(
-            f"not re-run, for want of message content (captured off when it ran): {skipped}; their earlier scores stand"
+            f"not re-run, for want of message content (captured off when it ran): {visible(skipped)}; "
+            "their earlier scores stand"
         )
     if figures["pass_rate"] is not None:
         click.echo(
@@ -428,15 +430,16 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     from .compare import NotComparable, compare
     from .console import comparison_view
     from .store import Store
+    from .text_safety import visible
 
     try:
         result = compare(Store(store), baseline, candidate)
     except NotComparable as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(visible(str(exc), newlines=True)) from exc
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         for warning in result.warnings:  # the JSON holds them too; stderr keeps them in sight
-            click.echo(f"warning: {warning.message}", err=True)
+            click.echo(f"warning: {visible(warning.message)}", err=True)
         return
     from rich.console import Console
 
@@ -487,6 +490,7 @@ def gate_command(
 
     from .compare import REFUSED, gate, with_step_summary
     from .store import Store
+    from .text_safety import visible
 
     try:
         decision = gate(
@@ -503,11 +507,11 @@ def gate_command(
         if summary_file:
             decision = with_step_summary(decision, summary_file, baseline, candidate)
     except Exception as exc:  # a bug: still exit 3, since CI reads exit 1 as a regression
-        click.echo(f"gate: refused (exit {REFUSED})\n  internal error {type(exc).__name__}: {exc}", err=True)
+        click.echo(f"gate: refused (exit {REFUSED})\n  internal error {type(exc).__name__}: {visible(exc)}", err=True)
         raise SystemExit(REFUSED) from None
     click.echo(f"gate: {decision.verdict} (exit {decision.exit_code})")
-    for reason in decision.reasons:
-        click.echo(f"  {reason}")
+    for reason in decision.reasons:  # they quote stored names: no escape code gets through, and a reason's
+        click.echo("  " + visible(reason, newlines=True).replace("\n", "\n    "))  # next lines stay indented
     raise SystemExit(decision.exit_code)
 
 

@@ -15,6 +15,7 @@ from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from .stats import PairedDifference, paired_difference
 from .store import Store
 from .store.doctor import damaged_store_message
+from .text_safety import markdown_cell
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""
@@ -244,11 +245,11 @@ class GateDecision:
     comparison: Comparison | None = None
 
     def markdown(self, baseline_id: str, candidate_id: str) -> str:
-        """The decision as a GitHub step summary."""
-        reasons = "".join(f"- {reason}\n" for reason in self.reasons)
+        """The decision as a GitHub step summary; ids and reasons (which quote stored names) read literally."""
+        reasons = "".join(f"- {markdown_cell(reason)}\n" for reason in self.reasons)
         return (
-            f"### agenteval gate: {self.verdict}\n\nBaseline `{baseline_id}`, candidate `{candidate_id}`.\n\n"
-            f"{reasons}\n"
+            f"### agenteval gate: {markdown_cell(self.verdict)}\n\nBaseline {markdown_cell(baseline_id)}, "
+            f"candidate {markdown_cell(candidate_id)}.\n\n{reasons}\n"
         )
 
 

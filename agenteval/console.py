@@ -1,4 +1,5 @@
-"""Terminal renderings of the dataset reports (rich tables; cell text is never parsed as markup)."""
+"""Terminal renderings of the dataset reports (rich tables; cell text is never parsed as markup, and control and
+bidirectional characters in it show as escapes: see text_safety)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from .cases import DIFFICULTIES
 from .catalog import CatalogEntry
 from .power import PowerTable
 from .tables import rich_table
+from .text_safety import visible
 
 
 def catalog_view(entries: list[CatalogEntry]) -> RenderableType:
@@ -29,7 +31,7 @@ def audit_view(report: AuditReport) -> RenderableType:
         for category, count in report.categories.items()
     ]
     parts: list[RenderableType] = [
-        Text(f"{report.dataset}: {report.cases} cases in {len(report.categories)} categories", style="bold"),
+        Text(f"{visible(report.dataset)}: {report.cases} cases in {len(report.categories)} categories", style="bold"),
         rich_table(["category", "cases", *difficulty_names], rows, title="Cases per category and difficulty"),
         rich_table(["field", "cases using it"], [[f, str(n)] for f, n in report.fields.items()], title="Fields used"),
     ]
@@ -37,7 +39,7 @@ def audit_view(report: AuditReport) -> RenderableType:
         thin = ", ".join(f"{c} ({n})" for c, n in report.thin_categories.items())
         parts.append(
             Text(
-                f"Too few cases to measure (fewer than {report.min_per_category}): {thin}. "
+                f"Too few cases to measure (fewer than {report.min_per_category}): {visible(thin)}. "
                 "Add several cases per category before trusting its pass rate.",
                 style="yellow",
             )
@@ -92,7 +94,7 @@ def run_summary(summary: dict) -> str:
     if summary.get("resume"):
         lines.append(f"interrupted; continue with: {summary['resume']}")
     lines.append(f"full report: {summary['report']}")
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)  # a value's own line break or escape code stays visible
 
 
 def comparison_view(comparison: dict) -> RenderableType:
@@ -101,14 +103,14 @@ def comparison_view(comparison: dict) -> RenderableType:
 
     overall = comparison["overall"]
     parts: list[RenderableType] = [
-        Text(f"candidate {comparison['candidate']} against baseline {comparison['baseline']}", style="bold"),
+        Text(visible(f"candidate {comparison['candidate']} against baseline {comparison['baseline']}"), style="bold"),
         Text(
             f"pass rate {pct(overall['baseline'])} -> {pct(overall['candidate'])}: difference "
             f"{overall['difference']:+.1%} (95% CI {overall['ci95'][0]:+.1%} to {overall['ci95'][1]:+.1%}, paired by "
             f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
             f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
         ),
-        *(Text(f"warning: {w['message']}", style="yellow") for w in comparison["warnings"]),
+        *(Text(visible(f"warning: {w['message']}"), style="yellow") for w in comparison["warnings"]),
     ]
     rows = [
         [

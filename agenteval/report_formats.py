@@ -1,14 +1,17 @@
 """Rendering a report: terminal tables, markdown, JSON, and one self-contained HTML file with plots.
 
-Case ids, replies and failure messages are untrusted text: HTML escapes every value (``html.escape``)
+Case ids, replies and failure messages are untrusted text: every format but JSON shows them through
+:mod:`agenteval.text_safety` (HTML escaped, markdown literal, controls and bidirectional characters visible),
 and the terminal view builds rich ``Text`` objects, never markup.
 """
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
+
+from .tables import markdown_table
+from .text_safety import html_text, markdown_cell
 
 
 def pct(value: float | None) -> str:
@@ -107,18 +110,9 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    out = [f"# Report: {cell(report['experiment']['id'])}"]
+    out = [f"# Report: {markdown_cell(report['experiment']['id'])}"]
     for title, header, rows in sections(report):
-        out += ["", f"## {cell(title)}", ""]
-        if any(header):
-            out.append("| " + " | ".join(cell(h) for h in header) + " |")
-        else:
-            out.append("| | |")
-        out.append("|" + "---|" * len(header))
-        out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+        out += ["", f"## {markdown_cell(title)}", "", markdown_table(header, rows)]
     return "\n".join(out) + "\n"
 
 
@@ -151,7 +145,7 @@ th{font-weight:600;background:#f5f7fa}svg text{font:11px system-ui,sans-serif;fi
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    e = html.escape
+    e = html_text
     head = "".join(f"<th>{e(h)}</th>" for h in header) if any(header) else ""
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table>{f'<tr>{head}</tr>' if head else ''}{body}</table>"
@@ -159,7 +153,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _category_plot(categories: list[dict[str, Any]]) -> str:
     """Pass rate by category with 95% interval bars."""
-    e = html.escape
+    e = html_text
     row, left, width = 24, 170, 520
     height = row * len(categories) + 30
     parts = [
@@ -222,7 +216,7 @@ def _failure_plot(outcomes: dict[str, Any]) -> str:
     kinds = list(outcomes["failures_by_type"].items())
     if not kinds:
         return '<p class="note">no failures</p>'
-    e = html.escape
+    e = html_text
     top, row, left, width = max(n for _, n in kinds), 22, 200, 400
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{row * len(kinds) + 10}" '
@@ -240,7 +234,7 @@ def _failure_plot(outcomes: dict[str, Any]) -> str:
 
 def to_html(report: dict[str, Any]) -> str:
     """One self-contained page: inline CSS and SVG, no script, no network access needed."""
-    e = html.escape
+    e = html_text
     body = [f"<h1>Report: {e(report['experiment']['id'])}</h1>"]
     plots = {
         "By category": _category_plot(report["categories"]),

@@ -10,6 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .text_safety import markdown_cell, visible
+
 FORMATS = ("table", "csv", "json", "markdown")
 
 
@@ -53,28 +55,31 @@ def render(table: pa.Table, fmt: str = "table") -> str:
         writer.writerows([[_cell(row[n]) for n in names] for row in rows])
         return out.getvalue().rstrip("\n")
     if fmt == "markdown":
-
-        def escape(text: str) -> str:
-            return text.replace("|", "\\|").replace("\n", " ")
-
-        lines = ["| " + " | ".join(escape(n) for n in names) + " |", "|" + "---|" * len(names)]
-        lines += ["| " + " | ".join(escape(_cell(row[n])) for n in names) + " |" for row in rows]
-        return "\n".join(lines)
+        return markdown_table(names, [[_cell(row[n]) for n in names] for row in rows])
     if fmt == "table":
         return rich_table_text(names, [[_cell(row[n]) for n in names] for row in rows])
     raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
+def markdown_table(names: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table whose cells read literally and stay one row each (see text_safety)."""
+    header = "| " + " | ".join(markdown_cell(n) for n in names) + " |" if any(names) else "|" + " |" * len(names)
+    lines = [header, "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def rich_table(names: list[str], rows: list[list[str]], title: str | None = None) -> Any:
-    """A rich Table whose cells are plain text, never parsed as markup (they hold agents' replies)."""
+    """A rich Table whose cells are plain text, never parsed as markup (they hold agents' replies), with
+    control and bidirectional characters shown as escapes; a newline stays a line break within its cell."""
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, show_lines=False)
+    table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
     for name in names:
-        table.add_column(Text(name), overflow="fold")
+        table.add_column(Text(visible(name)), overflow="fold")
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*(Text(visible(cell, newlines=True)) for cell in row))
     return table
 
 

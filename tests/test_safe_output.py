@@ -1,0 +1,237 @@
+"""Output that cannot be hijacked: hostile case ids, categories, replies, error messages, experiment and dataset
+names, stored by real runs, show literally on the terminal, in markdown (and the gate's step summary) and in
+HTML, while JSON keeps them raw."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from html.parser import HTMLParser
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cases import Case, Dataset
+from agenteval.cli import main
+from agenteval.console import run_summary
+from agenteval.report import build_report
+from agenteval.report_formats import to_html, to_json, to_markdown
+from agenteval.runner import evaluate
+from agenteval.store import Store
+from agenteval.text_safety import BIDI_CONTROLS
+
+CLEAR, TITLE, CSI_C1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"
+RICH_MARKUP = "[bold red]loud[/bold red]"
+HOSTILE_IDS = [
+    f"q{CLEAR}0",
+    f"q{TITLE}1",
+    "q\u202e2cod.exe",
+    "<img src=x onerror=alert(1)>",
+    "![](http://evil.example/pixel.png)",
+    f"q{RICH_MARKUP}",
+    "a|b\r\nc",
+    "`tick` *star* [link](http://evil.example)",
+    f"q{CSI_C1}8",
+    "q\x7f\x00\x089",
+    "q\u2066iso\u2069",
+    "q11",
+]
+HOSTILE_CATEGORIES = [f"cat{CLEAR}", "cat\u202eA", "[link=http://evil.example]c[/link]", "<b>c</b>|x"]
+FAILURE = f"boom {CLEAR} <script>x</script> \u202e ![](http://evil.example/e.png)\nsecond line"
+REPLY = f"reply {TITLE} \u202e [red]x[/red]"
+
+
+def _cases() -> list[Case]:
+    return [
+        Case(id=case_id, input=f"What is {n} + 0?", expected_output=str(n), category=HOSTILE_CATEGORIES[n % 4])
+        for n, case_id in enumerate(HOSTILE_IDS)
+    ]
+
+
+def _agent(question: str) -> str:
+    n = int(question.split()[2])
+    if n % 3 == 0:
+        raise RuntimeError(FAILURE)
+    return str(n) if n % 3 == 1 else REPLY
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    store = tmp_path_factory.mktemp("hostile") / "store"
+
+    def run(dataset_name: str, name: str):
+        dataset = Dataset(dataset_name, "hostile(test)", "hash-" + dataset_name[:3], _cases())
+        return evaluate(_agent, dataset, attempts=1, concurrency=2, store=store, name=name, progress="none")
+
+    baseline = run(f"base{CLEAR}", f"exp{TITLE} {RICH_MARKUP} \u202e")
+    candidate = run("cand\u202eX", f"cand{CLEAR}")
+    return {"store": str(store), "baseline": baseline, "candidate": candidate}
+
+
+SQL = "SELECT case_id, category, reply, error_message FROM trials JOIN cases USING (experiment_id, case_id)"
+UNSAFE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
+
+
+def assert_inert(text: str) -> None:
+    """No raw control (but newline) or bidirectional character."""
+    found = sorted({f"U+{ord(c):04X}" for c in UNSAFE.findall(text)})
+    assert not found, f"raw control or bidi characters in output: {found}"
+
+
+def cli(*args: str, env: dict[str, str] | None = None):
+    result = CliRunner().invoke(main, list(args), env={"COLUMNS": "400", **(env or {})})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+def test_the_report_on_the_terminal_shows_hostile_values_as_visible_escapes(hostile):
+    out = cli("report", hostile["baseline"].id, "--store", hostile["store"]).output
+    assert_inert(out)
+    assert "\\x1b[2J" in out and "\\x1b]0;pwned\\x07" in out and "<U+202E>" in out
+    assert RICH_MARKUP in out  # shown as typed, never interpreted as rich markup
+    assert "\\x9b31m" in out and "\\x7f\\x00\\x08" in out  # DEL, NUL, backspace, a C1 control sequence
+    assert "boom" in out  # the failure message is there, escaped
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["experiments"],
+        ["sql", SQL],
+        ["sql", SQL, "--format", "markdown"],
+    ],
+    ids=["experiments", "sql-table", "sql-markdown"],
+)
+def test_listings_and_sql_show_hostile_values_as_visible_escapes(hostile, args):
+    out = cli(*args, "--store", hostile["store"]).output
+    assert_inert(out)
+    assert "U+202E" in out
+
+
+def test_compare_and_gate_on_the_terminal_and_in_the_step_summary(hostile, tmp_path):
+    ids = hostile["baseline"].id, hostile["candidate"].id
+    compared = cli("compare", *ids, "--store", hostile["store"]).output
+    assert_inert(compared)
+    assert "cat<U+202E>A" in compared and "[link=http://evil.example]c[/link]" in compared
+    summary = tmp_path / "summary.md"
+    gated = cli(
+        "gate", "--baseline", ids[0], "--candidate", ids[1], "--store", hostile["store"],
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )  # fmt: skip
+    assert gated.exit_code == 3  # refused: the datasets differ
+    assert_inert(gated.output)
+    assert "different-datasets" in gated.output
+    markdown = summary.read_text(encoding="utf-8")
+    assert_inert(markdown)
+    assert "candidate 'cand\\\\u202eX'" in markdown and markdown.startswith("### agenteval gate: refused")
+
+
+def test_the_step_summary_of_a_refusal_quoting_hostile_ids_renders_literally(hostile, tmp_path):
+    summary = tmp_path / "summary.md"
+    image, tag = "![](http://evil.example/p.png)", "<img src=x>"
+    gated = cli(
+        "gate", "--baseline", image, "--candidate", tag, "--store", hostile["store"],
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )  # fmt: skip
+    assert gated.exit_code == 3
+    markdown = summary.read_text(encoding="utf-8")
+    assert "<" not in markdown and "![" not in markdown and "`" not in markdown
+    assert "\\!\\[\\](http://evil.example/p.png)" in markdown and "&lt;img src=x&gt;" in markdown
+
+
+def test_the_run_summary_shows_hostile_names_as_visible_escapes(hostile):
+    text = run_summary(hostile["baseline"].summary)
+    assert_inert(text)
+    assert "dataset base\\x1b[2J" in text
+
+
+def test_a_hostile_jsonl_dataset_run_through_the_cli_shows_literally(tmp_path):
+    dataset = tmp_path / f"data{CLEAR}\u202e.jsonl"  # the dataset's name comes from its file name
+    lines = [
+        {"id": f"x{CLEAR}", "input": "What is 1 + 1?", "expected_output": "2", "category": f"c\u202e{RICH_MARKUP}"},
+        {"id": "<img src=x>", "input": "What is 2 + 2?", "expected_output": "4", "category": "![](http://e.example/p)"},
+    ]
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    store = str(tmp_path / "store")
+    ran = cli("run", "--dataset", str(dataset), "--agent", "mock", "--attempts", "1", "--store", store, "-q")
+    assert ran.exit_code == 0, ran.output
+    assert_inert(ran.output)
+    assert "data\\x1b[2J<U+202E>" in ran.output
+    shown = cli("report", "--store", store).output
+    assert_inert(shown)
+    assert f"c<U+202E>{RICH_MARKUP}" in shown and "<img src=x>" in shown
+    markdown = cli("report", "--format", "markdown", "--store", store).output
+    assert_inert(markdown)
+    assert "<img" not in markdown and "![" not in markdown
+
+
+class _Markdown:
+    """The tables of a markdown document, split on unescaped pipes."""
+
+    def __init__(self, text: str) -> None:
+        self.tables: list[list[list[str]]] = []
+        current: list[list[str]] | None = None
+        for line in text.split("\n"):
+            if line.startswith("|"):
+                cells = re.split(r"(?<!\\)\|", line)[1:-1]
+                current = current if current is not None else []
+                current.append(cells)
+            else:
+                if current:
+                    self.tables.append(current)
+                current = None
+        if current:
+            self.tables.append(current)
+
+
+def test_the_markdown_report_renders_literally_and_keeps_its_table_shape(hostile):
+    report = build_report(Store(hostile["store"]), hostile["baseline"].id)
+    text = to_markdown(report)
+    assert_inert(text)
+    assert "<" not in text and ">" not in text  # HTML only as entities: no tag, no image loads
+    assert not re.search(r"(?<!\\)[\[`*]", text), "an unescaped link, image, code span or emphasis marker"
+    tables = _Markdown(text).tables
+    assert len(tables) == 10 and all(len({len(row) for row in table}) == 1 for table in tables)
+    categories, worst = tables[3], tables[9]
+    assert len(categories) == 2 + len(HOSTILE_CATEGORIES) and len(categories[0]) == 6
+    assert len(worst) == 2 + 10 and len(worst[0]) == 5  # header, rule, the ten worst cases
+
+
+def test_the_html_report_escapes_markup_and_shows_bidi_characters(hostile):
+    page = to_html(build_report(Store(hostile["store"]), hostile["baseline"].id))
+    assert_inert(page)
+    parsed = _Page()
+    parsed.feed(page)
+    assert set(parsed.tags) <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "table", "tr"} | {
+        "th", "td", "svg", "text", "rect", "line", "p",
+    }  # fmt: skip
+    text = "".join(parsed.text)
+    assert "<img src=x onerror=alert(1)>" in text and "q<U+202E>2cod.exe" in text and "\\x1b[2J" in text
+
+
+def test_json_keeps_the_raw_values_and_stays_valid(hostile):
+    data = json.loads(to_json(build_report(Store(hostile["store"]), hostile["baseline"].id)))
+    assert data["experiment"]["name"] == f"exp{TITLE} {RICH_MARKUP} \u202e"
+    assert {c["category"] for c in data["categories"]} == set(HOSTILE_CATEGORIES)
+    assert any(FAILURE in (w["a_failure"] or "") for w in data["worst_cases"])
+
+
+def test_stored_values_are_the_raw_ones(hostile):
+    """Escaping is for display only: the store keeps what the agent and the dataset gave."""
+    out = cli("sql", "SELECT DISTINCT case_id FROM trials", "--format", "json", "--store", hostile["store"]).output
+    assert {row["case_id"] for row in json.loads(out)} == set(HOSTILE_IDS)
+    assert any(unicodedata.category(c) == "Cc" for c in "".join(HOSTILE_IDS))  # the ids really are hostile
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
