@@ -23,6 +23,7 @@ from .options import (
     DEFAULT_TIMEOUT,
 )
 from .tables import FORMATS
+from .text_safety import visible
 
 alpha_option = click.option(
     "--alpha",
@@ -72,7 +73,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
     """A warning from the library (a sample larger than the dataset, ...) as one line, not a source line."""
-    click.echo(f"warning: {message}", err=True)
+    click.echo(f"warning: {visible(str(message))}", err=True)
 
 
 class _Commands(click.Group):
@@ -87,7 +88,7 @@ class _Commands(click.Group):
         except AgentevalError as exc:
             if ctx.params.get("debug"):
                 raise
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {visible(str(exc), newlines=True)}", err=True)  # messages quote user files
             ctx.exit(exc.exit_code)
         except Exception as exc:
             from .store.doctor import damaged_store_message
@@ -95,7 +96,7 @@ class _Commands(click.Group):
             damaged = damaged_store_message(exc)
             if damaged is None or ctx.params.get("debug"):
                 raise
-            click.echo(f"Error: {damaged}", err=True)
+            click.echo(f"Error: {visible(damaged)}", err=True)
             ctx.exit(1)
 
 
@@ -656,9 +657,8 @@ def doctor(store: str | None, dry_run: bool) -> None:
     for problem in report.unreadable:
         held = f"{problem.rows:,} rows" if problem.rows is not None else "an unknown number of rows"
         where = f"moved to {problem.moved_to}" if problem.moved_to else "left in place (--dry-run)"
-        click.echo(
-            f"{problem.path}: unreadable ({problem.error}); {problem.table}, {problem.bytes:,} bytes, {held}; {where}"
-        )
+        what = f"{problem.table}, {problem.bytes:,} bytes, {held}"
+        click.echo(visible(f"{problem.path}: unreadable ({problem.error}); {what}; {where}"))
     if report.healthy:
         click.echo(f"{report.files_checked} files checked: all readable")
         return
