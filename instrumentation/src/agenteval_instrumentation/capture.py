@@ -5,7 +5,10 @@ process by ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false`` (the Gen
 variable) or :func:`configure_capture`, and per decorator with ``capture=False``.
 
 Captured values become JSON text that stays valid however it is cut: strings, lists and nesting
-are capped *before* serialising, so a limit never leaves half a JSON document behind.
+are capped *before* serialising, so a limit never leaves half a JSON document behind. Secrets are
+masked on the way (:mod:`.masking` finds them). An exception's message and stack trace are content
+too, recorded under the same switches by :func:`error_message`, :func:`error_text` and
+:func:`error_stacktrace`.
 """
 
 from __future__ import annotations
