@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from agenteval_instrumentation.text import exception_text
+from agenteval_instrumentation.capture import error_text
 
 TOOL_ERROR = "tool_error"
 LLM_ERROR = "llm_error"
@@ -181,7 +181,7 @@ def classify(
             return Failure(TIMEOUT_AFTER_RATE_LIMIT, True, message)
         return Failure(TIMEOUT, False, "the trial ran past its timeout")
     if exc is not None:
-        message = exception_text(exc)
+        message = error_text(exc)  # content: redacted and masked, or only the type with capture off
         if isinstance(exc, MaxStepsExceeded):
             return Failure(MAX_STEPS_EXCEEDED, False, message)
         if isinstance(exc, InvalidModelOutput):

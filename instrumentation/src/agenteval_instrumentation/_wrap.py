@@ -24,7 +24,6 @@ from . import attributes as A
 from . import capture
 from ._steps import Step, error_type
 from .responses import ResponseInfo, chunk_text, read_chunk_into
-from .text import exception_text
 from .version import __version__
 
 logger = logging.getLogger(__name__)
@@ -73,17 +72,30 @@ def _succeed(span: Span, step: Step, result: Any, capturing: bool) -> None:
         logger.debug("agenteval: could not record the result of %s", step.span_name, exc_info=True)
 
 
+STATUS_MESSAGE_LIMIT = 1000
+
+
 def record_error(span: Span, exc: BaseException) -> None:
-    """Exception event, status ERROR and ``error.type``; the caller re-raises."""
+    """Exception event, status ERROR and ``error.type``; the caller re-raises.
+
+    The message and stack trace are content: recorded as :mod:`.capture` allows (redacted, secrets
+    masked; with capture off, the type and frames only).
+    """
     if not span.is_recording():
         return
-    span.set_attribute(A.ERROR_TYPE, error_type(exc))
-    message = exception_text(exc, 1000)
-    try:
-        span.record_exception(exc)
-    except Exception:  # its str() raised: record what can be read
-        span.add_event("exception", {"exception.type": type(exc).__name__, "exception.message": message})
-    span.set_status(Status(StatusCode.ERROR, message))
+    kind = error_type(exc)
+    span.set_attribute(A.ERROR_TYPE, kind)
+    message = capture.error_message(exc, capture.config.max_string)
+    span.add_event(
+        "exception",
+        {
+            "exception.type": kind,
+            capture.EXCEPTION_MESSAGE: message,
+            capture.EXCEPTION_STACKTRACE: capture.error_stacktrace(exc, message),
+            "exception.escaped": "False",
+        },
+    )
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:STATUS_MESSAGE_LIMIT]))
 
 
 def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:

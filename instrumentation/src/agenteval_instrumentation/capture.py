@@ -5,7 +5,10 @@ process by ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false`` (the Gen
 variable) or :func:`configure_capture`, and per decorator with ``capture=False``.
 
 Captured values become JSON text that stays valid however it is cut: strings, lists and nesting
-are capped *before* serialising, so a limit never leaves half a JSON document behind.
+are capped *before* serialising, so a limit never leaves half a JSON document behind. Secrets are
+masked on the way (:mod:`.masking` finds them). An exception's message and stack trace are content
+too, recorded under the same switches by :func:`error_message`, :func:`error_text` and
+:func:`error_stacktrace`.
 """
 
 from __future__ import annotations
@@ -14,14 +17,14 @@ import base64
 import dataclasses
 import datetime
 import enum
-import functools
 import json
 import os
-import re
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .text import storable_text
+from .masking import MASK, is_secret_key, is_secret_pair, mask_text, might_hold_secret
+from .text import exception_message, storable_text
 
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -29,30 +32,21 @@ Redactor = Callable[[str, Any], Any]
 """A redaction hook: called with the attribute name and the Python value about to be captured;
 returns the value to record instead (or the same value)."""
 
-MASK = "***"
 PLACEHOLDER = "<unserializable>"
-
-_SECRET_KEY = re.compile(
-    r"(^|[_\-.])(api[_\-]?key|apikey|password|passwd|pwd|secret|secret[_\-]?key|client[_\-]?secret"
-    r"|token|access[_\-]?token|refresh[_\-]?token|auth[_\-]?token|bearer|authorization|private[_\-]?key"
-    r"|credentials?|cookie|session[_\-]?id)$",
-    re.IGNORECASE,
-)
+NOT_CAPTURED = "<message not captured>"
+"""An exception's message where content capture is off and no redactor is set."""
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"
 
 _SCALARS = (str, int, float, bool, type(None))
 
 
-@functools.lru_cache(maxsize=4096)
-def is_secret_key(key: str) -> bool:
-    """True for keys that look like they hold a secret (``api_key``, ``password``, ``token``, ...)."""
-    return bool(_SECRET_KEY.search(key))
-
-
 def _plain(value: Any, max_string: int) -> bool:
-    """A scalar JSON takes as it is: not a NaN or infinity, not a string past the cap."""
+    """A scalar JSON takes as it is: not a NaN or infinity, not a string past the cap or one that
+    may hold a secret."""
     kind = type(value)
     if kind is str:
-        return len(value) <= max_string
+        return len(value) <= max_string and not (config.mask_secrets and might_hold_secret(value))
     if kind is float:
         return value == value and value not in (float("inf"), float("-inf"))
     return kind in _SCALARS
@@ -125,7 +119,7 @@ def _to_json(attribute: str, value: Any) -> str:
     try:
         if config.redactor is not None:
             value = config.redactor(attribute, value)
-        if type(value) is str and len(value) <= config.max_string:
+        if type(value) is str and _plain(value, config.max_string):
             return json.dumps(value, ensure_ascii=False)
         if (  # the common case, a call's few plain arguments: nothing to cap, mask or convert
             type(value) is dict
@@ -152,7 +146,7 @@ def _shrink(value: Any) -> str:
         text = json.dumps(_jsonable(value, config.max_depth, max_string, max_items), ensure_ascii=False)
         if len(text) <= config.max_length:
             return text
-    return json.dumps(_cut(repr(value), max(16, config.max_length // 2)), ensure_ascii=False)
+    return json.dumps(_text(repr(value), max(16, config.max_length // 2)), ensure_ascii=False)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -161,11 +155,25 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}…[{len(text) - limit} more chars]"
 
 
+SECRET_OVERLAP = 256
+"""How far past a cut masking looks, so a secret that straddles the cut is masked whole, not half."""
+
+
+def _text(text: str, limit: int) -> str:
+    """``text`` with its secrets masked (when masking is on), cut at ``limit``."""
+    if not config.mask_secrets:
+        return _cut(text, limit)
+    if len(text) <= limit:
+        return mask_text(text)
+    kept = mask_text(text[: limit + SECRET_OVERLAP])[:limit]
+    return f"{kept}…[{len(text) - limit} more chars]"
+
+
 def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
     """A JSON-ready copy of ``value`` with strings, collections and depth capped."""
     kind = type(value)
     if kind is str:
-        return value if len(value) <= max_string else _cut(value, max_string)
+        return _text(value, max_string)
     if kind in _SCALARS:
         if kind is float and (value != value or value in (float("inf"), float("-inf"))):
             return str(value)  # JSON has no NaN or infinity
@@ -194,6 +202,8 @@ def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int)
 
 
 def _sequence(items: Any, size: int, depth: int, max_string: int, max_items: int) -> list[Any]:
+    if config.mask_secrets and is_secret_pair(items):  # ("Authorization", "Bearer ..."), a header given as a pair
+        return [items[0], MASK]
     out = []
     for i, item in enumerate(items):
         if i >= max_items:
@@ -239,4 +249,53 @@ def _other(value: Any, depth: int, max_string: int, max_items: int) -> Any:
         text = repr(value)
     except Exception:
         return PLACEHOLDER
-    return _cut(text, max_string)
+    return _text(text, max_string)
+
+
+# Exceptions carry content: a message built from the user's input, a tool's argument, a key in a URL.
+# They are recorded under the same rules as arguments and results.
+
+
+def error_message(exc: BaseException, limit: int) -> str:
+    """The message of ``exc`` as it may be recorded, cut at ``limit``: through the redactor when one is
+    set, with secrets masked; with content capture off and no redactor, :data:`NOT_CAPTURED`."""
+    if not config.enabled and config.redactor is None:
+        return NOT_CAPTURED
+    return _recordable(EXCEPTION_MESSAGE, exception_message(exc), limit)
+
+
+def error_text(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` for a record of ``exc``, the message as :func:`error_message` allows."""
+    return f"{type(exc).__name__}: {error_message(exc, limit)}"[:limit]
+
+
+def error_stacktrace(exc: BaseException, message: str) -> str:
+    """The stack trace to record for ``exc`` whose recordable message is ``message``.
+
+    With content capture on: Python's whole traceback, through the redactor, secrets masked. With it
+    off: only each frame's file, line and function, then ``Type: message``; source lines and chained
+    exceptions are left out, as they can quote content.
+    """
+    if config.enabled:
+        try:
+            return _recordable(EXCEPTION_STACKTRACE, "".join(traceback.format_exception(exc)), config.max_length)
+        except Exception:
+            pass  # an exception traceback cannot format: the frames alone still say where
+    frames = "".join(
+        f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n'
+        for frame in traceback.extract_tb(exc.__traceback__)
+    )
+    return storable_text(f"Traceback (most recent call last):\n{frames}{type(exc).__name__}: {message}\n")
+
+
+def _recordable(attribute: str, text: str, limit: int) -> str:
+    """``text`` through the redactor, masked and cut; a redactor that fails or returns None hides it."""
+    if config.redactor is not None:
+        try:
+            redacted = config.redactor(attribute, text)
+        except Exception:
+            return NOT_CAPTURED
+        if redacted is None:
+            return NOT_CAPTURED
+        text = redacted if isinstance(redacted, str) else str(redacted)
+    return storable_text(_text(text, limit))

@@ -24,11 +24,16 @@ def storable(value: object) -> object:
     return storable_text(value) if isinstance(value, str) else value
 
 
-def exception_text(exc: BaseException, limit: int = 2000) -> str:
-    """``Type: message`` for a record of ``exc``: storable, cut at ``limit``, and safe from an exception
-    whose ``str`` raises (the agent's failure must be recorded, not replaced by a new one)."""
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, safe from an exception whose ``str`` raises (the agent's failure must be recorded,
+    not replaced by a new one)."""
     try:
-        message = str(exc)
+        return str(exc)
     except Exception:
-        message = "<the exception's message could not be read>"
-    return storable_text(f"{type(exc).__name__}: {message}"[:limit])
+        return "<the exception's message could not be read>"
+
+
+def exception_text(exc: BaseException, limit: int = 2000) -> str:
+    """``Type: message`` for a record of ``exc``: storable, cut at ``limit``, as raised (no masking:
+    use ``capture.error_text`` for text that may hold the agent's content)."""
+    return storable_text(f"{type(exc).__name__}: {exception_message(exc)}"[:limit])

@@ -1,0 +1,145 @@
+"""Finding secrets in captured content: by key name, by URL query parameter, by header pair, and by
+the shape of the value itself (bearer tokens, provider keys, AWS key ids, JWTs, PEM private keys).
+
+Pure functions with no settings: :mod:`.capture` decides when they run. The value-shape scan is the
+one that costs, so it runs only on strings long enough to hold a secret that also contain one of a
+few literal hints; short plain text never reaches a regular expression.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+MASK = "***"
+
+# A key is secret when its last word, or its last two words, name a secret. Keys are split into
+# words whatever their case style (snake_case, camelCase, kebab-case, dotted), so "openaiApiKey",
+# "X-Api-Key" and "OPENAI_API_KEY" all end in "api key"; "max_tokens" and "token_count" do not.
+SECRET_LAST_WORDS = frozenset(
+    (
+        "apikey",
+        "auth",
+        "authorization",
+        "bearer",
+        "cookie",
+        "credential",
+        "credentials",
+        "jwt",
+        "passphrase",
+        "passwd",
+        "password",
+        "privatekey",
+        "pwd",
+        "secret",
+        "secretkey",
+        "secrets",
+        "sessionid",
+        "sig",
+        "signature",
+        "token",
+    )
+)
+SECRET_LAST_PAIRS = frozenset(
+    (
+        ("access", "key"),
+        ("account", "key"),
+        ("api", "key"),
+        ("encryption", "key"),
+        ("master", "key"),
+        ("private", "key"),
+        ("secret", "key"),
+        ("session", "id"),
+        ("signing", "key"),
+    )
+)
+
+_CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NOT_ALPHANUMERIC = re.compile(r"[^A-Za-z0-9]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_secret_key(key: str) -> bool:
+    """True for keys that look like they hold a secret (``api_key``, ``openaiApiKey``, ``x-api-key``,
+    ``password``, ``githubToken``, ``jwt``, ...); not ``max_tokens`` or ``token_count``."""
+    words = [w.lower() for w in _NOT_ALPHANUMERIC.split(_CASE_CHANGE.sub("_", key)) if w]
+    if not words:
+        return False
+    return words[-1] in SECRET_LAST_WORDS or tuple(words[-2:]) in SECRET_LAST_PAIRS
+
+
+def is_secret_pair(item: object) -> bool:
+    """A ``(name, value)`` pair whose name is secret, as headers are often given:
+    ``[("Authorization", "Bearer ...")]``."""
+    return type(item) in (tuple, list) and len(item) == 2 and type(item[0]) is str and is_secret_key(item[0])  # type: ignore[arg-type]
+
+
+# Values that are secrets whatever key they sit under, also inside longer text. Each shape starts
+# with a literal its own cheap ``in`` check looks for first, and each pattern begins with that
+# literal so the regex engine jumps between occurrences instead of trying every position.
+_SHAPES = (
+    # A PEM block cut before its END line is masked to the end.
+    (
+        "PRIVATE KEY",
+        re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----.*?(?:-----END[A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
+    ),
+    # The scheme word stays, so the text stays readable; the token must hold a digit, so prose
+    # ("the bearer of bad news") is left alone.
+    ("earer", re.compile(r"(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
+    ("sk-", re.compile(r"sk-[A-Za-z0-9_-]{12,}")),  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-)
+    ("IA", re.compile(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),  # AWS access key ids
+    ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?")),  # JWTs
+    ("gh", re.compile(r"gh(?:[pousr]|ithub_pat)_[A-Za-z0-9_]{20,}")),  # GitHub tokens
+    ("xox", re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}")),  # Slack tokens
+    ("AIza", re.compile(r"AIza[0-9A-Za-z_-]{35}")),  # Google API keys
+)
+# name=value in a URL query, a form body or a log line: only the value of a secret name is masked.
+# The pattern starts at "=" (a literal, so it is found fast); the name is read backwards from there.
+_PARAMETER_VALUE = re.compile(r"=([^&#\s\"'<>,;]+)")
+_NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]")
+# user:password@ in a URL.
+_USERINFO = re.compile(r"://([^/\s:@]+):([^/\s@]+)@")
+
+SHORTEST_SECRET_TEXT = 8
+"""Strings shorter than this are never scanned: too short for "token=xyz" or any key shape."""
+
+
+def might_hold_secret(text: str) -> bool:
+    """A cheap pre-check: False means :func:`mask_text` would leave ``text`` as it is."""
+    if len(text) < SHORTEST_SECRET_TEXT:
+        return False
+    if "=" in text or "://" in text:
+        return True
+    for hint, _ in _SHAPES:
+        if hint in text:
+            return True
+    return False
+
+
+def mask_text(text: str) -> str:
+    """``text`` with every secret found in it replaced in place by ``***``."""
+    if len(text) < SHORTEST_SECRET_TEXT:
+        return text
+    if "=" in text:
+        text = _PARAMETER_VALUE.sub(_mask_parameter, text)
+    if "://" in text:
+        text = _USERINFO.sub(rf"://\1:{MASK}@", text)
+    for hint, shape in _SHAPES:
+        if hint in text:
+            text = shape.sub(_mask_shape, text)
+    return text
+
+
+def _mask_parameter(match: re.Match[str]) -> str:
+    text, end = match.string, match.start()
+    start = end
+    while start > 0 and text[start - 1] in _NAME_CHARACTERS:
+        start -= 1
+    return f"={MASK}" if start < end and is_secret_key(text[start:end]) else match.group(0)
+
+
+def _mask_shape(match: re.Match[str]) -> str:
+    start = match.start()
+    if start and match.string[start - 1].isalnum():  # inside a longer word ("risk-assessment-..."): not a key
+        return match.group(0)
+    return (match.groupdict().get("scheme") or "") + MASK

@@ -1,0 +1,186 @@
+"""Secrets are masked by key name (any case style), URL parameter, header pair and value shape, also
+inside free text, wherever the value sits; look-alike names and prose stay visible."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pydantic
+import pytest
+
+from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation import capture, configure_capture, llm_call, tool
+from agenteval_instrumentation.masking import is_secret_key, mask_text
+
+
+@pytest.fixture(autouse=True)
+def _default_capture(monkeypatch):
+    monkeypatch.delenv(capture.ENV_CAPTURE_CONTENT, raising=False)
+    saved = dataclasses.replace(capture.config)
+    configure_capture(enabled=True)
+    yield
+    for field in dataclasses.fields(saved):
+        setattr(capture.config, field.name, getattr(saved, field.name))
+
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAplantedPemBody0123456789\nZmFrZWtleQ==\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJwbGFudGVkIn0.c2lnbmF0dXJlUGxhbnRlZA"
+
+# (form, value to capture, secret that must not be recorded, text that must stay readable)
+FORMS = [
+    (
+        "url query parameters",
+        {"url": "https://api.example.com/v1/search?api_key=sk-plantedurlkey1234567&token=tokPlanted99&page=2"},
+        ("sk-plantedurlkey1234567", "tokPlanted99"),
+        "https://api.example.com/v1/search?api_key=***&token=***&page=2",
+    ),
+    ("url user and password", {"dsn": "postgres://app:hunterPlanted2@db:5432/x"}, ("hunterPlanted2",), "app:***@db"),
+    ("header pair", [("X-Api-Key", "plainPlantedHeaderValue")], ("plainPlantedHeaderValue",), '["X-Api-Key", "***"]'),
+    ("header pair bearer", [("Authorization", "Bearer sk-plantedbearer123456")], ("plantedbearer",), "Authorization"),
+    ("snake key", {"aws_secret_access_key": "wJalrPlantedSnake"}, ("wJalrPlantedSnake",), '"aws_secret_access_key"'),
+    ("camel key", {"openaiApiKey": "plantedCamelValue"}, ("plantedCamelValue",), '"openaiApiKey": "***"'),
+    ("camel token", {"githubToken": "plantedGithubValue"}, ("plantedGithubValue",), '"githubToken": "***"'),
+    ("kebab key", {"x-api-key": "plantedKebabValue"}, ("plantedKebabValue",), '"x-api-key": "***"'),
+    ("jwt key", {"jwt": "plantedJwtKeyValue"}, ("plantedJwtKeyValue",), '"jwt": "***"'),
+    ("passphrase key", {"passphrase": "plantedPassphrase"}, ("plantedPassphrase",), '"passphrase": "***"'),
+    ("bearer in text", {"note": "send Bearer abc123plantedToken now"}, ("abc123plantedToken",), "send Bearer *** now"),
+    ("openai key in text", {"note": "key sk-plantedOpenAi0123456789 here"}, ("plantedOpenAi",), "key *** here"),
+    ("anthropic key", {"note": "use sk-ant-api03-plantedAnthropic_x1"}, ("plantedAnthropic",), "use ***"),
+    ("project key", {"note": "use sk-proj-plantedProject-0123"}, ("plantedProject",), "use ***"),
+    ("aws access key id", {"note": "id AKIAPLANTED234567890 ok"}, ("AKIAPLANTED234567890",), "id *** ok"),
+    ("aws session key id", {"note": "id ASIAPLANTED234567890 ok"}, ("ASIAPLANTED234567890",), "id *** ok"),
+    ("jwt in text", {"note": f"session {JWT} end"}, (JWT[:20], JWT[-12:]), "session *** end"),
+    ("pem block", {"note": f"key:\n{PEM}\nthanks"}, ("plantedPemBody", "ZmFrZWtleQ"), "key:\n***\nthanks"),
+]
+
+
+class Holder(pydantic.BaseModel):
+    payload: Any
+
+
+@dataclasses.dataclass
+class Box:
+    payload: Any
+
+
+NESTINGS = {
+    "top level": lambda value: value,
+    "dict": lambda value: {"outer": {"inner": value}},
+    "list": lambda value: [1, [value]],
+    "tuple": lambda value: ("first", (value,)),
+    "pydantic model": lambda value: Holder(payload=value),
+    "dataclass": lambda value: Box(payload=value),
+}
+
+
+@tool
+def call_service(request: Any) -> Any:
+    return request
+
+
+def recorded(spans, attribute):
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "execute_tool call_service"]
+    return span.attributes[attribute]
+
+
+@pytest.mark.parametrize("nesting", NESTINGS)
+@pytest.mark.parametrize(("form", "value", "secrets", "readable"), FORMS, ids=[f[0] for f in FORMS])
+def test_each_secret_form_is_masked_wherever_it_sits(spans, form, value, secrets, readable, nesting):
+    call_service(NESTINGS[nesting](value))
+    for attribute in (A.GEN_AI_TOOL_CALL_ARGUMENTS, A.GEN_AI_TOOL_CALL_RESULT):
+        text = recorded(spans, attribute)
+        json.loads(text)
+        for secret in secrets:
+            assert secret not in text, (attribute, text)
+        assert readable in text.replace("\\n", "\n"), (attribute, text)  # newlines unescaped, for the PEM form
+
+
+def test_look_alike_names_and_prose_stay_visible(spans):
+    visible = {
+        "max_tokens": 5,
+        "token_count": 7,
+        "tokens": ["a", "b"],
+        "input_tokens": 3,
+        "tokenizer": "bpe",
+        "author": "Ann",
+        "note": "the bearer of bad news took a risk-assessment-framework-v2 to ASIA on sk-day",
+        "query": "https://example.com/?q=weather&page=2",
+    }
+    call_service(visible)
+    assert json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)) == {"request": visible}
+
+
+def test_model_and_dataclass_fields_named_like_secrets_are_masked(spans):
+    class Settings(pydantic.BaseModel):
+        openai_api_key: str
+        max_tokens: int
+
+    @dataclasses.dataclass
+    class Login:
+        githubToken: str
+        user: str
+
+    call_service([Settings(openai_api_key="plantedModelKey", max_tokens=9), Login("plantedDcToken", "ann")])
+    assert json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)) == {
+        "request": [{"openai_api_key": "***", "max_tokens": 9}, {"githubToken": "***", "user": "ann"}]
+    }
+
+
+def test_a_secret_in_a_model_message_is_masked_in_place(spans):
+    @llm_call(model="m")
+    def chat(messages):
+        return "I used key sk-plantedReply0123456789 for that"
+
+    chat([{"role": "user", "content": "my key is sk-plantedMessage0123456789, use it"}])
+    (span,) = spans.get_finished_spans()
+    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [
+        {"role": "user", "content": "my key is ***, use it"}
+    ]
+    assert "I used key *** for that" in span.attributes[A.GEN_AI_OUTPUT_MESSAGES]
+
+
+def test_a_secret_across_the_cut_is_masked_whole(spans):
+    configure_capture(max_string=50)
+    call_service("x" * 40 + " sk-plantedAcrossTheCut0123456789 " + "y" * 100)
+    text = json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS))["request"]
+    assert "sk-planted" not in text and "sk-" not in text and "more chars" in text
+
+
+def test_masking_can_be_switched_off(spans):
+    configure_capture(mask_secrets=False)
+    call_service({"api_key": "plantedShown", "note": "Bearer abc123plantedShown"})
+    assert "plantedShown" in recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("aws_secret_access_key", True),
+        ("openaiApiKey", True),
+        ("OpenAIApiKey", True),
+        ("githubToken", True),
+        ("jwt", True),
+        ("passphrase", True),
+        ("X-Api-Key", True),
+        ("x-amz-security-token", True),
+        ("proxy-authorization", True),
+        ("client.secret", True),
+        ("token_count", False),
+        ("tokens", False),
+        ("maxTokens", False),
+        ("aws_access_key_id", False),
+        ("keyboard", False),
+    ],
+)
+def test_secret_key_names_in_any_case_style(key, secret):
+    assert is_secret_key(key) is secret
+
+
+def test_short_and_plain_text_is_returned_as_it_is():
+    for text in ("", "ok", "sk-1", "What is the weather in Paris?"):
+        assert mask_text(text) is text
