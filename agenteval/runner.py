@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, spans_to_batch
 from agenteval_instrumentation import capture
-from agenteval_instrumentation.text import exception_text, storable_text
+from agenteval_instrumentation.text import storable_text
 
 from . import experiments as ex
 from .agents.loading import LoadedAgent, load_agent
@@ -368,7 +368,7 @@ class _Run:
             except Exception as exc:
                 if result.failure is None:
                     plan = result.plan
-                    message = f"this trial could not be scored: {exception_text(exc)}"
+                    message = f"this trial could not be scored: {capture.error_text(exc)}"
                     parts.append(
                         self.engine.failed([plan.trial_id], [plan.case.id], {plan.case.id: plan.case}, message)
                     )

@@ -8,7 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agenteval_instrumentation.text import exception_text, storable_text
+from agenteval_instrumentation import capture
+from agenteval_instrumentation.text import storable_text
 
 from ..cases import SCORED_FIELDS, Case
 from .features import TrialFeatures
@@ -117,7 +118,7 @@ class Scorer:
         try:
             return bool(self.applies(case))
         except Exception as exc:
-            return f"its when= condition raised {exception_text(exc)}"
+            return f"its when= condition raised {capture.error_text(exc)}"
 
     @staticmethod
     def failure(message: str) -> Outcome:
@@ -134,7 +135,7 @@ def _reason(reason: Any) -> str:
         try:
             reason = str(reason)
         except Exception as exc:
-            reason = f"<the reason could not be read: {exception_text(exc)}>"
+            reason = f"<the reason could not be read: {capture.error_text(exc)}>"
     return storable_text(reason)
 
 

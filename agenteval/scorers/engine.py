@@ -12,6 +12,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agenteval_instrumentation import capture
+
 from ..cases import SCORED_FIELDS, Case
 from ..store.schemas import SCORES
 from ..store.views import judged_trials
@@ -262,7 +264,7 @@ class ScoringEngine:
             try:
                 outcomes.append(item.outcome(fn(cases[case_ids[row]], TrialFeatures(columns, row))))
             except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
-                outcomes.append(item.failure(f"{type(exc).__name__}: {exc}"))
+                outcomes.append(item.failure(capture.error_text(exc)))
         value, passed, reason, error = zip(*outcomes, strict=True)
         indices = pa.array(rows, pa.int64())
         return pa.table(
@@ -299,7 +301,7 @@ class ScoringEngine:
                 subset.num_rows,
             )
         except Exception as exc:  # a scorer's bug is recorded on its scores, never stops the run
-            return _failed(item, keys, f"{type(exc).__name__}: {exc}")
+            return _failed(item, keys, capture.error_text(exc))
         self.con.register(
             "agenteval_outcomes",
             pa.table({"trial_id": keys.column("trial_id"), "case_id": keys.column("case_id"), **returned}),
@@ -329,7 +331,7 @@ class ScoringEngine:
         try:
             return self.con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
-            return _failed(item, keys, f"{type(exc).__name__}: {exc}")
+            return _failed(item, keys, capture.error_text(exc))
 
 
 def _rows_without_content(features: pa.Table) -> frozenset[int]:
