@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.runner import evaluate
-from agenteval.store import NotReadOnly, Store
+from agenteval.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +111,8 @@ def test_an_empty_query_is_a_clear_error(store):
 
 
 def test_read_only_connection_from_python_is_locked_and_the_default_stays_the_callers(store, tmp_path):
+    from agenteval.store import NotReadOnly
+
     before = fingerprint(store)
     con = Store(store).connect(read_only=True)
     assert con.execute("SELECT count(*) FROM trials").fetchone() == (8,)

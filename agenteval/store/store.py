@@ -128,6 +128,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.root = store_path(path)
+        self._laid_out = False  # writers lay out the store once per object; reads never do
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -148,10 +149,9 @@ class Store:
         recover(self, wait=0)
 
     def _ensure_once(self) -> None:
-        """Writers lay out the store (reads never do), once per Store object."""
-        if not getattr(self, "_ensured", False):
+        if not self._laid_out:
             self.ensure()
-            self._ensured = True
+            self._laid_out = True
 
     def glob(self, table: str) -> str:
         """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
