@@ -71,6 +71,18 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def existing_store(store: str | None) -> Any:
+    """The store for a command that only reads: a folder that is not there is a one-line error, never created."""
+    from .store import NoStore, Store
+
+    target = Store(store)
+    try:
+        target.require()
+    except NoStore as exc:
+        raise click.ClickException(str(exc)) from None
+    return target
+
+
 def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
     """A warning from the library (a sample larger than the dataset, ...) as one line, not a source line."""
     click.echo(f"warning: {visible(str(message))}", err=True)
@@ -123,12 +135,12 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @format_option
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
-    """Run a SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as reports
-    give them) and experiment_history, trial_history, score_history (every row as written)."""
-    from .store import Store
+    """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as
+    reports give them) and experiment_history, trial_history, score_history (every row as written). One statement:
+    SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
     from .tables import render
 
-    click.echo(render(Store(store).query(query), fmt))
+    click.echo(render(existing_store(store).query(query, read_only=True), fmt))
 
 
 @main.command()
@@ -398,10 +410,9 @@ def report(experiment: str | None, fmt: str, output: str | None, store: str | No
     """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost."""
     from .report import build_report
     from .report_formats import FORMATS, to_terminal
-    from .store import Store
 
     try:
-        data = build_report(Store(store), experiment)
+        data = build_report(existing_store(store), experiment)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     if fmt == "table" and output is None:
@@ -430,11 +441,10 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
 
     from .compare import NotComparable, compare
     from .console import comparison_view
-    from .store import Store
     from .text_safety import visible
 
     try:
-        result = compare(Store(store), baseline, candidate)
+        result = compare(existing_store(store), baseline, candidate)
     except NotComparable as exc:
         raise click.ClickException(visible(str(exc), newlines=True)) from exc
     if as_json:
@@ -606,10 +616,9 @@ def experiments(store: str | None, fmt: str) -> None:
     import pyarrow as pa
 
     from .experiments import list_experiments
-    from .store import Store
     from .tables import render
 
-    rows = list_experiments(Store(store))
+    rows = list_experiments(existing_store(store))
     for row in rows:
         row["pass_rate"] = None if row["pass_rate"] is None else round(row["pass_rate"], 3)
     click.echo(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import decimal
 import io
 import json
 from typing import Any
@@ -15,9 +16,16 @@ from .text_safety import markdown_cell, visible
 FORMATS = ("table", "csv", "json", "markdown")
 
 
+def _number(value: decimal.Decimal) -> int | float:
+    """A DECIMAL or HUGEINT (any sum() of integers) as a JSON number: exact when whole, else a float."""
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")  # the exact digits, never an exponent
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, datetime.datetime):
@@ -26,6 +34,8 @@ def _cell(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return _number(value)
     if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
     if isinstance(value, bytes):

@@ -176,12 +176,14 @@ def test_sql_command_formats(tmp_path):
 
 
 def test_sql_command_reports_bad_sql_clearly(tmp_path):
+    (tmp_path / "s").mkdir()  # an empty store: reads never create one
     result = CliRunner().invoke(main, ["sql", "SELECT * FROM nowhere", "--store", str(tmp_path / "s")])
     assert result.exit_code == 1
     assert "Error:" in result.output and "nowhere" in result.output and "Traceback" not in result.output
 
 
 def test_table_output_never_interprets_markup(tmp_path):
+    (tmp_path / "s").mkdir()
     result = CliRunner().invoke(main, ["sql", "SELECT '[bold red]hi[/]' AS reply", "--store", str(tmp_path / "s")])
     assert "[bold red]hi[/]" in result.output
 

@@ -2,7 +2,7 @@
 
 from .compact import CompactionResult, compact, recover
 from .schemas import CASES, EXPERIMENTS, SCORES, TABLES, TRIALS
-from .store import Store, StoreBusy, quote_identifier, sql_string
+from .store import NoStore, NotReadOnly, Store, StoreBusy, check_read_only, quote_identifier, sql_string
 
 __all__ = [
     "CASES",
@@ -11,8 +11,11 @@ __all__ = [
     "TABLES",
     "TRIALS",
     "CompactionResult",
+    "NoStore",
+    "NotReadOnly",
     "Store",
     "StoreBusy",
+    "check_read_only",
     "compact",
     "quote_identifier",
     "recover",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -39,6 +40,26 @@ class StoreBusy(AgentevalError, TimeoutError):
     """Another process held the store's compaction lock for longer than the caller would wait."""
 
 
+class NoStore(AgentevalError, ValueError):
+    """A read was pointed at a folder that holds no store (a mistyped ``--store``, or nothing written yet)."""
+
+
+class NotReadOnly(AgentevalError, ValueError):
+    """A statement given to a read-only query is not a single read (``SELECT``, ``DESCRIBE``, ``EXPLAIN``, ...)."""
+
+
+READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+"""What a read-only query may run. DuckDB parses ``WITH``, ``FROM ...``, ``VALUES``, ``DESCRIBE``, ``SHOW`` and
+``SUMMARIZE`` as SELECT; ``PIVOT`` is refused, since it runs as several statements (it creates a type first)."""
+
+LOCKED_SETTINGS = (
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET enable_external_access = false",  # after allowed_directories: only the store stays reachable
+    "SET lock_configuration = true",  # last: no statement can undo the others
+)
+
+
 @contextlib.contextmanager
 def compaction_lock(root: Path, wait: float) -> Iterator[None]:
     """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
@@ -73,11 +94,42 @@ def _retry_vanished(run: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+@functools.cache
+def empty_relation(table: str) -> str:
+    """A SELECT of no rows with ``table``'s columns as its schema defines them, in DuckDB's types."""
+    schema = TABLES[table]
+    with duckdb.connect() as con:
+        types = con.from_arrow(schema.empty_table()).types
+    columns = ", ".join(
+        f"NULL::{kind} AS {quote_identifier(name)}" for name, kind in zip(schema.names, types, strict=True)
+    )
+    return f"SELECT {columns} WHERE false"
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise :class:`NotReadOnly` unless ``sql`` is exactly one read statement."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise NotReadOnly(str(exc).splitlines()[0]) from exc
+    if not statements:
+        raise NotReadOnly("no SQL statement given; write one read statement, e.g. SELECT count(*) FROM trials")
+    if len(statements) > 1:
+        raise NotReadOnly(f"{len(statements)} statements given; the store's SQL runs one read statement at a time")
+    kind = statements[0].type
+    if kind not in READ_STATEMENTS:
+        raise NotReadOnly(
+            f"{kind.name} is not allowed: the store's SQL is read-only "
+            "(SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)"
+        )
+
+
 class Store:
     """A store folder (``--store``, else ``AGENTEVAL_STORE``, else ``./.agenteval``)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.root = store_path(path)
+        self._laid_out = False  # writers lay out the store once per object; reads never do
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -97,19 +149,44 @@ class Store:
 
         recover(self, wait=0)
 
+    def _ensure_once(self) -> None:
+        if not self._laid_out:
+            self.ensure()
+            self._laid_out = True
+
     def glob(self, table: str) -> str:
-        """The pattern that reads every file of ``table``."""
-        return str(self.root / table / "**" / "*.parquet")
+        """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
+        through DuckDB's ``allowed_directories``, which it compares with absolute paths)."""
+        return str(self.root.absolute() / table / "**" / "*.parquet")
+
+    def require(self) -> None:
+        """Raise :class:`NoStore` unless the store folder exists: reads never create it."""
+        if not self.root.is_dir():
+            raise NoStore(
+                f"there is no store at {self.root}: check --store (or AGENTEVAL_STORE), or run `agenteval run` first"
+            )
 
     def read_parquet_sql(self, table: str) -> str:
         # experiment_id is stored in every file, so Hive partitioning is not needed, and it would
         # fail here: DuckDB refuses one glob over experiment_id=... and date=... folders.
         return f"read_parquet({sql_string(self.glob(table))}, union_by_name = true, hive_partitioning = false)"
 
-    def connect(self, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    def connect(self, database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
-        what reports give) and ``experiment_history``, ``trial_history``, ``score_history`` (every row as written)."""
-        self.ensure()
+        what reports give) and ``experiment_history``, ``trial_history``, ``score_history`` (every row as written).
+
+        Nothing is created: a missing store or table gives empty views with every column. The default connection
+        is the caller's to use (temporary tables, any file); it first finishes a compaction killed half way.
+        ``read_only=True`` raises :class:`NoStore` when the folder does not exist, writes nothing, and locks the
+        connection: no file outside the store can be read, no extension installed or loaded, no setting changed.
+        Pair it with :meth:`query` ``(read_only=True)``, or :func:`check_read_only` for statements of your own.
+        """
+        if read_only:
+            self.require()
+        elif self.root.is_dir():
+            from .compact import recover  # compact imports this module
+
+            recover(self, wait=0)
         con = duckdb.connect(database)
         con.execute("SET enable_progress_bar = false")  # our commands show their own progress, or none
         views = {raw_table(table): self._stored_sql(table) for table in TABLES} | CURRENT_VIEWS
@@ -118,16 +195,27 @@ class Store:
             _retry_vanished(
                 lambda name=name, sql=sql: con.execute(f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}")
             )
+        if read_only:
+            con.execute("SET allowed_directories = [?]", [str(self.root.absolute()) + os.sep])
+            for setting in LOCKED_SETTINGS:
+                con.execute(setting)
         return con
 
     def _stored_sql(self, table: str) -> str:
-        read = self.read_parquet_sql(table)
-        return stored_trials(read) if table == "trials" else f"SELECT * FROM {read}"
+        """The table's rows as written; with the schema's columns in any case, so that files of an older
+        version, or no files at all, still give every column (the store itself is never changed for it)."""
+        columns = empty_relation(table)
+        if any((self.root / table).rglob("*.parquet")):
+            columns = f"SELECT * FROM {self.read_parquet_sql(table)} UNION ALL BY NAME {columns}"
+        return stored_trials(f"({columns})") if table == "trials" else columns
 
-    def query(self, sql: str, parameters: Sequence[Any] | None = None) -> pa.Table:
-        """Run ``sql`` over the views; retried when a compaction swapped files under it."""
-        con = self.connect()
+    def query(self, sql: str, parameters: Sequence[Any] | None = None, *, read_only: bool = False) -> pa.Table:
+        """Run ``sql`` over the views; retried when a compaction swapped files under it. ``read_only=True``
+        runs one read statement on a locked connection (see :meth:`connect`) and refuses anything else."""
+        con = self.connect(read_only=read_only)
         try:
+            if read_only:
+                check_read_only(con, sql)
             return _retry_vanished(lambda: con.sql(sql, params=parameters or None).to_arrow_table())
         finally:
             con.close()
@@ -140,12 +228,14 @@ class Store:
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time."""
+        self._ensure_once()
         return PartitionedWriter(
             self.root, table, TABLES[table], partition_by_experiment, max_rows=max_rows, flush_interval=flush_interval
         )
 
     def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[Path]:
         """Publish ``rows`` at once, one file per experiment."""
+        self._ensure_once()
         schema = TABLES[table]
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data

@@ -1,0 +1,182 @@
+"""`agenteval sql` only reads: one read statement over the store's views, on a locked DuckDB connection.
+Read-only commands never create a store; numbers stay numbers in JSON and CSV."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.runner import evaluate
+from agenteval.store import Store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ro") / "store"
+    evaluate("mock", "arithmetic", cases=4, attempts=2, store=root, progress="none")
+    return root
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    """Every file and folder under ``folder`` (and beside it), with each file's hash."""
+    return {
+        str(p.relative_to(folder.parent)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(folder.parent.rglob("*"))
+    }
+
+
+def sql(store: Path, query: str, fmt: str = "json"):
+    return CliRunner().invoke(main, ["sql", query, "--store", str(store), "--format", fmt])
+
+
+def refusals(store: Path, outside: Path) -> list[str]:
+    trials_file = next((store / "trials").glob("experiment_id=*/*.parquet"))
+    return [
+        f"COPY (SELECT * FROM trial_history WHERE false) TO '{trials_file}' (FORMAT parquet)",
+        f"COPY (SELECT * FROM trial_history) TO '{store / 'trials' / 'experiment_id=fake' / 'part-1.parquet'}'",
+        f"COPY (SELECT 1 AS x) TO '{outside / 'written.csv'}'",
+        f"EXPORT DATABASE '{outside / 'exported'}'",
+        f"ATTACH '{outside / 'new.duckdb'}' AS other",
+        f"ATTACH '{store / 'inside.duckdb'}' AS other",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET enable_external_access = true",
+        "RESET lock_configuration",
+        "CREATE TABLE t AS SELECT 1",
+        "CREATE OR REPLACE VIEW trials AS SELECT 1 AS fake",
+        "DROP VIEW trials",
+        "INSERT INTO trials SELECT * FROM trials",
+        "DELETE FROM trials",
+        "CALL pragma_version()",
+        "PRAGMA version",
+        "PIVOT trials ON outcome USING count(*)",  # runs as several statements: it creates a type first
+        "SELECT * FROM (PIVOT trials ON outcome USING count(*))",
+        "SELECT 1; DROP VIEW trials",
+        "SELECT 1; SELECT 2",
+        # A SELECT can reach files only through table functions that read; outside the store they are refused.
+        "SELECT * FROM read_csv('/etc/passwd')",
+        f"SELECT * FROM read_text('{outside / 'secret.txt'}')",
+    ]
+
+
+def test_sql_refuses_every_statement_that_is_not_one_read_and_changes_no_file(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not for agenteval sql")
+    before, outside_before = fingerprint(store), sorted(outside.iterdir())
+    for query in refusals(store, outside):
+        result = sql(store, query)
+        assert result.exit_code in (1, 2), (query, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), (query, result.output)
+        assert "Traceback" not in result.output and "not for agenteval" not in result.output, query
+        assert fingerprint(store) == before, query
+        assert sorted(outside.iterdir()) == outside_before, query
+    # The views are still there and give what they gave.
+    assert json.loads(sql(store, "SELECT count(*) AS n FROM trials").output) == [{"n": 8}]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT count(*) AS n FROM trials",
+        "WITH t AS (SELECT * FROM trials) SELECT count(*) AS n FROM t",
+        "FROM trials SELECT count(*) AS n",
+        "DESCRIBE trials",
+        "SHOW TABLES",
+        "SUMMARIZE trials",
+        "EXPLAIN SELECT count(*) FROM spans",
+    ],
+)
+def test_sql_runs_read_statements(store, query):
+    before = fingerprint(store)
+    result = sql(store, query)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)
+    assert fingerprint(store) == before
+
+
+def test_an_empty_query_is_a_clear_error(store):
+    for query in ("", "   ", "/* only a comment */"):
+        result = sql(store, query)
+        assert result.exit_code == 1 and result.output.startswith("Error: no SQL statement"), result.output
+
+
+def test_read_only_connection_from_python_is_locked_and_the_default_stays_the_callers(store, tmp_path):
+    from agenteval.store import NotReadOnly
+
+    before = fingerprint(store)
+    con = Store(store).connect(read_only=True)
+    assert con.execute("SELECT count(*) FROM trials").fetchone() == (8,)
+    for locked in ("SET enable_external_access = true", f"COPY (SELECT 1) TO '{tmp_path / 'x.csv'}'"):
+        with pytest.raises(duckdb.Error):
+            con.execute(locked)
+    con.close()
+    with pytest.raises(NotReadOnly, match="DELETE is not allowed"):
+        Store(store).query("DELETE FROM trials", read_only=True)
+    assert fingerprint(store) == before
+    # The default connection is the caller's: temporary tables and files outside the store work.
+    con = Store(store).connect()
+    con.execute("CREATE TEMP TABLE mine AS SELECT * FROM trials")
+    con.execute(f"COPY mine TO '{tmp_path / 'mine.csv'}'")
+    con.close()
+    assert (tmp_path / "mine.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["experiments"],
+        ["report"],
+        ["sql", "SELECT 1"],
+        ["compare", "a", "b"],
+    ],
+)
+def test_read_only_commands_never_create_a_store(tmp_path, args):
+    missing = tmp_path / "mistyped"
+    result = CliRunner().invoke(main, [*args, "--store", str(missing)])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        f"Error: there is no store at {missing}: check --store (or AGENTEVAL_STORE), or run `agenteval run` first"
+    ]
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_reads_of_a_spans_only_store_create_nothing(tmp_path):
+    """A store the exporter alone wrote: the views of the other tables are empty, with their columns."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    root = tmp_path / "spans-only"
+    exporter = ParquetSpanExporter(root)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span("work"):
+        pass
+    provider.shutdown()
+    before = fingerprint(root)
+    assert json.loads(sql(root, "SELECT count(*) AS n FROM spans").output) == [{"n": 1}]
+    assert json.loads(sql(root, "SELECT count(*) AS n, count(passed) AS p FROM trials").output) == [{"n": 0, "p": 0}]
+    for args in (["experiments"], ["report"]):
+        result = CliRunner().invoke(main, [*args, "--store", str(root)])
+        assert "Traceback" not in result.output, result.output
+    assert fingerprint(root) == before
+
+
+def test_sums_and_decimals_are_numbers_in_json_and_csv(store):
+    query = "SELECT sum(attempt) AS total, 1.25::DECIMAL(10, 2) AS price, 10::HUGEINT * 10 AS big FROM trials"
+    result = sql(store, query)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [{"total": 12, "price": 1.25, "big": 100}]
+    as_csv = list(csv.DictReader(io.StringIO(sql(store, query, "csv").output)))
+    assert as_csv == [{"total": "12", "price": "1.25", "big": "100"}]
