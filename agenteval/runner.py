@@ -1,4 +1,4 @@
-"""``evaluate``: run an agent over a dataset, several attempts per case, into the store.
+"""``evaluate`` / ``evaluate_async``: run an agent over a dataset, several attempts per case, into the store.
 
 Finished trials are scored and saved in micro-batches: their spans are encoded to Arrow once and
 handed to the span writer; scores and trial rows follow. Every second the writers publish in that
@@ -10,16 +10,19 @@ that have no row.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import gc
 import itertools
 import secrets
 import signal
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +59,7 @@ class RunRefused(ValueError):
     """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
 
 
-def evaluate(
+async def evaluate_async(
     agent: str | Callable[..., Any],
     dataset: str | Path | Dataset | None = None,
     *,
@@ -108,7 +111,66 @@ def evaluate(
     )
     with run.lease:
         run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
-        return asyncio.run(run.execute())
+        return await run.execute()
+
+
+def evaluate(
+    agent: str | Callable[..., Any],
+    dataset: str | Path | Dataset | None = None,
+    *,
+    attempts: int | None = None,
+    concurrency: int | None = None,
+    timeout: float | None = None,
+    sample: int | None = None,
+    sample_seed: int | None = None,
+    cases: int | None = None,
+    name: str | None = None,
+    store: str | Path | Store | None = None,
+    agent_options: dict[str, Any] | None = None,
+    resume: bool | str = False,
+    retry_failed: str | None = None,
+    user_simulator: UserSimulator | None = None,
+    scorers: Sequence[Scorer | str] = (),
+    prices: str | Path | None = None,
+    progress: str = "auto",
+) -> ex.Experiment:
+    """:func:`evaluate_async`, run to the end. Inside a running event loop (a notebook cell, an async
+    application) the run gets an event loop of its own on a worker thread, and this call waits for it."""
+    arguments = dict(locals())  # the parameters, passed on as they came
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(evaluate_async(**arguments))
+    return _run_beside_running_loop(lambda: evaluate_async(**arguments))
+
+
+def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Experiment]]) -> ex.Experiment:
+    """Run on a fresh event loop in a worker thread, with the caller's context (its current span).
+
+    Signal handlers belong to the main thread, so the run cannot install its own there: a Ctrl-C (a
+    notebook's "interrupt") reaches this waiting thread instead, which cancels the run; the run marks
+    itself interrupted, keeps what finished and lets go of its lease before the interrupt goes on.
+    """
+    started = threading.Event()
+    running: dict[str, Any] = {}
+
+    async def main() -> ex.Experiment:
+        running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        started.set()
+        return await make_run()
+
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agenteval-evaluate") as worker:
+        finished = worker.submit(context.run, asyncio.run, main())
+        try:
+            return finished.result()
+        except KeyboardInterrupt:
+            started.wait()
+            with contextlib.suppress(RuntimeError):  # the loop already closed: the run has ended anyway
+                running["loop"].call_soon_threadsafe(running["task"].cancel)
+            with contextlib.suppress(asyncio.CancelledError):
+                finished.result()  # the run saved as interrupted
+            raise
 
 
 @dataclasses.dataclass
@@ -190,7 +252,7 @@ class _Run:
                     options=dataclasses.asdict(options),
                     status=ex.RUNNING,
                     started_at=time.time_ns(),
-                    environment=environment(agent.source_file),
+                    environment={**environment(agent.source_file), "agent": agent.provenance},
                     prices=prices,
                 )
                 lease = experiment_lease(store.root, experiment.experiment_id)
