@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -166,3 +167,49 @@ def test_agents_from_python_c_get_a_version_from_their_code(tmp_path):
     assert versions["first"][0] != versions["constants changed"][0]  # the def's global REPLY
     assert versions["first"][1] != versions["constants changed"][1]  # the lambda's own constant
     assert len({*versions["first"], *versions["constants changed"]}) == 4
+
+
+INTERRUPTED_HOST = """
+import asyncio, json, sys, time
+import agenteval
+from agenteval import experiments as ex
+from agenteval.store import Store
+from agenteval.store.lease import experiment_lease
+
+STORE = sys.argv[1]
+
+def slow_agent(message):
+    print("agent started", flush=True)
+    time.sleep(0.2)
+    return "0"
+
+async def application():  # a host whose loop has no SIGINT handler of its own: Ctrl-C raises here
+    return agenteval.evaluate(
+        slow_agent, "arithmetic", cases=50, attempts=1, concurrency=2, store=STORE, progress="none"
+    )
+
+try:
+    asyncio.new_event_loop().run_until_complete(application())
+except KeyboardInterrupt:
+    stored = ex.find(Store(STORE))
+    lease = experiment_lease(Store(STORE).root, stored.experiment_id)
+    trials = Store(STORE).rows("SELECT count(*) AS n FROM trials")[0]["n"]
+    print(json.dumps({"status": stored.status, "lease_free": lease.acquire(), "trials": trials}), flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_run_started_inside_a_running_loop_which_keeps_what_finished(tmp_path):
+    host = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_HOST, str(tmp_path / "store")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert host.stdout.readline() == "agent started\n", host.stderr.read()
+    host.send_signal(signal.SIGINT)
+    out, err = host.communicate(timeout=60)
+
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == ex.INTERRUPTED, err
+    assert result["lease_free"]  # the run let go of its lease before the interrupt reached the host
+    assert result["trials"] < 50  # stopped early; what finished was saved and can be resumed
