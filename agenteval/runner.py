@@ -10,7 +10,6 @@ that have no row.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
@@ -53,6 +52,8 @@ BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
 BLOCKED_LOOP_SECONDS = 1.0
 """How late housekeeping may wake before the run says that something blocks the event loop."""
+SIGNAL_CHECK_SECONDS = 0.1
+"""How often ``evaluate()`` waiting beside a running loop wakes to let a Ctrl-C through."""
 
 
 class RunRefused(ValueError):
@@ -151,26 +152,41 @@ def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Exper
     notebook's "interrupt") reaches this waiting thread instead, which cancels the run; the run marks
     itself interrupted, keeps what finished and lets go of its lease before the interrupt goes on.
     """
-    started = threading.Event()
-    running: dict[str, Any] = {}
+    guard = threading.Lock()
+    state: dict[str, Any] = {}  # the run's loop and task; whether it was interrupted; its outcome
 
     async def main() -> ex.Experiment:
-        running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
-        started.set()
+        with guard:
+            if state.get("interrupted"):  # the Ctrl-C came while the thread was starting
+                raise asyncio.CancelledError
+            state["loop"], state["task"] = asyncio.get_running_loop(), asyncio.current_task()
         return await make_run()
 
-    context = contextvars.copy_context()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agenteval-evaluate") as worker:
-        finished = worker.submit(context.run, asyncio.run, main())
+    def work() -> None:
         try:
-            return finished.result()
-        except KeyboardInterrupt:
-            started.wait()
-            with contextlib.suppress(RuntimeError):  # the loop already closed: the run has ended anyway
-                running["loop"].call_soon_threadsafe(running["task"].cancel)
-            with contextlib.suppress(asyncio.CancelledError):
-                finished.result()  # the run saved as interrupted
-            raise
+            state["experiment"] = asyncio.run(main())
+        except BaseException as exc:  # raised again in the waiting thread
+            state["error"] = exc
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="agenteval-evaluate")
+    try:
+        thread.start()
+        # Woken now and then: a Ctrl-C the OS delivers to another of the process's threads runs its
+        # handler only once this thread runs Python again.
+        while thread.is_alive():
+            thread.join(SIGNAL_CHECK_SECONDS)
+    except KeyboardInterrupt:
+        with guard:
+            state["interrupted"] = True
+            if "task" in state:
+                with contextlib.suppress(RuntimeError):  # the loop already closed: the run has ended anyway
+                    state["loop"].call_soon_threadsafe(state["task"].cancel)
+        if thread.is_alive():
+            thread.join()  # the run saves itself as interrupted
+        raise
+    if "error" in state:
+        raise state["error"]
+    return state["experiment"]
 
 
 @dataclasses.dataclass

@@ -210,6 +210,6 @@ def test_ctrl_c_stops_a_run_started_inside_a_running_loop_which_keeps_what_finis
     out, err = host.communicate(timeout=60)
 
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["status"] == ex.INTERRUPTED, err
+    assert result["status"] == ex.INTERRUPTED, out + err
     assert result["lease_free"]  # the run let go of its lease before the interrupt reached the host
     assert result["trials"] < 50  # stopped early; what finished was saved and can be resumed
