@@ -24,10 +24,10 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     # The runner pulls in DuckDB, pyarrow and the OTel SDK: imported on first use, not with the package.
-    if name == "evaluate":
-        from .runner import evaluate
+    if name in ("evaluate", "evaluate_async"):
+        from . import runner
 
-        return evaluate
+        return getattr(runner, name)
     raise AttributeError(f"module 'agenteval' has no attribute {name!r}")
 
 
@@ -42,6 +42,7 @@ __all__ = [
     "agent",
     "configure_capture",
     "evaluate",
+    "evaluate_async",
     "llm_call",
     "load_dataset",
     "retriever",

@@ -1,4 +1,4 @@
-"""``evaluate``: run an agent over a dataset, several attempts per case, into the store.
+"""``evaluate`` / ``evaluate_async``: run an agent over a dataset, several attempts per case, into the store.
 
 Finished trials are scored and saved in micro-batches: their spans are encoded to Arrow once and
 handed to the span writer; scores and trial rows follow. Every second the writers publish in that
@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import gc
 import itertools
 import secrets
 import signal
+import threading
 import time
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,15 @@ BATCH_SECONDS = 0.5
 FLUSH_SECONDS = 1.0
 BLOCKED_LOOP_SECONDS = 1.0
 """How late housekeeping may wake before the run says that something blocks the event loop."""
+SIGNAL_CHECK_SECONDS = 0.1
+"""How often ``evaluate()`` waiting beside a running loop wakes to let a Ctrl-C through."""
 
 
 class RunRefused(AgentevalError, ValueError):
     """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
 
 
-def evaluate(
+async def evaluate_async(
     agent: str | Callable[..., Any],
     dataset: str | Path | Dataset | None = None,
     *,
@@ -110,7 +114,81 @@ def evaluate(
     )
     with run.lease:
         run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
-        return asyncio.run(run.execute())
+        return await run.execute()
+
+
+def evaluate(
+    agent: str | Callable[..., Any],
+    dataset: str | Path | Dataset | None = None,
+    *,
+    attempts: int | None = None,
+    concurrency: int | None = None,
+    timeout: float | None = None,
+    sample: int | None = None,
+    sample_seed: int | None = None,
+    cases: int | None = None,
+    name: str | None = None,
+    store: str | Path | Store | None = None,
+    agent_options: dict[str, Any] | None = None,
+    resume: bool | str = False,
+    retry_failed: str | None = None,
+    user_simulator: UserSimulator | None = None,
+    scorers: Sequence[Scorer | str] = (),
+    prices: str | Path | None = None,
+    progress: str = "auto",
+) -> ex.Experiment:
+    """:func:`evaluate_async`, run to the end. Inside a running event loop (a notebook cell, an async
+    application) the run gets an event loop of its own on a worker thread, and this call waits for it."""
+    arguments = dict(locals())  # the parameters, passed on as they came
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(evaluate_async(**arguments))
+    return _run_beside_running_loop(lambda: evaluate_async(**arguments))
+
+
+def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Experiment]]) -> ex.Experiment:
+    """Run on a fresh event loop in a worker thread, with the caller's context (its current span).
+
+    Signal handlers belong to the main thread, so the run cannot install its own there: a Ctrl-C (a
+    notebook's "interrupt") reaches this waiting thread instead, which cancels the run; the run marks
+    itself interrupted, keeps what finished and lets go of its lease before the interrupt goes on.
+    """
+    guard = threading.Lock()
+    state: dict[str, Any] = {}  # the run's loop and task; whether it was interrupted; its outcome
+
+    async def main() -> ex.Experiment:
+        with guard:
+            if state.get("interrupted"):  # the Ctrl-C came while the thread was starting
+                raise asyncio.CancelledError
+            state["loop"], state["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        return await make_run()
+
+    def work() -> None:
+        try:
+            state["experiment"] = asyncio.run(main())
+        except BaseException as exc:  # raised again in the waiting thread
+            state["error"] = exc
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="agenteval-evaluate")
+    try:
+        thread.start()
+        # Woken now and then: a Ctrl-C the OS delivers to another of the process's threads runs its
+        # handler only once this thread runs Python again.
+        while thread.is_alive():
+            thread.join(SIGNAL_CHECK_SECONDS)
+    except KeyboardInterrupt:
+        with guard:
+            state["interrupted"] = True
+            if "task" in state:
+                with contextlib.suppress(RuntimeError):  # the loop already closed: the run has ended anyway
+                    state["loop"].call_soon_threadsafe(state["task"].cancel)
+        if thread.is_alive():
+            thread.join()  # the run saves itself as interrupted
+        raise
+    if "error" in state:
+        raise state["error"]
+    return state["experiment"]
 
 
 @dataclasses.dataclass
@@ -190,7 +268,7 @@ class _Run:
                     options=dataclasses.asdict(options),
                     status=ex.RUNNING,
                     started_at=time.time_ns(),
-                    environment=environment(agent.source_file),
+                    environment={**environment(agent.source_file), "agent": agent.provenance},
                     prices=prices,
                 )
                 lease = experiment_lease(store.root, experiment.experiment_id)

@@ -9,6 +9,7 @@ the user's message (and, if it accepts ``messages``, the conversation so far).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -16,6 +17,7 @@ import inspect
 import json
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,13 +40,27 @@ class LoadedAgent:
     options: dict[str, Any]
 
     @property
+    def source_available(self) -> bool:
+        """Whether the agent's source file can be read (not so for ``python -c``, stdin or a notebook cell)."""
+        return bool(self.source_file) and Path(self.source_file).is_file()
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """What the version was hashed from, for the experiment's record."""
+        if self.source_available:
+            return {"source": str(self.source_file), "version_from": "source file"}
+        return {"source": "unavailable", "version_from": "code"}
+
+    @property
     def version(self) -> str:
-        """A hash of the agent's configuration: its source file's content and its options.
-        Any change to either gives a new version."""
+        """A hash of the agent's configuration: its source file's content (or, without a readable
+        file, its compiled code) and its options. Any change to either gives a new version."""
         digest = hashlib.sha256()
         digest.update(self.spec.encode())
-        if self.source_file:
-            digest.update(Path(self.source_file).read_bytes())
+        if self.source_available:
+            digest.update(Path(self.source_file).read_bytes())  # type: ignore[arg-type]
+        else:
+            _hash_code_of(self.fn, digest, set())
         digest.update(json.dumps(self.options, sort_keys=True, default=str).encode())
         model_config = getattr(self.fn, "agenteval_config", None)  # a model agent's model, prompt, parameters
         if model_config is not None:
@@ -135,6 +151,96 @@ def _source_of(obj: Any) -> str | None:
         return inspect.getsourcefile(inspect.unwrap(obj) if callable(obj) else type(obj))
     except TypeError:
         return None
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
+
+
+def _hash_code_of(obj: Any, digest: Any, seen: set[int]) -> None:
+    """Feed ``digest`` what defines ``obj`` without its source: a function's compiled code, defaults,
+    closure values and the plain-valued globals it names; a class's methods; an instance's class.
+    Only what is the same in every process goes in (no addresses, no set order)."""
+    if id(obj) in seen:  # a recursive function, or a method calling another
+        return
+    seen.add(id(obj))
+    if isinstance(obj, types.MethodType):
+        _hash_code_of(obj.__func__, digest, seen)
+    elif isinstance(obj, functools.partial):
+        _hash_code_of(obj.func, digest, seen)
+        digest.update(_plain_text((obj.args, tuple(sorted(obj.keywords.items())))).encode())
+    elif isinstance(obj, types.FunctionType):
+        _hash_function(obj, digest, seen)
+    elif inspect.isclass(obj):
+        for cls in obj.__mro__:
+            if cls.__module__ == "builtins":
+                continue
+            for attribute, value in sorted(vars(cls).items()):
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                if isinstance(value, types.FunctionType):
+                    digest.update(attribute.encode())
+                    _hash_code_of(value, digest, seen)
+    else:  # a callable instance: its class's methods
+        _hash_code_of(type(obj), digest, seen)
+
+
+def _hash_function(fn: types.FunctionType, digest: Any, seen: set[int]) -> None:
+    _hash_code_object(fn.__code__, digest)
+    digest.update(_plain_text((fn.__defaults__, sorted((fn.__kwdefaults__ or {}).items()))).encode())
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        _hash_value(value, digest, seen)
+    for global_name in fn.__code__.co_names:
+        if global_name in fn.__globals__:
+            value = fn.__globals__[global_name]
+            # A helper defined beside the agent counts; a library's function is versioned by its package.
+            helper = isinstance(value, types.FunctionType) and value.__module__ == fn.__module__
+            if _is_plain(value) or helper:
+                digest.update(global_name.encode())
+                _hash_value(value, digest, seen)
+
+
+def _hash_value(value: Any, digest: Any, seen: set[int]) -> None:
+    if _is_plain(value):
+        digest.update(_plain_text(value).encode())
+    elif callable(value):
+        _hash_code_of(value, digest, seen)
+    else:  # an object we cannot fingerprint stably: its type at least
+        digest.update(type(value).__qualname__.encode())
+
+
+def _hash_code_object(code: types.CodeType, digest: Any) -> None:
+    digest.update(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):  # a nested function, lambda or comprehension
+            _hash_code_object(constant, digest)
+        else:
+            digest.update(_plain_text(constant).encode())
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return all(_is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_is_plain(key) and _is_plain(item) for key, item in value.items())
+    return isinstance(value, _PLAIN)
+
+
+def _plain_text(value: Any) -> str:
+    """``repr`` with sets in sorted order (their iteration order changes with the process's hash seed)."""
+    if isinstance(value, (frozenset, set)):
+        return f"{type(value).__name__}({sorted(_plain_text(item) for item in value)})"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({[_plain_text(item) for item in value]})"
+    if isinstance(value, dict):
+        return f"dict({sorted((_plain_text(k), _plain_text(v)) for k, v in value.items())})"
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    return type(value).__qualname__
 
 
 def accepts_messages(fn: Callable[..., Any]) -> bool:

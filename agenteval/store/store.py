@@ -188,7 +188,10 @@ class Store:
 
             recover(self, wait=0)
         con = duckdb.connect(database)
-        con.execute("SET enable_progress_bar = false")  # our commands show their own progress, or none
+        # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
+        # without ipywidgets it is off already, and DuckDB refuses any change to it there.
+        if con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0]:
+            con.execute("SET enable_progress_bar = false")
         views = {raw_table(table): self._stored_sql(table) for table in TABLES} | CURRENT_VIEWS
         for name, sql in views.items():
             # Creating the view binds it, which opens the files to union their columns.
