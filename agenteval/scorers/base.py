@@ -90,7 +90,9 @@ class Scorer:
         return conventions are read (``result`` and the engine's columns both go through it)."""
         if type(returned) is tuple and len(returned) == 2 and type(returned[0]) is bool:  # the common case
             passed, reason = returned
-            return float(passed), None if self.continuous else passed, _reason(reason), None
+            # An ASCII str is storable as it is: the common case skips the call (rescoring makes 100,000s).
+            text = reason if type(reason) is str and reason.isascii() else _reason(reason)
+            return float(passed), None if self.continuous else passed, text, None
         reason: Any = ""
         if isinstance(returned, Score):
             if returned.error is not None:
@@ -110,7 +112,8 @@ class Scorer:
             return self.failure(f"returned passed={passed!r}, not true, false or None")
         if not self.continuous and passed is None:
             passed = value >= 1.0
-        return float(value), None if self.continuous else passed, _reason(reason), None
+        text = reason if type(reason) is str and reason.isascii() else _reason(reason)
+        return float(value), None if self.continuous else passed, text, None
 
     def applicability(self, case: Case) -> bool | str:
         """Whether the scorer applies to ``case``; a ``when=`` that raises gives its error as text, and
