@@ -4,8 +4,9 @@ Python scorers trial by trial. A scorer that raises gives an error score and the
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import duckdb
@@ -62,15 +63,21 @@ class Judgement:
     :func:`agenteval.store.views.judged_trials`)."""
 
     table: pa.Table
-    passed: dict[str, bool]
+    judge_trials: Callable[[], dict[str, bool]]
+    """Computes :attr:`passed` when it is first read: a rescore, which stores scores only, never asks."""
     case_ids: dict[str, str]
     """Each trial's case."""
     not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
     """Scorer -> trials it applies to but did not judge: it needs content the stored trial lacks."""
 
+    @functools.cached_property
+    def passed(self) -> dict[str, bool]:
+        """Whether each trial passed, by the store's one definition."""
+        return self.judge_trials()
+
     @classmethod
     def empty(cls) -> Judgement:
-        return cls(JUDGEMENT_SCHEMA.empty_table(), {}, {})
+        return cls(JUDGEMENT_SCHEMA.empty_table(), dict, {})
 
     @classmethod
     def concat(cls, parts: Sequence[Judgement]) -> Judgement:
@@ -79,7 +86,7 @@ class Judgement:
             return cls.empty()
         return cls(
             pa.concat_tables([p.table for p in parts]),
-            {t: ok for p in parts for t, ok in p.passed.items()},
+            lambda: {t: ok for p in parts for t, ok in p.passed.items()},
             {t: c for p in parts for t, c in p.case_ids.items()},
             dict(sum((Counter(p.not_scored) for p in parts), Counter())),
         )
@@ -173,9 +180,13 @@ class ScoringEngine:
         finally:
             self.con.unregister("agenteval_features")
         table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
-        outcomes = self.outcomes(trial_ids, columns.column("failure_type"), table)
-        passed = {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
-        return Judgement(table, passed, dict(zip(trial_ids, case_ids, strict=True)), not_scored)
+        failure_types = columns.column("failure_type")
+
+        def judge_trials() -> dict[str, bool]:
+            outcomes = self.outcomes(trial_ids, failure_types, table)
+            return {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
+
+        return Judgement(table, judge_trials, dict(zip(trial_ids, case_ids, strict=True)), not_scored)
 
     def outcomes(self, trial_ids: list[str], failure_types: list[str | None], scores: pa.Table) -> dict[str, str]:
         """Each trial's outcome (passed, wrong or failed) from its failure type and its ``scores`` (rows of a
@@ -251,7 +262,7 @@ class ScoringEngine:
                 keys = pa.table({"trial_id": [trial_ids[i] for i in rows], "case_id": [case_ids[i] for i in rows]})
                 parts.append(_with_scorer(_failed(item, keys, message), item))
         table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
-        return Judgement(table, dict.fromkeys(trial_ids, False), dict(zip(trial_ids, case_ids, strict=True)))
+        return Judgement(table, lambda: dict.fromkeys(trial_ids, False), dict(zip(trial_ids, case_ids, strict=True)))
 
     @staticmethod
     def _python_outcomes(
