@@ -35,6 +35,11 @@ def data_files(store: Path) -> list[Path]:
     return sorted((store / "spans").rglob("*.parquet")) if (store / "spans").exists() else []
 
 
+def _holds_run(path: Path, run: int) -> bool:
+    """Whether the published file holds spans of this run (its experiments are named after it)."""
+    return f"experiment_id=run{run}-" in str(path.parent)
+
+
 def test_sigkill_never_leaves_partial_or_duplicate_files(tmp_path):
     store = tmp_path / "store"
     rng = random.Random(20261130)
@@ -44,7 +49,12 @@ def test_sigkill_never_leaves_partial_or_duplicate_files(tmp_path):
             [sys.executable, "-c", WRITER, str(store), f"run{run}"], stdout=subprocess.PIPE, text=True
         )
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.2, 0.8))
+        # Killed at a random moment once this run has published (on a loaded machine that can take a while).
+        deadline = time.monotonic() + 60
+        while not any(_holds_run(p, run) for p in data_files(store)):
+            assert time.monotonic() < deadline, "the run published nothing in 60 s"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.6))
         # What a reader saw just before the kill must survive it.
         seen = {str(p): pq.read_metadata(p).num_rows for p in data_files(store)}
         os.kill(child.pid, signal.SIGKILL)
