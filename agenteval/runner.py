@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import gc
 import itertools
 import secrets
@@ -24,7 +25,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import pyarrow as pa
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -117,34 +118,28 @@ async def evaluate_async(
         return await run.execute()
 
 
-def evaluate(
-    agent: str | Callable[..., Any],
-    dataset: str | Path | Dataset | None = None,
-    *,
-    attempts: int | None = None,
-    concurrency: int | None = None,
-    timeout: float | None = None,
-    sample: int | None = None,
-    sample_seed: int | None = None,
-    cases: int | None = None,
-    name: str | None = None,
-    store: str | Path | Store | None = None,
-    agent_options: dict[str, Any] | None = None,
-    resume: bool | str = False,
-    retry_failed: str | None = None,
-    user_simulator: UserSimulator | None = None,
-    scorers: Sequence[Scorer | str] = (),
-    prices: str | Path | None = None,
-    progress: str = "auto",
-) -> ex.Experiment:
-    """:func:`evaluate_async`, run to the end. Inside a running event loop (a notebook cell, an async
-    application) the run gets an event loop of its own on a worker thread, and this call waits for it."""
-    arguments = dict(locals())  # the parameters, passed on as they came
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(evaluate_async(**arguments))
-    return _run_beside_running_loop(lambda: evaluate_async(**arguments))
+P = ParamSpec("P")
+
+
+def _to_the_end(run: Callable[P, Coroutine[Any, Any, ex.Experiment]]) -> Callable[P, ex.Experiment]:
+    """A blocking call of ``run`` with its very parameters (one signature to keep, not two)."""
+
+    @functools.wraps(run)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> ex.Experiment:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(run(*args, **kwargs))
+        return _run_beside_running_loop(lambda: run(*args, **kwargs))
+
+    return blocking
+
+
+evaluate = _to_the_end(evaluate_async)
+evaluate.__name__ = evaluate.__qualname__ = "evaluate"
+evaluate.__doc__ = """:func:`evaluate_async`, run to the end, with the same parameters. Inside a running event loop (a
+notebook cell, an async application) the run gets an event loop of its own on a worker thread, and this call
+waits for it."""
 
 
 def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Experiment]]) -> ex.Experiment:
