@@ -204,7 +204,8 @@ class ScoringEngine:
         self.con.register("agenteval_outcome_scores", scores)
         try:
             judged = judged_trials("agenteval_outcome_trials", "agenteval_outcome_scores", keys="trial_id")
-            return dict(self.con.sql(f"SELECT trial_id, outcome FROM ({judged})").fetchall())
+            # execute(): a relation (con.sql) costs ~5 ms more to build for a result this small.
+            return dict(self.con.execute(f"SELECT trial_id, outcome FROM ({judged})").fetchall())
         finally:
             self.con.unregister("agenteval_outcome_trials")
             self.con.unregister("agenteval_outcome_scores")
