@@ -85,6 +85,8 @@ class Experiment:
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     prices: dict[str, Any] = dataclasses.field(default_factory=dict)
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    """Why the run failed (status ``failed``): the error that stopped it."""
 
     @property
     def id(self) -> str:
@@ -106,6 +108,7 @@ class Experiment:
             "updated_at": time.time_ns(),
             "environment": json.dumps(self.environment, sort_keys=True),
             "prices": json.dumps(self.prices, sort_keys=True),
+            "error": self.error,
         }
 
     @classmethod
@@ -126,6 +129,7 @@ class Experiment:
             ended_at=ns(row["ended_at"]),
             environment=json.loads(row["environment"] or "{}"),
             prices=json.loads(row["prices"] or "{}"),
+            error=row.get("error"),
         )
 
 
@@ -156,7 +160,7 @@ def find(
 
 
 EXPERIMENT_LIST = """
-SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at,
+SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at, e.error,
        count(t.trial_id) AS trials,
        avg(t.passed::INT) AS pass_rate,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed

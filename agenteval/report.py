@@ -122,6 +122,7 @@ def build_report(store: Store, experiment_id: str | None = None) -> dict[str, An
             "agent": experiment.agent,
             "version": experiment.version,
             "status": experiment.status,
+            "error": experiment.error,
             "started_at": experiment.started_at,
             "ended_at": experiment.ended_at,
             "environment": {

@@ -35,6 +35,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
         ["dataset", f"{e['dataset']} (content {e['dataset_hash']})"],
         ["agent", f"{e['agent']} · version {e['version']}"],
         ["status", f"{e['status']} · {report['trials']} trials of {report['cases']} cases"],
+        *([["error", e["error"]]] if e.get("error") else []),
         [
             "environment",
             f"Python {e['environment'].get('python')} · {e['environment'].get('platform')}"

@@ -61,6 +61,7 @@ def rescore(
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
     chosen = load_scorers(scorers, only=True) if scorers else load_scorers(experiment.options.get("scorers", []))
+    store.ensure()  # a store that cannot take the new scores is said before the work
     engine = ScoringEngine(chosen)
     cases = stored_cases(store, experiment.experiment_id)
     pass_id = uuid.uuid4().hex[:12]

@@ -30,7 +30,7 @@ from typing import Any, ParamSpec
 import pyarrow as pa
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, spans_to_batch
+from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable_text
 
@@ -38,7 +38,7 @@ from . import experiments as ex
 from .agents.loading import LoadedAgent, load_agent
 from .cases import Case, Dataset
 from .catalog import builtin_names, load_dataset
-from .collect import collector_for
+from .collect import TrialCollector, collector_for
 from .environment import environment
 from .errors import AgentevalError
 from .options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
@@ -46,7 +46,7 @@ from .prices import load_prices
 from .progress import Progress
 from .sampling import sample_cases
 from .scorers import Judgement, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
-from .store import CASES, TRIALS, Store, compact
+from .store import CASES, TRIALS, Store, StoreNotWritable, compact
 from .store.lease import Lease, experiment_lease
 from .tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
 from .trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
@@ -226,6 +226,8 @@ class _Run:
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous = lease = None
             if resume:
+                if store.root.exists():
+                    store.ensure()  # a store that cannot be written is said before its lease is taken
                 previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
                 on_failure.callback(lease.release)
                 changed = changed_on_resume(previous.options, given)
@@ -269,6 +271,7 @@ class _Run:
                     environment={**environment(agent.source_file), "agent": agent.provenance},
                     prices=prices,
                 )
+                store.ensure()  # everything checked; a store that cannot be written is said before anything runs
                 lease = experiment_lease(store.root, experiment.experiment_id)
                 lease.acquire()  # a new id: no other process can hold it
                 on_failure.callback(lease.release)
@@ -303,7 +306,9 @@ class _Run:
         otlp = None if exports_otlp(provider) else otlp_exporter_from_env()
         self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
         collector.open(self.experiment.experiment_id, self.store.root)
-        self.span_writer = ParquetSpanExporter(self.store.root, flush_interval=3600)
+        # A writer, not the exporter: the exporter logs write errors (as an SDK exporter must), the run
+        # has to stop on them, and record why.
+        self.span_writer = self.store.writer("spans", flush_interval=3600)
         self.score_writer = self.store.writer("scores", flush_interval=3600)
         self.trial_writer = self.store.writer("trials", flush_interval=3600)
         self.pending: list[TrialResult] = []
@@ -319,30 +324,26 @@ class _Run:
         )
         self.progress.start(len(self.plans), self.experiment.experiment_id)
         status = ex.COMPLETED
+        failure: BaseException | None = None
         with self._signals(), _long_lived_objects_frozen():
             try:
                 await self._run_trials(runner)
             except (KeyboardInterrupt, asyncio.CancelledError):  # stopped at once: what finished can resume
                 status = ex.INTERRUPTED
                 raise
-            except BaseException:
-                status = ex.FAILED
+            except BaseException as exc:
+                status, failure = ex.FAILED, exc
                 raise
             finally:
                 if status != ex.FAILED and self.stop.is_set():
                     status = ex.INTERRUPTED
-                late = collector.close(self.experiment.experiment_id)
-                self._process(late_spans=late)
-                self._flush()
-                self.span_writer.shutdown()
-                if self.otlp is not None:
-                    self.otlp.shutdown()  # sends what is queued, then stops
-                self.score_writer.close()
-                self.trial_writer.close()
+                unsaved = self._save_what_finished(collector)
+                if unsaved is not None:
+                    status, failure = ex.FAILED, failure or unsaved
                 self.progress.finish()
-                self.experiment.status = status
-                self.experiment.ended_at = time.time_ns()
-                ex.save(self.store, self.experiment)
+                recorded = self._record_end(status, failure)
+                if unsaved is not None and (failure is unsaved or isinstance(failure, OSError)):
+                    raise _store_write_failed(self.store, self.experiment.experiment_id, unsaved, recorded) from unsaved
         if status == ex.COMPLETED:
             compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
         self.experiment.summary = self.summary()
@@ -401,13 +402,45 @@ class _Run:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
 
+    def _save_what_finished(self, collector: TrialCollector) -> OSError | None:
+        """Score and write every trial that finished, then close the writers: each step is tried, so one
+        that fails (a full disk) leaves the others to save what they can. The first storage error."""
+        first: OSError | None = None
+        steps: list[Callable[[], object]] = [
+            lambda: self._process(late_spans=collector.close(self.experiment.experiment_id)),
+            self._flush,
+            self.span_writer.close,
+            self.score_writer.close,
+            self.trial_writer.close,
+        ]
+        if self.otlp is not None:
+            steps.append(self.otlp.shutdown)  # sends what is queued, then stops
+        for step in steps:
+            try:
+                step()
+            except OSError as exc:
+                first = first or exc
+        return first
+
+    def _record_end(self, status: str, failure: BaseException | None) -> bool:
+        """Save the experiment's final status (and why it failed); False when even that cannot be
+        written, so the store still says ``running`` (``--resume`` finds it all the same)."""
+        self.experiment.status = status
+        self.experiment.ended_at = time.time_ns()
+        self.experiment.error = None if failure is None else capture.error_text(failure)
+        try:
+            ex.save(self.store, self.experiment)
+        except OSError:
+            return False
+        return True
+
     def _process(self, late_spans: Sequence[Any] = ()) -> None:
         """Score and hand to the writers every finished trial (one Arrow encoding for all their spans)."""
         results, self.pending = self.pending, []
         spans = [span for result in results for span in result.spans] + list(late_spans)
         spans_batch = spans_to_batch(spans) if spans else None
         if spans_batch is not None:
-            self.span_writer.export_batch(spans_batch)
+            self.span_writer.append(spans_batch)
             if self.otlp is not None:
                 for span in spans:
                     self.otlp.on_end(span)
@@ -478,7 +511,7 @@ class _Run:
 
     def _flush(self) -> None:
         # Order is the commit protocol: a trial row is published only after its spans and scores.
-        self.span_writer.force_flush()
+        self.span_writer.flush()
         self.score_writer.flush()
         self.trial_writer.flush()
 
@@ -557,6 +590,15 @@ class _Run:
 
 
 _INT64 = range(-(2**63), 2**63)
+
+
+def _store_write_failed(store: Store, experiment_id: str, error: OSError, recorded: bool) -> StoreNotWritable:
+    status = "its status is saved as failed" if recorded else "its status could not be saved (it still says running)"
+    return StoreNotWritable(
+        f"the run stopped: the store at {store.root} could not be written ({error}). The trials saved before are "
+        f"intact and {status}; free space or fix the store's permissions, then run "
+        f"`agenteval run --resume {experiment_id}` to run the rest"
+    )
 
 
 def _trial_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -649,7 +691,7 @@ def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
 def _resumable(store: Store, experiment_id: str | None) -> tuple[ex.Experiment, Lease]:
     """The experiment to resume, and its lease, now held by this process."""
     # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
-    found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING))
+    found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING, ex.FAILED))
     if found is None:
         what = f"no experiment {experiment_id}" if experiment_id else "no interrupted experiment"
         raise RunRefused(f"cannot resume: there is {what} in {store.root}")

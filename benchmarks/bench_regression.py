@@ -5,7 +5,12 @@ minutes here, so only figures taken side by side compare), with the median of ea
 The baseline's code is a ``git archive`` of the revision put first on ``PYTHONPATH``; both sides run this
 tree's benchmark scripts, so they measure the same work.
 
-    python benchmarks/bench_regression.py --baseline c4e2c30 [--rounds 3] [--only exporter harness rescore]
+    python benchmarks/bench_regression.py --baseline c4e2c30 [--rounds 3] [--repeats 3]
+        [--only exporter harness rescore]
+
+Each round measures both sides back to back (their order alternating), so the ratio of a round's two
+figures is taken under one state of the machine; the median of those paired ratios, with their range,
+is the figure to read. The two sides' medians are shown as well.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ ROOT = HERE.parent
 
 BENCHMARKS = {
     # name: (script and arguments, the figure's pattern in its output, unit)
-    "exporter": (["bench_exporter.py", "--repeats", "3"], r"ParquetSpanExporter\s+([\d,]+) spans/s", "spans/s"),
-    "harness": (["bench_harness.py", "--sizes", "10000", "--repeats", "3"], r"^\s*10,000\s+([\d,]+)", "trials/s"),
-    "rescore": (["bench_rescore.py", "--trials", "200000", "--repeats", "3"], r"([\d,]+) trials/s", "trials/s"),
+    "exporter": (["bench_exporter.py"], r"ParquetSpanExporter\s+([\d,]+) spans/s", "spans/s"),
+    "harness": (["bench_harness.py", "--sizes", "10000"], r"^\s*10,000\s+([\d,]+)", "trials/s"),
+    "rescore": (["bench_rescore.py", "--trials", "200000"], r"([\d,]+) trials/s", "trials/s"),
 }
 
 
@@ -45,8 +50,9 @@ def python_path(tree: Path) -> str:
     return os.pathsep.join(str(tree / part) for part in (".", "instrumentation/src", "exporters/src"))
 
 
-def measure(name: str, tree: Path, keep: Path) -> float:
+def measure(name: str, tree: Path, keep: Path, repeats: int) -> float:
     arguments, pattern, _ = BENCHMARKS[name]
+    arguments = [*arguments, "--repeats", str(repeats)]
     if name == "rescore":  # each side rescores its own store, made once by its own code
         arguments = [*arguments, "--keep", str(keep)]
     env = {**os.environ, "PYTHONPATH": python_path(tree)}
@@ -67,7 +73,8 @@ def measure(name: str, tree: Path, keep: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="The git revision to compare against.")
-    parser.add_argument("--rounds", type=int, default=3, help="Turns per side (each a median of 3 runs).")
+    parser.add_argument("--rounds", type=int, default=3, help="Turns per side.")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs in each turn (the turn's figure is their median).")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -78,12 +85,16 @@ def main() -> None:
             for round_ in range(options.rounds):
                 order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
                 for side in order:
-                    figures[side].append(measure(name, sides[side], Path(scratch) / f"{name}-{side}"))
+                    keep = Path(scratch) / f"{name}-{side}"
+                    figures[side].append(measure(name, sides[side], keep, options.repeats))
             base, new = (statistics.median(figures[side]) for side in sides)
+            paired = [n / b for n, b in zip(figures["this tree"], figures["baseline"], strict=True)]
+            faster = sum(r > 1 for r in paired)
             unit = BENCHMARKS[name][2]
             print(
-                f"{name:9} baseline {base:>10,.0f} {unit}   this tree {new:>10,.0f} {unit}   "
-                f"ratio {new / base:.2f}   (rounds: {', '.join(f'{v:,.0f}' for v in figures['this tree'])} "
+                f"{name:9} paired ratio {statistics.median(paired):.2f} (range {min(paired):.2f} to {max(paired):.2f}, "
+                f"this tree faster in {faster} of {len(paired)} rounds)   medians: baseline {base:,.0f} {unit}, "
+                f"this tree {new:,.0f} {unit}   (rounds: {', '.join(f'{v:,.0f}' for v in figures['this tree'])} "
                 f"against {', '.join(f'{v:,.0f}' for v in figures['baseline'])})"
             )
 

@@ -1,5 +1,5 @@
 """Every way into the store that the README shows works on a store a real run wrote, compacted, beside
-files of an older version: its DuckDB queries and its pandas and pyarrow code, run as written there."""
+files of an older version: its DuckDB queries and its pandas, pyarrow and Polars code, run as written there."""
 
 from __future__ import annotations
 
@@ -60,6 +60,19 @@ def test_the_readme_s_pandas_and_pyarrow_code_reads_every_row_and_column(workdir
     assert set(spans["experiment_id"]) == {"0-old", (workdir / "expected").read_text()}
     assert spans["input_tokens"].sum() > 0  # a column the older file, opened first, does not have
     assert passed.num_rows == passed_total > 0
+
+
+def test_the_readme_s_polars_code_reads_every_span_and_column(workdir, monkeypatch):
+    (code,) = [b for b in blocks("python") if "import polars" in b]
+    monkeypatch.chdir(workdir)
+    spans_total, _, _ = counts(workdir / ".agenteval")
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    spans = scope["spans"].collect()
+    assert spans.height == spans_total and spans.columns == SPAN_SCHEMA.names
+    assert set(spans["experiment_id"]) == {"0-old", (workdir / "expected").read_text()}
+    tokens = dict(scope["tokens"].iter_rows())
+    assert tokens["old"] == 0 and sum(tokens.values()) == spans["input_tokens"].sum() > 0
 
 
 def test_the_readme_s_duckdb_queries_run(workdir, monkeypatch):

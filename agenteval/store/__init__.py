@@ -2,7 +2,16 @@
 
 from .compact import CompactionResult, compact, recover
 from .schemas import CASES, EXPERIMENTS, SCORES, TABLES, TRIALS
-from .store import NoStore, NotReadOnly, Store, StoreBusy, check_read_only, quote_identifier, sql_string
+from .store import (
+    NoStore,
+    NotReadOnly,
+    Store,
+    StoreBusy,
+    StoreNotWritable,
+    check_read_only,
+    quote_identifier,
+    sql_string,
+)
 
 __all__ = [
     "CASES",
@@ -15,6 +24,7 @@ __all__ = [
     "NotReadOnly",
     "Store",
     "StoreBusy",
+    "StoreNotWritable",
     "check_read_only",
     "compact",
     "quote_identifier",

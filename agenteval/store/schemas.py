@@ -34,6 +34,7 @@ EXPERIMENTS = _schema(
         pa.field("updated_at", TIMESTAMP, nullable=False),  # a status change appends a row; newest wins
         pa.field("environment", pa.string()),  # JSON
         pa.field("prices", pa.string()),  # JSON
+        pa.field("error", pa.string()),  # why the run failed (status failed); null otherwise
     ],
 )
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from agenteval_exporters.exporter import partition_by_experiment, store_path
+from agenteval_exporters.exporter import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
@@ -41,6 +41,10 @@ class StoreBusy(AgentevalError, TimeoutError):
 
 class NoStore(AgentevalError, ValueError):
     """A read was pointed at a folder that holds no store (a mistyped ``--store``, or nothing written yet)."""
+
+
+class StoreNotWritable(AgentevalError, OSError):
+    """The store's files could not be written: its permissions, a read-only file system, a full disk."""
 
 
 class NotReadOnly(AgentevalError, ValueError):
@@ -141,7 +145,25 @@ class Store:
 
     def ensure(self) -> None:
         """Create the table folders and their schema files if missing, and finish or roll back a
-        compaction that was killed half way (see :func:`agenteval.store.compact.recover`)."""
+        compaction that was killed half way (see :func:`agenteval.store.compact.recover`).
+        Raises :class:`StoreNotWritable` when the store cannot be written."""
+        try:
+            self._lay_out()
+            self._laid_out = True
+        except AgentevalError:
+            raise
+        except OSError as exc:
+            raise StoreNotWritable(
+                f"the store at {self.root} cannot be written ({exc.strerror or exc}); "
+                "check its permissions and free space, or choose another with --store"
+            ) from exc
+
+    def _lay_out(self) -> None:
+        # The staging folder is written first, even when every folder exists: a store that only
+        # reads would otherwise pass here and fail on its first trial.
+        probe = staging_dir(self.root) / f"probe-{uuid.uuid4().hex}{STAGED_SUFFIX}"
+        probe.touch()
+        probe.unlink()
         for table, schema in TABLES.items():
             folder = self.root / table
             folder.mkdir(parents=True, exist_ok=True)
@@ -157,7 +179,6 @@ class Store:
     def _ensure_once(self) -> None:
         if not self._laid_out:
             self.ensure()
-            self._laid_out = True
 
     def glob(self, table: str) -> str:
         """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
@@ -235,10 +256,12 @@ class Store:
         return to_rows(self.query(sql, parameters))
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
-        """A buffered writer for one table, publishing by rows or by time."""
+        """A buffered writer for one table, publishing by rows or by time; its ``flush`` and ``close``
+        raise when the files cannot be written (the rows are kept for the next try)."""
         self._ensure_once()
+        partitioner = partition_spans if table == "spans" else partition_by_experiment
         return PartitionedWriter(
-            self.root, table, TABLES[table], partition_by_experiment, max_rows=max_rows, flush_interval=flush_interval
+            self.root, table, TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
         )
 
     def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[Path]:

@@ -12,9 +12,10 @@ import pyarrow as pa
 
 from agenteval_instrumentation import attributes as A
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when a column is added; files of older versions still read (readers union by name).
-2: ``role``. 3: the trials' usage of every try (``*_all_tries``) apart from the try that counts."""
+2: ``role``. 3: the trials' usage of every try (``*_all_tries``) apart from the try that counts.
+4: the experiments' ``error`` (why a run failed)."""
 
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"

@@ -1,0 +1,140 @@
+"""A store that cannot be written: a run that hits a full disk (or a file-size limit) mid-way keeps every
+trial it saved, records why it failed, and resumes; a read-only store refuses `run` and `rescore` with
+one line, and no file changes. Each runs the command line as a real process."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agenteval.store import Store
+
+# An agent whose first second of replies is short, and whose later replies are 30 KB each: the first
+# micro-batch fits under the file-size limit below, every later one does not, however fast the machine.
+GROWING_AGENT = """
+import os, time
+started = None
+
+async def answer(question):
+    global started
+    started = started or time.monotonic()
+    if time.monotonic() - started < 1.5:
+        time.sleep(0.01)
+        return "short"
+    return os.urandom(15_000).hex()
+"""
+
+FILE_SIZE_LIMIT = 200_000
+
+# The run under a file-size limit: a write past it fails with EFBIG, as one on a full disk fails with
+# ENOSPC (SIGXFSZ, which would kill the process instead, is ignored).
+LIMITED = f"""
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({FILE_SIZE_LIMIT}, {FILE_SIZE_LIMIT}))
+from agenteval.cli import main
+sys.argv = ["agenteval", *sys.argv[1:]]
+main()
+"""
+
+
+def agenteval(*args: str, limited: bool = False, unprivileged: bool = False) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", LIMITED] if limited else [sys.executable, "-m", "agenteval.cli"]
+    return subprocess.run(
+        [*command, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_without_root_powers if unprivileged else None,
+    )
+
+
+def _without_root_powers() -> None:
+    """Tests may run as root, whom file permissions do not stop: drop every capability from the bounding
+    set, so that after exec the process obeys permissions as any user would."""
+    if os.geteuid() != 0:
+        return
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_capbset_drop = 24
+    for capability in range(64):
+        prctl(pr_capbset_drop, capability, 0, 0, 0)  # fails past the last capability the kernel knows
+
+
+def error_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, done.stderr[-3000:]
+    return lines[0]
+
+
+def rows(store: Path, sql: str) -> list[tuple]:
+    with Store(store).connect(read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_a_run_that_cannot_write_its_files_fails_with_its_reason_keeps_what_it_saved_and_resumes(tmp_path):
+    agent = tmp_path / "growing.py"
+    agent.write_text(GROWING_AGENT)
+    store = tmp_path / "store"
+    run = ["run", "-d", "arithmetic", "--cases", "400", "--attempts", "1", "-j", "1", "-q", "--store", str(store)]
+
+    failed = agenteval(*run, "-a", f"{agent}:answer", limited=True)
+
+    line = error_line(failed)
+    assert f"the store at {store} could not be written" in line and "File too large" in line, line
+    [(experiment_id, status, error)] = rows(store, "SELECT experiment_id, status, error FROM experiments")
+    assert status == "failed" and "File too large" in error, (status, error)
+    assert f"agenteval run --resume {experiment_id}" in line
+    saved = rows(store, "SELECT trial_id FROM trials")
+    assert 0 < len(saved) < 400, len(saved)  # the first micro-batch was saved, the run stopped after it
+    # What was saved is whole: each trial with its root span and its scores (trials are written last).
+    assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN spans s ON s.trial_id = t.trial_id")[0][0] == 0
+    assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN scores s USING (trial_id)")[0][0] == 0
+
+    resumed = agenteval(*run, "-a", f"{agent}:answer", "--resume", experiment_id)
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(store, "SELECT status, error FROM experiments") == [("completed", None)]
+    assert rows(store, "SELECT count(*), count(DISTINCT case_id) FROM trials") == [(400, 400)]
+    assert rows(store, "SELECT count(*) FROM spans WHERE parent_span_id IS NULL") == [(400,)]
+
+
+def fingerprint(folder: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_run_and_rescore_on_a_read_only_store_say_so_in_one_line_and_change_nothing(tmp_path):
+    store = tmp_path / "store"
+    done = agenteval(
+        "run", "-d", "arithmetic", "--cases", "5", "--attempts", "1", "-a", "mock", "-q", "--store", str(store)
+    )
+    assert done.returncode == 0, done.stderr
+    before = fingerprint(store)
+    folders = [store, *(p for p in store.rglob("*") if p.is_dir())]
+    for folder in folders:
+        folder.chmod(0o555)
+    try:
+        for command in (
+            ["run", "-d", "arithmetic", "--cases", "5", "-a", "mock", "-q"],
+            ["rescore"],
+            ["run", "--resume", "-a", "mock", "-d", "arithmetic", "--cases", "5", "-q"],
+        ):
+            refused = agenteval(*command, "--store", str(store), unprivileged=True)
+            line = error_line(refused)
+            assert f"the store at {store} cannot be written" in line and "permission" in line.lower(), line
+        # Reading still works.
+        listed = agenteval("experiments", "--store", str(store), unprivileged=True)
+        assert listed.returncode == 0, listed.stderr
+    finally:
+        for folder in folders:
+            folder.chmod(0o755)
+    assert fingerprint(store) == before
