@@ -12,6 +12,8 @@ REPLACEMENT = "\ufffd"
 
 def storable_text(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a well-formed pair is joined)."""
+    if text.isascii():  # most text, known without a scan (CPython keeps the flag): no surrogate in it
+        return text
     try:
         text.encode("utf-8")
         return text
