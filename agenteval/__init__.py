@@ -14,10 +14,8 @@ from agenteval_instrumentation import (
     with_current_context,
 )
 
-from .cases import Case, Dataset, DatasetError
-from .catalog import load_dataset
-from .failures import InvalidModelOutput, MaxStepsExceeded
-from .sampling import sample_cases
+from .dataset import Case, Dataset, DatasetError, load_dataset, sample_cases
+from .run import InvalidModelOutput, MaxStepsExceeded
 
 __version__ = "0.1.0"
 
@@ -25,9 +23,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # The runner pulls in DuckDB, pyarrow and the OTel SDK: imported on first use, not with the package.
     if name in ("evaluate", "evaluate_async"):
-        from . import runner
+        from . import run
 
-        return getattr(runner, name)
+        return getattr(run, name)
     raise AttributeError(f"module 'agenteval' has no attribute {name!r}")
 
 

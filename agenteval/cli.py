@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 
-from .audit import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
+from .dataset._audit import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from .errors import AgentevalError
-from .options import (
+from .render._tables import FORMATS
+from .render._text_safety import visible
+from .run._options import (
     DEFAULT_ALPHA,
     DEFAULT_ATTEMPTS,
     DEFAULT_CONCURRENCY,
@@ -22,8 +24,6 @@ from .options import (
     DEFAULT_TARGET_POWER,
     DEFAULT_TIMEOUT,
 )
-from .tables import FORMATS
-from .text_safety import visible
 
 alpha_option = click.option(
     "--alpha",
@@ -103,7 +103,7 @@ class _Commands(click.Group):
             click.echo(f"Error: {visible(str(exc), newlines=True)}", err=True)  # messages quote user files
             ctx.exit(exc.exit_code)
         except Exception as exc:
-            from .store.doctor import damaged_store_message
+            from .store._doctor import damaged_store_message
 
             damaged = damaged_store_message(exc)
             if damaged is None or ctx.params.get("debug"):
@@ -124,7 +124,7 @@ def main(debug: bool) -> None:
 @store_option
 def demo(questions: tuple[str, ...], store: str | None) -> None:
     """Run a small decorated agent, write its spans to the store and show them."""
-    from .demo import run_demo
+    from ._demo import run_demo
 
     click.echo(run_demo(list(questions) or None, store))
 
@@ -138,7 +138,7 @@ def sql(query: str, store: str | None, fmt: str) -> None:
     """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as
     reports give them) and experiment_history, trial_history, score_history (every row as written). One statement:
     SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
-    from .tables import render
+    from .render._tables import render
 
     click.echo(render(existing_store(store).query(query, read_only=True), fmt))
 
@@ -147,7 +147,7 @@ def sql(query: str, store: str | None, fmt: str) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any."""
-    from .cases import DatasetError, load_file
+    from .dataset._cases import DatasetError, load_file
 
     try:
         dataset = load_file(file)
@@ -167,7 +167,7 @@ def datasets(as_json: bool) -> None:
     import dataclasses
     import json
 
-    from .catalog import catalog
+    from .dataset._catalog import catalog
 
     entries = catalog()
     if as_json:
@@ -175,7 +175,7 @@ def datasets(as_json: bool) -> None:
         return
     from rich.console import Console
 
-    from .console import catalog_view
+    from .render._console import catalog_view
 
     Console().print(catalog_view(entries))
 
@@ -202,9 +202,9 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool)
     import dataclasses
     import json
 
-    from .audit import audit as audit_dataset
-    from .cases import DatasetError
-    from .catalog import load_dataset
+    from .dataset._audit import audit as audit_dataset
+    from .dataset._cases import DatasetError
+    from .dataset._catalog import load_dataset
 
     try:
         report = audit_dataset(load_dataset(dataset), min_per_category=min_per_category, similarity=similarity)
@@ -215,7 +215,7 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool)
         return
     from rich.console import Console
 
-    from .console import audit_view
+    from .render._console import audit_view
 
     Console().print(audit_view(report))
 
@@ -304,7 +304,7 @@ def run(
     """Run an agent over a dataset, several attempts per case, into the store."""
     import json
 
-    from .runner import evaluate
+    from .run._runner import evaluate
 
     if resume is None and (not dataset or not agent_spec):
         raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
@@ -336,7 +336,7 @@ def run(
     if as_json:
         click.echo(json.dumps(experiment.summary, indent=2, default=str))
     else:
-        from .console import run_summary
+        from .render._console import run_summary
 
         click.echo(run_summary(experiment.summary))
     if experiment.status == "interrupted":
@@ -368,10 +368,10 @@ def rescore(
     import dataclasses
     import json
 
-    from .experiments import summarize
-    from .rescore import rescore as rescore_experiment
+    from .analysis._experiments import summarize
+    from .render._text_safety import visible
+    from .scorers._rescore import rescore as rescore_experiment
     from .store import Store
-    from .text_safety import visible
 
     target = Store(store)
     try:
@@ -408,8 +408,8 @@ def rescore(
 @store_option
 def report(experiment: str | None, fmt: str, output: str | None, store: str | None) -> None:
     """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost."""
-    from .report import build_report
-    from .report_formats import FORMATS, to_terminal
+    from .analysis._report import build_report
+    from .render._report_formats import FORMATS, to_terminal
 
     try:
         data = build_report(existing_store(store), experiment)
@@ -439,9 +439,9 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     Warns when either run is not completed, the datasets differ, or each ran cases the other did not."""
     import json
 
-    from .compare import NotComparable, compare
-    from .console import comparison_view
-    from .text_safety import visible
+    from .analysis._compare import NotComparable, compare
+    from .render._console import comparison_view
+    from .render._text_safety import visible
 
     try:
         result = compare(existing_store(store), baseline, candidate)
@@ -499,9 +499,9 @@ def gate_command(
     """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge, or any error) for CI."""
     import os
 
-    from .compare import REFUSED, gate, with_step_summary
+    from .analysis._compare import REFUSED, gate, with_step_summary
+    from .render._text_safety import visible
     from .store import Store
-    from .text_safety import visible
 
     try:
         decision = gate(
@@ -581,7 +581,7 @@ def power(
     each with its own error bar (the same cases), which catches far less when cases differ a lot."""
     import json
 
-    from .power import build_model, power_table
+    from .analysis._power import build_model, power_table
 
     try:
         model = build_model(
@@ -603,7 +603,7 @@ def power(
         return
     from rich.console import Console
 
-    from .console import power_view
+    from .render._console import power_view
 
     Console().print(power_view(table))
 
@@ -615,8 +615,8 @@ def experiments(store: str | None, fmt: str) -> None:
     """List the experiments in the store, newest first."""
     import pyarrow as pa
 
-    from .experiments import list_experiments
-    from .tables import render
+    from .analysis._experiments import list_experiments
+    from .render._tables import render
 
     rows = list_experiments(existing_store(store))
     for row in rows:
@@ -660,7 +660,7 @@ def compact(store: str | None, wait: float | None) -> None:
 def doctor(store: str | None, dry_run: bool) -> None:
     """Read every file of the store; move unreadable ones to .quarantine/ and say what they held."""
     from .store import Store
-    from .store.doctor import doctor as check_store
+    from .store._doctor import doctor as check_store
 
     report = check_store(Store(store), dry_run=dry_run)
     for problem in report.unreadable:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from agenteval_exporters import ParquetSpanExporter, store_path
 
-from .collect import TrialCollector, collector_for, store_key
+from .run._collect import TrialCollector, collector_for, store_key
 
 logger = logging.getLogger(__name__)
 

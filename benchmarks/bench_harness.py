@@ -19,7 +19,7 @@ import tempfile
 
 ONE_RUN = """
 import json, resource, shutil, sys, tempfile, time
-from agenteval.runner import evaluate
+from agenteval import evaluate
 trials = int(sys.argv[1])
 store = tempfile.mkdtemp()
 started = time.perf_counter()

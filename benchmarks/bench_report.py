@@ -18,9 +18,9 @@ from pathlib import Path
 
 from bench_rescore import EXPERIMENT, generate
 
-from agenteval.report import build_report
-from agenteval.report_formats import to_html, to_markdown
-from agenteval.rescore import rescore
+from agenteval.analysis import build_report
+from agenteval.render import to_html, to_markdown
+from agenteval.scorers import rescore
 from agenteval.store import Store
 
 

@@ -23,7 +23,11 @@ from pathlib import Path
 
 import duckdb
 
-from agenteval.experiments import Experiment, save
+try:
+    from agenteval.analysis import Experiment
+    from agenteval.analysis._experiments import save
+except ImportError:  # bench_regression runs this script on a baseline from before the packages too
+    from agenteval.experiments import Experiment, save
 from agenteval.store import Store
 
 CASES = 1000
@@ -91,7 +95,10 @@ def generate(store: Store, trials: int) -> None:
 
 ONE_RUN = """
 import json, resource, sys
-from agenteval.rescore import rescore
+try:
+    from agenteval.scorers import rescore
+except ImportError:  # a baseline from before the packages
+    from agenteval.rescore import rescore
 from agenteval.store import Store
 result = rescore(Store(sys.argv[1]), sys.argv[2], batch_size=int(sys.argv[3]))
 print(json.dumps({"trials": result.trials, "scores": result.scores, "seconds": result.seconds,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agenteval.catalog import arithmetic_cases, builtin_names, catalog, load_dataset
 from agenteval.cli import main
-from agenteval.tools import BUILTIN_TOOLS, COUNTRIES, MISSING_COUNTRY, convert, corpus, evaluate, fetch_review, lookup
+from agenteval.dataset._catalog import arithmetic_cases, builtin_names, catalog, load_dataset
+from agenteval.tools import BUILTIN_TOOLS, COUNTRIES, MISSING_COUNTRY, convert, corpus, fetch_review, lookup
+from agenteval.tools._calculator import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"mixed": (16, None), "hard": (55, 10), "extended": (200, 11), "rag": (45, 6)}
@@ -179,7 +180,10 @@ def test_the_wheel_ships_every_dataset_and_the_corpus(tmp_path):
     # Installed (not editable), the package finds them inside itself.
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
-    script = "from agenteval.catalog import datasets_dir, load_dataset; print(datasets_dir(), len(load_dataset('rag')))"
+    script = (
+        "from agenteval.dataset._catalog import datasets_dir, load_dataset; "
+        "print(datasets_dir(), len(load_dataset('rag')))"
+    )
     run = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(unpacked)}
     )

@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from agenteval.cases import MAX_PROBLEMS, DatasetError, load_file
-from agenteval.catalog import load_dataset
 from agenteval.cli import main
+from agenteval.dataset._cases import MAX_PROBLEMS, DatasetError, load_file
+from agenteval.dataset._catalog import load_dataset
 
 
 def write(tmp_path, text: str | bytes, name: str = "cases.jsonl"):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from agenteval.runner import evaluate
+from agenteval.run._runner import evaluate
 from agenteval.store import Store
-from agenteval.store.doctor import doctor
+from agenteval.store._doctor import doctor
 
 
 def agenteval(store: Path, *args: str) -> subprocess.CompletedProcess:

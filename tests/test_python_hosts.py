@@ -15,9 +15,9 @@ from nbclient import NotebookClient
 from opentelemetry import trace
 
 import agenteval
-from agenteval import experiments as ex
+from agenteval.analysis import _experiments as ex
 from agenteval.store import Store
-from agenteval.store.lease import LOCKS, Lease, experiment_lease
+from agenteval.store._lease import LOCKS, Lease, experiment_lease
 
 KERNEL_START_SECONDS = 60
 CELL_SECONDS = 120
@@ -117,7 +117,7 @@ def test_evaluate_in_a_jupyter_kernel_with_an_agent_defined_in_a_cell(tmp_path):
 AGENT_IN_PYTHON_C = """
 import json, sys
 import agenteval
-from agenteval import experiments as ex
+from agenteval.analysis import _experiments as ex
 from agenteval.store import Store
 
 STORE = sys.argv[1]
@@ -172,9 +172,9 @@ def test_agents_from_python_c_get_a_version_from_their_code(tmp_path):
 INTERRUPTED_HOST = """
 import asyncio, json, sys, time
 import agenteval
-from agenteval import experiments as ex
+from agenteval.analysis import _experiments as ex
 from agenteval.store import Store
-from agenteval.store.lease import experiment_lease
+from agenteval.store._lease import experiment_lease
 
 STORE = sys.argv[1]
 

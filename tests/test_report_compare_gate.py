@@ -8,10 +8,10 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
+from agenteval.analysis._compare import NotComparable, compare, gate
+from agenteval.analysis._report import build_report
 from agenteval.cli import main
-from agenteval.compare import NotComparable, compare, gate
-from agenteval.report import build_report
-from agenteval.runner import evaluate
+from agenteval.run._runner import evaluate
 from agenteval.store import Store
 
 
@@ -102,7 +102,7 @@ def test_html_report_is_one_self_contained_page_with_plots(runs, tmp_path):
 
 
 def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
-    from agenteval.report_formats import to_html, to_markdown
+    from agenteval.render._report_formats import to_html, to_markdown
 
     report = build_report_stub("<script>alert(1)</script>", "a|b")
     page = to_html(report)
@@ -217,7 +217,7 @@ def test_power_command(runs):
 
 
 def test_power_prints_the_unpaired_chance_beside_the_paired_one():
-    from agenteval.power import default_model
+    from agenteval.analysis._power import default_model
 
     setting = ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"]
     model = default_model(0.85, 3)
@@ -234,7 +234,7 @@ def test_power_prints_the_unpaired_chance_beside_the_paired_one():
 
 
 def test_power_with_a_drop_concentrated_in_a_share_of_the_cases():
-    from agenteval.power import default_model
+    from agenteval.analysis._power import default_model
 
     setting = ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"]
     result = CliRunner().invoke(main, [*setting, "--affected", "0.2", "--json"])

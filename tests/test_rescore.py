@@ -8,11 +8,11 @@ import json
 import pyarrow.compute as pc
 from click.testing import CliRunner
 
+from agenteval.analysis._experiments import summarize
 from agenteval.cli import main
-from agenteval.experiments import summarize
-from agenteval.rescore import rescore
-from agenteval.runner import evaluate
+from agenteval.run._runner import evaluate
 from agenteval.scorers import batch_scorer, scorer
+from agenteval.scorers._rescore import rescore
 from agenteval.store import Store
 from agenteval.tools import country_facts, fetch_review, get_stock_price, search_documents
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from agenteval import configure_capture
-from agenteval.cases import Case, Dataset
-from agenteval.rescore import rescore
-from agenteval.runner import RunRefused, evaluate
+from agenteval.dataset._cases import Case, Dataset
+from agenteval.run._runner import RunRefused, evaluate
+from agenteval.scorers._rescore import rescore
 from agenteval.store import Store
 
 

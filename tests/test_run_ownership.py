@@ -12,9 +12,9 @@ import time
 
 from test_run_interruptions import ATTEMPTS, CASES, assert_complete_and_unique, start, wait_for_trials
 
-from agenteval.runner import RunRefused, evaluate
+from agenteval.run._runner import RunRefused, evaluate
 from agenteval.store import Store
-from agenteval.store.lease import experiment_lease, is_running
+from agenteval.store._lease import experiment_lease, is_running
 
 
 def resume_process(store, *extra: str) -> subprocess.CompletedProcess:

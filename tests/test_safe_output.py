@@ -12,14 +12,14 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from agenteval.cases import Case, Dataset
+from agenteval.analysis._report import build_report
 from agenteval.cli import main
-from agenteval.console import run_summary
-from agenteval.report import build_report
-from agenteval.report_formats import to_html, to_json, to_markdown
-from agenteval.runner import evaluate
+from agenteval.dataset._cases import Case, Dataset
+from agenteval.render._console import run_summary
+from agenteval.render._report_formats import to_html, to_json, to_markdown
+from agenteval.render._text_safety import BIDI_CONTROLS
+from agenteval.run._runner import evaluate
 from agenteval.store import Store
-from agenteval.text_safety import BIDI_CONTROLS
 
 CLEAR, TITLE, CSI_C1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"
 RICH_MARKUP = "[bold red]loud[/bold red]"

@@ -6,11 +6,11 @@ import json
 
 from click.testing import CliRunner
 
-from agenteval.audit import audit
-from agenteval.cases import Case, Dataset
-from agenteval.catalog import load_dataset
 from agenteval.cli import main
-from agenteval.sampling import allocate, sample_cases
+from agenteval.dataset._audit import audit
+from agenteval.dataset._cases import Case, Dataset
+from agenteval.dataset._catalog import load_dataset
+from agenteval.dataset._sampling import allocate, sample_cases
 
 
 def make(counts: dict[str, int], prefix: str = "") -> list[Case]:

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from agenteval.cases import Case
-from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, ScoringEngine, batch_scorer, scorer
+from agenteval.dataset._cases import Case
+from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, batch_scorer, scorer
+from agenteval.scorers._engine import ScoringEngine
 
 TOOL_CALL = pa.struct(
     [("name", pa.string()), ("arguments", pa.string()), ("result", pa.string()), ("error", pa.bool_())]

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.store import TABLES, TRIALS, Store, compact
-from agenteval.store.views import raw_table
+from agenteval.store._views import raw_table
 from agenteval_exporters import SPAN_SCHEMA, publish
 
 

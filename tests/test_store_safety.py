@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
-from agenteval.runner import evaluate
+from agenteval.run._runner import evaluate
 from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
 from agenteval_exporters import PartitionedWriter, partition_by_experiment
 
@@ -116,7 +116,7 @@ def test_two_compactions_racing_never_double_a_row(tmp_path):
 HOLD_THE_LOCK = """
 import sys
 from pathlib import Path
-from agenteval.store.store import compaction_lock
+from agenteval.store._store import compaction_lock
 
 with compaction_lock(Path(sys.argv[1]), wait=0):
     print("holding", flush=True)
@@ -151,7 +151,7 @@ KILLED_COMPACTION = """
 import importlib, os, sys
 from agenteval.store import Store, compact
 
-compaction = importlib.import_module("agenteval.store.compact")  # the module, which `compact` shadows
+compaction = importlib.import_module("agenteval.store._compact")  # the module, which `compact` shadows
 
 store, moment = Store(sys.argv[1]), sys.argv[2]
 swap = compaction.exchange

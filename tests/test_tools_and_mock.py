@@ -17,12 +17,12 @@ from agenteval.tools import (
     UnknownCurrency,
     convert_currency,
     country_facts,
-    evaluate,
     fetch_review,
     get_stock_price,
     search_documents,
     tool_schemas,
 )
+from agenteval.tools._calculator import evaluate
 from agenteval_instrumentation import attributes as A
 
 
@@ -86,7 +86,7 @@ def test_failing_tool_raises_and_its_span_records_it(spans):
         get_stock_price("acme")
     (span,) = spans.get_finished_spans()
     assert span.name == "execute_tool get_stock_price" and span.status.status_code is StatusCode.ERROR
-    assert span.attributes[A.ERROR_TYPE] == "agenteval.tools.faulty.ServiceUnavailable"
+    assert span.attributes[A.ERROR_TYPE] == "agenteval.tools._faulty.ServiceUnavailable"
 
 
 def test_injection_tool_carries_the_payload(spans):

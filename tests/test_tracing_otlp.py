@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from agenteval.demo import demo_agent
+from agenteval._demo import demo_agent
 from agenteval.store import Store
 from agenteval.tracing import setup_tracing
 
@@ -44,7 +44,7 @@ def test_installs_its_own_provider_when_none_is_set(tmp_path):
     script = f"""
 from opentelemetry import trace
 from agenteval.tracing import setup_tracing
-from agenteval.demo import demo_agent
+from agenteval._demo import demo_agent
 from agenteval.store import Store
 tracing = setup_tracing({str(tmp_path / "store")!r}, service_name="my-agent")
 assert trace.get_tracer_provider() is tracing.provider

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from agenteval.analysis._experiments import list_experiments, summarize
+from agenteval.analysis._report import build_report
 from agenteval.cli import main
-from agenteval.experiments import list_experiments, summarize
-from agenteval.report import build_report
-from agenteval.rescore import rescore
-from agenteval.runner import evaluate
+from agenteval.run._runner import evaluate
 from agenteval.scorers import scorer
+from agenteval.scorers._rescore import rescore
 from agenteval.store import TRIALS, Store
 from agenteval_exporters import publish
 

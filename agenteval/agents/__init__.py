@@ -1,5 +1,5 @@
 """Built-in agents."""
 
-from .mock import FAILURES, MockAgent, MockProviderError, MockToolError, mock_agent
+from ._mock import FAILURES, MockAgent, MockProviderError, MockToolError, mock_agent
 
 __all__ = ["FAILURES", "MockAgent", "MockProviderError", "MockToolError", "mock_agent"]

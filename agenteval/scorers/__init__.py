@@ -1,7 +1,7 @@
 """Scorers: judgements of trials, from 0 to 1, with a reason, computed from the trials' spans."""
 
-from .base import Score, Scorer, batch_scorer, scorer
-from .builtin import (
+from ._base import Score, Scorer, batch_scorer, scorer
+from ._builtin import (
     BUILTIN_SCORERS,
     answer_match,
     must_not_contain,
@@ -12,26 +12,22 @@ from .builtin import (
     trajectory_order,
     unknown_answer,
 )
-from .engine import Judgement, ScoredTrial, ScoringEngine, case_table, score_table
-from .features import TrialFeatures, features_sql
-from .loading import load_scorers, scorer_specs
+from ._features import ToolCall, TrialFeatures
+from ._loading import load_scorers
+from ._rescore import RescoreResult, rescore
 
 __all__ = [
     "BUILTIN_SCORERS",
-    "Judgement",
+    "RescoreResult",
     "Score",
-    "ScoredTrial",
     "Scorer",
-    "ScoringEngine",
+    "ToolCall",
     "TrialFeatures",
     "answer_match",
     "batch_scorer",
-    "case_table",
-    "features_sql",
     "load_scorers",
-    "score_table",
-    "scorer_specs",
     "must_not_contain",
+    "rescore",
     "retrieval_recall",
     "scorer",
     "step_efficiency",

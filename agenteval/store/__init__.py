@@ -1,17 +1,9 @@
 """The store: experiments, cases, trials, spans and scores as Parquet files, queried with DuckDB."""
 
-from .compact import CompactionResult, compact, recover
-from .schemas import CASES, EXPERIMENTS, SCORES, TABLES, TRIALS
-from .store import (
-    NoStore,
-    NotReadOnly,
-    Store,
-    StoreBusy,
-    StoreNotWritable,
-    check_read_only,
-    quote_identifier,
-    sql_string,
-)
+from ._compact import CompactionResult, compact
+from ._doctor import DoctorReport, UnreadableFile, doctor
+from ._schemas import CASES, EXPERIMENTS, SCORES, TABLES, TRIALS
+from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
 
 __all__ = [
     "CASES",
@@ -20,14 +12,13 @@ __all__ = [
     "TABLES",
     "TRIALS",
     "CompactionResult",
+    "DoctorReport",
     "NoStore",
     "NotReadOnly",
     "Store",
     "StoreBusy",
     "StoreNotWritable",
-    "check_read_only",
+    "UnreadableFile",
     "compact",
-    "quote_identifier",
-    "recover",
-    "sql_string",
+    "doctor",
 ]

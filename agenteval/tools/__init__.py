@@ -3,12 +3,12 @@
 from collections.abc import Callable
 from typing import Any
 
-from .calculator import CalculatorError, calculator, evaluate
-from .countries import COUNTRIES, MISSING_COUNTRY, country_facts, lookup
-from .currency import RATES_AS_OF, USD_PER_UNIT, UnknownCurrency, convert, convert_currency
-from .faulty import INJECTION_PAYLOAD, REVIEWS, ServiceUnavailable, fetch_review, get_stock_price
-from .schema import tool_schema
-from .search import corpus, retrieve, search_documents
+from ._calculator import CalculatorError, calculator
+from ._countries import COUNTRIES, MISSING_COUNTRY, country_facts, lookup
+from ._currency import RATES_AS_OF, USD_PER_UNIT, UnknownCurrency, convert, convert_currency
+from ._faulty import INJECTION_PAYLOAD, REVIEWS, ServiceUnavailable, fetch_review, get_stock_price
+from ._schema import tool_schema
+from ._search import corpus, retrieve, search_documents
 
 BUILTIN_TOOLS: dict[str, Callable[..., Any]] = {
     "calculator": calculator,
@@ -42,7 +42,6 @@ __all__ = [
     "convert_currency",
     "corpus",
     "country_facts",
-    "evaluate",
     "fetch_review",
     "get_stock_price",
     "lookup",

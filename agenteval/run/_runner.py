@@ -34,22 +34,24 @@ from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable_text
 
-from . import experiments as ex
-from .agents.loading import LoadedAgent, load_agent
-from .cases import Case, Dataset
-from .catalog import builtin_names, load_dataset
-from .collect import TrialCollector, collector_for
-from .environment import environment
-from .errors import AgentevalError
-from .options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
-from .prices import load_prices
-from .progress import Progress
-from .sampling import sample_cases
-from .scorers import Judgement, Scorer, ScoringEngine, load_scorers, score_table, scorer_specs
-from .store import CASES, TRIALS, Store, StoreNotWritable, compact
-from .store.lease import Lease, experiment_lease
-from .tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
-from .trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
+from ..agents._loading import LoadedAgent, load_agent
+from ..analysis import _experiments as ex
+from ..dataset._cases import Case, Dataset
+from ..dataset._catalog import builtin_names, load_dataset
+from ..dataset._sampling import sample_cases
+from ..errors import AgentevalError
+from ..scorers import Scorer, load_scorers
+from ..scorers._engine import Judgement, ScoringEngine, score_table
+from ..scorers._loading import scorer_specs
+from ..store import CASES, TRIALS, Store, StoreNotWritable, compact
+from ..store._lease import Lease, experiment_lease
+from ..tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
+from ._collect import TrialCollector, collector_for
+from ._environment import environment
+from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
+from ._prices import load_prices
+from ._progress import Progress
+from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 BATCH_SECONDS = 1.0
 """How often finished trials are scored and handed to the writers. Each micro-batch has a fixed cost (the

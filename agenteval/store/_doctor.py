@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from .compact import COMPACT_WAIT_SECONDS
-from .schemas import TABLES
-from .store import Store, compaction_lock
+from ._compact import COMPACT_WAIT_SECONDS
+from ._schemas import TABLES
+from ._store import Store, compaction_lock
 
 QUARANTINE = ".quarantine"
 """Where unreadable files go, under the store, each named ``<file>.unreadable``."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..cases import UNKNOWN_ANSWER, Case
-from ..store import sql_string
-from .answer import matches, says_unknown
-from .base import Scorer, scorer
-from .features import TrialFeatures
+from ..dataset._cases import UNKNOWN_ANSWER, Case
+from ..store._store import sql_string
+from ._answer import matches, says_unknown
+from ._base import Scorer, scorer
+from ._features import TrialFeatures
 
 
 def _is_unknown(case: Case) -> bool:

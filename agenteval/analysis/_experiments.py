@@ -16,9 +16,10 @@ from typing import Any
 
 import duckdb
 
-from .stats import clustered_mean, interval95
-from .store import Store, views
-from .store.views import current_scores, current_trials
+from ..store import Store
+from ..store import _views as views
+from ..store._views import current_scores, current_trials
+from ._stats import clustered_mean, interval95
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 

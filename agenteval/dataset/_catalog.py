@@ -9,8 +9,8 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from .cases import Case, Dataset, DatasetError, Problem, dataset_hash, load_file
-from .errors import UsageError
+from ..errors import UsageError
+from ._cases import Case, Dataset, DatasetError, Problem, dataset_hash, load_file
 
 GENERATED = "arithmetic"
 DEFAULT_ARITHMETIC_CASES = 100
@@ -29,7 +29,7 @@ def datasets_dir() -> Path:
     packaged = Path(str(resources.files("agenteval"))) / "datasets"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "datasets"
+    return Path(__file__).resolve().parents[2] / "datasets"
 
 
 def builtin_names() -> list[str]:
@@ -90,7 +90,7 @@ def load_dataset(name_or_path: str | Path, *, cases: int | None = None, seed: in
     """A built-in dataset by name, or a JSONL file by path; every case validated.
 
     ``cases`` and ``seed`` apply to the generated ``arithmetic`` dataset. A bad file raises
-    :class:`~agenteval.cases.DatasetError` naming each bad line and field.
+    :class:`~agenteval.dataset.DatasetError` naming each bad line and field.
     """
     text = str(name_or_path)
     if text == GENERATED:

@@ -11,8 +11,8 @@ from typing import Any
 from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable_text
 
-from ..cases import SCORED_FIELDS, Case
-from .features import TrialFeatures
+from ..dataset._cases import SCORED_FIELDS, Case
+from ._features import TrialFeatures
 
 Outcome = tuple[float | None, bool | None, str, str | None]
 """A judgement without its scorer: ``(value, passed, reason, error)``."""

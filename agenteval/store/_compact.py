@@ -1,7 +1,7 @@
 """Merging a partition's small files into one, atomically, while readers keep reading.
 
 One compactor at a time per store: :func:`compact` holds the store's compaction lock, an OS lock
-that dies with its process (:func:`~agenteval.store.store.compaction_lock`).
+that dies with its process (:func:`~agenteval.store._store.compaction_lock`).
 
 The merged file is built in a workspace beside the store (``<store>.compacting/``), out of reach of
 any glob over the store, in a folder that stands in for the partition; then the two folders are
@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 
-from .schemas import TABLES
-from .store import SCHEMA_FILE, Store, StoreBusy, compaction_lock
+from ._schemas import TABLES
+from ._store import SCHEMA_FILE, Store, StoreBusy, compaction_lock
 
 logger = logging.getLogger(__name__)
 

@@ -75,7 +75,7 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
         target, name, source = spec, getattr(spec, "__name__", type(spec).__name__), _source_of(spec)
         spec_text = f"{getattr(spec, '__module__', '?')}:{name}"
     elif spec == MOCK:
-        from .mock import mock_agent
+        from ._mock import mock_agent
 
         target, name, source, spec_text = mock_agent, "mock", _source_of(mock_agent), MOCK
         return LoadedAgent(target(**options), spec_text, name, source, options)

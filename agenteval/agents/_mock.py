@@ -16,7 +16,7 @@ from typing import Any
 
 from agenteval_instrumentation import llm_call
 
-from ..tools.calculator import calculator
+from ..tools._calculator import calculator
 
 FAILURES = ("llm_error", "tool_error", "rate_limit", "quota_exhausted", "empty_output", "hang")
 """What a failing call does: a provider 5xx from the model call, an exception from the tool, an HTTP 429,

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from .cases import FIELDS, OPTIONAL_DEFAULTS, Case, Dataset
+from ._cases import FIELDS, OPTIONAL_DEFAULTS, Case, Dataset
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""

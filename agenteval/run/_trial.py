@@ -22,11 +22,11 @@ from agenteval_instrumentation import capture, error_type, record_error
 from agenteval_instrumentation.responses import reply_text
 from agenteval_instrumentation.text import storable_text
 
-from .agents.loading import LoadedAgent, accepts_messages, is_async
-from .cases import Case
-from .collect import TrialCollector, TrialTag, current_trial, trial_context
-from .failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
-from .prices import Prices, cost
+from ..agents._loading import LoadedAgent, accepts_messages, is_async
+from ..dataset._cases import Case
+from ._collect import TrialCollector, TrialTag, current_trial, trial_context
+from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
+from ._prices import Prices, cost
 
 SIMULATED_USER = "simulated_user"
 RUNNER_SCOPE = "agenteval.runner"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-from .base import Scorer
-from .builtin import BUILTIN_SCORERS
+from ._base import Scorer
+from ._builtin import BUILTIN_SCORERS
 
 BUILTIN_BY_NAME = {s.name: s for s in BUILTIN_SCORERS}
 

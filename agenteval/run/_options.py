@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_CONCURRENCY = 4

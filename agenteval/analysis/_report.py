@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import experiments as ex
-from .stats import clustered_mean, interval95, pass_at_k, pass_hat_k
-from .store import Store
+from ..store import Store
+from . import _experiments as ex
+from ._stats import clustered_mean, interval95, pass_at_k, pass_hat_k
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from .cases import Case
+from ._cases import Case
 
 UNCATEGORIZED = "uncategorized"
 

@@ -20,9 +20,9 @@ from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError
-from .lease import store_lease
-from .schemas import TABLES
-from .views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
+from ._lease import store_lease
+from ._schemas import TABLES
+from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
 
 SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
 """An empty file with each table's current schema: views have every column even on an empty store,
@@ -145,7 +145,7 @@ class Store:
 
     def ensure(self) -> None:
         """Create the table folders and their schema files if missing, and finish or roll back a
-        compaction that was killed half way (see :func:`agenteval.store.compact.recover`).
+        compaction that was killed half way (see :func:`agenteval.store._compact.recover`).
         Raises :class:`StoreNotWritable` when the store cannot be written."""
         try:
             self._lay_out()
@@ -172,7 +172,7 @@ class Store:
                 staged = staging_dir(self.root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
                 write_parquet(staged, schema.empty_table())
                 os.replace(staged, target)
-        from .compact import recover  # compact imports this module
+        from ._compact import recover
 
         recover(self, wait=0)
 
@@ -210,7 +210,7 @@ class Store:
         if read_only:
             self.require()
         elif self.root.is_dir():
-            from .compact import recover  # compact imports this module
+            from ._compact import recover
 
             recover(self, wait=0)
         con = duckdb.connect(database)
@@ -251,7 +251,7 @@ class Store:
 
     def rows(self, sql: str, parameters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`query` as a list of dicts (nanosecond timestamps as microsecond datetimes)."""
-        from agenteval.tables import to_rows
+        from ..render._tables import to_rows
 
         return to_rows(self.query(sql, parameters))
 

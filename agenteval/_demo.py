@@ -34,12 +34,12 @@ def run_demo(questions: list[str] | None = None, store: str | None = None) -> st
     """Answer ``questions`` with the demo agent, write the spans to the store; return a report."""
     from opentelemetry import trace
 
+    from .render._tables import render
     from .store import Store
-    from .tables import render
     from .tracing import setup_tracing
 
     tracing = setup_tracing(store)
-    tracer = trace.get_tracer("agenteval.demo")
+    tracer = trace.get_tracer("agenteval._demo")
     lines, trace_ids = [], []
     for question in questions or DEMO_QUESTIONS:
         with tracer.start_as_current_span("demo question") as span:

@@ -28,8 +28,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
-from .stats import NORMAL
+from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
+from ._stats import NORMAL
 
 DEFAULT_SPREAD_SHARE = 0.5
 """Without a past experiment to estimate from, the between-case variance is taken as half its largest
@@ -191,9 +191,9 @@ def build_model(
 
 
 def _experiment_rates(store: Any, experiment_id: str) -> tuple[list[float], int]:
-    from .compare import case_rates
-    from .experiments import find
-    from .store import Store
+    from ..store import Store
+    from ._compare import case_rates
+    from ._experiments import find
 
     target = store if isinstance(store, Store) else Store(store)
     found = find(target, experiment_id)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from .audit import AuditReport
-from .cases import DIFFICULTIES
-from .catalog import CatalogEntry
-from .power import PowerTable
-from .tables import rich_table
-from .text_safety import visible
+from ..analysis._power import PowerTable
+from ..dataset._audit import AuditReport
+from ..dataset._cases import DIFFICULTIES
+from ..dataset._catalog import CatalogEntry
+from ._tables import rich_table
+from ._text_safety import visible
 
 
 def catalog_view(entries: list[CatalogEntry]) -> RenderableType:
@@ -99,7 +99,7 @@ def run_summary(summary: dict) -> str:
 
 def comparison_view(comparison: dict) -> RenderableType:
     """``agenteval compare``: the paired difference with its interval, per category, what moved and changed."""
-    from .report_formats import pct
+    from ._report_formats import pct
 
     overall = comparison["overall"]
     parts: list[RenderableType] = [

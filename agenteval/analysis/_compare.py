@@ -9,13 +9,13 @@ from typing import Any
 
 import duckdb
 
-from . import experiments as ex
-from .errors import AgentevalError
-from .options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
-from .stats import PairedDifference, paired_difference
-from .store import Store
-from .store.doctor import damaged_store_message
-from .text_safety import markdown_cell
+from ..errors import AgentevalError
+from ..render._text_safety import markdown_cell
+from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
+from ..store import Store
+from ..store._doctor import damaged_store_message
+from . import _experiments as ex
+from ._stats import PairedDifference, paired_difference
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""

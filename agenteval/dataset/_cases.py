@@ -16,7 +16,7 @@ from typing import Any
 
 from agenteval_instrumentation.text import storable_text
 
-from .errors import AgentevalError
+from ..errors import AgentevalError
 
 MAX_PROBLEMS = 50
 DEFAULT_MAX_TURNS = 5

@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 
 from agenteval_instrumentation import capture
 
-from ..cases import SCORED_FIELDS, Case
-from ..store.schemas import SCORES
-from ..store.views import judged_trials
-from .base import FAILED_REASON, Score, Scorer
-from .features import FeatureColumns, TrialFeatures, features_sql
+from ..dataset._cases import SCORED_FIELDS, Case
+from ..store._schemas import SCORES
+from ..store._views import judged_trials
+from ._base import FAILED_REASON, Score, Scorer
+from ._features import FeatureColumns, TrialFeatures, features_sql
 
 
 def _arrow_type(annotation: str) -> pa.DataType:
@@ -60,7 +60,7 @@ JUDGEMENT_SCHEMA = pa.schema([f for f in SCORES if f.name not in _PER_PASS])
 class Judgement:
     """A batch of trials scored: one row per trial and applicable scorer, and whether each trial
     passed (every applicable pass/fail scorer passed; an error does not pass; see
-    :func:`agenteval.store.views.judged_trials`)."""
+    :func:`agenteval.store._views.judged_trials`)."""
 
     table: pa.Table
     judge_trials: Callable[[], dict[str, bool]]
@@ -190,7 +190,7 @@ class ScoringEngine:
 
     def outcomes(self, trial_ids: list[str], failure_types: list[str | None], scores: pa.Table) -> dict[str, str]:
         """Each trial's outcome (passed, wrong or failed) from its failure type and its ``scores`` (rows of a
-        :class:`Judgement` table), by the store's one definition (:func:`agenteval.store.views.judged_trials`)."""
+        :class:`Judgement` table), by the store's one definition (:func:`agenteval.store._views.judged_trials`)."""
         count = len(trial_ids)
         trials = pa.table(
             {

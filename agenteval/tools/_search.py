@@ -14,7 +14,7 @@ DEFAULT_K = 3
 @functools.cache
 def corpus() -> list[dict[str, str]]:
     """The documents of the built-in rag corpus: ``id``, ``title``, ``kind`` and ``text``."""
-    from ..catalog import RAG_CORPUS, datasets_dir
+    from ..dataset._catalog import RAG_CORPUS, datasets_dir
 
     with open(datasets_dir() / RAG_CORPUS, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]

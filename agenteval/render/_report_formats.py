@@ -1,7 +1,7 @@
 """Rendering a report: terminal tables, markdown, JSON, and one self-contained HTML file with plots.
 
 Case ids, replies and failure messages are untrusted text: every format but JSON shows them through
-:mod:`agenteval.text_safety` (HTML escaped, markdown literal, controls and bidirectional characters visible),
+:mod:`agenteval.render._text_safety` (HTML escaped, markdown literal, controls and bidirectional characters visible),
 and the terminal view builds rich ``Text`` objects, never markup.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .tables import markdown_table
-from .text_safety import html_text, markdown_cell
+from ._tables import markdown_table
+from ._text_safety import html_text, markdown_cell
 
 
 def pct(value: float | None) -> str:
@@ -125,7 +125,7 @@ def to_terminal(report: dict[str, Any]) -> Any:
     from rich.console import Group
     from rich.text import Text
 
-    from .tables import rich_table
+    from ._tables import rich_table
 
     parts: list[Any] = []
     for title, header, rows in sections(report):

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
-from .options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
+from ..run._options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
 
 Z95 = 1.959963984540054
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .text_safety import markdown_cell, visible
+from ._text_safety import markdown_cell, visible
 
 FORMATS = ("table", "csv", "json", "markdown")
 

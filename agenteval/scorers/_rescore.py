@@ -15,12 +15,15 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
-from . import experiments as ex
-from .cases import Case, parse_case
-from .options import DEFAULT_RESCORE_BATCH
-from .scorers import Scorer, ScoringEngine, features_sql, load_scorers, score_table
-from .scorers.features import NO_REPLIES
-from .store import Store, sql_string
+from ..analysis import _experiments as ex
+from ..dataset._cases import Case, parse_case
+from ..run._options import DEFAULT_RESCORE_BATCH
+from ..store import Store
+from ..store._store import sql_string
+from ._base import Scorer
+from ._engine import ScoringEngine, score_table
+from ._features import NO_REPLIES, features_sql
+from ._loading import load_scorers
 
 
 @dataclasses.dataclass

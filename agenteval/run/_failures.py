@@ -1,0 +1,202 @@
+"""Failure types: why a trial produced no answer, from the step that raised, and whether the cause
+was infrastructure (the API that day) or the agent itself.
+
+One classifier reads the exception, the span it was raised from, and what the runner saw (a
+timeout, rate-limit retries). Provider errors are recognised through a registry of matchers that
+look at the exception's HTTP status, error code and class name, so any SDK's errors map without
+importing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from agenteval_instrumentation.capture import error_text
+
+TOOL_ERROR = "tool_error"
+LLM_ERROR = "llm_error"
+TIMEOUT = "timeout"
+TIMEOUT_AFTER_RATE_LIMIT = "timeout_after_rate_limit"
+QUOTA_EXHAUSTED = "quota_exhausted"
+MAX_STEPS_EXCEEDED = "max_steps_exceeded"
+OUTPUT_TRUNCATED = "output_truncated"
+EMPTY_OUTPUT = "empty_output"
+INVALID_MODEL_OUTPUT = "invalid_model_output"
+AGENT_ERROR = "agent_error"
+"""An exception from the agent's own code, outside any model or tool step."""
+
+FAILURE_TYPES = (
+    TOOL_ERROR,
+    LLM_ERROR,
+    TIMEOUT,
+    TIMEOUT_AFTER_RATE_LIMIT,
+    QUOTA_EXHAUSTED,
+    MAX_STEPS_EXCEEDED,
+    OUTPUT_TRUNCATED,
+    EMPTY_OUTPUT,
+    INVALID_MODEL_OUTPUT,
+    AGENT_ERROR,
+)
+
+RATE_LIMITED = "rate_limited"
+"""Not a final type: the runner waits and retries; if the trial's time runs out it becomes
+``timeout_after_rate_limit``."""
+
+
+class MaxStepsExceeded(Exception):
+    """Raise from an agent that gave up after its step budget."""
+
+
+class InvalidModelOutput(Exception):
+    """Raise from an agent when the model's output could not be used (bad JSON, unknown tool, ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """A trial's failure: its type, whether infrastructure caused it, and the message."""
+
+    type: str
+    infrastructure: bool
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderError:
+    """What a matcher concluded about an exception: a failure type (or ``rate_limited``), and
+    whether it is infrastructure; ``retry_after`` in seconds when the provider said."""
+
+    type: str
+    infrastructure: bool
+    retry_after: float | None = None
+
+
+Matcher = Callable[[BaseException], ProviderError | None]
+_matchers: list[Matcher] = []
+
+
+def register(matcher: Matcher) -> Matcher:
+    """Add a matcher (first registered, first asked). Usable as a decorator."""
+    _matchers.append(matcher)
+    return matcher
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status an SDK exception carries (``status_code``, ``status``, ``response.status_code``)."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for name in ("status_code", "status", "http_status"):
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+    return None
+
+
+def _error_code(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    body = getattr(exc, "body", None)
+    if code is None and isinstance(body, dict):
+        error = body.get("error", body)
+        code = error.get("code") or error.get("type") if isinstance(error, dict) else None
+    return str(code or "").lower()
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header on the exception or its response."""
+    for holder in (exc, getattr(exc, "response", None)):
+        headers = getattr(holder, "headers", None)
+        if headers is not None and hasattr(headers, "get"):
+            value = headers.get("retry-after") or headers.get("Retry-After")
+            try:
+                return float(value) if value is not None else None
+            except ValueError:
+                return None
+    return None
+
+
+QUOTA_CODES = ("insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "resource_exhausted_quota")
+
+
+@register
+def _http_status(exc: BaseException) -> ProviderError | None:
+    status = status_code(exc)
+    code = _error_code(exc)
+    if status == 429 or "rate_limit" in code:
+        if any(q in code for q in QUOTA_CODES) or "quota" in str(exc).lower() and "exceeded your" in str(exc).lower():
+            return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
+        return ProviderError(RATE_LIMITED, infrastructure=True, retry_after=retry_after(exc))
+    if any(q in code for q in QUOTA_CODES):
+        return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
+    if status is not None and (status >= 500 or status in (408, 409)):
+        return ProviderError(LLM_ERROR, infrastructure=True)
+    if status is not None and 400 <= status < 500:
+        return ProviderError(LLM_ERROR, infrastructure=False)  # a bad request is the agent's doing
+    return None
+
+
+_CONNECTION_NAMES = (
+    "APIConnectionError",
+    "APITimeoutError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "ServiceUnavailableError",
+    "InternalServerError",
+    "OverloadedError",
+)
+
+
+@register
+def _connection(exc: BaseException) -> ProviderError | None:
+    if isinstance(exc, ConnectionError) or type(exc).__name__ in _CONNECTION_NAMES:
+        return ProviderError(LLM_ERROR, infrastructure=True)
+    return None
+
+
+def provider_error(exc: BaseException) -> ProviderError | None:
+    """What the registry makes of ``exc``, or None when no matcher recognises it."""
+    for matcher in _matchers:
+        found = matcher(exc)
+        if found is not None:
+            return found
+    return None
+
+
+def classify(
+    exc: BaseException | None,
+    *,
+    raised_in: str | None = None,
+    timed_out: bool = False,
+    rate_limit_retries: int = 0,
+    last_finish_reason: str | None = None,
+    reply: str | None = None,
+) -> Failure | None:
+    """The failure of a trial, or None when it produced an answer.
+
+    ``raised_in`` is the GenAI operation of the span the exception was raised from (``chat``,
+    ``execute_tool``), when it came from a decorated step.
+    """
+    if timed_out:
+        if rate_limit_retries:
+            message = f"timed out after {rate_limit_retries} rate-limited attempt(s)"
+            return Failure(TIMEOUT_AFTER_RATE_LIMIT, True, message)
+        return Failure(TIMEOUT, False, "the trial ran past its timeout")
+    if exc is not None:
+        message = error_text(exc)  # content: redacted and masked, or only the type with capture off
+        if isinstance(exc, MaxStepsExceeded):
+            return Failure(MAX_STEPS_EXCEEDED, False, message)
+        if isinstance(exc, InvalidModelOutput):
+            return Failure(INVALID_MODEL_OUTPUT, False, message)
+        if raised_in == "execute_tool":
+            return Failure(TOOL_ERROR, False, message)
+        found = provider_error(exc)
+        if found is not None:
+            kind = TIMEOUT_AFTER_RATE_LIMIT if found.type == RATE_LIMITED else found.type
+            return Failure(kind, found.infrastructure, message)
+        if raised_in == "chat":
+            return Failure(LLM_ERROR, False, message)
+        return Failure(AGENT_ERROR, False, message)
+    if last_finish_reason in ("length", "max_tokens"):
+        return Failure(OUTPUT_TRUNCATED, False, "the model's last output stopped at its token limit")
+    if not reply or not reply.strip():
+        return Failure(EMPTY_OUTPUT, False, "the agent returned an empty reply")
+    return None
