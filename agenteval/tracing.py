@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import weakref
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -41,7 +42,7 @@ class Tracing:
         return handed_on and self.parquet.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        _active.pop(_key(self.provider, self.parquet.store), None)
+        _set_up(self.provider).pop(store_key(self.parquet.store), None)
         for processor in self.processors:
             processor.shutdown()
 
@@ -69,18 +70,19 @@ class _SkipRunSpans(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
-_active: dict[tuple[int, str], Tracing] = {}
-"""Tracing set up per (provider, store): a second setup must not write every span twice."""
+_active: weakref.WeakKeyDictionary[TracerProvider, dict[str, Tracing]] = weakref.WeakKeyDictionary()
+"""Tracing set up per provider and store: a second setup must not write every span twice. Keyed by the
+provider itself (held weakly), never by its id(), which a later provider may be given."""
 
 
-def _key(provider: TracerProvider, store: os.PathLike[str]) -> tuple[int, str]:
-    return id(provider), store_key(store)
+def _set_up(provider: TracerProvider) -> dict[str, Tracing]:
+    return _active.setdefault(provider, {})
 
 
 def exports_otlp(provider: TracerProvider) -> bool:
     """Whether :func:`setup_tracing` already sends ``provider``'s spans to an OTLP backend (a run then
     adds no exporter of its own, so the backend receives each span once)."""
-    return any(t.otlp is not None for (provider_id, _), t in _active.items() if provider_id == id(provider))
+    return any(t.otlp is not None for t in _active.get(provider, {}).values())
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
@@ -130,7 +132,7 @@ def setup_tracing(
     rather than replacing it, so existing exporters and parent links stay as they are.
     """
     provider = sdk_provider(service_name)
-    existing = _active.get(_key(provider, store_path(store)))
+    existing = _set_up(provider).get(store_key(store_path(store)))
     if existing is not None:
         return existing
     parquet = ParquetSpanExporter(store, flush_interval=flush_interval)
@@ -146,5 +148,5 @@ def setup_tracing(
         processors.append(BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
     for processor in processors:
         provider.add_span_processor(processor)
-    tracing = _active[_key(provider, parquet.store)] = Tracing(provider, parquet, processors, otlp_exporter)
+    tracing = _set_up(provider)[store_key(parquet.store)] = Tracing(provider, parquet, processors, otlp_exporter)
     return tracing

@@ -11,6 +11,7 @@ import contextvars
 import dataclasses
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +113,15 @@ def store_key(store: str | os.PathLike[str]) -> str:
     return str(Path(store).resolve())
 
 
-_collectors: dict[int, TrialCollector] = {}
+# Keyed by the provider itself, held weakly: an id() key outlives its provider, and a new provider given
+# the same id would get a collector that is not among its processors (its spans then never collected).
+_collectors: weakref.WeakKeyDictionary[TracerProvider, TrialCollector] = weakref.WeakKeyDictionary()
 
 
 def collector_for(provider: TracerProvider) -> TrialCollector:
     """The one collector of ``provider``, added to it on first use."""
-    collector = _collectors.get(id(provider))
+    collector = _collectors.get(provider)
     if collector is None:
-        collector = _collectors[id(provider)] = TrialCollector()
+        collector = _collectors[provider] = TrialCollector()
         provider.add_span_processor(collector)
     return collector

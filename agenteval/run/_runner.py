@@ -99,6 +99,14 @@ async def evaluate_async(
     (except ``concurrency``).
     ``scorers`` are added to the built-in ones (a same-named scorer replaces a built-in).
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
+
+    What it sets up in the process: when no OpenTelemetry SDK TracerProvider is installed, it installs one
+    as the global provider (service name ``$OTEL_SERVICE_NAME`` or ``agenteval``), since the agent's spans
+    must go somewhere; an application's own SDK provider is used as it is, with one span processor added
+    (it stamps trial ids and hands the run its spans). An agent given as ``FILE.py:ATTR`` is imported under
+    a generated module name, with the file's folder put first on ``sys.path`` (as ``python FILE.py`` does),
+    so that its sibling modules import. Signal handlers for Ctrl-C and SIGTERM are installed for the run
+    only, from the main thread only.
     """
     target = store if isinstance(store, Store) else Store(store)
     given = {
