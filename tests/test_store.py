@@ -205,3 +205,25 @@ def test_demo_writes_spans_that_sql_reads(tmp_path):
     rows = Store(store).query("SELECT name, count(*) n FROM spans GROUP BY name ORDER BY name").to_pylist()
     assert {"name": "execute_tool calculator", "n": 2} in rows
     assert {"name": "chat demo-model", "n": 2} in rows
+
+
+def test_each_table_carries_its_own_schema_version(tmp_path):
+    """The store's own tables are versioned by agenteval, the span table by its exporter: a new trials
+    column needs no exporters release."""
+    from agenteval import evaluate
+    from agenteval.store import TABLE_VERSIONS, TABLES_VERSION
+    from agenteval.store._schemas import schema_file
+    from agenteval_exporters import SCHEMA_VERSION
+
+    store = Store(tmp_path / "s")
+    evaluate("mock", "arithmetic", cases=2, attempts=1, store=store, progress="none")
+    assert TABLE_VERSIONS == {
+        **dict.fromkeys(("experiments", "cases", "trials", "scores"), TABLES_VERSION),
+        "spans": SCHEMA_VERSION,
+    }
+    for table, version in TABLE_VERSIONS.items():
+        assert (store.root / table / f"_schema-v{version}.parquet").is_file() and schema_file(table).endswith(
+            f"v{version}.parquet"
+        )
+    (written,) = (store.root / "trials").glob("experiment_id=*/*.parquet")
+    assert pq.read_metadata(written).metadata[b"agenteval.schema_version"] == str(TABLES_VERSION).encode()

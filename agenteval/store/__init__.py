@@ -2,7 +2,7 @@
 
 from ._compact import CompactionResult, compact
 from ._doctor import DoctorReport, UnreadableFile, doctor
-from ._schemas import CASES, EXPERIMENTS, SCORES, TABLES, TRIALS
+from ._schemas import CASES, EXPERIMENTS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
 from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
 
 __all__ = [
@@ -10,6 +10,8 @@ __all__ = [
     "EXPERIMENTS",
     "SCORES",
     "TABLES",
+    "TABLES_VERSION",
+    "TABLE_VERSIONS",
     "TRIALS",
     "CompactionResult",
     "DoctorReport",

@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 
-from ._schemas import TABLES
-from ._store import SCHEMA_FILE, Store, StoreBusy, compaction_lock
+from ._schemas import SCHEMA_FILE_PREFIX, TABLES
+from ._store import Store, StoreBusy, compaction_lock
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
 
 
 def _data_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.parquet") if p.name != SCHEMA_FILE)
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith(SCHEMA_FILE_PREFIX))
 
 
 # Workspaces.

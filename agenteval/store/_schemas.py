@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from agenteval_exporters.schema import SCHEMA_VERSION as SPAN_SCHEMA_VERSION
 from agenteval_exporters.schema import (
-    SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     SPAN_SCHEMA,
     TABLE_KEY,
@@ -13,9 +13,15 @@ from agenteval_exporters.schema import (
     unique_field,
 )
 
+TABLES_VERSION = 4
+"""The version of the store's own tables (experiments, cases, trials, scores), bumped when a column is
+added; files of older versions still read (readers union by name). 3: the trials' usage of every try
+(``*_all_tries``) apart from the try that counts. 4: the experiments' ``error`` (why a run failed).
+The span table has its own version, with its exporter (``agenteval_exporters.SCHEMA_VERSION``)."""
+
 
 def _schema(table: str, fields: list[pa.Field]) -> pa.Schema:
-    return pa.schema(fields, metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: table.encode()})
+    return pa.schema(fields, metadata={SCHEMA_VERSION_KEY: str(TABLES_VERSION).encode(), TABLE_KEY: table.encode()})
 
 
 EXPERIMENTS = _schema(
@@ -109,3 +115,15 @@ TABLES: dict[str, pa.Schema] = {
     "scores": SCORES,
 }
 """Every table of the store, in the order data flows into it."""
+
+TABLE_VERSIONS: dict[str, int] = {table: TABLES_VERSION for table in TABLES} | {"spans": SPAN_SCHEMA_VERSION}
+"""Each table's schema version: the one its files' metadata and its ``_schema-v<N>.parquet`` carry."""
+
+
+SCHEMA_FILE_PREFIX = "_schema-v"
+
+
+def schema_file(table: str) -> str:
+    """The name of the empty file with ``table``'s current columns, in the table's folder: views have every
+    column even on an empty store, and any engine reading the glob sees the newest columns beside older files."""
+    return f"{SCHEMA_FILE_PREFIX}{TABLE_VERSIONS[table]}.parquet"

@@ -16,17 +16,12 @@ import pyarrow as pa
 
 from agenteval_exporters.exporter import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
-from agenteval_exporters.schema import SCHEMA_VERSION
 from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError
 from ._lease import store_lease
-from ._schemas import TABLES
+from ._schemas import TABLES, schema_file
 from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
-
-SCHEMA_FILE = f"_schema-v{SCHEMA_VERSION}.parquet"
-"""An empty file with each table's current schema: views have every column even on an empty store,
-and any engine reading the glob sees the newest columns beside older files."""
 
 QUERY_RETRIES = 8
 T = TypeVar("T")
@@ -167,7 +162,7 @@ class Store:
         for table, schema in TABLES.items():
             folder = self.root / table
             folder.mkdir(parents=True, exist_ok=True)
-            target = folder / SCHEMA_FILE
+            target = folder / schema_file(table)
             if not target.exists():
                 staged = staging_dir(self.root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
                 write_parquet(staged, schema.empty_table())

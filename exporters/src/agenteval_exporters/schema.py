@@ -13,9 +13,9 @@ import pyarrow as pa
 from agenteval_instrumentation import attributes as A
 
 SCHEMA_VERSION = 4
-"""Bumped when a column is added; files of older versions still read (readers union by name).
-2: ``role``. 3: the trials' usage of every try (``*_all_tries``) apart from the try that counts.
-4: the experiments' ``error`` (why a run failed)."""
+"""The span table's version, bumped when a column is added; files of older versions still read
+(readers union by name). 2: ``role``. 3 and 4 changed only the store's other tables, whose version
+was shared then; those tables are versioned by the ``agenteval`` distribution now."""
 
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"
