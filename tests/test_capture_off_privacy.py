@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from agenteval import llm_call, tool
-from agenteval.dataset._cases import Case, Dataset
-from agenteval.run._runner import evaluate
+from agenteval.dataset import Case, Dataset
+from agenteval.run import evaluate
 from agenteval.store import Store
 from agenteval_instrumentation import capture, configure_capture
 

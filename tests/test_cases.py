@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
+from agenteval.dataset import load_dataset
 from agenteval.dataset._cases import MAX_PROBLEMS, DatasetError, load_file
-from agenteval.dataset._catalog import load_dataset
 
 
 def write(tmp_path, text: str | bytes, name: str = "cases.jsonl"):

@@ -13,9 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from agenteval.run._runner import evaluate
-from agenteval.store import Store
-from agenteval.store._doctor import doctor
+from agenteval.run import evaluate
+from agenteval.store import Store, doctor
 
 
 def agenteval(store: Path, *args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agenteval.dataset._cases import DatasetError, load_file
+from agenteval.dataset import DatasetError, load_file
 from agenteval.errors import AgentevalError, UsageError
 
 
@@ -30,8 +30,8 @@ def one_line_error(done: subprocess.CompletedProcess, code: int, *wanted: str) -
 
 
 def test_the_errors_users_cause_are_agenteval_errors():
-    from agenteval.analysis._compare import NotComparable
-    from agenteval.run._runner import RunRefused
+    from agenteval.analysis import NotComparable
+    from agenteval.run import RunRefused
     from agenteval.store import StoreBusy
 
     for error in (DatasetError, RunRefused, NotComparable, StoreBusy, UsageError):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agenteval.agents._mock import mock_agent
+from agenteval.agents import mock_agent
 from agenteval.analysis import _experiments as ex
 from agenteval.cli import main
-from agenteval.dataset._catalog import load_dataset
-from agenteval.run._runner import evaluate
+from agenteval.dataset import load_dataset
+from agenteval.run import evaluate
 from agenteval.store import Store
 
 CASES, ATTEMPTS, STOP_AFTER_TRIALS = 30, 3, 40

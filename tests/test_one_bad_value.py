@@ -7,10 +7,9 @@ import pytest
 from opentelemetry import trace
 
 from agenteval import tool
-from agenteval.dataset._cases import Case, Dataset, DatasetError, load_file
-from agenteval.run._runner import evaluate
-from agenteval.scorers import Score, scorer
-from agenteval.scorers._rescore import rescore
+from agenteval.dataset import Case, Dataset, DatasetError, load_file
+from agenteval.run import evaluate
+from agenteval.scorers import Score, rescore, scorer
 from agenteval.store import Store
 
 CASES = [Case(id=f"q{i}", input=f"What is {i} + 0?", expected_output=str(i), category="c") for i in range(1, 6)]

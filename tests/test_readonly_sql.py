@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
+from agenteval.run import evaluate
 from agenteval.store import Store
 
 

@@ -8,10 +8,9 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from agenteval.analysis._compare import NotComparable, compare, gate
-from agenteval.analysis._report import build_report
+from agenteval.analysis import NotComparable, build_report, compare, gate
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
+from agenteval.run import evaluate
 from agenteval.store import Store
 
 
@@ -102,7 +101,7 @@ def test_html_report_is_one_self_contained_page_with_plots(runs, tmp_path):
 
 
 def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
-    from agenteval.render._report_formats import to_html, to_markdown
+    from agenteval.render import to_html, to_markdown
 
     report = build_report_stub("<script>alert(1)</script>", "a|b")
     page = to_html(report)

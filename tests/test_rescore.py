@@ -10,9 +10,8 @@ from click.testing import CliRunner
 
 from agenteval.analysis._experiments import summarize
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
-from agenteval.scorers import batch_scorer, scorer
-from agenteval.scorers._rescore import rescore
+from agenteval.run import evaluate
+from agenteval.scorers import batch_scorer, rescore, scorer
 from agenteval.store import Store
 from agenteval.tools import country_facts, fetch_review, get_stock_price, search_documents
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from agenteval import configure_capture
-from agenteval.dataset._cases import Case, Dataset
-from agenteval.run._runner import RunRefused, evaluate
-from agenteval.scorers._rescore import rescore
+from agenteval.dataset import Case, Dataset
+from agenteval.run import RunRefused, evaluate
+from agenteval.scorers import rescore
 from agenteval.store import Store
 
 

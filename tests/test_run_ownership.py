@@ -12,7 +12,7 @@ import time
 
 from test_run_interruptions import ATTEMPTS, CASES, assert_complete_and_unique, start, wait_for_trials
 
-from agenteval.run._runner import RunRefused, evaluate
+from agenteval.run import RunRefused, evaluate
 from agenteval.store import Store
 from agenteval.store._lease import experiment_lease, is_running
 

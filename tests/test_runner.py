@@ -10,9 +10,8 @@ import time
 import pytest
 
 from agenteval import agent, llm_call, set_llm_response, tool
-from agenteval.dataset._cases import Case, Dataset
-from agenteval.run._failures import InvalidModelOutput, MaxStepsExceeded
-from agenteval.run._runner import RunRefused, evaluate
+from agenteval.dataset import Case, Dataset
+from agenteval.run import InvalidModelOutput, MaxStepsExceeded, RunRefused, evaluate
 from agenteval.store import Store
 
 

@@ -12,13 +12,13 @@ from html.parser import HTMLParser
 import pytest
 from click.testing import CliRunner
 
-from agenteval.analysis._report import build_report
+from agenteval.analysis import build_report
 from agenteval.cli import main
-from agenteval.dataset._cases import Case, Dataset
+from agenteval.dataset import Case, Dataset
+from agenteval.render import to_html, to_json, to_markdown
 from agenteval.render._console import run_summary
-from agenteval.render._report_formats import to_html, to_json, to_markdown
 from agenteval.render._text_safety import BIDI_CONTROLS
-from agenteval.run._runner import evaluate
+from agenteval.run import evaluate
 from agenteval.store import Store
 
 CLEAR, TITLE, CSI_C1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"

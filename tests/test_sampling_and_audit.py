@@ -7,9 +7,7 @@ import json
 from click.testing import CliRunner
 
 from agenteval.cli import main
-from agenteval.dataset._audit import audit
-from agenteval.dataset._cases import Case, Dataset
-from agenteval.dataset._catalog import load_dataset
+from agenteval.dataset import Case, Dataset, audit, load_dataset
 from agenteval.dataset._sampling import allocate, sample_cases
 
 

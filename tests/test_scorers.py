@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from agenteval.dataset._cases import Case
+from agenteval.dataset import Case
 from agenteval.scorers import BUILTIN_SCORERS, Score, Scorer, batch_scorer, scorer
 from agenteval.scorers._engine import ScoringEngine
 

@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
+from agenteval.analysis import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
 from agenteval.analysis._power import PowerModel, default_model, estimate_between_case_variance, simulate_power
-from agenteval.analysis._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
 
 
 def test_clustered_standard_error_matches_the_sandwich_formula():

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
+from agenteval.run import evaluate
 from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
 from agenteval_exporters import PartitionedWriter, partition_by_experiment
 

@@ -8,12 +8,11 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from agenteval.analysis import build_report
 from agenteval.analysis._experiments import list_experiments, summarize
-from agenteval.analysis._report import build_report
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
-from agenteval.scorers import scorer
-from agenteval.scorers._rescore import rescore
+from agenteval.run import evaluate
+from agenteval.scorers import rescore, scorer
 from agenteval.store import TRIALS, Store
 from agenteval_exporters import publish
 

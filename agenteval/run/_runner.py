@@ -15,13 +15,10 @@ import contextvars
 import dataclasses
 import functools
 import gc
-import itertools
-import secrets
 import signal
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
@@ -32,40 +29,37 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_instrumentation import capture
-from agenteval_instrumentation.text import storable_text
 
 from ..agents._loading import LoadedAgent, load_agent
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
-from ..dataset._catalog import builtin_names, load_dataset
-from ..dataset._sampling import sample_cases
-from ..errors import AgentevalError
+from ..dataset._catalog import load_dataset
 from ..scorers import Scorer, load_scorers
-from ..scorers._engine import Judgement, ScoringEngine, score_table
+from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_table
 from ..scorers._loading import scorer_specs
-from ..store import CASES, TRIALS, Store, StoreNotWritable, compact
+from ..store import CASES, Store, StoreNotWritable, compact
 from ..store._lease import Lease, experiment_lease
 from ..tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
-from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
+from ._options import RunOptions
+from ._plan import (
+    RunRefused,
+    check_resumable,
+    chosen_cases,
+    dataset_ref,
+    missing_trials,
+    new_trials,
+    resumed_options,
+)
 from ._prices import load_prices
 from ._progress import Progress
+from ._scheduler import run_all
+from ._sink import StoreSink
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
-BATCH_SECONDS = 1.0
-"""How often finished trials are scored and handed to the writers. Each micro-batch has a fixed cost (the
-feature query, each SQL scorer's query, the outcome query: 30 to 50 ms); twice a second cost a tenth of a
-10,000-trial run's time, once a second half that. The progress counts move at this pace."""
-FLUSH_SECONDS = 1.0
-BLOCKED_LOOP_SECONDS = 1.0
-"""How late housekeeping may wake before the run says that something blocks the event loop."""
 SIGNAL_CHECK_SECONDS = 0.1
 """How often ``evaluate()`` waiting beside a running loop wakes to let a Ctrl-C through."""
-
-
-class RunRefused(AgentevalError, ValueError):
-    """The run cannot start as asked (a resume of a changed agent or dataset, nothing to resume, ...)."""
 
 
 async def evaluate_async(
@@ -122,12 +116,10 @@ async def evaluate_async(
         )
         if value is not None
     }
-    options = RunOptions(**given, scorers=scorer_specs(scorers))
     run = _Run.prepare(
-        target, agent, dataset, options, given, name, resume, retry_failed, user_simulator, prices, progress
+        target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress
     )
     with run.lease:
-        run.engine = ScoringEngine(load_scorers([*run.options.scorers, *scorers] if run.resumed else scorers))
         return await run.execute()
 
 
@@ -201,20 +193,28 @@ def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Exper
 
 @dataclasses.dataclass
 class _Run:
+    """One run: its plan, and while it executes the parts that run, score and save its trials."""
+
     store: Store
     experiment: ex.Experiment
     agent: LoadedAgent
-    dataset: Dataset
     plans: list[TrialPlan]
     options: RunOptions
+    engine: ScoringEngine
     user_simulator: UserSimulator | None
     progress: Progress
-    resumed: bool
     lease: Lease
     """Held while the run lives, so that no ``--resume`` joins it."""
-    engine: ScoringEngine | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
+    pending: list[TrialResult] = dataclasses.field(default_factory=list)
+    """Finished trials not yet scored and saved."""
+    stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set by Ctrl-C or SIGTERM: no new trials start."""
+    sink: StoreSink | None = None
+    """The store's writers, while the run executes."""
+    otlp: BatchSpanProcessor | None = None
+    """The run's own OTLP export, when the standard variables name a backend nobody else sends to."""
 
     @classmethod
     def prepare(
@@ -222,8 +222,8 @@ class _Run:
         store: Store,
         agent_spec: str | Callable[..., Any],
         dataset_spec: str | Path | Dataset | None,
-        options: RunOptions,
         given: dict[str, Any],
+        scorers: Sequence[Scorer | str],
         name: str | None,
         resume: bool | str,
         retry_failed: str | None,
@@ -231,8 +231,11 @@ class _Run:
         prices_file: str | Path | None,
         progress: str,
     ) -> _Run:
+        """Check everything and plan the trials (see :mod:`._plan`), then take the experiment's lease and,
+        for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
         if retry_failed not in (None, "infra", "all"):
             raise ValueError("retry_failed must be 'infra' or 'all'")
+        options = RunOptions(**given, scorers=scorer_specs(scorers))
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous = lease = None
             if resume:
@@ -240,14 +243,7 @@ class _Run:
                     store.ensure()  # a store that cannot be written is said before its lease is taken
                 previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
                 on_failure.callback(lease.release)
-                changed = changed_on_resume(previous.options, given)
-                if changed:
-                    raise RunRefused(
-                        f"cannot resume {previous.experiment_id} with other options than it ran with: "
-                        f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
-                    )
-                kept = {k: v for k, v in previous.options.items() if k in RunOptions.__dataclass_fields__}
-                options = RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
+                options = resumed_options(previous, given)
                 dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
                 if agent_spec is None or agent_spec == "":
                     agent_spec = previous.agent
@@ -258,15 +254,18 @@ class _Run:
                 if isinstance(dataset_spec, Dataset)
                 else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
             )
-            options.dataset = _dataset_ref(dataset_spec, dataset)
+            options.dataset = dataset_ref(dataset_spec, dataset)
             agent = load_agent(agent_spec, options.agent_options)
-            chosen = _chosen_cases(dataset, options)
+            chosen = chosen_cases(dataset, options)
             prices = load_prices(prices_file)
+            # A resumed run's extra scorers come back by their recorded specs, beside any given again.
+            engine = ScoringEngine(load_scorers([*options.scorers, *scorers] if previous else scorers))
             if previous is not None:
-                _check_resumable(previous, agent, dataset)
+                check_resumable(previous, agent.version, dataset)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
-                plans = _missing_plans(store, experiment.experiment_id, chosen, options.attempts, retry_failed)
+                done = ex.done_trials(store, experiment.experiment_id)
+                plans = missing_trials(done, chosen, options.attempts, retry_failed)
             else:
                 experiment = ex.Experiment(
                     experiment_id=ex.new_experiment_id(),
@@ -285,25 +284,12 @@ class _Run:
                 lease = experiment_lease(store.root, experiment.experiment_id)
                 lease.acquire()  # a new id: no other process can hold it
                 on_failure.callback(lease.release)
-                plans = [
-                    TrialPlan(case, attempt, _trial_id())
-                    for case in chosen
-                    for attempt in range(1, options.attempts + 1)
-                ]
+                plans = new_trials(chosen, options.attempts)
                 store.write("cases", _cases_table(experiment.experiment_id, chosen))
                 # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
                 pa.default_memory_pool().release_unused()
             run = cls(
-                store,
-                experiment,
-                agent,
-                dataset,
-                plans,
-                options,
-                user_simulator,
-                Progress.create(progress),
-                previous is not None,
-                lease,
+                store, experiment, agent, plans, options, engine, user_simulator, Progress.create(progress), lease
             )
             on_failure.pop_all()
             return run
@@ -316,13 +302,7 @@ class _Run:
         otlp = None if exports_otlp(provider) else otlp_exporter_from_env()
         self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
         collector.open(self.experiment.experiment_id, self.store.root)
-        # A writer, not the exporter: the exporter logs write errors (as an SDK exporter must), the run
-        # has to stop on them, and record why.
-        self.span_writer = self.store.writer("spans", flush_interval=3600)
-        self.score_writer = self.store.writer("scores", flush_interval=3600)
-        self.trial_writer = self.store.writer("trials", flush_interval=3600)
-        self.pending: list[TrialResult] = []
-        self.stop = asyncio.Event()
+        self.sink = StoreSink(self.store)
         runner = TrialRunner(
             self.agent,
             self.experiment.experiment_id,
@@ -337,7 +317,15 @@ class _Run:
         failure: BaseException | None = None
         with self._signals(), _long_lived_objects_frozen():
             try:
-                await self._run_trials(runner)
+                await run_all(
+                    self.plans,
+                    runner.run,
+                    self.pending,
+                    self._save_finished,
+                    self.stop,
+                    self.options.concurrency,
+                    self._say_loop_blocked,
+                )
             except (KeyboardInterrupt, asyncio.CancelledError):  # stopped at once: what finished can resume
                 status = ex.INTERRUPTED
                 raise
@@ -347,7 +335,7 @@ class _Run:
             finally:
                 if status != ex.FAILED and self.stop.is_set():
                     status = ex.INTERRUPTED
-                unsaved = self._save_what_finished(collector)
+                unsaved = self._close(collector)
                 if unsaved is not None:
                     status, failure = ex.FAILED, failure or unsaved
                 self.progress.finish()
@@ -359,78 +347,26 @@ class _Run:
         self.experiment.summary = self.summary()
         return self.experiment
 
-    async def _run_trials(self, runner: TrialRunner) -> None:
-        queue = iter(self.plans)
+    def _say_loop_blocked(self, late: float) -> None:
+        self.progress.note(
+            f"the event loop was blocked for {late:.1f} s: an async agent is making a blocking call "
+            "(time.sleep, sync I/O), which holds up every trial and their timeouts"
+        )
 
-        async def worker() -> None:
-            for plan in queue:
-                if self.stop.is_set():
-                    return
-                result = await runner.run(plan)
-                # Appended after the await: housekeeping swaps ``pending`` for a new list meanwhile.
-                self.pending.append(result)
-                # An agent that never suspends (no I/O) would otherwise starve housekeeping: nothing
-                # would be scored or saved until the very end, and memory would grow with the run.
-                await asyncio.sleep(0)
+    def _save_finished(self) -> None:
+        """The scheduler's tick: score the trials that finished, hand them over, publish."""
+        self._process()
+        assert self.sink is not None
+        self.sink.flush()
 
-        async def housekeeping() -> None:
-            last_flush = time.monotonic()
-            warned = False
-            while True:
-                asleep = time.monotonic()
-                await asyncio.sleep(BATCH_SECONDS)
-                late = time.monotonic() - asleep - BATCH_SECONDS
-                if late >= BLOCKED_LOOP_SECONDS and not warned:
-                    warned = True  # once a run: the trials that ran past their timeout say it each
-                    self.progress.note(
-                        f"the event loop was blocked for {late:.1f} s: an async agent is making a blocking call "
-                        "(time.sleep, sync I/O), which holds up every trial and their timeouts"
-                    )
-                self._process()
-                if time.monotonic() - last_flush >= FLUSH_SECONDS:
-                    self._flush()
-                    last_flush = time.monotonic()
-
-        keeper = asyncio.create_task(housekeeping())
-        workers = [asyncio.create_task(worker()) for _ in range(min(self.options.concurrency, len(self.plans) or 1))]
-        stopper = asyncio.create_task(self.stop.wait())
-        try:
-            running = set(workers)
-            while running:
-                done, _ = await asyncio.wait(running | {stopper, keeper}, return_when=asyncio.FIRST_COMPLETED)
-                for task in done & (running | {keeper}):
-                    task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
-                running -= done
-                if stopper in done:
-                    for task in running:  # unfinished trials are re-run by --resume
-                        task.cancel()
-                    await asyncio.gather(*running, return_exceptions=True)
-                    break
-        finally:
-            keeper.cancel()
-            stopper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-
-    def _save_what_finished(self, collector: TrialCollector) -> OSError | None:
-        """Score and write every trial that finished, then close the writers: each step is tried, so one
-        that fails (a full disk) leaves the others to save what they can. The first storage error."""
-        first: OSError | None = None
-        steps: list[Callable[[], object]] = [
-            lambda: self._process(late_spans=collector.close(self.experiment.experiment_id)),
-            self._flush,
-            self.span_writer.close,
-            self.score_writer.close,
-            self.trial_writer.close,
-        ]
+    def _close(self, collector: TrialCollector) -> OSError | None:
+        """Save every trial that finished (late spans included) and close the writers and the OTLP export;
+        the first storage error, if any (everything that could be saved was)."""
+        assert self.sink is not None
+        unsaved = self.sink.close(before=lambda: self._process(collector.close(self.experiment.experiment_id)))
         if self.otlp is not None:
-            steps.append(self.otlp.shutdown)  # sends what is queued, then stops
-        for step in steps:
-            try:
-                step()
-            except OSError as exc:
-                first = first or exc
-        return first
+            self.otlp.shutdown()  # sends what is queued, then stops
+        return unsaved
 
     def _record_end(self, status: str, failure: BaseException | None) -> bool:
         """Save the experiment's final status (and why it failed); False when even that cannot be
@@ -445,16 +381,18 @@ class _Run:
         return True
 
     def _process(self, late_spans: Sequence[Any] = ()) -> None:
-        """Score and hand to the writers every finished trial (one Arrow encoding for all their spans)."""
-        results, self.pending = self.pending, []
+        """Score every finished trial and hand it to the sink (one Arrow encoding for all their spans)."""
+        assert self.sink is not None
+        results = self.pending[:]
+        self.pending.clear()  # the same list: the scheduler's workers append to it
         spans = [span for result in results for span in result.spans] + list(late_spans)
         spans_batch = spans_to_batch(spans) if spans else None
-        if spans_batch is not None:
-            self.span_writer.append(spans_batch)
-            if self.otlp is not None:
-                for span in spans:
-                    self.otlp.on_end(span)
+        if self.otlp is not None:
+            for span in spans:
+                self.otlp.on_end(span)
         if not results:
+            if spans_batch is not None:
+                self.sink.add(spans_batch, JUDGEMENT_SCHEMA.empty_table(), [])
             return
         judged = self._judge(results, spans_batch)
         outcomes = self.engine.outcomes(
@@ -469,9 +407,7 @@ class _Run:
                 self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
-        for batch in scores.to_batches():
-            self.score_writer.append(batch)
-        self.trial_writer.append(_trial_batch(trial_rows))
+        self.sink.add(spans_batch, scores, trial_rows)
 
     def _judge(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
         """:meth:`_score`; should the batch fail as a whole, trial by trial, so that one trial's odd value
@@ -518,12 +454,6 @@ class _Run:
     @staticmethod
     def _stored_reply(result: TrialResult) -> str | None:
         return (result.replies[-1] if result.replies else None) if capture.config.enabled else None
-
-    def _flush(self) -> None:
-        # Order is the commit protocol: a trial row is published only after its spans and scores.
-        self.span_writer.flush()
-        self.score_writer.flush()
-        self.trial_writer.flush()
 
     def _trial_row(self, result: TrialResult, outcome: str) -> dict[str, Any]:
         failure = result.failure
@@ -599,9 +529,6 @@ class _Run:
         }
 
 
-_INT64 = range(-(2**63), 2**63)
-
-
 def _store_write_failed(store: Store, experiment_id: str, error: OSError, recorded: bool) -> StoreNotWritable:
     status = "its status is saved as failed" if recorded else "its status could not be saved (it still says running)"
     return StoreNotWritable(
@@ -609,26 +536,6 @@ def _store_write_failed(store: Store, experiment_id: str, error: OSError, record
         f"intact and {status}; free space or fix the store's permissions, then run "
         f"`agenteval run --resume {experiment_id}` to run the rest"
     )
-
-
-def _trial_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
-    """Trial rows as a batch; values the table cannot hold (a lone surrogate, an integer past 64 bits,
-    both from agent or user code) are repaired or dropped in the rows they are in, not the batch."""
-    try:
-        return pa.RecordBatch.from_pylist(rows, schema=TRIALS)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
-        return pa.RecordBatch.from_pylist([_storable_row(row) for row in rows], schema=TRIALS)
-
-
-def _storable_row(row: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, value in row.items():
-        if isinstance(value, str):
-            value = storable_text(value)
-        elif isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
-            value = None
-        out[name] = value
-    return out
 
 
 @contextlib.contextmanager
@@ -644,40 +551,6 @@ def _long_lived_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def _chosen_cases(dataset: Dataset, options: RunOptions) -> list[Case]:
-    """The cases the run asks for; an empty dataset, or a sample larger than the dataset, is said out loud."""
-    if not dataset.cases:
-        raise RunRefused(f"the dataset {dataset.name} ({dataset.path}) has no cases: nothing to run")
-    if not options.sample:
-        return list(dataset.cases)
-    if options.sample >= len(dataset.cases):
-        warnings.warn(
-            f"--sample {options.sample} asks for at least as many cases as the dataset {dataset.name} has "
-            f"({len(dataset.cases)}): running all of them",
-            stacklevel=4,
-        )
-    return sample_cases(dataset.cases, options.sample, options.sample_seed)
-
-
-def _dataset_ref(spec: str | Path | Dataset, dataset: Dataset) -> str:
-    """How a resume finds the dataset again: a built-in's name, or a file's absolute path."""
-    if isinstance(spec, Dataset):
-        return spec.path if Path(spec.path).is_file() else spec.name
-    text = str(spec)
-    return text if text in builtin_names() else str(Path(text).resolve())
-
-
-_TRIAL_SEQUENCE = itertools.count(secrets.randbits(32))
-
-
-def _trial_id() -> str:
-    """Sortable by when the trial was planned, unique across machines: the time, then a sequence
-    that starts at random in each process (a uuid4 each cost a sixth of planning 100,000 trials).
-    Spans files are in time order too, so a range of trial ids maps onto few row groups, and
-    rescoring a batch skips the rest by statistics."""
-    return f"{time.time_ns():016x}{next(_TRIAL_SEQUENCE) & 0xFFFFFFFF:08x}"
 
 
 def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
@@ -712,33 +585,3 @@ def _resumable(store: Store, experiment_id: str | None) -> tuple[ex.Experiment, 
             "wait for it to finish, or stop it (Ctrl-C) and resume it then"
         )
     return found, lease
-
-
-def _check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:
-    if previous.version != agent.version:
-        raise RunRefused(
-            f"cannot resume {previous.experiment_id}: the agent changed (version {previous.version} -> "
-            f"{agent.version}); its trials would mix two agents. Start a new run instead."
-        )
-    if previous.dataset_hash != dataset.hash:
-        raise RunRefused(
-            f"cannot resume {previous.experiment_id}: the dataset {dataset.name} changed since it started "
-            "(its content hash differs). Start a new run instead."
-        )
-
-
-def _missing_plans(
-    store: Store, experiment_id: str, cases: Sequence[Case], attempts: int, retry_failed: str | None
-) -> list[TrialPlan]:
-    done = {(row["case_id"], row["attempt"]): row for row in ex.done_trials(store, experiment_id)}
-    plans = []
-    for case in cases:
-        for attempt in range(1, attempts + 1):
-            row = done.get((case.id, attempt))
-            if row is None:
-                plans.append(TrialPlan(case, attempt, _trial_id()))
-            elif row["outcome"] == "failed" and (
-                retry_failed == "all" or retry_failed == "infra" and row["infrastructure"]
-            ):
-                plans.append(TrialPlan(case, attempt, _trial_id(), supersedes=row["trial_id"]))
-    return plans

@@ -1,0 +1,81 @@
+"""Where a run's finished trials go: the store's span, score and trial writers, owned together so that
+the order they publish in is kept in one place.
+
+A trial row is published only after its spans and scores (:meth:`StoreSink.flush`): a trial row on disk
+means its spans and scores are there too, so a run killed at any moment loses at most the trials not yet
+flushed, and ``--resume`` re-runs exactly the trials that have no row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from agenteval_instrumentation.text import storable_text
+
+from ..store import TRIALS, Store
+
+NEVER = 3600.0
+"""The writers' own time-based publishing, switched off: the run flushes them itself, in order."""
+
+_INT64 = range(-(2**63), 2**63)
+
+
+class StoreSink:
+    """The span, score and trial writers of one store for one run."""
+
+    def __init__(self, store: Store) -> None:
+        # Writers, not the span exporter: the exporter logs write errors (as an SDK exporter must), a run
+        # has to stop on them, and record why.
+        self.spans = store.writer("spans", flush_interval=NEVER)
+        self.scores = store.writer("scores", flush_interval=NEVER)
+        self.trials = store.writer("trials", flush_interval=NEVER)
+
+    def add(self, spans: pa.RecordBatch | None, scores: pa.Table, trial_rows: list[dict[str, Any]]) -> None:
+        """Hand over a micro-batch: the trials' spans, their scores, and their rows (published by :meth:`flush`)."""
+        if spans is not None:
+            self.spans.append(spans)
+        for batch in scores.to_batches():
+            self.scores.append(batch)
+        if trial_rows:
+            self.trials.append(trial_batch(trial_rows))
+
+    def flush(self) -> None:
+        """Publish everything handed over, spans first, then scores, then trial rows; raises the first
+        storage error (the rows are kept for the next try)."""
+        self.spans.flush()
+        self.scores.flush()
+        self.trials.flush()
+
+    def close(self, before: Callable[[], None] = lambda: None) -> OSError | None:
+        """Run ``before`` (the last micro-batch), flush and close every writer: each step is tried, so one
+        that fails (a full disk) leaves the others to save what they can. Returns the first storage error."""
+        first: OSError | None = None
+        for step in (before, self.flush, self.spans.close, self.scores.close, self.trials.close):
+            try:
+                step()
+            except OSError as exc:
+                first = first or exc
+        return first
+
+
+def trial_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Trial rows as a batch; values the table cannot hold (a lone surrogate, an integer past 64 bits,
+    both from agent or user code) are repaired or dropped in the rows they are in, not the batch."""
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=TRIALS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+        return pa.RecordBatch.from_pylist([_storable_row(row) for row in rows], schema=TRIALS)
+
+
+def _storable_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in row.items():
+        if isinstance(value, str):
+            value = storable_text(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
+            value = None
+        out[name] = value
+    return out
