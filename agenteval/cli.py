@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -54,6 +54,14 @@ def _debugging() -> bool:
     return bool(context and context.find_root().params.get("debug"))
 
 
+def _raise_as_one_line(exc: Exception) -> NoReturn:
+    """An expected problem as one line: an AgentevalError through the group's handler (its own exit code),
+    any other as a ClickException (exit 1); with --debug, the traceback."""
+    if isinstance(exc, AgentevalError) or _debugging():
+        raise exc
+    raise click.ClickException(str(exc)) from exc
+
+
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Expected problems (bad SQL, a missing file) print one clear line, not a traceback."""
 
@@ -64,9 +72,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (duckdb.Error, OSError, ValueError) as exc:
-            if _debugging():
-                raise
-            raise click.ClickException(str(exc)) from exc
+            _raise_as_one_line(exc)
 
     return run
 
@@ -377,7 +383,7 @@ def rescore(
     try:
         result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)
     if as_json:
         click.echo(json.dumps({**dataclasses.asdict(result), "pass_rate": figures["pass_rate"]}, indent=2))
@@ -414,7 +420,7 @@ def report(experiment: str | None, fmt: str, output: str | None, store: str | No
     try:
         data = build_report(existing_store(store), experiment)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        _raise_as_one_line(exc)
     if fmt == "table" and output is None:
         from rich.console import Console
 
@@ -594,7 +600,7 @@ def power(
             from_experiment=from_experiment,
         )
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        _raise_as_one_line(exc)
     table = power_table(
         model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power
     )

@@ -13,7 +13,7 @@ class AgentevalError(Exception):
     exit_code = 1
 
 
-class UsageError(AgentevalError):
+class UsageError(AgentevalError, ValueError):
     """An option or argument that cannot work as given."""
 
     exit_code = 2

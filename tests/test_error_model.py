@@ -100,6 +100,24 @@ def test_options_that_cannot_work_are_usage_errors(tmp_path):
     assert not (tmp_path / "experiments").exists()  # refused before anything was written
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "-d", "arithmetic", "--agent", "mock", "--scorer", "no_such_scorer"], "--scorer 'no_such_scorer'"),
+        (["run", "-d", "arithmetic", "--agent", "no_colon_here"], "--agent 'no_colon_here': expected mock"),
+        (["run", "-d", "arithmetic", "--agent", "mock", "--agent-option", "bogus=1"], "unknown mock agent option"),
+        (["run", "-d", "arithmetic", "--agent", "mock", "--prices", "bad.json"], "--prices bad.json"),
+        (["power", "--pass-rate", "2"], "--pass-rate"),
+        (["sql", "SELECT 1", "--format", "yaml"], "yaml"),
+    ],
+    ids=["scorer", "agent", "agent-option", "prices", "power", "format"],
+)
+def test_every_option_that_cannot_work_exits_2_with_one_line(tmp_path, args, message):
+    (tmp_path / "bad.json").write_text('{"models": {"m": {"input": 1}}}')
+    done = agenteval(*args, store=tmp_path, cwd=tmp_path)
+    one_line_error(done, 2, message)
+
+
 def test_an_empty_dataset_is_refused_and_a_large_sample_is_said_out_loud(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

@@ -24,7 +24,7 @@ from typing import Any
 
 from agenteval_instrumentation.text import exception_text
 
-from ..errors import AgentLoadError
+from ..errors import AgentLoadError, UsageError
 
 MOCK = "mock"
 
@@ -87,22 +87,22 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
     else:
         agent = target
     if not callable(agent):
-        raise ValueError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
+        raise UsageError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
     return LoadedAgent(agent, spec_text, name, source, options)
 
 
 def _import(spec: str) -> tuple[Any, str, str | None]:
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
-        raise ValueError(f"--agent {spec!r}: expected mock, MODULE:ATTR or FILE.py:ATTR")
+        raise UsageError(f"--agent {spec!r}: expected mock, MODULE:ATTR or FILE.py:ATTR")
     if module_part.endswith(".py"):
         path = Path(module_part).resolve()
         if not path.is_file():
-            raise ValueError(f"--agent {spec}: no such file {module_part}")
+            raise UsageError(f"--agent {spec}: no such file {module_part}")
         module_name = f"agenteval_user_agent_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
         loader = importlib.util.spec_from_file_location(module_name, path)
         if loader is None or loader.loader is None:
-            raise ValueError(f"--agent {spec}: cannot import {module_part}")
+            raise UsageError(f"--agent {spec}: cannot import {module_part}")
         module = importlib.util.module_from_spec(loader)
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.parent))  # so the agent's own sibling modules import
@@ -118,7 +118,7 @@ def _import(spec: str) -> tuple[Any, str, str | None]:
     try:
         target = getattr(module, attr)
     except AttributeError:
-        raise ValueError(f"--agent {spec}: {module_part} has no attribute {attr!r}") from None
+        raise UsageError(f"--agent {spec}: {module_part} has no attribute {attr!r}") from None
     return target, attr, getattr(module, "__file__", None)
 
 

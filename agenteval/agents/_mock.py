@@ -16,6 +16,7 @@ from typing import Any
 
 from agenteval_instrumentation import llm_call
 
+from ..errors import UsageError
 from ..tools._calculator import calculator
 
 FAILURES = ("llm_error", "tool_error", "rate_limit", "quota_exhausted", "empty_output", "hang")
@@ -60,10 +61,10 @@ class MockAgent:
 
     def __post_init__(self) -> None:
         if self.failure not in FAILURES:
-            raise ValueError(f"failure must be one of {', '.join(FAILURES)}, not {self.failure!r}")
+            raise UsageError(f"failure must be one of {', '.join(FAILURES)}, not {self.failure!r}")
         for name in ("wrong_rate", "fail_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1")
+                raise UsageError(f"{name} must be between 0 and 1")
 
     def _rng(self, message: str) -> random.Random:
         with self._lock:
@@ -140,10 +141,10 @@ def mock_agent(**options: Any) -> MockAgent:
     converted: dict[str, Any] = {}
     for key, value in options.items():
         if key not in fields:
-            raise ValueError(f"unknown mock agent option {key!r}; options: {', '.join(fields)}")
+            raise UsageError(f"unknown mock agent option {key!r}; options: {', '.join(fields)}")
         kind = {"float": float, "int": int, "str": str}[str(fields[key].type)]
         try:
             converted[key] = kind(value)
         except ValueError as exc:
-            raise ValueError(f"mock agent option {key}: {value!r} is not a {kind.__name__}") from exc
+            raise UsageError(f"mock agent option {key}: {value!r} is not a {kind.__name__}") from exc
     return MockAgent(**converted)

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import UsageError
 from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
 from ._stats import NORMAL
 
@@ -63,11 +64,11 @@ class PowerModel:
 
     def __post_init__(self) -> None:
         if not 0 < self.pass_rate < 1:
-            raise ValueError("--pass-rate must be between 0 and 1")
+            raise UsageError("--pass-rate must be between 0 and 1")
         if self.attempts < 1:
-            raise ValueError("--attempts must be at least 1")
+            raise UsageError("--attempts must be at least 1")
         if not 0 < self.affected <= 1:
-            raise ValueError("--affected must be more than 0 and at most 1")
+            raise UsageError("--affected must be more than 0 and at most 1")
         limit = self.pass_rate * (1 - self.pass_rate)
         if not 0 <= self.between_case_variance <= limit:
             raise ValueError(f"the between-case variance must be between 0 and p(1 - p) = {limit:.4f}")

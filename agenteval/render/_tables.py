@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import UsageError
 from ._text_safety import markdown_cell, visible
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -68,7 +69,7 @@ def render(table: pa.Table, fmt: str = "table") -> str:
         return markdown_table(names, [[_cell(row[n]) for n in names] for row in rows])
     if fmt == "table":
         return rich_table_text(names, [[_cell(row[n]) for n in names] for row in rows])
-    raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
 def markdown_table(names: list[str], rows: list[list[str]]) -> str:

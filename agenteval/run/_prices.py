@@ -7,6 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
+
 Prices = dict[str, dict[str, float]]
 """model -> {"input": USD per million tokens, "output": USD per million tokens}"""
 
@@ -18,13 +20,13 @@ def load_prices(override: str | Path | None = None) -> Prices:
         try:
             data: Any = json.loads(Path(override).read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"--prices {override}: {exc}") from exc
+            raise UsageError(f"--prices {override}: {exc}") from exc
         models = data.get("models", data) if isinstance(data, dict) else None
         if not isinstance(models, dict):
-            raise ValueError(f'--prices {override}: expected {{"models": {{"name": {{"input": .., "output": ..}}}}}}')
+            raise UsageError(f'--prices {override}: expected {{"models": {{"name": {{"input": .., "output": ..}}}}}}')
         for model, price in models.items():
             if not (isinstance(price, dict) and {"input", "output"} <= set(price)):
-                raise ValueError(f"--prices {override}: {model!r} needs input and output prices per million tokens")
+                raise UsageError(f"--prices {override}: {model!r} needs input and output prices per million tokens")
             table[model] = {"input": float(price["input"]), "output": float(price["output"])}
     return table
 

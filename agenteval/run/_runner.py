@@ -34,6 +34,7 @@ from ..agents._loading import LoadedAgent, load_agent
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import load_dataset
+from ..errors import UsageError
 from ..scorers import Scorer, load_scorers
 from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_table
 from ..scorers._loading import scorer_specs
@@ -234,7 +235,7 @@ class _Run:
         """Check everything and plan the trials (see :mod:`._plan`), then take the experiment's lease and,
         for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
         if retry_failed not in (None, "infra", "all"):
-            raise ValueError("retry_failed must be 'infra' or 'all'")
+            raise UsageError("retry_failed must be 'infra' or 'all'")
         options = RunOptions(**given, scorers=scorer_specs(scorers))
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous = lease = None
@@ -248,7 +249,7 @@ class _Run:
                 if agent_spec is None or agent_spec == "":
                     agent_spec = previous.agent
             if dataset_spec is None:
-                raise ValueError("a dataset is required (--dataset NAME|PATH)")
+                raise UsageError("a dataset is required (--dataset NAME|PATH)")
             dataset = (
                 dataset_spec
                 if isinstance(dataset_spec, Dataset)

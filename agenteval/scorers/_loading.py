@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
+from ..errors import UsageError
 from ._base import Scorer
 from ._builtin import BUILTIN_SCORERS
 
@@ -14,14 +15,14 @@ BUILTIN_BY_NAME = {s.name: s for s in BUILTIN_SCORERS}
 def _import(spec: str) -> list[Scorer]:
     module_name, sep, attr = spec.partition(":")
     if not sep:
-        raise ValueError(f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}) nor MODULE:ATTR")
+        raise UsageError(f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}) nor MODULE:ATTR")
     try:
         found = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--scorer {spec}: {exc}") from exc
+        raise UsageError(f"--scorer {spec}: {exc}") from exc
     items = found if isinstance(found, (list, tuple)) else [found]
     if not all(isinstance(item, Scorer) for item in items):
-        raise ValueError(f"--scorer {spec}: not a Scorer (make one with @agenteval.scorers.scorer)")
+        raise UsageError(f"--scorer {spec}: not a Scorer (make one with @agenteval.scorers.scorer)")
     return list(items)
 
 
