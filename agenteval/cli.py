@@ -238,7 +238,7 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 
 @main.command()
 @click.option("--dataset", "-d", help="A built-in dataset name or a JSONL file.")
-@click.option("--agent", "-a", "agent_spec", help="mock, MODULE:ATTR or FILE.py:ATTR.")
+@click.option("--agent", "-a", "agent_spec", help="mock, a plugin's name, MODULE:ATTR or FILE.py:ATTR.")
 # No click defaults for what a run stores: on --resume an option left out means "as the run was".
 @click.option(
     "--attempts",
@@ -282,8 +282,9 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     "--scorer",
     "scorers",
     multiple=True,
-    metavar="MODULE:ATTR",
-    help="A scorer added to the built-ins (repeatable); one named like a built-in replaces it.",
+    metavar="NAME|MODULE:ATTR",
+    help="A scorer added to the built-ins, by a plugin's name or MODULE:ATTR (repeatable); a MODULE:ATTR scorer "
+    "named like a built-in replaces it.",
 )
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -630,6 +631,26 @@ def experiments(store: str | None, fmt: str) -> None:
     click.echo(
         render(pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())}), fmt)
     )
+
+
+@main.command(name="plugins")
+@format_option
+def plugins_command(fmt: str) -> None:
+    """List the installed plugins (entry points in agenteval.scorers, agenteval.providers, agenteval.failures):
+    the name to type, the distribution shipping it, its target, and whether it loads."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from ._plugins import PluginStatus, check_plugins
+    from .render._tables import render
+
+    rows = check_plugins()
+    columns = [field.name for field in dataclasses.fields(PluginStatus)]
+    click.echo(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt))
+    for row in rows:
+        if not row.loads:  # the table may be piped elsewhere; the problem stays in sight
+            click.echo(f"warning: {visible(row.note or '')}", err=True)
 
 
 @main.command()

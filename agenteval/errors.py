@@ -21,3 +21,8 @@ class UsageError(AgentevalError, ValueError):
 
 class AgentLoadError(AgentevalError, ValueError):
     """The agent could not be loaded: its file, module or factory failed."""
+
+
+class PluginError(AgentevalError, ValueError):
+    """A plugin (an entry point of ``agenteval.scorers``, ``agenteval.providers`` or ``agenteval.failures``)
+    could not be loaded or is not what its group needs; the message names its distribution."""

@@ -145,7 +145,7 @@ def test_rescore_command(tmp_path):
     )
     assert only["scorers"] == ["answer_match"] and only["scores"] == 5
     bad = runner.invoke(main, ["rescore", "--scorer", "no_such", "--store", str(store)])
-    assert bad.exit_code == 1 and "not a built-in scorer" in bad.output
+    assert bad.exit_code == 2 and "not a built-in scorer" in bad.output  # an option that cannot work
     missing = runner.invoke(main, ["rescore", "nope", "--store", str(store)])
     assert missing.exit_code == 1 and "no experiment 'nope'" in missing.output
 

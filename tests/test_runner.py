@@ -422,7 +422,7 @@ def test_agents_from_a_file_with_the_factory_rule(tmp_path):
 
 def test_bad_agent_specs_say_what_is_wrong(tmp_path):
     for spec, message in [
-        ("nonsense", "expected mock, MODULE:ATTR or FILE.py:ATTR"),
+        ("nonsense", "expected mock, an installed plugin.s name .*MODULE:ATTR or FILE.py:ATTR"),
         ("no_such_module_xyz:agent", "cannot import no_such_module_xyz"),
         ("json:no_such_attr", "json has no attribute 'no_such_attr'"),
         (f"{tmp_path}/missing.py:agent", "no such file"),

@@ -1,9 +1,11 @@
-"""Finding the agent a run names (``mock``, ``MODULE:ATTR``, ``FILE.py:ATTR``) and its version.
+"""Finding the agent a run names (``mock``, an ``agenteval.providers`` plugin's name, ``MODULE:ATTR``,
+``FILE.py:ATTR``, looked up in that order) and its version.
 
-The factory rule: when ``--agent-option`` values are given, ATTR is called with them as keyword
-arguments and must return the agent. Without options, ATTR is the agent itself, unless it is a
-class, which is instantiated with no arguments. An agent is any callable, sync or async, taking
-the user's message (and, if it accepts ``messages``, the conversation so far).
+The factory rule (the same for a plugin's target as for ``MODULE:ATTR``): when ``--agent-option``
+values are given, ATTR is called with them as keyword arguments and must return the agent. Without
+options, ATTR is the agent itself, unless it is a class, which is instantiated with no arguments. An
+agent is any callable, sync or async, taking the user's message (and, if it accepts ``messages``, the
+conversation so far).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from agenteval_instrumentation.text import exception_text
 
+from .._plugins import PROVIDERS, Plugin, find
 from ..errors import AgentLoadError, UsageError
 
 MOCK = "mock"
@@ -38,6 +41,8 @@ class LoadedAgent:
     name: str
     source_file: str | None
     options: dict[str, Any]
+    plugin: str | None = None
+    """``DISTRIBUTION VERSION`` when the agent came from a plugin."""
 
     @property
     def source_available(self) -> bool:
@@ -47,9 +52,10 @@ class LoadedAgent:
     @property
     def provenance(self) -> dict[str, str]:
         """What the version was hashed from, for the experiment's record."""
+        found = {"plugin": self.plugin} if self.plugin else {}
         if self.source_available:
-            return {"source": str(self.source_file), "version_from": "source file"}
-        return {"source": "unavailable", "version_from": "code"}
+            return {"source": str(self.source_file), "version_from": "source file", **found}
+        return {"source": "unavailable", "version_from": "code", **found}
 
     @property
     def version(self) -> str:
@@ -71,6 +77,7 @@ class LoadedAgent:
 def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = None) -> LoadedAgent:
     """The agent named by ``spec`` (or given as a callable), built with ``options`` by the factory rule."""
     options = dict(options or {})
+    plugin = None
     if callable(spec):
         target, name, source = spec, getattr(spec, "__name__", type(spec).__name__), _source_of(spec)
         spec_text = f"{getattr(spec, '__module__', '?')}:{name}"
@@ -79,6 +86,10 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
 
         target, name, source, spec_text = mock_agent, "mock", _source_of(mock_agent), MOCK
         return LoadedAgent(target(**options), spec_text, name, source, options)
+    elif (plugin := find(PROVIDERS, spec)) is not None:
+        target, name, spec_text = plugin_target(plugin), plugin.name, spec
+        # The module's file, as for MODULE:ATTR: the version is a hash of the plugin's code.
+        source = getattr(sys.modules.get(plugin.entry_point.module), "__file__", None)
     else:
         target, name, source = _import(spec)
         spec_text = spec
@@ -88,13 +99,25 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
         agent = target
     if not callable(agent):
         raise UsageError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
-    return LoadedAgent(agent, spec_text, name, source, options)
+    shipped = f"{plugin.distribution} {plugin.version}" if plugin is not None else None
+    return LoadedAgent(agent, spec_text, name, source, options, shipped)
+
+
+def plugin_target(plugin: Plugin) -> Any:
+    """What an ``agenteval.providers`` plugin names: an agent, or a factory of one (a callable either way)."""
+    target = plugin.load()
+    if not callable(target):
+        raise plugin.error(f"{type(target).__name__} is not callable (an agent, or a factory of one)")
+    return target
 
 
 def _import(spec: str) -> tuple[Any, str, str | None]:
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
-        raise UsageError(f"--agent {spec!r}: expected mock, MODULE:ATTR or FILE.py:ATTR")
+        raise UsageError(
+            f"--agent {spec!r}: expected mock, an installed plugin's name (agenteval plugins lists them), "
+            "MODULE:ATTR or FILE.py:ATTR"
+        )
     if module_part.endswith(".py"):
         path = Path(module_part).resolve()
         if not path.is_file():

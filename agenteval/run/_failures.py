@@ -4,7 +4,7 @@ was infrastructure (the API that day) or the agent itself.
 One classifier reads the exception, the span it was raised from, and what the runner saw (a
 timeout, rate-limit retries). Provider errors are recognised through a registry of matchers that
 look at the exception's HTTP status, error code and class name, so any SDK's errors map without
-importing it.
+importing it. Plugins add matchers through the ``agenteval.failures`` entry-point group.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Callable
 
 from agenteval_instrumentation.capture import error_text
+
+from .._plugins import FAILURES, Plugin, plugins
 
 TOOL_ERROR = "tool_error"
 LLM_ERROR = "llm_error"
@@ -79,6 +81,28 @@ def register(matcher: Matcher) -> Matcher:
     """Add a matcher (first registered, first asked). Usable as a decorator."""
     _matchers.append(matcher)
     return matcher
+
+
+def plugin_matcher(plugin: Plugin) -> Matcher:
+    """The matcher an ``agenteval.failures`` plugin names."""
+    matcher = plugin.load()
+    if not callable(matcher):
+        raise plugin.error(f"{type(matcher).__name__} is not callable (a matcher: exception -> ProviderError or None)")
+    return matcher
+
+
+_plugins_registered = False
+
+
+def register_plugins() -> None:
+    """Register every ``agenteval.failures`` plugin's matcher, once per process, after the matchers
+    already registered (first registered, first asked). A plugin that cannot be loaded is an error and
+    registers none: a run must not type its failures without a matcher the user installed."""
+    global _plugins_registered
+    if not _plugins_registered:
+        for matcher in [plugin_matcher(plugin) for plugin in plugins(FAILURES)]:
+            register(matcher)
+        _plugins_registered = True
 
 
 def status_code(exc: BaseException) -> int | None:

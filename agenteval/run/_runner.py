@@ -43,6 +43,7 @@ from ..store._lease import Lease, experiment_lease
 from ..tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
+from ._failures import register_plugins
 from ._options import RunOptions
 from ._plan import (
     RunRefused,
@@ -85,14 +86,16 @@ async def evaluate_async(
 ) -> ex.Experiment:
     """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
 
-    ``agent`` is a callable or ``mock`` / ``MODULE:ATTR`` / ``FILE.py:ATTR``; ``dataset`` a built-in
+    ``agent`` is a callable or ``mock`` / a plugin's name / ``MODULE:ATTR`` / ``FILE.py:ATTR``; ``dataset`` a built-in
     name, a path or a loaded :class:`Dataset`. ``resume=True`` continues the newest experiment that was
     interrupted or left "running" by a crash (or the one whose id is given) with only its missing trials;
     ``retry_failed`` (``"infra"`` or ``"all"``) also re-runs failed trials, the new attempt superseding the old.
     Options left as None take their defaults (``attempts`` 3, ``concurrency`` 4, ``timeout`` 120 s, every
     case); on resume they take the run's stored values, and one given that differs from those is refused
     (except ``concurrency``).
-    ``scorers`` are added to the built-in ones (a same-named scorer replaces a built-in).
+    ``scorers`` (Scorer objects, built-in or plugin names, ``MODULE:ATTR``) are added to the built-in ones (a
+    same-named Scorer object or ``MODULE:ATTR`` scorer replaces a built-in). The ``agenteval.failures`` plugins'
+    matchers are registered before the first run of the process.
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
 
     What it sets up in the process: when no OpenTelemetry SDK TracerProvider is installed, it installs one
@@ -117,6 +120,8 @@ async def evaluate_async(
         )
         if value is not None
     }
+    # Plugins that cannot be loaded are said before anything is written.
+    register_plugins()
     run = _Run.prepare(
         target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress
     )

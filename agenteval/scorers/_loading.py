@@ -1,10 +1,16 @@
-"""Choosing the scorers of a run or a rescore: the built-ins, plus users' own by name or import path."""
+"""Choosing the scorers of a run or a rescore: the built-ins, plus users' own by name or import path.
+
+A name is looked up among the built-ins first, then the ``agenteval.scorers`` plugins, then read as
+``MODULE:ATTR``. A plugin's name never reaches past a built-in's, and a scorer reached through a plugin's
+name may not be named like a built-in: replacing a built-in takes naming the scorer by ``MODULE:ATTR``.
+"""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
 
+from .._plugins import SCORERS, Plugin, find
 from ..errors import UsageError
 from ._base import Scorer
 from ._builtin import BUILTIN_SCORERS
@@ -12,10 +18,35 @@ from ._builtin import BUILTIN_SCORERS
 BUILTIN_BY_NAME = {s.name: s for s in BUILTIN_SCORERS}
 
 
+def plugin_scorers(plugin: Plugin) -> list[Scorer]:
+    """The scorers an ``agenteval.scorers`` plugin gives (it names a Scorer or a list or tuple of them)."""
+    found = plugin.load()
+    items = list(found) if isinstance(found, (list, tuple)) else [found]
+    if not items or not all(isinstance(item, Scorer) for item in items):
+        raise plugin.error("not a Scorer nor a list of them (make one with @agenteval.scorers.scorer)")
+    for item in items:
+        if item.name in BUILTIN_BY_NAME:
+            raise plugin.error(
+                f"its scorer {item.name} is named like a built-in, which a plugin's name never replaces",
+                f"to replace the built-in, name it by its target: --scorer {plugin.target}",
+            )
+    return items
+
+
+def _resolve(spec: str) -> list[Scorer]:
+    if spec in BUILTIN_BY_NAME:
+        return [BUILTIN_BY_NAME[spec]]
+    plugin = find(SCORERS, spec)
+    return plugin_scorers(plugin) if plugin is not None else _import(spec)
+
+
 def _import(spec: str) -> list[Scorer]:
     module_name, sep, attr = spec.partition(":")
     if not sep:
-        raise UsageError(f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}) nor MODULE:ATTR")
+        raise UsageError(
+            f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}), "
+            "an installed plugin's (agenteval plugins lists them) nor MODULE:ATTR"
+        )
     try:
         found = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -27,23 +58,19 @@ def _import(spec: str) -> list[Scorer]:
 
 
 def load_scorers(extra: Sequence[Scorer | str] = (), *, only: bool = False) -> list[Scorer]:
-    """The built-ins plus ``extra`` (Scorer objects, built-in names or ``MODULE:ATTR``); an extra scorer
-    with a built-in's name replaces it. ``only=True``: just the ones named in ``extra``."""
+    """The built-ins plus ``extra`` (Scorer objects, built-in names, plugin names or ``MODULE:ATTR``); an
+    extra Scorer object or ``MODULE:ATTR`` scorer with a built-in's name replaces it. ``only=True``: just the
+    ones named in ``extra``."""
     chosen: dict[str, Scorer] = {} if only else dict(BUILTIN_BY_NAME)
     for item in extra:
-        if isinstance(item, Scorer):
-            chosen[item.name] = item
-        elif item in BUILTIN_BY_NAME:
-            chosen[item] = BUILTIN_BY_NAME[item]
-        else:
-            for loaded in _import(item):
-                chosen[loaded.name] = loaded
+        for loaded in [item] if isinstance(item, Scorer) else _resolve(item):
+            chosen[loaded.name] = loaded
     return list(chosen.values())
 
 
 def scorer_specs(extra: Sequence[Scorer | str]) -> list[str]:
     """How a run's extra scorers are recorded, so ``rescore`` can load them again: a Python or Arrow
-    scorer made with a decorator by ``MODULE:ATTR``, anything else by name."""
+    scorer made with a decorator by ``MODULE:ATTR``, anything else (a built-in's or a plugin's name) by name."""
     specs = []
     for item in extra:
         if isinstance(item, Scorer):
