@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import agenteval_instrumentation.attributes as attributes_module
 from agenteval.cli import main
+from agenteval.scorers import BUILTIN_SCORERS
 from agenteval.store import TABLES, Store
 from agenteval.store._views import HISTORY
 
@@ -229,3 +230,9 @@ def test_the_architecture_page_lists_every_module():
     listed = set(re.findall(r"`((?:agenteval|agenteval_instrumentation|agenteval_exporters)/[\w/]+\.py)`", text))
     assert modules - listed == set(), "modules missing from docs/architecture.md"
     assert listed - modules == set(), "docs/architecture.md lists modules that do not exist"
+
+
+def test_the_scoring_guide_lists_every_built_in_scorer():
+    rows = markdown_table(section((DOCS / "scoring.md").read_text(), "## Built-in scorers"))
+    documented = {re.match(r"`(\w+)`", row[1]).group(1): row[2] for row in rows}
+    assert documented == {s.name: "continuous" if s.continuous else "pass/fail" for s in BUILTIN_SCORERS}
