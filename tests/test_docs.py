@@ -1,22 +1,238 @@
-"""The README stays honest: every command has help text and is documented there."""
+"""The documentation stays honest: the README's quick start is what CI runs and works, the docs site
+builds with every page, link and anchor resolved, and the references name every command, option,
+table column, view, span attribute and module the code has."""
 
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
+import agenteval_instrumentation.attributes as attributes_module
 from agenteval.cli import main
+from agenteval.scorers import BUILTIN_SCORERS
+from agenteval.store import TABLES, Store
+from agenteval.store._views import HISTORY
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 
 
-@pytest.mark.parametrize("name", sorted(main.commands))
-def test_every_command_has_help_and_is_in_the_readme(name):
-    result = CliRunner().invoke(main, [name, "--help"])
-    assert result.exit_code == 0 and main.commands[name].help
-    assert f"agenteval {name}" in README
+def section(text: str, heading: str) -> str:
+    """The text under a markdown heading, up to the next heading of the same or a higher level (code
+    blocks, whose lines may start with ``#``, are not headings)."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines = text.splitlines(keepends=True)
+    start = [line.rstrip("\n") for line in lines].index(heading)
+    fenced, end = False, len(lines)
+    for number in range(start + 1, len(lines)):
+        line = lines[number]
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(f"#{{1,{level}}} ", line):
+            end = number
+            break
+    return "".join(lines[start:end])
+
+
+def slug(heading: str) -> str:
+    """The anchor MkDocs (and GitHub, for plain headings) gives a heading."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[\s]+", "-", text).strip("-")
+
+
+def headings(text: str) -> set[str]:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def markdown_table(text: str) -> list[list[str]]:
+    """The rows of the first markdown table in ``text``, its header and separator left out."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+    return rows[2:]
+
+
+# The README's quick start -------------------------------------------------------------------------------
+
+QUICK_START = section(README, "## Quick start")
+COMMANDS = re.findall(r"```sh\n(.*?)\n```", QUICK_START, flags=re.S)
 
 
 def test_readme_quick_start_matches_ci():
-    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text().strip().splitlines()[-1]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci in README
+    assert COMMANDS[1] == ci
+
+
+def test_quick_start_is_two_commands_with_the_same_setup():
+    assert len(COMMANDS) == 2 and all("\n" not in command for command in COMMANDS)
+    setup = "python3 -m venv .venv && .venv/bin/pip install -q -e ./instrumentation -e ./exporters -e '.[test]' && "
+    assert all(command.startswith(setup) for command in COMMANDS)
+    assert COMMANDS[1] == setup + ".venv/bin/pytest"
+
+
+def test_quick_start_main_job_evaluates_into_the_embedded_store_and_reports(tmp_path):
+    """The first command's steps after the setup, run as written (the venv's `agenteval` is this tree's CLI)."""
+    steps = [shlex.split(step) for step in COMMANDS[0].split(" && ")[2:]]
+    assert [step[:2] for step in steps] == [[".venv/bin/agenteval", "run"], [".venv/bin/agenteval", "report"]]
+    env = {k: v for k, v in os.environ.items() if k != "AGENTEVAL_STORE"}
+    outputs = []
+    for step in steps:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenteval.cli", *step[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        outputs.append(done.stdout)
+    assert "completed" in outputs[0] and "over 150 trials of 50 cases" in outputs[0]
+    assert "pass rate" in outputs[1] and "150 trials of 50 cases" in outputs[1]
+    (experiment,) = Store(tmp_path / ".agenteval").rows("SELECT agent, dataset_name, status FROM experiments")
+    assert experiment == {"agent": "mock", "dataset_name": "arithmetic", "status": "completed"}
+
+
+# Links and the site ------------------------------------------------------------------------------------
+
+
+def test_every_readme_link_into_the_repository_resolves():
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert any(link.startswith("docs/") for link in local)
+    for link in local:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), f"README links to {link}, which does not exist"
+        if anchor:
+            assert anchor in headings(target.read_text()), f"README links to {link}: no such heading"
+
+
+def test_the_docs_site_builds_strictly_with_every_page(tmp_path):
+    """strict: a page missing from the nav, a broken link or a missing anchor fails the build."""
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING" not in done.stderr, done.stderr
+    pages = sorted(p.relative_to(DOCS) for p in DOCS.rglob("*.md"))
+    assert len(pages) >= 12
+    for page in pages:
+        built = site / ("index.html" if page.name == "index.md" else page.with_suffix("") / "index.html")
+        assert built.is_file(), f"{page} was not built"
+
+
+# The command line reference ----------------------------------------------------------------------------
+
+CLI_DOC = (DOCS / "reference" / "cli.md").read_text()
+
+
+def test_every_command_has_help_and_is_in_the_cli_reference():
+    documented = set(re.findall(r"^## `agenteval (\S+)`$", CLI_DOC, flags=re.M))
+    assert documented == set(main.commands)
+    for name, command in main.commands.items():
+        result = CliRunner().invoke(main, [name, "--help"])
+        assert result.exit_code == 0 and command.help
+        text = section(CLI_DOC, f"## `agenteval {name}`")
+        (usage,) = re.findall(r"```\n(agenteval .*?)\n```", text)
+        for param in command.params:
+            if isinstance(param, click.Argument):
+                assert param.name.upper() in usage, f"agenteval {name}: argument {param.name} not in the usage"
+            elif param.name != "help":
+                for opt in param.opts + param.secondary_opts:
+                    assert re.search(rf"`{re.escape(opt)}[ `]", text), f"agenteval {name}: {opt} is not documented"
+
+
+def test_the_cli_reference_documents_the_group_options():
+    for param in main.params:
+        for opt in param.opts:
+            assert f"`{opt}`" in CLI_DOC.split("\n## ")[0], opt
+
+
+# The store's reference ---------------------------------------------------------------------------------
+
+STORE_DOC = (DOCS / "reference" / "store.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def store_views(tmp_path_factory):
+    """Each view of an empty store: its columns and DuckDB types."""
+    con = Store(tmp_path_factory.mktemp("empty")).connect(read_only=True)
+    names = [row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+    return {name: [(c[0], c[1]) for c in con.execute(f"DESCRIBE {name}").fetchall()] for name in names}
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_the_store_reference_documents_every_column_of_every_table(table, store_views):
+    rows = markdown_table(section(STORE_DOC, f"## {table}"))
+    documented = [(row[0].strip("`"), row[1].strip("`"), row[2]) for row in rows]
+    schema = TABLES[table]
+    assert [name for name, _, _ in documented] == schema.names, f"the columns of {table} as documented"
+    types = dict(store_views[HISTORY.get(table, table)])
+    for name, type_, always in documented:
+        assert type_ == types[name], f"{table}.{name} is {types[name]}, documented as {type_}"
+        assert always == ("no" if schema.field(name).nullable else "yes"), f"{table}.{name}: always set?"
+    assert all(row[3] for row in rows), f"a column of {table} has no meaning given"
+
+
+def test_the_store_reference_documents_every_view(store_views):
+    rows = markdown_table(section(STORE_DOC, "## Views"))
+    documented = {row[0].strip("`"): row[2] for row in rows}
+    assert set(documented) == set(store_views)
+    for view, columns in documented.items():
+        (table,) = re.findall(r"those of the `(\w+)` table", columns)
+        assert [c for c, _ in store_views[view]] == TABLES[table].names, f"{view} has the columns of {table}"
+
+
+# Span attributes and the map of the code ---------------------------------------------------------------
+
+
+def test_the_attribute_reference_names_every_attribute():
+    tree = ast.parse(Path(attributes_module.__file__).read_text())
+    names = {
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and "." in str(node.value.value)
+    }
+    text = (DOCS / "reference" / "attributes.md").read_text()
+    documented = {
+        row[0].strip("`")
+        for heading in ("## GenAI conventions", "## agenteval's own")
+        for row in markdown_table(section(text, heading))
+    }
+    assert documented == names
+
+
+def test_the_architecture_page_lists_every_module():
+    text = (DOCS / "architecture.md").read_text()
+    roots = [ROOT, ROOT / "instrumentation" / "src", ROOT / "exporters" / "src"]
+    packages = ["agenteval", "agenteval_instrumentation", "agenteval_exporters"]
+    modules = {
+        str(path.relative_to(root))
+        for root, package in zip(roots, packages, strict=True)
+        for path in (root / package).rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    listed = set(re.findall(r"`((?:agenteval|agenteval_instrumentation|agenteval_exporters)/[\w/]+\.py)`", text))
+    assert modules - listed == set(), "modules missing from docs/architecture.md"
+    assert listed - modules == set(), "docs/architecture.md lists modules that do not exist"
+
+
+def test_the_scoring_guide_lists_every_built_in_scorer():
+    rows = markdown_table(section((DOCS / "scoring.md").read_text(), "## Built-in scorers"))
+    documented = {re.match(r"`(\w+)`", row[1]).group(1): row[2] for row in rows}
+    assert documented == {s.name: "continuous" if s.continuous else "pass/fail" for s in BUILTIN_SCORERS}

@@ -1,5 +1,6 @@
-"""Every way into the store that the README shows works on a store a real run wrote, compacted, beside
-files of an older version: its DuckDB queries and its pandas, pyarrow and Polars code, run as written there."""
+"""Every way into the store that the store guide (docs/store.md) shows works on a store a real run wrote,
+compacted, beside files of an older version: its DuckDB queries and its pandas, pyarrow and Polars code, run as
+written there."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from agenteval.run import evaluate
 from agenteval.store import Store
 from agenteval_exporters import SPAN_SCHEMA, publish
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-SECTION = README[README.index("### SQL over the store") : README.index("\n## ", README.index("### SQL over the store"))]
+GUIDE = (Path(__file__).resolve().parents[1] / "docs" / "store.md").read_text()
+SECTION = GUIDE[GUIDE.index("\n## SQL over the store\n") :].split("\n## ")[1]
 
 
 def blocks(language: str) -> list[str]:
@@ -49,12 +50,12 @@ def counts(root: Path) -> tuple[int, int, int]:
     return spans, trials, passed
 
 
-def test_the_readme_s_pandas_and_pyarrow_code_reads_every_row_and_column(workdir, monkeypatch):
+def test_the_guide_s_pandas_and_pyarrow_code_reads_every_row_and_column(workdir, monkeypatch):
     (code,) = [b for b in blocks("python") if "pd.read_parquet" in b]
     monkeypatch.chdir(workdir)
     spans_total, _, passed_total = counts(workdir / ".agenteval")
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/store.md", "exec"), scope)
     spans, passed = scope["spans"], scope["passed"]
     assert len(spans) == spans_total and list(spans.columns) == SPAN_SCHEMA.names
     assert set(spans["experiment_id"]) == {"0-old", (workdir / "expected").read_text()}
@@ -62,12 +63,12 @@ def test_the_readme_s_pandas_and_pyarrow_code_reads_every_row_and_column(workdir
     assert passed.num_rows == passed_total > 0
 
 
-def test_the_readme_s_polars_code_reads_every_span_and_column(workdir, monkeypatch):
+def test_the_guide_s_polars_code_reads_every_span_and_column(workdir, monkeypatch):
     (code,) = [b for b in blocks("python") if "import polars" in b]
     monkeypatch.chdir(workdir)
     spans_total, _, _ = counts(workdir / ".agenteval")
     scope: dict = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/store.md", "exec"), scope)
     spans = scope["spans"].collect()
     assert spans.height == spans_total and spans.columns == SPAN_SCHEMA.names
     assert set(spans["experiment_id"]) == {"0-old", (workdir / "expected").read_text()}
@@ -75,7 +76,7 @@ def test_the_readme_s_polars_code_reads_every_span_and_column(workdir, monkeypat
     assert tokens["old"] == 0 and sum(tokens.values()) == spans["input_tokens"].sum() > 0
 
 
-def test_the_readme_s_duckdb_queries_run(workdir, monkeypatch):
+def test_the_guide_s_duckdb_queries_run(workdir, monkeypatch):
     monkeypatch.chdir(workdir)
     spans_total, _, _ = counts(workdir / ".agenteval")
     (sql,) = [b for b in blocks("sql") if "read_parquet" in b]
@@ -88,8 +89,8 @@ def test_the_readme_s_duckdb_queries_run(workdir, monkeypatch):
     assert sum(by_experiment.values()) == spans_total and "0-old" in by_experiment
 
 
-def test_pandas_default_call_is_the_one_the_readme_warns_about(workdir, monkeypatch):
-    """Why the README passes partitioning=None: without it pyarrow reads experiment_id twice."""
+def test_pandas_default_call_is_the_one_the_guide_warns_about(workdir, monkeypatch):
+    """Why the guide passes partitioning=None: without it pyarrow reads experiment_id twice."""
     import pandas as pd
 
     monkeypatch.chdir(workdir)

@@ -232,7 +232,7 @@ while time.monotonic() < deadline:
         spans, distinct = duckdb.sql(query).fetchall()[0]
     except duckdb.Error as exc:
         # A file the glob listed and a compaction swapped away before it was opened: re-run, as the
-        # store's own queries do (README). Anything else is a failure.
+        # store's own queries do (docs/store.md). Anything else is a failure.
         if "No such file" not in str(exc):
             errors.append(str(exc).splitlines()[0])
         continue
