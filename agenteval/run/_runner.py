@@ -101,7 +101,7 @@ async def evaluate_async(
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
     """
     target = store if isinstance(store, Store) else Store(store)
-    given = {
+    given: dict[str, Any] = {
         name: value
         for name, value in (
             ("attempts", attempts),
@@ -204,7 +204,8 @@ class _Run:
     resumed: bool
     lease: Lease
     """Held while the run lives, so that no ``--resume`` joins it."""
-    engine: ScoringEngine | None = None
+    engine: ScoringEngine = dataclasses.field(init=False)
+    """Set once the run holds its lease (see :func:`evaluate_async`)."""
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
 
@@ -226,7 +227,8 @@ class _Run:
         if retry_failed not in (None, "infra", "all"):
             raise ValueError("retry_failed must be 'infra' or 'all'")
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
-            previous = lease = None
+            previous: ex.Experiment | None = None
+            lease: Lease
             if resume:
                 if store.root.exists():
                     store.ensure()  # a store that cannot be written is said before its lease is taken

@@ -14,7 +14,7 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # Windows: a locked byte instead
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module is absent on Windows; None says so below
     import msvcrt
 
 LOCKS = ".locks"
