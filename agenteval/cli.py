@@ -667,7 +667,8 @@ def compact(store: str | None, wait: float | None) -> None:
     from .store import Store
     from .store import compact as compact_store
 
-    result = compact_store(Store(store), **({} if wait is None else {"wait": wait}))
+    given: dict[str, Any] = {} if wait is None else {"wait": wait}
+    result = compact_store(Store(store), **given)
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows"

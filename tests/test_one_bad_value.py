@@ -105,7 +105,7 @@ def says_yes(case, trial):
 
 @scorer
 def score_says_yes(case, trial):
-    return Score("score_says_yes", "1", 1.0, "yes", "looked")  # type: ignore[arg-type]
+    return Score("score_says_yes", "1", 1.0, "yes", "looked")  # type: ignore[arg-type]  # the bad value under test
 
 
 class Unprintable:

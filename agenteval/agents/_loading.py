@@ -47,7 +47,7 @@ class LoadedAgent:
     @property
     def source_available(self) -> bool:
         """Whether the agent's source file can be read (not so for ``python -c``, stdin or a notebook cell)."""
-        return bool(self.source_file) and Path(self.source_file).is_file()
+        return bool(self.source_file and Path(self.source_file).is_file())
 
     @property
     def provenance(self) -> dict[str, str]:
@@ -63,8 +63,8 @@ class LoadedAgent:
         file, its compiled code) and its options. Any change to either gives a new version."""
         digest = hashlib.sha256()
         digest.update(self.spec.encode())
-        if self.source_available:
-            digest.update(Path(self.source_file).read_bytes())  # type: ignore[arg-type]
+        if self.source_available and self.source_file:
+            digest.update(Path(self.source_file).read_bytes())
         else:
             _hash_code_of(self.fn, digest, set())
         digest.update(json.dumps(self.options, sort_keys=True, default=str).encode())
@@ -127,9 +127,10 @@ def _import(spec: str) -> tuple[Any, str, str | None]:
         if loader is None or loader.loader is None:
             raise UsageError(f"--agent {spec}: cannot import {module_part}")
         module = importlib.util.module_from_spec(loader)
+        module_loader = loader.loader
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.parent))  # so the agent's own sibling modules import
-        _guarded(spec, f"importing {module_part}", lambda: loader.loader.exec_module(module))  # type: ignore[union-attr]
+        _guarded(spec, f"importing {module_part}", lambda: module_loader.exec_module(module))
     else:
         try:
             module = _guarded(spec, f"importing {module_part}", lambda: importlib.import_module(module_part))

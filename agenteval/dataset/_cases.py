@@ -128,7 +128,10 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, An
     record = dict(pairs)
     if len(record) < len(pairs):
         seen: set[str] = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
     return record
 
 
@@ -202,7 +205,7 @@ def _json_type(value: Any) -> str:
 
 
 OPTIONAL_DEFAULTS: dict[str, Any] = {
-    f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    f.name: f.default_factory() if callable(f.default_factory) else f.default
     for f in dataclasses.fields(Case)
     if f.name not in ("id", "input", "expected_output", "line")
 }

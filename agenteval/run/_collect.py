@@ -68,12 +68,14 @@ class TrialCollector(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
-        trials = self._spans.get(attributes.get(A.EXPERIMENT_ID))  # type: ignore[arg-type]
+        # Any: the ids are looked up as they are; one of another type (or none) finds nothing.
+        experiment_id: Any = attributes.get(A.EXPERIMENT_ID)
+        trials = self._spans.get(experiment_id)
         if trials is None:
             return
-        trial_id = attributes.get(A.TRIAL_ID)
+        trial_id: Any = attributes.get(A.TRIAL_ID)
         with self._lock:
-            trials.setdefault(trial_id, []).append(span)  # type: ignore[arg-type]
+            trials.setdefault(trial_id, []).append(span)
 
     def open(self, experiment_id: str, store: str | os.PathLike[str] | None = None) -> None:
         """Start gathering the spans of ``experiment_id``, whose run writes them to ``store`` itself."""
@@ -93,8 +95,8 @@ class TrialCollector(SpanProcessor):
         """Whether a run in progress writes ``span`` to the store keyed ``store`` (see :func:`store_key`)."""
         if not self._stores:
             return False
-        experiment_id = (span.attributes or {}).get(A.EXPERIMENT_ID)
-        return experiment_id is not None and self._stores.get(experiment_id) == store  # type: ignore[call-overload]
+        experiment_id: Any = (span.attributes or {}).get(A.EXPERIMENT_ID)
+        return experiment_id is not None and self._stores.get(experiment_id) == store
 
     def take(self, experiment_id: str, trial_id: str) -> list[ReadableSpan]:
         """The spans of a finished trial, removed from the collector."""

@@ -107,7 +107,7 @@ async def evaluate_async(
     only, from the main thread only.
     """
     target = store if isinstance(store, Store) else Store(store)
-    given = {
+    given: dict[str, Any] = {
         name: value
         for name, value in (
             ("attempts", attempts),
@@ -243,7 +243,8 @@ class _Run:
             raise UsageError("retry_failed must be 'infra' or 'all'")
         options = RunOptions(**given, scorers=scorer_specs(scorers))
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
-            previous = lease = None
+            previous: ex.Experiment | None = None
+            lease: Lease
             if resume:
                 if store.root.exists():
                     store.ensure()  # a store that cannot be written is said before its lease is taken

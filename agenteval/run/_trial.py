@@ -10,7 +10,7 @@ import dataclasses
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -109,6 +109,10 @@ class TrialRunner:
         token = trial_context(tag)
         started = time.time_ns()
         deadline = time.monotonic() + self.timeout
+        replies: list[str]
+        exc: BaseException | None
+        timed_out: bool | str
+        trace_id: str | None
         retries, replies, exc, timed_out, trace_id = 0, [], None, False, None
         try:
             while True:
@@ -201,12 +205,12 @@ class TrialRunner:
 
     async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
         current = current_trial.get()
-        assert current is not None
+        assert current is not None and self.user_simulator is not None
         # The simulator's spans are marked, so its calls never count as the agent's tokens or cost.
         token = trial_context(dataclasses.replace(current[0], role=SIMULATED_USER))
         try:
             with self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}):
-                result = self.user_simulator(goal, [dict(m) for m in messages])  # type: ignore[misc]
+                result = self.user_simulator(goal, [dict(m) for m in messages])
                 if inspect.isawaitable(result):
                     result = await result
         finally:
@@ -254,13 +258,14 @@ class TrialRunner:
         """The agent's own tokens and cost, in the try that counts and over every try; the simulated
         user's and judge's are left out."""
         for span in result.spans:
-            attributes = span.attributes or {}
+            # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
+            attributes: Mapping[str, Any] = span.attributes or {}
             if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
                 continue
-            tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0  # type: ignore[assignment]
-            tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0  # type: ignore[assignment]
+            tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
+            tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
             model = attributes.get(A.GEN_AI_RESPONSE_MODEL) or attributes.get(A.GEN_AI_REQUEST_MODEL)
-            spent = cost(self.prices, model, tokens_in, tokens_out)  # type: ignore[arg-type]
+            spent = cost(self.prices, model, tokens_in, tokens_out)
             result.input_tokens_all_tries += tokens_in
             result.output_tokens_all_tries += tokens_out
             result.cost_usd_all_tries = _plus(result.cost_usd_all_tries, spent)
@@ -290,7 +295,8 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
     if not raising:
         return None
     innermost = max(raising, key=lambda s: s.start_time or 0)
-    return (innermost.attributes or {}).get(A.GEN_AI_OPERATION_NAME)  # type: ignore[return-value]
+    attributes: Mapping[str, Any] = innermost.attributes or {}  # the operation name is a str where it is set
+    return attributes.get(A.GEN_AI_OPERATION_NAME)
 
 
 def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
@@ -302,7 +308,8 @@ def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
     ]
     if not chats:
         return None
-    reasons = (max(chats, key=lambda s: s.end_time or 0).attributes or {}).get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+    attributes: Mapping[str, Any] = max(chats, key=lambda s: s.end_time or 0).attributes or {}  # a tuple of str
+    reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
     return reasons[0] if reasons else None
 
 

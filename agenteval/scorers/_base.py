@@ -93,7 +93,7 @@ class Scorer:
             # An ASCII str is storable as it is: the common case skips the call (rescoring makes 100,000s).
             text = reason if type(reason) is str and reason.isascii() else _reason(reason)
             return float(passed), None if self.continuous else passed, text, None
-        reason: Any = ""
+        reason = ""
         if isinstance(returned, Score):
             if returned.error is not None:
                 return None, None, _reason(returned.reason), storable_text(returned.error)
@@ -182,6 +182,7 @@ def batch_scorer(fn: Callable[[Any, Any], Any] | None = None, *, name: str | Non
 
 def _decorate(kind: str, fn: Callable[..., Any] | None, name: str | None, options: dict[str, Any]) -> Any:
     def make(f: Callable[..., Any]) -> Scorer:
-        return Scorer(name or f.__name__, **options, **{kind: f})
+        body: dict[str, Any] = {kind: f}
+        return Scorer(name or f.__name__, **options, **body)
 
     return make(fn) if fn is not None else make

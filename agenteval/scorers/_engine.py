@@ -153,7 +153,7 @@ class ScoringEngine:
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
         rows_by_scorer = self._rows_by_scorer(case_ids, cases)
         without_content = _rows_without_content(features)
-        parts = []
+        parts: list[pa.Table] = []
         not_scored: dict[str, int] = {}
         self.con.register("agenteval_features", features)
         try:

@@ -62,7 +62,7 @@ def unreadable_file_in(error: BaseException) -> str | None:
     return found.group("path") or found.group("path2") or found.group("path3")
 
 
-def damaged_store_message(error: BaseException) -> str | None:
+def damaged_store_message(error: BaseException | None) -> str | None:
     """One line for an error caused by an unreadable store file (or wrapping one), naming the file and
     what to do; None for any other error."""
     while error is not None:
@@ -72,7 +72,7 @@ def damaged_store_message(error: BaseException) -> str | None:
                 f"the store holds a file that cannot be read: {found}. Run `agenteval doctor` (with the same "
                 "--store) to move unreadable files aside and see what they held."
             )
-        error = error.__cause__  # type: ignore[assignment]
+        error = error.__cause__
     return None
 
 

@@ -8,14 +8,14 @@ leaves no stale lock behind: the operating system drops it with the process.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows: a locked byte instead
-    fcntl = None  # type: ignore[assignment]
+if sys.platform == "win32":  # no fcntl: a locked byte instead
     import msvcrt
+else:
+    import fcntl
 
 LOCKS = ".locks"
 """The folder of lock files under the store (no table's glob reaches it)."""
@@ -78,10 +78,10 @@ class Lease:
 
 
 def _lock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    else:
+    if sys.platform == "win32":
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def store_lease(root: Path, name: str) -> Lease:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -211,14 +212,12 @@ class Store:
         con = duckdb.connect(database)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
-        if con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0]:
+        if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
         views = {raw_table(table): self._stored_sql(table, con) for table in TABLES} | CURRENT_VIEWS
         for name, sql in views.items():
             # Creating the view binds it, which opens the files to union their columns.
-            _retry_vanished(
-                lambda name=name, sql=sql: con.execute(f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}")
-            )
+            _retry_vanished(functools.partial(con.execute, f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}"))
         if read_only:
             con.execute("SET allowed_directories = [?]", [str(self.root.absolute()) + os.sep])
             for setting in LOCKED_SETTINGS:

@@ -47,7 +47,7 @@ def evaluate(expression: str) -> float | int:
 
 
 def _value(node: ast.AST, expression: str) -> float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and (type(node.value) is int or type(node.value) is float):
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_value(node.operand, expression))

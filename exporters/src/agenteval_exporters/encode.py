@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache, partial
 from itertools import accumulate, repeat
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, Literal, cast
 
 import orjson
 import pyarrow as pa
@@ -118,7 +118,7 @@ def _hex_column(ids: list[int | None], width: int) -> pa.Array:
     once, and Arrow is handed the text with fixed offsets (None -> null)."""
     count = len(ids)
     nulls = ids.count(None)
-    present = [i or 0 for i in ids] if nulls else ids
+    present = [i or 0 for i in ids] if nulls else cast("list[int]", ids)  # no None in it
     raw = _big_endian(present, width)
     validity = pa.array(list(map(bool, ids)), pa.bool_()).buffers()[1] if nulls else None
     return pa.StringArray.from_buffers(
@@ -132,7 +132,8 @@ def _big_endian(ids: list[int], width: int) -> bytes:
         if sys.byteorder == "little":
             packed.byteswap()
         return packed.tobytes()
-    return b"".join(map(int.to_bytes, ids, repeat(width), repeat("big")))
+    byteorder: Literal["big"] = "big"
+    return b"".join(map(int.to_bytes, ids, repeat(width), repeat(byteorder)))
 
 
 _U64 = array.array("Q")
@@ -143,7 +144,7 @@ def _fixed_offsets(count: int, step: int) -> pa.Buffer:
     return pa.py_buffer(array.array("i", range(0, step * (count + 1), step)))
 
 
-def _json_column(values: list[Any]) -> pa.Array:
+def _json_column(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON text, None as null: orjson's bytes go into the Arrow buffer undecoded."""
     nulls = values.count(None)
     try:
@@ -172,6 +173,7 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
         return _empty_batch()
     fields = _span_fields(spans)
     contexts, attributes = fields["context"], fields["attributes"]
+    ends: Sequence[int | None]
     starts, ends = fields["start_time"], fields["end_time"]
     if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
         ends = [start if end is None else end for start, end in zip(starts, ends, strict=True)]
@@ -202,7 +204,7 @@ def _first_reasons(reasons: list[Any]) -> list[Any]:
     return [(r if isinstance(r, str) else r[0]) if r else None for r in reasons]
 
 
-def _typed_columns(attributes: list[dict[str, Any]]) -> dict[str, pa.Array]:
+def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
     """The typed attribute columns, read from the dicts in one pass by Arrow.
 
     Attribute values are user-set: when one has the wrong type, columns are built one by one
@@ -311,7 +313,7 @@ def sample_spans() -> list[ReadableSpan]:
     provider = TracerProvider(resource=Resource({"service.name": "agenteval-warm-up"}), shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("agenteval.warm_up")
-    typed = {
+    typed: dict[str, Any] = {
         key: 1 if pa.types.is_integer(SPAN_SCHEMA.field(name).type) else "x" for name, key in TYPED_ATTRIBUTES.items()
     }
     typed[_FINISH_REASONS] = ("stop",)

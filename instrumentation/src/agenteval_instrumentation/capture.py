@@ -21,6 +21,7 @@ import json
 import os
 import traceback
 from collections.abc import Callable, Mapping
+from types import EllipsisType
 from typing import Any
 
 from .masking import MASK, is_secret_key, is_secret_pair, mask_text, might_hold_secret
@@ -91,7 +92,7 @@ def configure_capture(
     max_depth: int | None = None,
     max_length: int | None = None,
     mask_secrets: bool | None = None,
-    redactor: Redactor | None | type[Ellipsis] = ...,
+    redactor: Redactor | None | EllipsisType = ...,
 ) -> CaptureConfig:
     """Change the process-wide capture settings; arguments left out keep their value.
 
@@ -109,7 +110,7 @@ def configure_capture(
         if value is not None:
             setattr(config, name, value)
     if redactor is not ...:
-        config.redactor = redactor  # type: ignore[assignment]
+        config.redactor = redactor
     return config
 
 

@@ -71,7 +71,12 @@ def is_secret_key(key: str) -> bool:
 def is_secret_pair(item: object) -> bool:
     """A ``(name, value)`` pair whose name is secret, as headers are often given:
     ``[("Authorization", "Bearer ...")]``."""
-    return type(item) in (tuple, list) and len(item) == 2 and type(item[0]) is str and is_secret_key(item[0])  # type: ignore[arg-type]
+    return (
+        (type(item) is tuple or type(item) is list)
+        and len(item) == 2
+        and type(item[0]) is str
+        and is_secret_key(item[0])
+    )
 
 
 # Values that are secrets whatever key they sit under, also inside longer text. Each shape starts
