@@ -340,12 +340,14 @@ def run(
         if isinstance(exc, AgentevalError) or _debugging():
             raise  # one line from the group's handler, or the traceback with --debug
         raise click.ClickException(str(exc)) from exc
+    summary = experiment.summary
+    assert summary is not None  # a run's own record always has one
     if as_json:
-        click.echo(json.dumps(experiment.summary, indent=2, default=str))
+        click.echo(json.dumps(summary.to_dict(), indent=2, default=str))
     else:
         from .render._console import run_summary
 
-        click.echo(run_summary(experiment.summary))
+        click.echo(run_summary(summary))
     if experiment.status == "interrupted":
         raise SystemExit(130)
 
@@ -387,7 +389,7 @@ def rescore(
         _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)
     if as_json:
-        click.echo(json.dumps({**dataclasses.asdict(result), "pass_rate": figures["pass_rate"]}, indent=2))
+        click.echo(json.dumps({**dataclasses.asdict(result), "pass_rate": figures.pass_rate}, indent=2))
         return
     click.echo(
         f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
@@ -399,10 +401,10 @@ def rescore(
             f"not re-run, for want of message content (captured off when it ran): {visible(skipped)}; "
             "their earlier scores stand"
         )
-    if figures["pass_rate"] is not None:
+    if figures.pass_rate is not None:
         click.echo(
-            f"pass rate with the current scores: {figures['pass_rate']:.1%} "
-            f"(passed {figures['passed']} · wrong {figures['wrong']} · failed {figures['failed']})"
+            f"pass rate with the current scores: {figures.pass_rate:.1%} "
+            f"(passed {figures.passed} · wrong {figures.wrong} · failed {figures.failed})"
         )
 
 

@@ -85,7 +85,7 @@ def test_a_span_name_or_attribute_with_a_lone_surrogate_costs_no_span(tmp_path):
     assert {s["name"] for s in steps} == {"step \ufffd"} and {s["note"] for s in steps} == {"odd \ufffd value"}
     assert {s["tool_name"] for s in steps} == {"name \ufffd"}
     assert {s["result"] for s in spans if s["name"] == "execute_tool echo_tool"} == {'"x\ufffd"'}
-    assert experiment.summary["passed"] == 10
+    assert experiment.summary.passed == 10
 
 
 @scorer

@@ -53,7 +53,7 @@ def test_evaluate_async_runs_under_asyncio_run_and_lets_go_of_its_lease(tmp_path
     experiment = asyncio.run(agenteval.evaluate_async(agent, "arithmetic", cases=3, store=store, progress="none"))
 
     assert experiment.status == ex.COMPLETED
-    assert experiment.summary["this_run"] == {"trials": 9, "wrong": 9}
+    assert experiment.summary.this_run == {"trials": 9, "wrong": 9}
     assert held_during_run and all(leases == [False] for leases in held_during_run)  # the run's lease, held
     assert lease_free(store, experiment.id)  # and let go when it ended
     assert ex.find(Store(store), experiment.id).status == ex.COMPLETED
@@ -75,7 +75,7 @@ def test_evaluate_called_inside_a_running_event_loop_keeps_the_callers_trace_and
     experiment, host_trace = asyncio.run(application())
 
     assert experiment.status == ex.COMPLETED
-    assert experiment.summary["this_run"] == {"trials": 9, "wrong": 9}
+    assert experiment.summary.this_run == {"trials": 9, "wrong": 9}
     assert held_during_run and all(leases == [False] for leases in held_during_run)
     assert lease_free(store, experiment.id)
     traces = Store(store).rows("SELECT DISTINCT trace_id FROM spans WHERE name LIKE 'invoke_agent%'")
@@ -89,13 +89,13 @@ def test_evaluate_in_a_jupyter_kernel_with_an_agent_defined_in_a_cell(tmp_path):
         nbformat.v4.new_code_cell(
             "import agenteval\n"
             f"experiment = agenteval.evaluate('mock', 'arithmetic', cases=3, store={str(store)!r}, progress='none')\n"
-            "print('mock', experiment.status, experiment.summary['this_run'])"
+            "print('mock', experiment.status, experiment.summary.this_run)"
         ),
         nbformat.v4.new_code_cell(
             "def answer(message):\n"
             "    return '0'\n"
             f"experiment = agenteval.evaluate(answer, 'arithmetic', cases=2, store={str(store)!r}, progress='none')\n"
-            "print('cell', experiment.status, experiment.summary['this_run'], experiment.environment['agent'])"
+            "print('cell', experiment.status, experiment.summary.this_run, experiment.environment['agent'])"
         ),
     ]
     client = NotebookClient(

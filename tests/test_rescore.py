@@ -65,9 +65,9 @@ def test_rescoring_reproduces_run_time_scores_exactly(tmp_path):
         original = pass_scores(store, run_pass_id(store, experiment.id))
         assert len({row[1] for row in original}) >= 4  # several scorers took part
         again = rescore(store, experiment.id)
-        assert again.trials == experiment.summary["trials"] - experiment.summary["failed"]
+        assert again.trials == experiment.summary.trials - experiment.summary.failed
         assert pass_scores(store, again.pass_id) == original
-        assert summarize(store, experiment.id)["pass_rate"] == experiment.summary["pass_rate"]
+        assert summarize(store, experiment.id).pass_rate == experiment.summary.pass_rate
     scorers_seen = {row["scorer"] for row in store.rows("SELECT DISTINCT scorer FROM scores")}
     assert {
         "answer_match",
@@ -126,7 +126,7 @@ def test_a_fixed_scorer_changes_only_its_own_scores(tmp_path):
     assert changed and {scorer for _, scorer in changed} == {"strict_capital"}
     assert {r["scorer_version"] for r in current if r["scorer"] == "strict_capital"} == {"2"}
     assert {r["scorer_version"] for r in before if r["scorer"] == "strict_capital"} == {"1"}
-    assert summarize(store, experiment.id)["passed"] > experiment.summary["passed"]  # the fix shows in the figures
+    assert summarize(store, experiment.id).passed > experiment.summary.passed  # the fix shows in the figures
     assert store.rows("SELECT count(DISTINCT pass_id) AS n FROM score_history") == [{"n": 2}]  # older pass kept
 
 
@@ -158,6 +158,6 @@ def test_scores_from_a_raising_scorer_are_stored_and_the_run_completes(tmp_path)
     experiment = evaluate(
         "mock", "arithmetic", cases=3, attempts=1, store=tmp_path / "s", progress="none", scorers=[explodes]
     )
-    assert experiment.status == "completed" and experiment.summary["passed"] == 0  # an error never passes
+    assert experiment.status == "completed" and experiment.summary.passed == 0  # an error never passes
     errors = Store(tmp_path / "s").rows("SELECT DISTINCT error FROM scores WHERE scorer = 'explodes'")
     assert errors == [{"error": "ZeroDivisionError: oops"}]

@@ -15,9 +15,9 @@ from agenteval.store import Store
 @pytest.mark.parametrize("name", ["mixed", "hard", "extended", "rag"])
 def test_every_builtin_dataset_runs_with_the_mock(tmp_path, name):
     experiment = evaluate("mock", name, attempts=1, sample=12, store=tmp_path / "s", progress="none")
-    assert experiment.status == "completed" and experiment.summary["trials"] == 12
+    assert experiment.status == "completed" and experiment.summary.trials == 12
     counts = experiment.summary
-    assert counts["passed"] + counts["wrong"] + counts["failed"] == 12
+    assert counts.passed + counts.wrong + counts.failed == 12
 
 
 def test_run_json_and_experiments_listing(tmp_path):
@@ -66,7 +66,7 @@ def test_run_usage_errors(tmp_path):
     unknown = runner.invoke(
         main, ["run", "-d", "arithmetic", "-a", "mock", "--agent-option", "speed=3", "--store", str(tmp_path / "s")]
     )
-    assert unknown.exit_code == 1 and "unknown mock agent option 'speed'" in unknown.output
+    assert unknown.exit_code == 2 and "unknown mock agent option 'speed'" in unknown.output  # a usage error
 
 
 def test_a_run_sends_its_spans_to_the_otlp_backend_too(tmp_path, monkeypatch, receiver):

@@ -63,8 +63,8 @@ def test_an_agent_that_swallows_its_cancellation_still_times_out(tmp_path):
         return answer(question)
 
     experiment = evaluate(agent, dataset("stubborn"), attempts=2, timeout=0.2, store=tmp_path, progress="none")
-    assert experiment.summary["failures_by_type"] == {"timeout": 2}
-    assert experiment.summary["passed"] == 0
+    assert experiment.summary.failures_by_type == {"timeout": 2}
+    assert experiment.summary.passed == 0
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -85,7 +85,7 @@ def test_an_agent_cannot_end_the_run(tmp_path, kind, raised):
     assert found["exits"][:2] == ("failed", "agent_error")
     assert found["exits"][2].startswith(type(raised).__name__)
     assert found["a"][0] == found["b"][0] == "passed"
-    assert experiment.summary["trials"] == 6
+    assert experiment.summary.trials == 6
 
 
 def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
@@ -112,7 +112,7 @@ def test_resume_refuses_options_that_differ_from_the_stored_run(tmp_path):
     assert "attempts (5 given, 3 in the run)" in message and "timeout (9 given, 120.0 in the run)" in message
     # Concurrency is how fast, not what: it may change. Options left out take the stored ones.
     again = evaluate("mock", "arithmetic", resume=first.id, concurrency=1, store=tmp_path, progress="none")
-    assert again.summary["trials"] == 12 and again.summary["this_run"]["trials"] == 0
+    assert again.summary.trials == 12 and again.summary.this_run["trials"] == 0
 
 
 def test_the_command_line_refuses_a_resume_with_other_options(tmp_path):
@@ -138,7 +138,7 @@ def content_off():
 
 def test_content_capture_off_still_scores_the_replies_at_run_time(tmp_path, content_off):
     experiment = evaluate("mock", "arithmetic", cases=6, attempts=2, store=tmp_path, progress="none")
-    assert experiment.summary["pass_rate"] == 1.0
+    assert experiment.summary.pass_rate == 1.0
     stored = Store(tmp_path).rows("SELECT count(*) FILTER (WHERE reply IS NOT NULL) AS replies FROM trials")
     assert stored == [{"replies": 0}]  # nothing of the content was stored
     spans = Store(tmp_path).rows(

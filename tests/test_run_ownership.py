@@ -79,7 +79,7 @@ def test_resume_in_the_same_process_refuses_a_run_it_holds(tmp_path):
     finally:
         lease.release()
     resumed = evaluate("mock", "arithmetic", cases=2, attempts=1, store=store, progress="none", resume=first.id)
-    assert resumed.summary["this_run"]["trials"] == 0
+    assert resumed.summary.this_run["trials"] == 0
 
 
 SETUP_AND_EVALUATE = textwrap.dedent(
@@ -105,7 +105,7 @@ SETUP_AND_EVALUATE = textwrap.dedent(
         pass
     experiment = evaluate(agent, "arithmetic", cases=4, attempts=2, store=sys.argv[1], progress="none")
     tracing.flush()
-    print(json.dumps({"id": experiment.id, "passed": experiment.summary["passed"]}))
+    print(json.dumps({"id": experiment.id, "passed": experiment.summary.passed}))
     """
 )
 

@@ -31,7 +31,7 @@ def test_mock_on_arithmetic_end_to_end(tmp_path):
     store = tmp_path / "store"
     experiment = evaluate("mock", "arithmetic", cases=12, attempts=3, store=store, progress="none")
     assert experiment.status == "completed"
-    assert experiment.summary["trials"] == 36 and experiment.summary["passed"] == 36
+    assert experiment.summary.trials == 36 and experiment.summary.passed == 36
     s = Store(store)
     rows = trials(store, experiment.id)
     assert len(rows) == 36 and {(r["case_id"], r["attempt"]) for r in rows} == {
@@ -64,7 +64,7 @@ def test_mock_on_arithmetic_end_to_end(tmp_path):
     environment = json.loads(row["environment"])
     assert environment["python"] and "duckdb" in environment["packages"]
     assert json.loads(row["prices"])["mock-model"] == {"input": 1.0, "output": 2.0}
-    assert experiment.summary["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in rows))
+    assert experiment.summary.cost_usd == pytest.approx(sum(r["cost_usd"] for r in rows))
     # The end of the run compacted what it wrote: one file per partition.
     for table in ("trials", "spans", "scores"):
         assert len(list((store / table / f"experiment_id={experiment.id}").glob("*.parquet"))) == 1
@@ -89,13 +89,13 @@ def test_wrong_answers_and_failures_are_counted_apart(tmp_path):
         agent_options={"wrong_rate": "0.25", "fail_rate": "0.2", "failure": "llm_error", "seed": "4"},
     )
     summary = experiment.summary
-    assert summary["trials"] == 120 and summary["passed"] + summary["wrong"] + summary["failed"] == 120
-    assert summary["failures_by_type"] == {"llm_error": summary["failed"]}
-    assert summary["infrastructure_failures"] == summary["failed"]  # a provider 500 is the API's fault
-    assert 0 < summary["wrong"] and 0 < summary["failed"]
-    assert summary["pass_rate"] == pytest.approx(summary["passed"] / 120)  # failures stay in the denominator
-    low, high = summary["pass_rate_ci95"]
-    assert low < summary["pass_rate"] < high
+    assert summary.trials == 120 and summary.passed + summary.wrong + summary.failed == 120
+    assert summary.failures_by_type == {"llm_error": summary.failed}
+    assert summary.infrastructure_failures == summary.failed  # a provider 500 is the API's fault
+    assert 0 < summary.wrong and 0 < summary.failed
+    assert summary.pass_rate == pytest.approx(summary.passed / 120)  # failures stay in the denominator
+    low, high = summary.pass_rate_ci95
+    assert low < summary.pass_rate < high
 
 
 # --- failure types from small agents ------------------------------------------------------
@@ -244,7 +244,7 @@ def test_usage_of_the_try_that_counts_is_apart_from_every_try(tmp_path):
     (stored,) = Store(tmp_path / "s").rows(f"SELECT {usage} FROM trial_history")
     assert stored == row
     summary = experiment.summary
-    assert (summary["input_tokens"], summary["input_tokens_all_tries"]) == (10, 30)
+    assert (summary.input_tokens, summary.input_tokens_all_tries) == (10, 30)
 
 
 def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
@@ -413,7 +413,7 @@ def test_agents_from_a_file_with_the_factory_rule(tmp_path):
         progress="none",
         agent_options={"answer": "5", "prefix": "it is "},
     )
-    assert plain.summary["passed"] == 1 and built.summary["wrong"] == 1
+    assert plain.summary.passed == 1 and built.summary.wrong == 1
     assert plain.version != built.version
     path.write_text(AGENT_FILE + "\n# changed\n")
     again = evaluate(f"{path}:plain", dataset(q("a")), attempts=1, store=tmp_path / "s", progress="none")
@@ -457,20 +457,20 @@ def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
         agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
     )
     first = evaluate("mock", "arithmetic", **run)
-    failed = first.summary["failed"]
+    failed = first.summary.failed
     assert failed > 0
     again = evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **run)
-    assert again.id == first.id and again.summary["this_run"]["trials"] == failed
+    assert again.id == first.id and again.summary.this_run["trials"] == failed
     s = Store(run["store"])
     assert s.rows("SELECT count(*) AS n FROM trial_history")[0]["n"] == 20 + failed  # both kept
-    assert again.summary["trials"] == 20  # figures use the newest attempt of each
+    assert again.summary.trials == 20  # figures use the newest attempt of each
     superseded = s.rows("SELECT count(*) AS n FROM trial_history WHERE supersedes IS NOT NULL")[0]["n"]
     assert superseded == failed
     # The trials view is what the figures count: one row per (case, attempt), the newest try of each.
     (current,) = s.rows(
         "SELECT count(*) AS n, count(DISTINCT (case_id, attempt)) AS slots, sum(passed::INT) AS p FROM trials"
     )
-    assert current == {"n": 20, "slots": 20, "p": again.summary["passed"]}
+    assert current == {"n": 20, "slots": 20, "p": again.summary.passed}
 
 
 def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):

@@ -36,7 +36,7 @@ def rescored(tmp_path):
     experiment = evaluate(
         "mock", "arithmetic", cases=12, attempts=2, store=store, progress="none", agent_options=options
     )
-    assert experiment.summary["pass_rate"] > 0.5
+    assert experiment.summary.pass_rate > 0.5
     rescore(Store(store), experiment.id, [never])
     return store, experiment
 
@@ -53,10 +53,10 @@ def test_sql_over_trials_gives_the_report_s_pass_rate_after_a_rescore(rescored):
         {"outcome": "wrong", "n": report["outcomes"]["wrong"]},
     ]
     (listed,) = list_experiments(Store(store))
-    assert listed["pass_rate"] == 0.0 == summarize(Store(store), experiment.id)["pass_rate"]
+    assert listed["pass_rate"] == 0.0 == summarize(Store(store), experiment.id).pass_rate
     # What the run judged stays in the history.
     (as_run,) = sql(store, "SELECT avg(passed::INT) AS rate FROM trial_history")
-    assert as_run["rate"] == experiment.summary["pass_rate"]
+    assert as_run["rate"] == experiment.summary.pass_rate
 
 
 def test_scores_holds_the_current_pass_and_score_history_every_pass(rescored):
@@ -106,7 +106,7 @@ def test_trials_written_before_usage_was_split_read_as_every_try(tmp_path):
     assert store.rows(f"SELECT {usage} FROM trials") == [expected]
     assert store.rows(f"SELECT {usage} FROM trial_history") == [expected]
     figures = summarize(store, "e-old")
-    assert (figures["pass_rate"], figures["input_tokens"], figures["input_tokens_all_tries"]) == (1.0, None, 100)
+    assert (figures.pass_rate, figures.input_tokens, figures.input_tokens_all_tries) == (1.0, None, 100)
 
 
 def test_the_run_judges_its_trials_as_the_views_do(tmp_path):

@@ -1,7 +1,7 @@
 """What a run's trials say: experiments, reports, paired comparisons and the CI gate, power, statistics."""
 
 from ._compare import Comparison, GateDecision, NotComparable, compare, gate
-from ._experiments import Experiment, find, list_experiments
+from ._experiments import Experiment, Figures, Summary, find, list_experiments
 from ._power import PowerTable, power_table
 from ._report import build_report
 from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
@@ -9,9 +9,11 @@ from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pa
 __all__ = [
     "Comparison",
     "Experiment",
+    "Figures",
     "GateDecision",
     "NotComparable",
     "PowerTable",
+    "Summary",
     "build_report",
     "clustered_mean",
     "compare",

@@ -101,7 +101,7 @@ class Comparison:
         }
 
 
-def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any]]:
+def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any], ex.Figures]:
     """Per-case rates, run figures and summary of one experiment, from one computation of its trials."""
     with ex.judged_connection(store, experiment_id) as con:
         rates = {row["case_id"]: row for row in ex.fetch(con, CASE_RATES)}
@@ -194,7 +194,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
 
     newly_failing = [moved(c) for c in shared if a[c]["rate"] >= 0.5 > b[c]["rate"]]
     newly_passing = [moved(c) for c in shared if b[c]["rate"] >= 0.5 > a[c]["rate"]]
-    types_a, types_b = summary_a["failures_by_type"], summary_b["failures_by_type"]
+    types_a, types_b = summary_a.failures_by_type, summary_b.failures_by_type
     failure_types = {t: (types_a.get(t, 0), types_b.get(t, 0)) for t in sorted(set(types_a) | set(types_b))}
     figures = {"baseline": figures_a, "candidate": figures_b}
     return Comparison(

@@ -85,7 +85,8 @@ class Experiment:
     ended_at: int | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     prices: dict[str, Any] = dataclasses.field(default_factory=dict)
-    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    summary: Summary | None = None
+    """The figures at the end of the run that returned this record (None for a record read from the store)."""
     error: str | None = None
     """Why the run failed (status ``failed``): the error that stopped it."""
 
@@ -198,6 +199,53 @@ FROM judged
 """Usage of the tries that count, and of every try (rate-limited ones included): what the run spent."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """An experiment's figures over its current trials: outcomes, failures by type, the pass rate with its
+    case-clustered standard error and 95% interval, and usage (of the tries that count, and of every try)."""
+
+    trials: int
+    passed: int
+    wrong: int
+    failed: int
+    infrastructure_failures: int
+    failures_by_type: dict[str, int]
+    pass_rate: float | None
+    """Passed over trials; None with no trials."""
+    pass_rate_se: float | None
+    """Its standard error, clustered by case."""
+    pass_rate_ci95: tuple[float, float] | None
+    cases: int
+    input_tokens: int | None
+    output_tokens: int | None
+    cost_usd: float | None
+    input_tokens_all_tries: int | None
+    output_tokens_all_tries: int | None
+    cost_usd_all_tries: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON output shows it."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Figures):
+    """What the end of a run reports: the experiment's figures, this run's own counts, and where to look next."""
+
+    experiment_id: str
+    name: str | None
+    status: str
+    dataset: str
+    version: str
+    this_run: dict[str, int]
+    """Outcomes of the trials this run (or this resume) ran: ``trials``, ``passed``, ``wrong``, ``failed``,
+    ``infrastructure``."""
+    report: str
+    """The command that shows the full report."""
+    resume: str | None
+    """The command that resumes an interrupted run."""
+
+
 def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """:data:`SUMMARY` and failures by type, over a :func:`judged_connection`."""
     (figures,) = fetch(con, SUMMARY)
@@ -208,7 +256,7 @@ def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     return figures
 
 
-def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
+def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> Figures:
     """Counts of passed, wrong and failed trials, failures by type, tokens and cost (of the tries that count,
     and ``*_all_tries``), and the pass rate with its
     case-clustered interval. ``con``: a :func:`judged_connection` already open for the experiment."""
@@ -222,7 +270,7 @@ def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection |
     figures["pass_rate_ci95"] = (
         None
         if figures["pass_rate"] is None or math.isnan(standard_error)
-        else list(interval95(figures["pass_rate"], standard_error))
+        else interval95(figures["pass_rate"], standard_error)
     )
     figures["cases"] = len(per_case)
-    return figures
+    return Figures(**figures)

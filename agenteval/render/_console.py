@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from ..analysis._experiments import Summary
 from ..analysis._power import PowerTable
 from ..dataset._audit import AuditReport
 from ..dataset._cases import DIFFICULTIES
@@ -61,39 +62,35 @@ def audit_view(report: AuditReport) -> RenderableType:
     return Group(*parts)
 
 
-def _usage(summary: dict, suffix: str = "") -> str:
-    return (
-        f"tokens {summary['input_tokens' + suffix]} in / {summary['output_tokens' + suffix]} out · "
-        f"cost ${summary['cost_usd' + suffix] or 0:.4f}"
-    )
+def _usage(summary: Summary, suffix: str = "") -> str:
+    tokens_in, tokens_out = getattr(summary, "input_tokens" + suffix), getattr(summary, "output_tokens" + suffix)
+    return f"tokens {tokens_in} in / {tokens_out} out · cost ${getattr(summary, 'cost_usd' + suffix) or 0:.4f}"
 
 
-def run_summary(summary: dict) -> str:
+def run_summary(summary: Summary) -> str:
     """The few lines printed at the end of a run."""
-    trials = summary["trials"]
     lines = [
-        f"experiment {summary['experiment_id']} ({summary['status']}) · dataset {summary['dataset']} · "
-        f"agent version {summary['version']}"
+        f"experiment {summary.experiment_id} ({summary.status}) · dataset {summary.dataset} · "
+        f"agent version {summary.version}"
     ]
-    if trials:
-        rate = summary["pass_rate"]
-        interval = summary.get("pass_rate_ci95")
+    if summary.trials and summary.pass_rate is not None:
+        interval = summary.pass_rate_ci95
         margin = f" (95% CI {interval[0]:.1%} to {interval[1]:.1%}, clustered by case)" if interval else ""
-        lines.append(f"pass rate {rate:.1%}{margin} over {trials} trials of {summary['cases']} cases")
+        lines.append(f"pass rate {summary.pass_rate:.1%}{margin} over {summary.trials} trials of {summary.cases} cases")
         lines.append(
-            f"  passed {summary['passed']} · wrong answers {summary['wrong']} · failures {summary['failed']} "
-            f"({summary['infrastructure_failures']} infrastructure)"
+            f"  passed {summary.passed} · wrong answers {summary.wrong} · failures {summary.failed} "
+            f"({summary.infrastructure_failures} infrastructure)"
         )
-        if summary["failures_by_type"]:
-            lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary["failures_by_type"].items()))
-        if summary.get("cost_usd_all_tries") is not None:
+        if summary.failures_by_type:
+            lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary.failures_by_type.items()))
+        if summary.cost_usd_all_tries is not None:
             lines.append(f"  {_usage(summary, '_all_tries')}, every try included")
-            counted = (summary["input_tokens"], summary["output_tokens"])
-            if counted != (summary["input_tokens_all_tries"], summary["output_tokens_all_tries"]):
+            counted = (summary.input_tokens, summary.output_tokens)
+            if counted != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
-    if summary.get("resume"):
-        lines.append(f"interrupted; continue with: {summary['resume']}")
-    lines.append(f"full report: {summary['report']}")
+    if summary.resume:
+        lines.append(f"interrupted; continue with: {summary.resume}")
+    lines.append(f"full report: {summary.report}")
     return "\n".join(visible(line) for line in lines)  # a value's own line break or escape code stays visible
 
 

@@ -518,22 +518,22 @@ class _Run:
         self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
         self.stop.set()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ex.Summary:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
         figures = ex.summarize(self.store, self.experiment.experiment_id)
-        return {
-            "experiment_id": self.experiment.experiment_id,
-            "name": self.experiment.name,
-            "status": self.experiment.status,
-            "dataset": self.experiment.dataset_name,
-            "version": self.experiment.version,
-            **figures,
-            "this_run": {"trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")), **dict(self.counts)},
-            "report": f"agenteval report {self.experiment.experiment_id}",
-            "resume": f"agenteval run --resume {self.experiment.experiment_id}"
+        return ex.Summary(
+            **dataclasses.asdict(figures),
+            experiment_id=self.experiment.experiment_id,
+            name=self.experiment.name,
+            status=self.experiment.status,
+            dataset=self.experiment.dataset_name,
+            version=self.experiment.version,
+            this_run={"trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")), **dict(self.counts)},
+            report=f"agenteval report {self.experiment.experiment_id}",
+            resume=f"agenteval run --resume {self.experiment.experiment_id}"
             if self.experiment.status == ex.INTERRUPTED
             else None,
-        }
+        )
 
 
 def _store_write_failed(store: Store, experiment_id: str, error: OSError, recorded: bool) -> StoreNotWritable:
