@@ -571,8 +571,8 @@ class _Run:
                 signal.signal(sig, handler)
 
     def _stop_soon(self) -> None:
+        self.stop.set()  # first: once the note is out, another Ctrl-C is a second one
         self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
-        self.stop.set()
 
     def summary(self) -> dict[str, Any]:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
