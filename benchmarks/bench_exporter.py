@@ -7,14 +7,21 @@ a straightforward per-span conversion (a dict per span, ``json.dumps`` of the at
 ``Table.from_pylist``), timed the same way.
 
     python benchmarks/bench_exporter.py [--spans 100000] [--repeats 5]
+
+``--ablate slots typed_struct orjson warm_up`` measures what each of the exporter's shortcuts buys instead
+(see benchmarks/ablate.py): throughput with the shortcut on and off, and for ``warm_up`` the first export of
+a fresh process (512 spans, the SDK's batch), each in a new interpreter.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +36,7 @@ from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, publish
 from agenteval_instrumentation import attributes as A
 
 BATCH = 512  # the BatchSpanProcessor's default export batch size
+ENCODER_SHORTCUTS = ("slots", "typed_struct", "orjson")
 
 
 def make_spans(count: int) -> list:
@@ -130,12 +138,73 @@ def bytes_on_disk(store: Path) -> int:
     return sum(p.stat().st_size for p in (store / "spans").rglob("*.parquet"))
 
 
+FIRST_EXPORT = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from bench_exporter import BATCH, make_spans
+from agenteval_exporters import ParquetSpanExporter
+
+spans = make_spans(BATCH)
+exporter = ParquetSpanExporter(sys.argv[1], flush_interval=3600)  # warms up here, unless ablated
+started = time.perf_counter()
+exporter.export(spans)
+print((time.perf_counter() - started) * 1000)
+exporter.shutdown()
+"""
+
+
+def first_export_ms(warm: bool) -> float:
+    """The first export of a fresh process, as a burst right after start-up meets it."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTEVAL_ABLATE"}
+    if not warm:
+        env["AGENTEVAL_ABLATE"] = "warm_up"
+    with tempfile.TemporaryDirectory() as store:
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_EXPORT, store, str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+    return float(done.stdout)
+
+
+def ablate(names: list[str], spans: list, repeats: int) -> None:
+    from ablate import in_turns, summary
+
+    from agenteval_exporters import ablation
+
+    for name in names:
+        assert name in ablation.SHORTCUTS, name
+        if name == "warm_up":
+            on, off = in_turns(first_export_ms, repeats)
+            print(summary(name, on, off, "ms (first export)", higher_is_better=False))
+            continue
+        module, attribute = ablation.flag(name)
+
+        def spans_per_second(on: bool, module=module, attribute=attribute) -> float:
+            setattr(module, attribute, on)
+            store = Path(tempfile.mkdtemp())
+            try:
+                return len(spans) / run_agenteval(spans, store)
+            finally:
+                setattr(module, attribute, True)
+                shutil.rmtree(store)
+
+        on, off = in_turns(spans_per_second, repeats)
+        print(summary(name, on, off, "spans/s", higher_is_better=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spans", type=int, default=99_999)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ablate", nargs="+", choices=[*ENCODER_SHORTCUTS, "warm_up"], default=[])
     options = parser.parse_args()
     spans = make_spans(options.spans)
+    if options.ablate:
+        ablate(options.ablate, spans, options.repeats)
+        return
     results = {}
     for name, run in (("ParquetSpanExporter", run_agenteval), ("per-span dict baseline", run_baseline)):
         times, size = [], 0

@@ -6,12 +6,16 @@ Targets on the project's 2-core machine class: at least 2,000 trials/s, and memo
 at about 40 samples/s on the same machine class.
 
     python benchmarks/bench_harness.py [--sizes 1000 10000 100000] [--repeats 3]
+
+``--ablate gc_freeze`` measures what freezing the run's long-lived objects buys instead (see benchmarks/ablate.py):
+trials per second with the freeze on and off (``AGENTEVAL_ABLATE=gc_freeze``), for each size.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,22 +37,38 @@ print(json.dumps({"trials": trials, "seconds": elapsed, "peak_mb": peak_mb}))
 """
 
 
-def run_once(trials: int) -> dict:
+def run_once(trials: int, ablate: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTEVAL_ABLATE"}
+    if ablate:
+        env["AGENTEVAL_ABLATE"] = ablate
     done = subprocess.run(
         [sys.executable, "-c", ONE_RUN, str(trials)],
         capture_output=True,
         text=True,
         check=True,
         cwd=tempfile.gettempdir(),
+        env=env,
     )
     return json.loads(done.stdout)
+
+
+def ablate(name: str, sizes: list[int], repeats: int) -> None:
+    from ablate import in_turns, summary
+
+    for size in sizes:
+        on, off = in_turns(lambda on, size=size: size / run_once(size, None if on else name)["seconds"], repeats)
+        print(f"{size:>8,} trials  " + summary(name, on, off, "trials/s", higher_is_better=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ablate", choices=["gc_freeze"])
     options = parser.parse_args()
+    if options.ablate:
+        ablate(options.ablate, options.sizes, options.repeats)
+        return
     print(f"{'trials':>8} {'trials/s':>10} {'seconds':>9} {'peak RSS':>10}   (median of {options.repeats} runs)")
     for size in options.sizes:
         runs = [run_once(size) for _ in range(options.repeats)]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+from waiting import wait_until
 
 WRITER = """
 import itertools, sys
@@ -50,10 +51,7 @@ def test_sigkill_never_leaves_partial_or_duplicate_files(tmp_path):
         )
         assert child.stdout.readline().strip() == "ready"
         # Killed at a random moment once this run has published (on a loaded machine that can take a while).
-        deadline = time.monotonic() + 60
-        while not any(_holds_run(p, run) for p in data_files(store)):
-            assert time.monotonic() < deadline, "the run published nothing in 60 s"
-            time.sleep(0.02)
+        wait_until(lambda run=run: any(_holds_run(p, run) for p in data_files(store)), f"run {run} to publish", 60)
         time.sleep(rng.uniform(0.0, 0.6))
         # What a reader saw just before the kill must survive it.
         seen = {str(p): pq.read_metadata(p).num_rows for p in data_files(store)}

@@ -10,11 +10,14 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import agenteval_instrumentation.attributes as attributes_module
 from agenteval.cli import main
@@ -73,9 +76,30 @@ COMMANDS = re.findall(r"```sh\n(.*?)\n```", QUICK_START, flags=re.S)
 
 
 def test_readme_quick_start_matches_ci():
-    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert ci in README
-    assert COMMANDS[1] == ci
+    """CI runs the README's test command first, as written (then the suite again on the oldest SDK)."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    first_test_run = next(line for line in ci if "pytest" in line)
+    assert first_test_run in README
+    assert COMMANDS[1] == first_test_run
+
+
+def test_ci_pins_the_oldest_opentelemetry_the_distributions_accept():
+    """.ci/oldest-otel.txt pins exactly the lower bounds the three pyproject.toml files declare."""
+    lower_bounds: dict[str, set[Version]] = {}
+    for folder in (ROOT, ROOT / "instrumentation", ROOT / "exporters"):
+        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+        requirements = [*project["dependencies"], *sum(project.get("optional-dependencies", {}).values(), [])]
+        for requirement in map(Requirement, requirements):
+            if requirement.name.startswith("opentelemetry-"):
+                (bound,) = (s.version for s in requirement.specifier if s.operator == ">=")
+                lower_bounds.setdefault(requirement.name, set()).add(Version(bound))
+    pins = {}
+    for line in (ROOT / ".ci" / "oldest-otel.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name] = Version(version)
+    assert {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp"} <= lower_bounds.keys()
+    assert {name: {pin} for name, pin in pins.items()} == lower_bounds
 
 
 def test_quick_start_is_two_commands_with_the_same_setup():

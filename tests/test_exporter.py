@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from waiting import wait_until
 
 from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter, PartitionedWriter
 from agenteval_exporters.exporter import partition_by_experiment
@@ -166,9 +168,7 @@ def test_new_file_by_time_without_any_flush(make_tracer, tmp_path):
     tracer, _ = make_tracer(flush_interval=0.05)
     with tracer.start_as_current_span("timed"):
         pass
-    deadline = time.monotonic() + 5
-    while not data_files(tmp_path / "store") and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: data_files(tmp_path / "store"), "the span's file, published by time")
     assert [r["name"] for r in read_spans(tmp_path / "store")] == ["timed"]
 
 
@@ -292,8 +292,27 @@ def test_writer_streams_row_groups_then_publishes_whole_files(tmp_path):
     assert not list((tmp_path / ".staging").iterdir())
 
 
+class StagingCounted(PartitionedWriter):
+    """A real writer that counts its attempts to stage a file, so a test can wait for the timer's retries."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.attempts = 0
+        self.attempted = threading.Condition()
+        super().__init__(*args, **kwargs)
+
+    def _stage(self):
+        with self.attempted:
+            self.attempts += 1
+            self.attempted.notify_all()
+        return super()._stage()
+
+    def wait_for_attempts(self, count: int, timeout: float = 30) -> None:
+        with self.attempted:
+            assert self.attempted.wait_for(lambda: self.attempts >= count, timeout), f"fewer than {count} attempts"
+
+
 def test_writer_keeps_rows_of_a_file_that_could_not_be_staged(tmp_path, caplog):
-    writer = PartitionedWriter(
+    writer = StagingCounted(
         tmp_path, "t", ROWS, partition_by_experiment, max_rows=1000, flush_interval=0.05, row_group_rows=5
     )
     staging = tmp_path / ".staging"
@@ -305,7 +324,9 @@ def test_writer_keeps_rows_of_a_file_that_could_not_be_staged(tmp_path, caplog):
             writer.append(rows(start, 5))
         with pytest.raises(OSError):
             writer.flush()
-        time.sleep(0.3)  # the timer retries on its own, and logs the failure once
+        # The timer retries on its own, and logs the failure once: by the third retry's attempt, the first
+        # two retries have failed and been logged (the timer handles one at a time).
+        writer.wait_for_attempts(writer.attempts + 3)
     assert caplog.text.count("could not publish t files") == 1
     staging.unlink()
     writer.append(rows(20, 3))
@@ -323,9 +344,7 @@ def test_writer_retries_kept_rows_on_time_without_new_rows(tmp_path):
     with pytest.raises(OSError):
         writer.flush()
     blocker.unlink()
-    deadline = time.monotonic() + 5
-    while not published(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: published(tmp_path), "the kept rows, published by the timer")
     assert numbers(tmp_path) == [0, 1, 2]
     writer.close()
 

@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import IO
 
 import pyarrow.parquet as pq
+from waiting import wait_until
 
 from agenteval.store import Store
 
@@ -48,11 +49,16 @@ def trial_count(store: Path) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
-def wait_for_trials(store: Path, at_least: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while trial_count(store) < at_least:
-        assert time.monotonic() < deadline, "the run published no trials"
-        time.sleep(0.05)
+def wait_for_trials(store: Path, at_least: int) -> None:
+    wait_until(lambda: trial_count(store) >= at_least, f"the run to publish {at_least} trials")
+
+
+def wait_for_line(stream: IO[str], start: str) -> None:
+    """Read ``stream`` until a line starts with ``start`` (the process says it got somewhere)."""
+    seen = []
+    while not (line := stream.readline()).startswith(start):
+        seen.append(line)
+        assert line, f"the process ended without a line starting {start!r}: {''.join(seen)}"
 
 
 def resume(store: Path) -> dict:
@@ -125,7 +131,7 @@ def test_a_second_sigint_stops_at_once_and_the_run_still_resumes(tmp_path):
     child = start(store)
     wait_for_trials(store, 10)
     child.send_signal(signal.SIGINT)
-    time.sleep(0.01)
+    wait_for_line(child.stderr, "stopping:")  # the run took the first in: the next one is a second Ctrl-C
     child.send_signal(signal.SIGINT)
     child.communicate(timeout=60)
     assert child.returncode != 0

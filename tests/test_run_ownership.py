@@ -8,9 +8,9 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 from test_run_interruptions import ATTEMPTS, CASES, assert_complete_and_unique, start, wait_for_trials
+from waiting import wait_until
 
 from agenteval.run import RunRefused, evaluate
 from agenteval.store import Store
@@ -147,8 +147,6 @@ def test_setup_tracing_with_otlp_and_a_run_send_each_span_once(tmp_path, receive
         [sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, done.stderr
-    deadline = time.monotonic() + 10
-    while len(receiver.spans) < 4 * 2 * 2 + 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(receiver.spans) >= 4 * 2 * 2 + 1, "every span at the OTLP receiver")
     ids = [s["span_id"] for s in receiver.spans]
     assert len(ids) == 4 * 2 * 2 + 1 and len(set(ids)) == len(ids)

@@ -9,6 +9,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 from click.testing import CliRunner
+from waiting import wait_until
 
 from agenteval.cli import main
 from agenteval.store import TABLES, TRIALS, Store, compact
@@ -87,9 +88,7 @@ def test_buffered_writer_publishes_by_time(tmp_path):
     store = Store(tmp_path / "s")
     writer = store.writer("trials", flush_interval=0.05)
     writer.append(pa.RecordBatch.from_pylist(trial_rows("e", 3), schema=TRIALS))
-    deadline = time.monotonic() + 5
-    while store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: store.query("SELECT count(*) n FROM trials").to_pylist()[0]["n"], "rows published by time")
     assert store.query("SELECT count(*) n FROM trials").to_pylist() == [{"n": 3}]
     writer.close()
 

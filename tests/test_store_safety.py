@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from waiting import wait_until
 
 from agenteval.cli import main
 from agenteval.run import evaluate
@@ -79,15 +80,13 @@ def misplaced_parquet(root: Path) -> list[Path]:
 # One compactor at a time.
 
 COMPACT_WHEN_TOLD = """
-import sys, time
-from pathlib import Path
+import sys
 from agenteval.cli import main
 
-store, starts, rounds = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+store, rounds = sys.argv[1], int(sys.argv[2])
 for round_ in range(rounds):
     print("ready", flush=True)
-    while not (starts / str(round_)).exists():  # both processes start compacting together
-        time.sleep(0.001)
+    assert sys.stdin.readline() == "go\\n"  # both processes start compacting together
     main(["compact", "--store", store], standalone_mode=False)
     sys.stdout.flush()
 """
@@ -95,15 +94,15 @@ for round_ in range(rounds):
 
 def test_two_compactions_racing_never_double_a_row(tmp_path):
     store = Store(tmp_path / "s")
-    starts = tmp_path / "starts"
-    starts.mkdir()
     rounds = 5
-    racers = [run_script(COMPACT_WHEN_TOLD, str(store.root), str(starts), str(rounds)) for _ in range(2)]
+    racers = [run_script(COMPACT_WHEN_TOLD, str(store.root), str(rounds), stdin=subprocess.PIPE) for _ in range(2)]
     total = 0
     for round_ in range(rounds):
         total += write_small_files(store, ["e1", "e2"], files=40, rows=20, first=round_ * 10_000)
         assert [racer.stdout.readline().strip() for racer in racers] == ["ready", "ready"]
-        (starts / str(round_)).touch()
+        for racer in racers:
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
         for racer in racers:
             assert racer.stdout.readline().startswith("compacted"), racer.communicate()[1]
         assert trial_counts(store.root) == (total, total), f"round {round_}"
@@ -266,10 +265,7 @@ def test_no_file_in_progress_ends_in_parquet_during_or_after_a_run(tmp_path):
     live = tmp_path / "live"
     writer = PartitionedWriter(live, "trials", TRIALS, partition_by_experiment, flush_interval=3600, row_group_rows=5)
     writer.append(pa.RecordBatch.from_pylist(trial_rows("e", 0, 10), schema=TRIALS))  # a row group to stage
-    deadline = time.monotonic() + 10
-    while not list((live / ".staging").glob("*")) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the background thread opens the staged file
-    assert list((live / ".staging").glob("*")), "no file in progress to check"
+    wait_until(lambda: list((live / ".staging").glob("*")), "the background thread to open the staged file")
     assert misplaced_parquet(live) == []
     writer.close()
     assert trial_counts(live) == (10, 10)

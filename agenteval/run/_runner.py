@@ -28,6 +28,7 @@ import pyarrow as pa
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
+from agenteval_exporters.ablation import enabled
 from agenteval_instrumentation import capture
 
 from ..agents._loading import LoadedAgent, load_agent
@@ -515,8 +516,8 @@ class _Run:
                 signal.signal(sig, handler)
 
     def _stop_soon(self) -> None:
+        self.stop.set()  # first: once the note is out, another Ctrl-C is a second one
         self.progress.note("stopping: finishing what is done; unfinished trials can be resumed")
-        self.stop.set()
 
     def summary(self) -> ex.Summary:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
@@ -545,12 +546,17 @@ def _store_write_failed(store: Store, experiment_id: str, error: OSError, record
     )
 
 
+FREEZE_LONG_LIVED_OBJECTS = enabled("gc_freeze")
+"""Benchmarks only (``AGENTEVAL_ABLATE=gc_freeze``, see ``agenteval_exporters.ablation``): False runs unfrozen."""
+
+
 @contextlib.contextmanager
 def _long_lived_objects_frozen() -> Iterator[None]:
     """Keep what outlives the trials (the cases, the plans, loaded modules) out of the garbage
     collector's full passes for the run. Without it, at 100,000 trials, 64 full passes walked
     them all and took 12% of the run. What the trials make is collected as usual."""
-    if gc.get_freeze_count():  # the application froze its own heap: leave that alone
+    # Switched off for a benchmark, or the application froze its own heap: leave the collector alone.
+    if not FREEZE_LONG_LIVED_OBJECTS or gc.get_freeze_count():
         yield
         return
     gc.freeze()

@@ -10,6 +10,10 @@ Per-span Python is what costs here, so every column is pulled out with C-level l
 (``map`` over ``attrgetter``/``itemgetter``/``dict.get``) instead of comprehensions that call the
 SDK's Python properties. Ids are hexed a column at a time; attribute and event JSON is made by
 orjson straight into an Arrow string buffer; a resource shared by a provider's spans is encoded once.
+
+Three of these shortcuts have a plain path they fall back to (see :mod:`.ablation`): the private slots
+(:data:`READ_PRIVATE_SLOTS`), the typed columns' one struct conversion (:data:`TYPED_STRUCT`) and orjson
+(:data:`ORJSON`). Each flag is read once from ``AGENTEVAL_ABLATE``, for benchmarks only.
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from agenteval_instrumentation.text import storable, storable_text
 
+from .ablation import FALLBACKS, enabled
 from .schema import PARTITION_COLUMN, SPAN_SCHEMA, TYPED_ATTRIBUTES
+
+# Benchmarks only (see .ablation): False forces the plain path of each shortcut.
+READ_PRIVATE_SLOTS = enabled("slots")
+TYPED_STRUCT = enabled("typed_struct")
+ORJSON = enabled("orjson")
 
 # Keyed by identity: enum members are singletons, and Enum.__hash__ runs in Python (~0.2 µs).
 _KIND_NAMES = {id(kind): kind.name for kind in SpanKind}
@@ -52,11 +62,17 @@ _orjson_dumps = partial(orjson.dumps, default=_json_default)
 
 
 def _dumps_bytes(value: Any) -> bytes:
-    try:
-        return _orjson_dumps(value)
-    except TypeError:  # orjson refuses integers beyond 64 bits and lone surrogates; the standard library does not
-        # Unescaped, so that a lone surrogate can be replaced: DuckDB's JSON functions reject a "\ud800" escape.
-        return storable_text(json.dumps(value, default=_json_default, ensure_ascii=False)).encode()
+    if ORJSON:
+        try:
+            return _orjson_dumps(value)
+        except TypeError:  # orjson refuses integers beyond 64 bits and lone surrogates; the standard library does not
+            pass
+    return _stdlib_dumps_bytes(value)
+
+
+def _stdlib_dumps_bytes(value: Any) -> bytes:
+    # Unescaped, so that a lone surrogate can be replaced: DuckDB's JSON functions reject a "\ud800" escape.
+    return storable_text(json.dumps(value, default=_json_default, ensure_ascii=False)).encode()
 
 
 def _dumps(value: Any) -> str:
@@ -106,9 +122,13 @@ def _span_fields(spans: Sequence[ReadableSpan]) -> dict[str, tuple[Any, ...]]:
     ``events`` wrap or copy what they return; the private slots behind them are read and
     transposed in C. Spans that lack a slot (not made by the SDK's tracer) use the properties.
     """
-    try:
-        rows = list(map(_read_private_slots, spans))
-    except AttributeError:
+    if READ_PRIVATE_SLOTS:
+        try:
+            rows = list(map(_read_private_slots, spans))
+        except AttributeError:
+            FALLBACKS["slots"] += 1
+            rows = list(map(_read_public_properties, spans))
+    else:
         rows = list(map(_read_public_properties, spans))
     return dict(zip(_PRIVATE_SLOTS, zip(*rows, strict=True), strict=True))
 
@@ -144,14 +164,22 @@ def _fixed_offsets(count: int, step: int) -> pa.Buffer:
     return pa.py_buffer(array.array("i", range(0, step * (count + 1), step)))
 
 
+def _orjson_each(values: Sequence[Any], nulls: int) -> list[bytes] | None:
+    """Each value by orjson, looped in C; None when orjson refuses one (then each is tried in turn)."""
+    try:
+        if not nulls:
+            return list(map(_orjson_dumps, values))
+        return [b"" if v is None else _orjson_dumps(v) for v in values]
+    except TypeError:
+        FALLBACKS["orjson"] += 1
+        return None
+
+
 def _json_column(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON text, None as null: orjson's bytes go into the Arrow buffer undecoded."""
     nulls = values.count(None)
-    try:
-        encoded = (
-            list(map(_orjson_dumps, values)) if not nulls else [b"" if v is None else _orjson_dumps(v) for v in values]
-        )
-    except TypeError:
+    encoded = _orjson_each(values, nulls) if ORJSON else None
+    if encoded is None:
         encoded = [b"" if v is None else _dumps_bytes(v) for v in values]
     offsets = array.array("q", accumulate(map(len, encoded), initial=0))
     if offsets[-1] >= 2**31:
@@ -210,17 +238,19 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
     Attribute values are user-set: when one has the wrong type, columns are built one by one
     and the misfits become null (the JSON keeps them).
     """
-    try:
-        typed = pa.array(attributes, type=_TYPED_STRUCT)
-        # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
-        return {name: typed.field(i) for i, name in enumerate(_STRUCT_COLUMNS)}
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
-        return {
-            name: _typed_attribute_array(
-                list(map(dict.get, attributes, repeat(TYPED_ATTRIBUTES[name]))), SPAN_SCHEMA.field(name).type
-            )
-            for name in _STRUCT_COLUMNS
-        }
+    if TYPED_STRUCT:
+        try:
+            typed = pa.array(attributes, type=_TYPED_STRUCT)
+            # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
+            return {name: typed.field(i) for i, name in enumerate(_STRUCT_COLUMNS)}
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+            FALLBACKS["typed_struct"] += 1
+    return {
+        name: _typed_attribute_array(
+            list(map(dict.get, attributes, repeat(TYPED_ATTRIBUTES[name]))), SPAN_SCHEMA.field(name).type
+        )
+        for name in _STRUCT_COLUMNS
+    }
 
 
 def _empty_batch() -> pa.RecordBatch:

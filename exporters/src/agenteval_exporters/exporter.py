@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .ablation import FALLBACKS, enabled
 from .encode import sample_spans, spans_to_batch
 from .files import partition_path, write_to_memory
 from .schema import PARTITION_COLUMN, SPAN_SCHEMA
@@ -73,6 +74,9 @@ def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch
 WARM_UP_SPANS = 512
 """The BatchSpanProcessor's default batch size."""
 
+WARM_UP = enabled("warm_up")
+"""Benchmarks only (see .ablation): False leaves the first-time work to the first export."""
+
 
 @functools.cache
 def warm_up() -> None:
@@ -80,12 +84,15 @@ def warm_up() -> None:
     converters and kernels (and its one-time look for pandas), orjson, the Parquet writer and zstd.
     Left to the first export it took ~40 ms, long enough for a burst of spans right after start-up
     to overflow the SDK's batch queue, which then drops spans."""
+    if not WARM_UP:
+        return
     try:
         samples = sample_spans()
         # As many spans as the SDK's default batch: first-time allocations are sized by the batch too.
         batch = spans_to_batch(samples * (WARM_UP_SPANS // len(samples) + 1))
         write_to_memory(pa.Table.from_batches([rows for _, rows in partition_spans(batch)], SPAN_SCHEMA))
     except Exception:  # an exporter that could not warm up still works, only its first export is slower
+        FALLBACKS["warm_up"] += 1
         logger.debug("agenteval: exporter warm-up failed", exc_info=True)
 
 

@@ -1,0 +1,27 @@
+"""Tests wait for what they need to have happened, never for a guessed time: a fixed sleep fails on a loaded
+machine and wastes time on an idle one. Within a process, wait on a threading.Event or join the thread; across
+processes, read the line the other process prints when it is ready; for a file or a row that appears, poll with
+:func:`wait_until`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+POLL_SECONDS = 0.01
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout: float = 30) -> T:
+    """Poll ``condition`` until it returns something true, and return that; after ``timeout`` seconds, fail
+    the test saying what it waited for."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        time.sleep(POLL_SECONDS)
+    return value
