@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from agenteval import load_dataset, retriever
 from agenteval.cli import main
-from agenteval.run._runner import evaluate
+from agenteval.run import evaluate
 from agenteval.store import Store
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -189,3 +189,14 @@ def test_the_error_example_is_what_the_command_prints(source, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, shlex.split(lines[command].removeprefix("$ agenteval ")))
     assert result.exit_code == 2 and result.output.strip() == lines[command + 1]
+
+
+def test_the_python_run_example_runs_and_prints_its_figures(tmp_path, monkeypatch, capsys):
+    (code,) = [b for b in blocks(page("run.md"), "python") if 'evaluate("my_agent.py:answer"' in b]
+    (tmp_path / "my_agent.py").write_text("def answer(question):\n    return 'unknown'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AGENTEVAL_STORE", raising=False)
+    exec(compile(code.replace('"hard", attempts=3', '"hard", sample=10, attempts=3'), "run.md", "exec"), {})
+    experiment_id, status, rate, *rest = capsys.readouterr().out.split(" ", 3)
+    assert status == "completed" and 0.0 <= float(rate) <= 1.0
+    assert Store(tmp_path / ".agenteval").rows("SELECT count(*) AS n FROM trials") == [{"n": 30}]
