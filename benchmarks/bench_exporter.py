@@ -32,7 +32,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter, publish
+from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
+from agenteval_exporters.files import publish
 from agenteval_instrumentation import attributes as A
 
 BATCH = 512  # the BatchSpanProcessor's default export batch size

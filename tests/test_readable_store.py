@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from agenteval.cli import main
 from agenteval.run import evaluate
 from agenteval.store import Store
-from agenteval_exporters import SPAN_SCHEMA, publish
+from agenteval_exporters import SPAN_SCHEMA
+from agenteval_exporters.files import publish
 
 GUIDE = (Path(__file__).resolve().parents[1] / "docs" / "store.md").read_text()
 SECTION = GUIDE[GUIDE.index("\n## SQL over the store\n") :].split("\n## ")[1]

@@ -14,7 +14,8 @@ from waiting import wait_until
 from agenteval.cli import main
 from agenteval.store import TABLES, TRIALS, Store, compact
 from agenteval.store._views import raw_table
-from agenteval_exporters import SPAN_SCHEMA, publish
+from agenteval_exporters import SPAN_SCHEMA
+from agenteval_exporters.files import publish
 
 
 def trial_rows(experiment: str, n: int, start: int = 0) -> list[dict]:

@@ -21,7 +21,8 @@ from waiting import wait_until
 from agenteval.cli import main
 from agenteval.run import evaluate
 from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
-from agenteval_exporters import PartitionedWriter, partition_by_experiment
+from agenteval_exporters.exporter import partition_by_experiment
+from agenteval_exporters.writer import PartitionedWriter
 
 TRIAL_ROWS = """
 import time

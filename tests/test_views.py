@@ -14,7 +14,7 @@ from agenteval.cli import main
 from agenteval.run import evaluate
 from agenteval.scorers import rescore, scorer
 from agenteval.store import TRIALS, Store
-from agenteval_exporters import publish
+from agenteval_exporters.files import publish
 
 
 @scorer(name="never", requires=("expected_output",))
