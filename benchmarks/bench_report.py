@@ -34,6 +34,11 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(runs)
 
 
+def trials(report) -> int:
+    """A Report's trial count; a plain dict on baselines from before the typed Report."""
+    return report["trials"] if isinstance(report, dict) else report.trials
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=1_000_000)
@@ -50,7 +55,7 @@ def main() -> None:
     html = timed(lambda: to_html(data), options.repeats)
     markdown = timed(lambda: to_markdown(data), options.repeats)
     print(
-        f"report over {data['trials']:,} trials: {report * 1000:,.0f} ms to compute, html {html * 1000:.1f} ms, "
+        f"report over {trials(data):,} trials: {report * 1000:,.0f} ms to compute, html {html * 1000:.1f} ms, "
         f"markdown {markdown * 1000:.1f} ms (median of {options.repeats}, warm); target < 2 s"
     )
     if options.keep is None:

@@ -200,3 +200,14 @@ def test_the_python_run_example_runs_and_prints_its_figures(tmp_path, monkeypatc
     experiment_id, status, rate, *rest = capsys.readouterr().out.split(" ", 3)
     assert status == "completed" and 0.0 <= float(rate) <= 1.0
     assert Store(tmp_path / ".agenteval").rows("SELECT count(*) AS n FROM trials") == [{"n": 30}]
+
+
+def test_the_python_report_example_runs_and_writes_its_page(tmp_path, monkeypatch, capsys):
+    (code,) = [b for b in blocks(page("reports.md"), "python") if "build_report(Store" in b]
+    monkeypatch.chdir(tmp_path)
+    evaluate("mock", "arithmetic", cases=8, attempts=2, store=tmp_path / ".agenteval", progress="none")
+    exec(compile(code, "reports.md", "exec"), {})
+    first, *categories = capsys.readouterr().out.splitlines()
+    rate, _ = first.split(" ", 1)
+    assert 0.0 <= float(rate) <= 1.0 and categories
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
 
-from agenteval.analysis import NotComparable, build_report, compare, gate
+from agenteval.analysis import NotComparable, Report, build_report, compare, gate
 from agenteval.cli import main
+from agenteval.render import to_json
 from agenteval.run import evaluate
 from agenteval.store import Store
 
@@ -41,32 +43,47 @@ def runs(tmp_path_factory):
 
 def test_report_figures(runs):
     report = build_report(Store(runs["store"]), runs["worse"])
-    assert report["trials"] == 120 and report["cases"] == 40
-    overall = report["overall"]
-    low, high = overall["ci95"]
-    assert low < overall["pass_rate"] < high and overall["se"] > 0
-    ks = {k["k"]: k for k in overall["k"]}
+    assert report.trials == 120 and report.cases == 40
+    overall = report.overall
+    assert overall.ci95 is not None and overall.se is not None and overall.pass_rate is not None
+    low, high = overall.ci95
+    assert low < overall.pass_rate < high and overall.se > 0
+    ks = {k.k: k for k in overall.k}
     assert set(ks) == {1, 2, 3}
-    assert ks[1]["pass_at_k"] == pytest.approx(overall["pass_rate"]) == pytest.approx(ks[1]["pass_hat_k"])
-    assert ks[3]["pass_at_k"] >= ks[2]["pass_at_k"] >= ks[1]["pass_at_k"] >= ks[2]["pass_hat_k"] >= ks[3]["pass_hat_k"]
-    assert {c["category"] for c in report["categories"]} == {"addition", "subtraction", "multiplication", "division"}
-    assert sum(c["trials"] for c in report["categories"]) == 120
-    outcomes = report["outcomes"]
-    assert outcomes["passed"] + outcomes["wrong"] + outcomes["failed"] == 120 and outcomes["failed"] == 0
-    assert report["flaky"]["count"] > 0
-    assert {s["scorer"] for s in report["scorers"]} == {"answer_match", "tool_use"}
-    assert report["latency"]["trial_p95_ms"] >= report["latency"]["trial_p50_ms"] > 0
-    assert {s["operation"] for s in report["latency"]["spans"]} == {"chat", "execute_tool"}
-    assert report["tokens"][0]["role"] == "agent" and report["cost_usd"] > 0
-    worst = report["worst_cases"][0]
-    assert worst["passes"] / worst["attempts"] == min(c["passes"] / c["attempts"] for c in report["worst_cases"])
+    assert ks[1].pass_at_k == pytest.approx(overall.pass_rate) == pytest.approx(ks[1].pass_hat_k)
+    assert ks[3].pass_at_k >= ks[2].pass_at_k >= ks[1].pass_at_k >= ks[2].pass_hat_k >= ks[3].pass_hat_k
+    assert {c.category for c in report.categories} == {"addition", "subtraction", "multiplication", "division"}
+    assert sum(c.trials for c in report.categories) == 120
+    outcomes = report.outcomes
+    assert outcomes.passed + outcomes.wrong + outcomes.failed == 120 and outcomes.failed == 0
+    assert report.flaky.count > 0
+    assert {s.scorer for s in report.scorers} == {"answer_match", "tool_use"}
+    latency = report.latency
+    assert latency.trial_p95_ms is not None and latency.trial_p50_ms is not None
+    assert latency.trial_p95_ms >= latency.trial_p50_ms > 0
+    assert {s.operation for s in latency.spans} == {"chat", "execute_tool"}
+    assert report.tokens[0].role == "agent" and report.cost_usd is not None and report.cost_usd > 0
+    worst = report.worst_cases[0]
+    assert worst.passes / worst.attempts == min(c.passes / c.attempts for c in report.worst_cases)
+
+
+def test_report_json_is_the_typed_report_field_for_field(runs):
+    """The JSON output is the Report's fields under the same names, nested the same way."""
+    report = build_report(Store(runs["store"]), runs["flooded"])
+    data = json.loads(to_json(report))
+    assert data == json.loads(json.dumps(report.to_dict(), default=str))
+    assert set(data) == {f.name for f in dataclasses.fields(report)}
+    assert data["overall"]["ci95"] == list(report.overall.ci95 or ())
+    assert data["categories"][0]["category"] == report.categories[0].category
+    assert data["outcomes"]["failures_by_type"] == report.outcomes.failures_by_type
+    assert data["worst_cases"][0]["case_id"] == report.worst_cases[0].case_id
 
 
 def test_report_separates_failures_by_type_and_infrastructure(runs):
-    outcomes = build_report(Store(runs["store"]), runs["flooded"])["outcomes"]
-    assert outcomes["failures_by_type"] == {"quota_exhausted": outcomes["failed"]}
-    assert outcomes["infrastructure_failures"] == outcomes["failed"] > 0
-    assert outcomes["failed_share"] == pytest.approx(outcomes["failed"] / 120)
+    outcomes = build_report(Store(runs["store"]), runs["flooded"]).outcomes
+    assert outcomes.failures_by_type == {"quota_exhausted": outcomes.failed}
+    assert outcomes.infrastructure_failures == outcomes.failed > 0
+    assert outcomes.failed_share == pytest.approx(outcomes.failed / 120)
 
 
 class _Page(HTMLParser):
@@ -109,45 +126,52 @@ def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
     assert "a\\|b" in to_markdown(report)
 
 
-def build_report_stub(case_id: str, category: str) -> dict:
-    return {
-        "experiment": {
-            "id": "e1",
-            "name": None,
-            "dataset": "d",
-            "dataset_hash": "h",
-            "agent": "a",
-            "version": "v",
-            "status": "completed",
-            "started_at": 0,
-            "ended_at": 0,
-            "environment": {"python": "3", "platform": "p", "git": None},
-        },
-        "trials": 1,
-        "cases": 1,
-        "overall": {"pass_rate": 0.0, "se": None, "ci95": None, "k": []},
-        "categories": [
-            {"category": category, "cases": 1, "trials": 1, "pass_rate": 0.0, "se": None, "ci95": None, "k": []}
-        ],
-        "scorers": [],
-        "outcomes": {
-            "passed": 0,
-            "wrong": 1,
-            "failed": 0,
-            "infrastructure_failures": 0,
-            "wrong_share": 1.0,
-            "failed_share": 0.0,
-            "failures_by_type": {},
-        },
-        "flaky": {"count": 0, "cases": []},
-        "latency": {"trial_p50_ms": 1.0, "trial_p95_ms": 1.0, "trial_sample_ms": [1.0], "spans": []},
-        "tokens": [],
-        "cost_usd": None,
-        "cost_usd_all_tries": None,
-        "worst_cases": [
-            {"case_id": case_id, "category": category, "passes": 0, "attempts": 1, "failed": 0, "a_failure": None}
-        ],
-    }
+def build_report_stub(case_id: str, category: str) -> Report:
+    from agenteval.analysis import (
+        CaseOutcomes,
+        CategoryPassRate,
+        FlakyCases,
+        Latency,
+        Outcomes,
+        PassRate,
+        ReportedExperiment,
+    )
+
+    return Report(
+        experiment=ReportedExperiment(
+            id="e1",
+            name=None,
+            dataset="d",
+            dataset_hash="h",
+            agent="a",
+            version="v",
+            status="completed",
+            error=None,
+            started_at=0,
+            ended_at=0,
+            environment={"python": "3", "platform": "p", "git": None},
+        ),
+        trials=1,
+        cases=1,
+        overall=PassRate(pass_rate=0.0, se=None, ci95=None, k=[]),
+        categories=[CategoryPassRate(category=category, cases=1, trials=1, pass_rate=0.0, se=None, ci95=None, k=[])],
+        scorers=[],
+        outcomes=Outcomes(
+            passed=0,
+            wrong=1,
+            failed=0,
+            infrastructure_failures=0,
+            wrong_share=1.0,
+            failed_share=0.0,
+            failures_by_type={},
+        ),
+        flaky=FlakyCases(count=0, cases=[]),
+        latency=Latency(trial_p50_ms=1.0, trial_p95_ms=1.0, trial_sample_ms=[1.0], spans=[]),
+        tokens=[],
+        cost_usd=None,
+        cost_usd_all_tries=None,
+        worst_cases=[CaseOutcomes(case_id=case_id, category=category, passes=0, attempts=1, failed=0, a_failure=None)],
+    )
 
 
 def test_report_formats_from_the_command_line(runs):

@@ -44,13 +44,13 @@ def rescored(tmp_path):
 def test_sql_over_trials_gives_the_report_s_pass_rate_after_a_rescore(rescored):
     store, experiment = rescored
     report = build_report(Store(store), experiment.id)
-    assert report["overall"]["pass_rate"] == 0.0
+    assert report.overall.pass_rate == 0.0
     (by_hand,) = sql(store, f"SELECT avg(passed::INT) AS rate FROM trials WHERE experiment_id = '{experiment.id}'")
-    assert by_hand["rate"] == report["overall"]["pass_rate"]
+    assert by_hand["rate"] == report.overall.pass_rate
     outcomes = sql(store, "SELECT outcome, count(*) AS n FROM trials GROUP BY ALL ORDER BY ALL")
     assert outcomes == [
-        {"outcome": "failed", "n": report["outcomes"]["failed"]},
-        {"outcome": "wrong", "n": report["outcomes"]["wrong"]},
+        {"outcome": "failed", "n": report.outcomes.failed},
+        {"outcome": "wrong", "n": report.outcomes.wrong},
     ]
     (listed,) = list_experiments(Store(store))
     assert listed["pass_rate"] == 0.0 == summarize(Store(store), experiment.id).pass_rate

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis._report import CategoryPassRate, Outcomes, Report
 from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell
 
@@ -18,7 +19,7 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
 
-def interval(ci: list[float] | None) -> str:
+def interval(ci: tuple[float, float] | None) -> str:
     return "–" if not ci else f"{ci[0]:.1%} to {ci[1]:.1%}"
 
 
@@ -26,72 +27,70 @@ def ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.1f} ms"
 
 
-def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report as titled tables of text: what every format but JSON renders."""
-    e, o = report["experiment"], report["outcomes"]
-    git = e["environment"].get("git") or {}
+    e, o = report.experiment, report.outcomes
+    git = e.environment.get("git") or {}
     about = [
-        ["experiment", e["id"] + (f" ({e['name']})" if e["name"] else "")],
-        ["dataset", f"{e['dataset']} (content {e['dataset_hash']})"],
-        ["agent", f"{e['agent']} · version {e['version']}"],
-        ["status", f"{e['status']} · {report['trials']} trials of {report['cases']} cases"],
-        *([["error", e["error"]]] if e.get("error") else []),
+        ["experiment", e.id + (f" ({e.name})" if e.name else "")],
+        ["dataset", f"{e.dataset} (content {e.dataset_hash})"],
+        ["agent", f"{e.agent} · version {e.version}"],
+        ["status", f"{e.status} · {report.trials} trials of {report.cases} cases"],
+        *([["error", e.error]] if e.error else []),
         [
             "environment",
-            f"Python {e['environment'].get('python')} · {e['environment'].get('platform')}"
+            f"Python {e.environment.get('python')} · {e.environment.get('platform')}"
             + (f" · git {git['commit'][:10]}{' (dirty)' if git.get('dirty') else ''}" if git else ""),
         ],
     ]
-    overall = report["overall"]
-    headline = [["pass rate", pct(overall["pass_rate"]), interval(overall["ci95"]), "standard error clustered by case"]]
-    k_rows = [[str(k["k"]), pct(k["pass_at_k"]), pct(k["pass_hat_k"]), str(k["cases"])] for k in overall["k"]]
+    overall = report.overall
+    headline = [["pass rate", pct(overall.pass_rate), interval(overall.ci95), "standard error clustered by case"]]
+    k_rows = [[str(k.k), pct(k.pass_at_k), pct(k.pass_hat_k), str(k.cases)] for k in overall.k]
     categories = [
         [
-            c["category"],
-            str(c["cases"]),
-            str(c["trials"]),
-            pct(c["pass_rate"]),
-            interval(c["ci95"]),
-            " / ".join(pct(k["pass_hat_k"]) for k in c["k"]),
+            c.category,
+            str(c.cases),
+            str(c.trials),
+            pct(c.pass_rate),
+            interval(c.ci95),
+            " / ".join(pct(k.pass_hat_k) for k in c.k),
         ]
-        for c in report["categories"]
+        for c in report.categories
     ]
     scorers = [
         [
-            s["scorer"],
-            "continuous (mean)" if s["continuous"] else "pass/fail",
-            pct(s["mean"] if s["continuous"] else s["pass_rate"]),
-            str(s["scored"]),
-            str(s["errors"]),
+            s.scorer,
+            "continuous (mean)" if s.continuous else "pass/fail",
+            pct(s.mean if s.continuous else s.pass_rate),
+            str(s.scored),
+            str(s.errors),
         ]
-        for s in report["scorers"]
+        for s in report.scorers
     ]
-    trials = report["trials"] or 1
+    trials = report.trials or 1
     outcomes = [
-        ["passed", str(o["passed"]), pct(o["passed"] / trials)],
-        ["wrong answers", str(o["wrong"]), pct(o["wrong_share"])],
-        ["failures", str(o["failed"]), pct(o["failed_share"])],
-        ["  of which infrastructure", str(o["infrastructure_failures"]), pct(o["infrastructure_failures"] / trials)],
-    ] + [[f"  {kind}", str(n), pct(n / trials)] for kind, n in o["failures_by_type"].items()]
-    latency = [
-        ["trial", ms(report["latency"]["trial_p50_ms"]), ms(report["latency"]["trial_p95_ms"]), str(report["trials"])]
-    ]
-    latency += [[s["operation"], ms(s["p50_ms"]), ms(s["p95_ms"]), str(s["spans"])] for s in report["latency"]["spans"]]
+        ["passed", str(o.passed), pct(o.passed / trials)],
+        ["wrong answers", str(o.wrong), pct(o.wrong_share)],
+        ["failures", str(o.failed), pct(o.failed_share)],
+        ["  of which infrastructure", str(o.infrastructure_failures), pct(o.infrastructure_failures / trials)],
+    ] + [[f"  {kind}", str(n), pct(n / trials)] for kind, n in o.failures_by_type.items()]
+    latency = [["trial", ms(report.latency.trial_p50_ms), ms(report.latency.trial_p95_ms), str(report.trials)]]
+    latency += [[s.operation, ms(s.p50_ms), ms(s.p95_ms), str(s.spans)] for s in report.latency.spans]
     tokens = [
-        [t["role"], t["model"] or "–", str(t["model_calls"]), str(t["input_tokens"] or 0), str(t["output_tokens"] or 0)]
-        for t in report["tokens"]
+        [t.role, t.model or "–", str(t.model_calls), str(t.input_tokens or 0), str(t.output_tokens or 0)]
+        for t in report.tokens
     ]
     costs = (
-        ("agent cost, tries that count", report["cost_usd"]),
-        ("agent cost, every try", report["cost_usd_all_tries"]),
+        ("agent cost, tries that count", report.cost_usd),
+        ("agent cost, every try", report.cost_usd_all_tries),
     )
     for label, cost in costs:
         tokens.append([label, "–" if cost is None else f"${cost:.4f}", "", "", ""])
     worst = [
-        [w["case_id"], w["category"], f"{w['passes']}/{w['attempts']}", str(w["failed"]), (w["a_failure"] or "")[:80]]
-        for w in report["worst_cases"]
+        [w.case_id, w.category, f"{w.passes}/{w.attempts}", str(w.failed), (w.a_failure or "")[:80]]
+        for w in report.worst_cases
     ]
-    flaky = report["flaky"]
+    flaky = report.flaky
     return [
         ("Experiment", ["", ""], about),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
@@ -105,23 +104,23 @@ def sections(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str
             ["role", "model", "calls", "input", "output"],
             tokens,
         ),
-        (f"Flaky cases: {flaky['count']} with mixed outcomes across attempts", ["case"], [[c] for c in flaky["cases"]]),
+        (f"Flaky cases: {flaky.count} with mixed outcomes across attempts", ["case"], [[c] for c in flaky.cases]),
         ("Worst cases", ["case", "category", "passed", "failed", "a failure"], worst),
     ]
 
 
-def to_markdown(report: dict[str, Any]) -> str:
-    out = [f"# Report: {markdown_cell(report['experiment']['id'])}"]
+def to_markdown(report: Report) -> str:
+    out = [f"# Report: {markdown_cell(report.experiment.id)}"]
     for title, header, rows in sections(report):
         out += ["", f"## {markdown_cell(title)}", "", markdown_table(header, rows)]
     return "\n".join(out) + "\n"
 
 
-def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, default=str)
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
 
 
-def to_terminal(report: dict[str, Any]) -> Any:
+def to_terminal(report: Report) -> Any:
     from rich.console import Group
     from rich.text import Text
 
@@ -152,7 +151,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table>{f'<tr>{head}</tr>' if head else ''}{body}</table>"
 
 
-def _category_plot(categories: list[dict[str, Any]]) -> str:
+def _category_plot(categories: list[CategoryPassRate]) -> str:
     """Pass rate by category with 95% interval bars."""
     e = html_text
     row, left, width = 24, 170, 520
@@ -163,14 +162,14 @@ def _category_plot(categories: list[dict[str, Any]]) -> str:
     ]
     for i, c in enumerate(categories):
         y = 10 + i * row
-        rate = c["pass_rate"] or 0.0
-        parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">{e(c["category"])}</text>')
+        rate = c.pass_rate or 0.0
+        parts.append(f'<text x="{left - 8}" y="{y + 14}" text-anchor="end">{e(c.category)}</text>')
         parts.append(
             f'<rect x="{left}" y="{y + 3}" width="{rate * width:.1f}" height="14" fill="#6c9bd2">'
-            f"<title>{e(c['category'])}: {pct(rate)} ({e(interval(c['ci95']))})</title></rect>"
+            f"<title>{e(c.category)}: {pct(rate)} ({e(interval(c.ci95))})</title></rect>"
         )
-        if c["ci95"]:
-            low, high = c["ci95"]
+        if c.ci95:
+            low, high = c.ci95
             parts.append(
                 f'<line x1="{left + low * width:.1f}" x2="{left + high * width:.1f}" y1="{y + 10}" '
                 f'y2="{y + 10}" stroke="#1f2933" stroke-width="1.5"/>'
@@ -213,8 +212,8 @@ def _histogram(sample: list[float], bins: int = 30) -> str:
     return "".join(parts) + "</svg>"
 
 
-def _failure_plot(outcomes: dict[str, Any]) -> str:
-    kinds = list(outcomes["failures_by_type"].items())
+def _failure_plot(outcomes: Outcomes) -> str:
+    kinds = list(outcomes.failures_by_type.items())
     if not kinds:
         return '<p class="note">no failures</p>'
     e = html_text
@@ -233,14 +232,14 @@ def _failure_plot(outcomes: dict[str, Any]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def to_html(report: dict[str, Any]) -> str:
+def to_html(report: Report) -> str:
     """One self-contained page: inline CSS and SVG, no script, no network access needed."""
     e = html_text
-    body = [f"<h1>Report: {e(report['experiment']['id'])}</h1>"]
+    body = [f"<h1>Report: {e(report.experiment.id)}</h1>"]
     plots = {
-        "By category": _category_plot(report["categories"]),
-        "Latency": _histogram(report["latency"]["trial_sample_ms"]),
-        "Failures apart from wrong answers": _failure_plot(report["outcomes"]),
+        "By category": _category_plot(report.categories),
+        "Latency": _histogram(report.latency.trial_sample_ms),
+        "Failures apart from wrong answers": _failure_plot(report.outcomes),
     }
     for title, header, rows in sections(report):
         body.append(f"<h2>{e(title)}</h2>")
@@ -249,7 +248,7 @@ def to_html(report: dict[str, Any]) -> str:
         body.append(_table(header, rows))
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>agenteval report {e(report['experiment']['id'])}</title><style>{STYLE}</style></head>"
+        f"<title>agenteval report {e(report.experiment.id)}</title><style>{STYLE}</style></head>"
         f"<body>{''.join(body)}</body></html>\n"
     )
 

@@ -29,7 +29,6 @@ from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
 from ._prices import Prices, cost
 
 SIMULATED_USER = "simulated_user"
-RUNNER_SCOPE = "agenteval.runner"
 MAX_BACKOFF = 30.0
 LOOP_BLOCKED = (
     "the trial ran past its timeout while the event loop was blocked, so its timer could not fire: a blocking "
@@ -100,7 +99,7 @@ class TrialRunner:
         self.prices = prices
         self.user_simulator = user_simulator
         self.on_rate_limit = on_rate_limit
-        self.tracer = trace.get_tracer(RUNNER_SCOPE)
+        self.tracer = trace.get_tracer(A.RUNNER_SCOPE)
         self._with_messages = accepts_messages(agent.fn)
         self._async = is_async(agent.fn)
 
@@ -290,7 +289,7 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
         for s in spans
         if (s.attributes or {}).get(A.ERROR_TYPE) == wanted
         and not (s.attributes or {}).get(A.ROLE)
-        and (s.instrumentation_scope is None or s.instrumentation_scope.name != RUNNER_SCOPE)
+        and (s.instrumentation_scope is None or s.instrumentation_scope.name != A.RUNNER_SCOPE)
     ]
     if not raising:
         return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from agenteval_instrumentation import attributes as A
+
 FEATURES_SQL = """
 WITH t AS (SELECT experiment_id, trial_id, case_id, trace_id, failure_type, reply, replies FROM {trials}),
 s AS (
@@ -22,7 +24,7 @@ roots AS (
                from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
                          '[{{"parts": [{{"content": "VARCHAR"}}]}}]'),
                lambda m: m.parts[1].content) AS replies
-    FROM s WHERE scope_name = 'agenteval.runner'
+    FROM s WHERE scope_name = '{runner_scope}'
 ),
 tools AS (
     SELECT trial_id,
@@ -72,7 +74,7 @@ NO_REPLIES = "NULL::VARCHAR[] AS replies"
 
 def features_sql(trials: str, spans: str) -> str:
     """The feature query over the relations named (or subqueries given) for trials and spans."""
-    return FEATURES_SQL.format(trials=trials, spans=spans)
+    return FEATURES_SQL.format(trials=trials, spans=spans, runner_scope=A.RUNNER_SCOPE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,3 +101,8 @@ STREAM_FIRST_CHUNK_MS = "agenteval.stream.time_to_first_chunk_ms"
 
 STREAM_CLOSED_EARLY = "agenteval.stream.closed_early"
 """True when the consumer stopped a stream before it was exhausted."""
+
+# --- Instrumentation scopes ------------------------------------------------------------------
+
+RUNNER_SCOPE = "agenteval.runner"
+"""The instrumentation scope of the runner's own spans: each trial's root span, the parent of the agent's spans."""
