@@ -312,6 +312,7 @@ def run(
     import json
 
     from .run._runner import evaluate
+    from .run._trial import StopNow
 
     if resume is None and (not dataset or not agent_spec):
         raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
@@ -336,6 +337,9 @@ def run(
             prices=prices,
             progress="none" if quiet or as_json else "auto",
         )
+    except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
+        click.echo(str(stop), err=True)
+        raise SystemExit(130) from None
     except ValueError as exc:
         if isinstance(exc, AgentevalError) or _debugging():
             raise  # one line from the group's handler, or the traceback with --debug

@@ -133,9 +133,12 @@ def test_a_second_sigint_stops_at_once_and_the_run_still_resumes(tmp_path):
     child.send_signal(signal.SIGINT)
     wait_for_line(child.stderr, "stopping:")  # the run took the first in: the next one is a second Ctrl-C
     child.send_signal(signal.SIGINT)
-    child.communicate(timeout=60)
-    assert child.returncode != 0
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
     (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments ORDER BY updated_at DESC LIMIT 1")
+    assert (
+        f"stopped at once; what finished is saved; continue with: agenteval run --resume {row['experiment_id']}" in err
+    )
     # Never "failed": "interrupted", or "running" when the second signal cut the wind-down short (as
     # kill -9 would); --resume picks either up.
     assert row["status"] in ("interrupted", "running")

@@ -272,6 +272,29 @@ def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
     assert returned == ["late"] and len(trials(tmp_path / "s", experiment.id)) == 2
 
 
+def test_a_sync_agent_runs_on_reused_workers_and_a_hung_call_holds_only_its_own(tmp_path):
+    release = threading.Event()
+    workers: list[threading.Thread] = []  # the Thread objects themselves: an ident can be recycled, an object not
+
+    def answer(message):
+        workers.append(threading.current_thread())
+        if message == "hang":
+            release.wait(120)
+        return "4"
+
+    cases = [q("hang", "hang")] + [q(f"c{i:03d}") for i in range(200)]
+    try:
+        experiment = run_agent(tmp_path, answer, *cases, timeout=0.5, concurrency=2)
+    finally:
+        release.set()
+    rows = trials(tmp_path / "s", experiment.id)
+    assert len(rows) == 201 and sum(r["outcome"] == "passed" for r in rows) == 200
+    assert next(r for r in rows if r["case_id"] == "hang")["failure_type"] == "timeout"
+    # Two calls in flight at most, one of them hung for a while: a thread per call would have started 201.
+    distinct = {id(t): t for t in workers}
+    assert len(workers) == 201 and len(distinct) <= 3
+
+
 def test_an_async_agent_that_hangs_is_cancelled_at_the_timeout(tmp_path):
     cancelled = []
 

@@ -343,6 +343,7 @@ class _Run:
             finally:
                 if status != ex.FAILED and self.stop.is_set():
                     status = ex.INTERRUPTED
+                runner.close()
                 unsaved = self._close(collector)
                 if unsaved is not None:
                     status, failure = ex.FAILED, failure or unsaved
@@ -500,7 +501,10 @@ class _Run:
 
         def on_signal(signum: int, frame: Any) -> None:
             if self.stop.is_set():
-                raise StopNow  # a second Ctrl-C: stop at once
+                raise StopNow(  # a second Ctrl-C: stop at once
+                    "stopped at once; what finished is saved; continue with: "
+                    + resume_command(self.experiment.experiment_id)
+                )
             loop.call_soon_threadsafe(self._stop_soon)
 
         previous = {}
@@ -531,10 +535,13 @@ class _Run:
             version=self.experiment.version,
             this_run={"trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")), **dict(self.counts)},
             report=f"agenteval report {self.experiment.experiment_id}",
-            resume=f"agenteval run --resume {self.experiment.experiment_id}"
-            if self.experiment.status == ex.INTERRUPTED
-            else None,
+            resume=resume_command(self.experiment.experiment_id) if self.experiment.status == ex.INTERRUPTED else None,
         )
+
+
+def resume_command(experiment_id: str) -> str:
+    """The command that continues an interrupted or failed run."""
+    return f"agenteval run --resume {experiment_id}"
 
 
 def _store_write_failed(store: Store, experiment_id: str, error: OSError, recorded: bool) -> StoreNotWritable:
@@ -542,7 +549,7 @@ def _store_write_failed(store: Store, experiment_id: str, error: OSError, record
     return StoreNotWritable(
         f"the run stopped: the store at {store.root} could not be written ({error}). The trials saved before are "
         f"intact and {status}; free space or fix the store's permissions, then run "
-        f"`agenteval run --resume {experiment_id}` to run the rest"
+        f"`{resume_command(experiment_id)}` to run the rest"
     )
 
 

@@ -5,10 +5,8 @@ inside a root span, with a timeout, waiting out rate limits; the failure, if any
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import inspect
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,6 +25,7 @@ from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
 from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
 from ._prices import Prices, cost
+from ._workers import SyncWorkers
 
 SIMULATED_USER = "simulated_user"
 MAX_BACKOFF = 30.0
@@ -102,6 +101,12 @@ class TrialRunner:
         self.tracer = trace.get_tracer(A.RUNNER_SCOPE)
         self._with_messages = accepts_messages(agent.fn)
         self._async = is_async(agent.fn)
+        self._workers = None if self._async else SyncWorkers()
+
+    def close(self) -> None:
+        """Let the sync agent's worker threads end (a hung call's worker ends when the call returns)."""
+        if self._workers is not None:
+            self._workers.close()
 
     async def run(self, plan: TrialPlan) -> TrialResult:
         tag = TrialTag(self.experiment_id, plan.case.id, plan.trial_id, plan.attempt)
@@ -198,7 +203,8 @@ class TrialRunner:
         if self._async:
             result = await self.agent.fn(*args, **kwargs)
         else:
-            result = await in_thread(self.agent.fn, *args, **kwargs)
+            assert self._workers is not None
+            result = await self._workers.submit(self.agent.fn, *args, **kwargs)
         text = reply_text(result)
         return storable_text(text if text is not None else ("" if result is None else str(result)))
 
@@ -310,33 +316,3 @@ def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
     attributes: Mapping[str, Any] = max(chats, key=lambda s: s.end_time or 0).attributes or {}  # a tuple of str
     reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
     return reasons[0] if reasons else None
-
-
-def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-    """Run a sync agent on its own daemon thread with the caller's context (so spans nest).
-
-    A thread per call, not a pool: an agent that overruns its timeout cannot be killed, and must not
-    hold a pool slot that later trials wait for. Whatever it returns after the timeout is discarded.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    ctx = contextvars.copy_context()
-
-    def settle(setter: Callable[[Any], None], value: Any) -> None:
-        if not future.done():
-            setter(value)
-
-    def work() -> None:
-        try:
-            value = ctx.run(fn, *args, **kwargs)
-        except BaseException as exc:  # handed to the awaiting task
-            outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, exc)
-        else:
-            outcome = (future.set_result, value)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop has closed: the run is over and the result is discarded
-            pass
-
-    threading.Thread(target=work, name="agenteval-trial", daemon=True).start()
-    return future
