@@ -1,20 +1,21 @@
 """Datasets: cases read from JSONL files or generated, validated line by line, sampled and audited."""
 
-from ._audit import AuditReport, audit
-from ._cases import Case, Dataset, DatasetError, Problem, load_file
-from ._catalog import builtin_names, catalog, load_dataset
-from ._sampling import sample_cases
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AuditReport",
-    "Case",
-    "Dataset",
-    "DatasetError",
-    "Problem",
-    "audit",
-    "builtin_names",
-    "catalog",
-    "load_dataset",
-    "load_file",
-    "sample_cases",
-]
+from agenteval_instrumentation._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._audit import AuditReport, audit
+    from ._cases import Case, Dataset, DatasetError, Problem, load_file
+    from ._catalog import builtin_names, catalog, load_dataset
+    from ._sampling import sample_cases
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._audit": ("AuditReport", "audit"),
+        "._cases": ("Case", "Dataset", "DatasetError", "Problem", "load_file"),
+        "._catalog": ("builtin_names", "catalog", "load_dataset"),
+        "._sampling": ("sample_cases",),
+    },
+)

@@ -8,11 +8,13 @@ and the terminal view builds rich ``Text`` objects, never markup.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analysis._report import CategoryPassRate, Outcomes, Report
 from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell
+
+if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
+    from ..analysis._report import CategoryPassRate, Outcomes, Report
 
 
 def pct(value: float | None) -> str:

@@ -7,12 +7,13 @@ import datetime
 import decimal
 import io
 import json
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ._text_safety import markdown_cell, visible
+
+if TYPE_CHECKING:  # a table to render comes with pyarrow loaded; `agenteval --help` needs neither
+    import pyarrow as pa
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -46,6 +47,8 @@ def _jsonable(value: Any) -> Any:
 
 def to_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Rows as dicts; nanosecond timestamps become microsecond datetimes (Python has no finer)."""
+    import pyarrow as pa
+
     for i, field in enumerate(table.schema):
         if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
             us = pa.timestamp("us", tz=field.type.tz)
