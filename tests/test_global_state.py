@@ -27,3 +27,35 @@ def test_each_provider_s_trial_spans_reach_its_own_collector_when_providers_come
         del provider, collector
         gc.collect()
     assert lost == 0, f"{lost} of 200 providers' trial spans never reached their collector"
+
+
+def _agent_folder(root, answer: str):
+    """An agent file whose answer comes from a sibling module, as agents split over files do."""
+    root.mkdir()
+    (root / "helpers.py").write_text(f"ANSWER = {answer!r}\n")
+    (root / "my_agent.py").write_text("import helpers\n\n\ndef answer(question):\n    return helpers.ANSWER\n")
+    return f"{root / 'my_agent.py'}:answer"
+
+
+def test_an_agent_file_s_imports_last_as_long_as_its_run(tmp_path):
+    import sys
+
+    from agenteval import evaluate
+
+    dataset = tmp_path / "one.jsonl"
+    dataset.write_text('{"id": "a", "input": "q?", "expected_output": "first"}\n')
+    first = _agent_folder(tmp_path / "first", "first")
+    second = _agent_folder(tmp_path / "second", "second")
+    before_path = list(sys.path)
+
+    def agent_modules():
+        return [name for name, m in sys.modules.items() if str(tmp_path) in str(getattr(m, "__file__", None))]
+
+    one = evaluate(first, dataset, attempts=1, store=tmp_path / "store", progress="none")
+    assert sys.path == before_path
+    assert agent_modules() == []
+    # A sibling of the same name in another folder is that folder's own, not the first run's left behind.
+    two = evaluate(second, dataset, attempts=1, store=tmp_path / "store", progress="none")
+    assert (one.summary.passed, two.summary.passed) == (1, 0)
+    assert sys.path == before_path
+    assert agent_modules() == []

@@ -10,6 +10,7 @@ conversation so far).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -43,6 +44,15 @@ class LoadedAgent:
     options: dict[str, Any]
     plugin: str | None = None
     """``DISTRIBUTION VERSION`` when the agent came from a plugin."""
+    imported: FileImport | None = None
+    """What importing a ``FILE.py`` agent added to the interpreter, taken back by :meth:`release`."""
+
+    def release(self) -> None:
+        """Take back what loading the agent added to ``sys.path`` and ``sys.modules`` (for ``FILE.py``
+        agents; nothing otherwise). The run calls it when it ends; calling it again does nothing."""
+        if self.imported is not None:
+            self.imported.undo()
+            self.imported = None
 
     @property
     def source_available(self) -> bool:
@@ -74,10 +84,40 @@ class LoadedAgent:
         return digest.hexdigest()[:12]
 
 
+@dataclasses.dataclass(frozen=True)
+class FileImport:
+    """An agent file imported under a generated module name, with its folder put first on ``sys.path``
+    (as ``python FILE.py`` does) so its sibling modules import, for as long as the run lasts."""
+
+    module_name: str
+    folder: Path
+    added_to_path: bool
+    modules_before: frozenset[str]
+
+    def undo(self) -> None:
+        """Remove the generated module, the folder from ``sys.path`` and, if the folder was put there for
+        the agent, the modules imported from it since: a second agent file with a sibling of the same
+        name (``helpers.py``, say) in another folder must not get this one's."""
+        sys.modules.pop(self.module_name, None)
+        if not self.added_to_path:
+            return
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(self.folder))
+        for name in [name for name in sys.modules if name not in self.modules_before]:
+            if _loaded_from(sys.modules.get(name), self.folder):
+                del sys.modules[name]
+
+
+def _loaded_from(module: types.ModuleType | None, folder: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and Path(file).resolve().is_relative_to(folder)
+
+
 def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = None) -> LoadedAgent:
     """The agent named by ``spec`` (or given as a callable), built with ``options`` by the factory rule."""
     options = dict(options or {})
     plugin = None
+    imported: FileImport | None = None
     if callable(spec):
         target, name, source = spec, getattr(spec, "__name__", type(spec).__name__), _source_of(spec)
         spec_text = f"{getattr(spec, '__module__', '?')}:{name}"
@@ -91,16 +131,28 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
         # The module's file, as for MODULE:ATTR: the version is a hash of the plugin's code.
         source = getattr(sys.modules.get(plugin.entry_point.module), "__file__", None)
     else:
-        target, name, source = _import(spec)
+        target, name, source, imported = _import(spec)
         spec_text = spec
-    if options or inspect.isclass(target):
-        agent = _guarded(spec_text, "building the agent", lambda: target(**options))
-    else:
-        agent = target
+    try:
+        agent = _built(spec_text, target, options)
+    except BaseException:
+        if imported is not None:
+            imported.undo()
+        raise
+    shipped = f"{plugin.distribution} {plugin.version}" if plugin is not None else None
+    return LoadedAgent(agent, spec_text, name, source, options, shipped, imported)
+
+
+def _built(spec_text: str, target: Any, options: dict[str, Any]) -> Callable[..., Any]:
+    """The agent by the factory rule (see the module's documentation)."""
+    agent = (
+        _guarded(spec_text, "building the agent", lambda: target(**options))
+        if options or inspect.isclass(target)
+        else target
+    )
     if not callable(agent):
         raise UsageError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
-    shipped = f"{plugin.distribution} {plugin.version}" if plugin is not None else None
-    return LoadedAgent(agent, spec_text, name, source, options, shipped)
+    return agent
 
 
 def plugin_target(plugin: Plugin) -> Any:
@@ -111,7 +163,7 @@ def plugin_target(plugin: Plugin) -> Any:
     return target
 
 
-def _import(spec: str) -> tuple[Any, str, str | None]:
+def _import(spec: str) -> tuple[Any, str, str | None, FileImport | None]:
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
         raise UsageError(
@@ -128,10 +180,18 @@ def _import(spec: str) -> tuple[Any, str, str | None]:
             raise UsageError(f"--agent {spec}: cannot import {module_part}")
         module = importlib.util.module_from_spec(loader)
         module_loader = loader.loader
+        folder = path.parent
+        imported = FileImport(module_name, folder, str(folder) not in sys.path, frozenset(sys.modules))
         sys.modules[module_name] = module
-        sys.path.insert(0, str(path.parent))  # so the agent's own sibling modules import
-        _guarded(spec, f"importing {module_part}", lambda: module_loader.exec_module(module))
+        if imported.added_to_path:
+            sys.path.insert(0, str(folder))
+        try:
+            _guarded(spec, f"importing {module_part}", lambda: module_loader.exec_module(module))
+        except BaseException:
+            imported.undo()
+            raise
     else:
+        imported = None
         try:
             module = _guarded(spec, f"importing {module_part}", lambda: importlib.import_module(module_part))
         except AgentLoadError as exc:
@@ -142,8 +202,10 @@ def _import(spec: str) -> tuple[Any, str, str | None]:
     try:
         target = getattr(module, attr)
     except AttributeError:
+        if imported is not None:
+            imported.undo()
         raise UsageError(f"--agent {spec}: {module_part} has no attribute {attr!r}") from None
-    return target, attr, getattr(module, "__file__", None)
+    return target, attr, getattr(module, "__file__", None), imported
 
 
 def _guarded(spec: str, doing: str, step: Callable[[], Any]) -> Any:

@@ -104,8 +104,8 @@ async def evaluate_async(
     must go somewhere; an application's own SDK provider is used as it is, with one span processor added
     (it stamps trial ids and hands the run its spans). An agent given as ``FILE.py:ATTR`` is imported under
     a generated module name, with the file's folder put first on ``sys.path`` (as ``python FILE.py`` does),
-    so that its sibling modules import. Signal handlers for Ctrl-C and SIGTERM are installed for the run
-    only, from the main thread only.
+    so that its sibling modules import; both are taken back when the run ends. Signal handlers for Ctrl-C
+    and SIGTERM are installed for the run only, from the main thread only.
     """
     target = store if isinstance(store, Store) else Store(store)
     given: dict[str, Any] = {
@@ -126,8 +126,11 @@ async def evaluate_async(
     run = _Run.prepare(
         target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress
     )
-    with run.lease:
-        return await run.execute()
+    try:
+        with run.lease:
+            return await run.execute()
+    finally:
+        run.agent.release()
 
 
 P = ParamSpec("P")
@@ -264,6 +267,7 @@ class _Run:
             )
             options.dataset = dataset_ref(dataset_spec, dataset)
             agent = load_agent(agent_spec, options.agent_options)
+            on_failure.callback(agent.release)
             chosen = chosen_cases(dataset, options)
             prices = load_prices(prices_file)
             # A resumed run's extra scorers come back by their recorded specs, beside any given again.
