@@ -15,6 +15,7 @@ from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from ..store import Store
 from ..store._doctor import damaged_store_message
 from . import _experiments as ex
+from ._judged import judged_connection
 from ._stats import PairedDifference, paired_difference
 
 MIN_SHARED_CASES = 10
@@ -38,7 +39,7 @@ FROM judged
 
 def case_rates(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     """Each case's pass rate over its attempts, with its category."""
-    with ex.judged_connection(store, experiment_id) as con:
+    with judged_connection(store, experiment_id) as con:
         return ex.fetch(con, CASE_RATES)
 
 
@@ -103,7 +104,7 @@ class Comparison:
 
 def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any], ex.Figures]:
     """Per-case rates, run figures and summary of one experiment, from one computation of its trials."""
-    with ex.judged_connection(store, experiment_id) as con:
+    with judged_connection(store, experiment_id) as con:
         rates = {row["case_id"]: row for row in ex.fetch(con, CASE_RATES)}
         figures = ex.fetch(con, RUN_FIGURES)[0]
         figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]

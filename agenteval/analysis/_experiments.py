@@ -5,56 +5,21 @@ A status change appends a row; the newest row (``updated_at``) is the experiment
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import duckdb
 
 from ..store import Store
-from ..store import _views as views
-from ..store._views import current_scores, current_trials
-from ._stats import clustered_mean, interval95
+from ..store._views import current_trials
+from ._judged import judged_connection
+from ._stats import clustered_mean_of_totals, interval95
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
-
-
-def judged_trials(experiment_id: str | None = None, scores: str | None = None) -> str:
-    """Current trials judged by their current scores (of one experiment, or all: the ``trials`` view).
-    ``scores``: a relation already holding the current scores, if one was computed."""
-    return views.judged_trials(f"({current_trials(experiment_id)})", scores or f"({current_scores(experiment_id)})")
-
-
-SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, value, passed, continuous, error"
-USAGE_FIGURES = ", ".join([*views.USAGE, *(name + views.ALL_TRIES for name in views.USAGE)])
-TRIAL_FIGURES = (
-    "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
-    f"duration_ms, {USAGE_FIGURES}"
-)
-
-
-@contextlib.contextmanager
-def judged_connection(store: Store, experiment_id: str) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection over the store with the experiment's current scores and judged trials computed once,
-    as tables ``current_scores`` and ``judged``."""
-    con = store.connect()
-    try:
-        # Only the columns figures use: replies and reasons are large, and reading them costs most of the time.
-        con.execute(
-            f"CREATE TEMP TABLE current_scores AS SELECT {SCORE_FIGURES} FROM ({current_scores(experiment_id)})"
-        )
-        con.execute(
-            f"CREATE TEMP TABLE judged AS SELECT {TRIAL_FIGURES} "
-            f"FROM ({judged_trials(experiment_id, 'current_scores')})"
-        )
-        yield con
-    finally:
-        con.close()
 
 
 def fetch(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -264,8 +229,8 @@ def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection |
         with judged_connection(store, experiment_id) as opened:
             return summarize(store, experiment_id, opened)
     figures = counts(con)
-    per_case = fetch(con, "SELECT list(passed::INT) AS values FROM judged GROUP BY case_id")
-    _, standard_error = clustered_mean([row["values"] for row in per_case])
+    per_case = con.execute("SELECT count(*), count(*) FILTER (WHERE passed) FROM judged GROUP BY case_id").fetchall()
+    _, standard_error = clustered_mean_of_totals(per_case)
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
     figures["pass_rate_ci95"] = (
         None

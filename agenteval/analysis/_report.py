@@ -6,36 +6,20 @@ import dataclasses
 import math
 from typing import Any
 
-from agenteval_instrumentation import attributes as A
-
 from ..store import Store
 from . import _experiments as ex
-from ._stats import clustered_mean, interval95, pass_at_k, pass_hat_k
+from ._judged import judged_connection
+from ._stats import clustered_mean_of_totals, interval95, pass_at_k, pass_hat_k
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
        count(*) AS attempts, count(*) FILTER (WHERE t.passed) AS passes,
-       list(t.passed::INT ORDER BY t.attempt) AS outcomes,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
        any_value(t.error_message) FILTER (WHERE t.outcome = 'failed') AS a_failure
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
 GROUP BY t.case_id ORDER BY t.case_id
 """
 
-
-SCORERS = """
-SELECT scorer, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
-       avg(value) AS mean, avg(passed::INT) AS pass_rate, count(*) FILTER (WHERE error IS NOT NULL) AS errors
-FROM current_scores GROUP BY scorer ORDER BY scorer
-"""
-
-
-SPAN_LATENCY = f"""
-SELECT coalesce(operation, 'other') AS operation, count(*) AS spans,
-       quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms
-FROM spans WHERE experiment_id = ? AND scope_name IS DISTINCT FROM '{A.RUNNER_SCOPE}'
-GROUP BY ALL ORDER BY spans DESC
-"""
 
 TRIAL_LATENCY = """
 SELECT quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms FROM judged
@@ -45,13 +29,6 @@ LATENCY_SAMPLE = """
 SELECT list(duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING SAMPLE 2000 ROWS)
 """
 """For the latency plot: a uniform sample is enough to draw the distribution."""
-
-TOKENS_BY_ROLE = """
-SELECT coalesce(role, 'agent') AS role, count(*) AS model_calls,
-       sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
-       coalesce(response_model, request_model) AS model
-FROM spans WHERE experiment_id = ? AND operation = 'chat' GROUP BY ALL ORDER BY role, model
-"""
 
 WORST_CASES = 10
 MAX_K = 10
@@ -211,8 +188,8 @@ class Report:
         return dataclasses.asdict(self)
 
 
-def _rate(values_by_case: list[list[int]], k: list[PassAtK]) -> dict[str, Any]:
-    mean, standard_error = clustered_mean(values_by_case)
+def _rate(cases: list[dict[str, Any]], k: list[PassAtK]) -> dict[str, Any]:
+    mean, standard_error = clustered_mean_of_totals([(c["attempts"], c["passes"]) for c in cases])
     low, high = interval95(mean, standard_error)
     return {
         "pass_rate": None if math.isnan(mean) else mean,
@@ -274,13 +251,13 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
     eid = experiment.experiment_id
-    with ex.judged_connection(store, eid) as con:
+    with judged_connection(store, eid) as con:
         cases = ex.fetch(con, PER_CASE)
-        scorers = ex.fetch(con, SCORERS)
-        span_latency = ex.fetch(con, SPAN_LATENCY, [eid])
+        scorers = ex.fetch(con, "SELECT * FROM scorer_figures")
+        span_latency = ex.fetch(con, "SELECT * FROM span_latency")
         trial_latency = ex.fetch(con, TRIAL_LATENCY)[0]
         sample = ex.fetch(con, LATENCY_SAMPLE)[0]["sample_ms"] or []
-        tokens = ex.fetch(con, TOKENS_BY_ROLE, [eid])
+        tokens = ex.fetch(con, "SELECT * FROM tokens_by_role")
         summary = ex.counts(con)  # the pass rate and its interval come from the cases below
     max_k = min(max((c["attempts"] for c in cases), default=0), MAX_K)
     categories = []
@@ -291,7 +268,7 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
                 category=category,
                 cases=len(members),
                 trials=sum(c["attempts"] for c in members),
-                **_rate([c["outcomes"] for c in members], _k_rates(members, max_k)),
+                **_rate(members, _k_rates(members, max_k)),
             )
         )
     flaky = [c["case_id"] for c in cases if 0 < c["passes"] < c["attempts"]]
@@ -300,7 +277,7 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
         experiment=_reported_experiment(experiment),
         trials=summary["trials"] or 0,
         cases=len(cases),
-        overall=PassRate(**_rate([c["outcomes"] for c in cases], _k_rates(cases, max_k))),
+        overall=PassRate(**_rate(cases, _k_rates(cases, max_k))),
         categories=categories,
         scorers=[ScorerFigures(**s) for s in scorers],
         outcomes=_outcomes(summary),

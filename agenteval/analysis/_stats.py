@@ -19,14 +19,20 @@ def clustered_mean(values_by_case: Sequence[Sequence[float]]) -> tuple[float, fl
     SE² = Σ_c (Σ_{i∈c} (x_i − x̄))² / n², the cluster-robust (sandwich) variance of a mean, with the
     small-sample factor C / (C − 1) for C clusters.
     """
-    n = sum(len(values) for values in values_by_case)
-    clusters = sum(1 for values in values_by_case if values)
+    return clustered_mean_of_totals([(len(values), sum(values)) for values in values_by_case])
+
+
+def clustered_mean_of_totals(totals_by_case: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """:func:`clustered_mean` from each case's count and sum of values, which is all it needs:
+    Σ_{i∈c} (x_i − x̄) = s_c − n_c·x̄. A report need not hold a million outcomes to get its error bars."""
+    n = sum(count for count, _ in totals_by_case)
+    clusters = sum(1 for count, _ in totals_by_case if count)
     if n == 0:
         return math.nan, math.nan
-    mean = sum(sum(values) for values in values_by_case) / n
+    mean = sum(total for _, total in totals_by_case) / n
     if clusters < 2:
         return mean, math.nan
-    spread = sum(sum(x - mean for x in values) ** 2 for values in values_by_case)
+    spread = sum((total - count * mean) ** 2 for count, total in totals_by_case)
     return mean, math.sqrt(spread * clusters / (clusters - 1)) / n
 
 

@@ -225,6 +225,12 @@ class _Run:
     """The store's writers, while the run executes."""
     otlp: BatchSpanProcessor | None = None
     """The run's own OTLP export, when the standard variables name a backend nobody else sends to."""
+    signals: int = 0
+    """Ctrl-Cs and SIGTERMs received while the run's handlers are installed."""
+    stopping_now: bool = False
+    """A second signal came: the run stops at once (after saving what finished) and says how to resume."""
+    winding_down: bool = False
+    """The trials are over and what finished is being saved: a second signal waits for that to end."""
 
     @classmethod
     def prepare(
@@ -338,13 +344,19 @@ class _Run:
                     self.options.concurrency,
                     self._say_loop_blocked,
                 )
-            except (KeyboardInterrupt, asyncio.CancelledError):  # stopped at once: what finished can resume
+            except asyncio.CancelledError:  # stopped at once: what finished can resume
+                status = ex.INTERRUPTED
+                if not self.stopping_now:
+                    raise
+                _uncancel_current_task()  # our own cancel, turned into StopNow below
+            except KeyboardInterrupt:
                 status = ex.INTERRUPTED
                 raise
             except BaseException as exc:
                 status, failure = ex.FAILED, exc
                 raise
             finally:
+                self.winding_down = True
                 if status != ex.FAILED and self.stop.is_set():
                     status = ex.INTERRUPTED
                 runner.close()
@@ -355,6 +367,8 @@ class _Run:
                 recorded = self._record_end(status, failure)
                 if unsaved is not None and (failure is unsaved or isinstance(failure, OSError)):
                     raise _store_write_failed(self.store, self.experiment.experiment_id, unsaved, recorded) from unsaved
+        if self.stopping_now:
+            raise StopNow(self._stopped_at_once())
         if status == ex.COMPLETED:
             compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
         self.experiment.summary = self.summary()
@@ -498,18 +512,28 @@ class _Run:
     def _signals(self) -> Iterator[None]:
         """Ctrl-C and SIGTERM stop new trials and keep what finished; a second one stops at once.
 
+        The handler never raises into whatever the main thread is doing, since that may be DuckDB (which
+        turns the exception into "Query interrupted" and leaves its connection busy) or asyncio's own
+        bookkeeping: a second signal cancels the run from the event loop, or, once the trials are over and
+        what finished is being saved, lets the saving end first. Only a third signal, which means the loop
+        never got to the second (a blocking call in an async agent holds it), raises where it lands.
+
         Python delivers signals to the main thread only: a run started from another thread keeps
         the application's own handlers, and its caller stops it by other means.
         """
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
 
         def on_signal(signum: int, frame: Any) -> None:
-            if self.stop.is_set():
-                raise StopNow(  # a second Ctrl-C: stop at once
-                    "stopped at once; what finished is saved; continue with: "
-                    + resume_command(self.experiment.experiment_id)
-                )
-            loop.call_soon_threadsafe(self._stop_soon)
+            self.signals += 1
+            if self.signals == 1:
+                loop.call_soon_threadsafe(self._stop_soon)
+            elif self.signals == 2:
+                self.stopping_now = True
+                if not self.winding_down and task is not None:
+                    loop.call_soon_threadsafe(task.cancel)
+            else:
+                raise StopNow(self._stopped_at_once())
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -522,6 +546,11 @@ class _Run:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _stopped_at_once(self) -> str:
+        return "stopped at once; what finished is saved; continue with: " + resume_command(
+            self.experiment.experiment_id
+        )
 
     def _stop_soon(self) -> None:
         self.stop.set()  # first: once the note is out, another Ctrl-C is a second one
@@ -541,6 +570,12 @@ class _Run:
             report=f"agenteval report {self.experiment.experiment_id}",
             resume=resume_command(self.experiment.experiment_id) if self.experiment.status == ex.INTERRUPTED else None,
         )
+
+
+def _uncancel_current_task() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def resume_command(experiment_id: str) -> str:
