@@ -397,7 +397,8 @@ def rescore(
         return
     click.echo(
         f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
-        f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s"
+        f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s, "
+        f"and {result.figures_seconds:.2f} s saving its figures for reports"
     )
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} trials)" for name, count in sorted(result.not_scored.items()))
@@ -702,6 +703,9 @@ def doctor(store: str | None, dry_run: bool) -> None:
         where = f"moved to {problem.moved_to}" if problem.moved_to else "left in place (--dry-run)"
         what = f"{problem.table}, {problem.bytes:,} bytes, {held}"
         click.echo(visible(f"{problem.path}: unreadable ({problem.error}); {what}; {where}"))
+    for folder in report.snapshots_removed:
+        done = "removed" if not dry_run else "would be removed"
+        click.echo(visible(f"{folder}: saved report figures that cannot be read, {done} (derived: nothing is lost)"))
     if report.healthy:
         click.echo(f"{report.files_checked} files checked: all readable")
         return

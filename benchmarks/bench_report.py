@@ -5,10 +5,12 @@ of two pass/fail scorers written straight into the store: the run's, and a resco
 changes one answer in seven, so the current score has to be picked from two (the costly case). Each
 measurement runs in a fresh process and prints its wall time and peak RSS (``ru_maxrss``):
 
-- ``report (cold)``: the first report after the scores were written: every figure computed from the stored
-  trials and scores, and the snapshot saved (what a store without snapshots always paid);
-- ``report``: the report again, the snapshot read (what a user sees after the run or rescore saved it);
-- ``compare``: the two experiments compared, both snapshots read.
+- ``report (no snapshot)``: a report with no saved figures to read: every figure computed from the stored
+  trials and scores (what every report paid before snapshots, and what one pays while a writer that saves
+  none, such as a run still going, changes the experiment);
+- ``save figures``: what the end of a run, ``rescore`` and ``compact`` add to save them;
+- ``report``: the report with the figures saved (what a user sees after a run or a rescore);
+- ``compare``: the two experiments compared, both with their figures saved.
 
 Targets, warm, on this machine class: report <= 1 s and compare <= 1.5 s at 1M trials; both <= 5 s and
 <= 1 GB at 10M trials. ``--baseline REV`` measures a git revision's code on the same store in turns
@@ -95,6 +97,9 @@ store, what = Store(sys.argv[1]), sys.argv[2]
 started = time.perf_counter()
 if what == "compare":
     result = compare(store, sys.argv[3], sys.argv[4])
+elif what == "save":
+    from agenteval.store._snapshots import save_figures
+    save_figures(store, sys.argv[3])
 else:
     result = build_report(store, sys.argv[3])
 seconds = time.perf_counter() - started
@@ -102,8 +107,8 @@ print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUS
 """
 
 
-def measure(root: Path, what: str, code: Path | None) -> dict[str, float]:
-    arguments = [SECOND, EXPERIMENT] if what == "compare" else [EXPERIMENT]
+def measure(root: Path, what: str, code: Path | None, experiment: str = EXPERIMENT) -> dict[str, float]:
+    arguments = [SECOND, EXPERIMENT] if what == "compare" else [experiment]
     environment = dict(os.environ)
     if code is not None:
         environment["PYTHONPATH"] = python_path(code)
@@ -121,12 +126,21 @@ def measure(root: Path, what: str, code: Path | None) -> dict[str, float]:
 
 def rounds(root: Path, code: Path | None, repeats: int) -> dict[str, list[dict[str, float]]]:
     """Each measurement ``repeats`` times; cold ones after removing the snapshots."""
-    runs: dict[str, list[dict[str, float]]] = {"report (cold)": [], "report": [], "compare": []}
+    runs: dict[str, list[dict[str, float]]] = {
+        "report (no snapshot)": [],
+        "save figures": [],
+        "report": [],
+        "compare": [],
+    }
+    snapshots = code is None or (code / "agenteval" / "store" / "_snapshots.py").exists()
     for _ in range(repeats):
         forget_snapshots(root)
-        runs["report (cold)"].append(measure(root, "report", code))
+        runs["report (no snapshot)"].append(measure(root, "report", code))
+        if snapshots:
+            runs["save figures"].append(measure(root, "save", code))
         runs["report"].append(measure(root, "report", code))
-    measure(root, "compare", code)  # the first compare saves the second experiment's snapshot
+    if snapshots:
+        measure(root, "save", code, SECOND)
     for _ in range(repeats):
         runs["compare"].append(measure(root, "compare", code))
     return runs

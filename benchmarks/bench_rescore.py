@@ -102,6 +102,7 @@ except ImportError:  # a baseline from before the packages
 from agenteval.store import Store
 result = rescore(Store(sys.argv[1]), sys.argv[2], batch_size=int(sys.argv[3]))
 print(json.dumps({"trials": result.trials, "scores": result.scores, "seconds": result.seconds,
+                  "figures_seconds": getattr(result, "figures_seconds", 0.0),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -135,6 +136,7 @@ def main() -> None:
     print(
         f"rescored {trials:,} trials ({runs[0]['scores']:,} scores) in batches of {options.batch_size:,}: "
         f"{trials / seconds:,.0f} trials/s, {seconds:.1f} s, "
+        f"then {statistics.median(r['figures_seconds'] for r in runs):.1f} s saving the figures for reports, "
         f"peak RSS {statistics.median(r['peak_mb'] for r in runs):.0f} MB "
         f"(median of {options.repeats}); target >= 50,000 trials/s"
     )

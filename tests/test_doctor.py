@@ -101,3 +101,19 @@ def test_a_run_into_a_damaged_store_keeps_its_trials_and_says_what_to_do(two_run
     newest = Store(store).rows("SELECT experiment_id FROM experiments ORDER BY started_at DESC LIMIT 1")[0]
     counted = Store(store).rows("SELECT count(*) AS n FROM trials WHERE experiment_id = ?", [newest["experiment_id"]])
     assert counted == [{"n": 4}]  # the run itself finished and saved everything before the summary failed
+
+
+def test_the_doctor_removes_saved_figures_that_cannot_be_read_and_reports_still_read(two_runs):
+    from agenteval.analysis import build_report
+    from agenteval.store._snapshots import snapshot_folders
+
+    store, first, _ = two_runs
+    before = build_report(Store(store), first).to_dict()
+    folder = next(f for f in snapshot_folders(Store(store)) if first in str(f))
+    damage(folder / "judged.figures", "truncated")
+    # A damaged snapshot costs time, never a figure: the report computes what it cannot read.
+    assert build_report(Store(store), first).to_dict() == before
+    assert doctor(Store(store), dry_run=True).snapshots_removed == [folder] and folder.exists()
+    report = doctor(Store(store))
+    assert report.healthy and report.snapshots_removed == [folder] and not folder.exists()
+    assert build_report(Store(store), first).to_dict() == before

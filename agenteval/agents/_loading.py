@@ -110,7 +110,7 @@ class FileImport:
 
 def _loaded_from(module: types.ModuleType | None, folder: Path) -> bool:
     file = getattr(module, "__file__", None)
-    return bool(file) and Path(file).resolve().is_relative_to(folder)
+    return isinstance(file, str) and Path(file).resolve().is_relative_to(folder)
 
 
 def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = None) -> LoadedAgent:

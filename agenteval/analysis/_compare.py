@@ -14,8 +14,8 @@ from ..render._text_safety import markdown_cell
 from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from ..store import Store
 from ..store._doctor import damaged_store_message
+from ..store._snapshots import judged_connection
 from . import _experiments as ex
-from ._judged import judged_connection
 from ._stats import PairedDifference, paired_difference
 
 MIN_SHARED_CASES = 10

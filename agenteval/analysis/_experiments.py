@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 
 from ..store import Store
+from ..store._snapshots import judged_connection
 from ..store._views import current_trials
-from ._judged import judged_connection
 from ._stats import clustered_mean_of_totals, interval95
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
@@ -221,12 +221,15 @@ def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     return figures
 
 
-def summarize(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> Figures:
+def summarize(
+    store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None, *, save: bool = False
+) -> Figures:
     """Counts of passed, wrong and failed trials, failures by type, tokens and cost (of the tries that count,
-    and ``*_all_tries``), and the pass rate with its
-    case-clustered interval. ``con``: a :func:`judged_connection` already open for the experiment."""
+    and ``*_all_tries``), and the pass rate with its case-clustered interval. ``con``: a
+    :func:`judged_connection` already open for the experiment; ``save``: a writer's call (the end of a run),
+    which saves the figures it computed for later reports."""
     if con is None:
-        with judged_connection(store, experiment_id) as opened:
+        with judged_connection(store, experiment_id, save=save) as opened:
             return summarize(store, experiment_id, opened)
     figures = counts(con)
     per_case = con.execute("SELECT count(*), count(*) FILTER (WHERE passed) FROM judged GROUP BY case_id").fetchall()

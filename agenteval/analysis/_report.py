@@ -7,15 +7,15 @@ import math
 from typing import Any
 
 from ..store import Store
+from ..store._snapshots import judged_connection
 from . import _experiments as ex
-from ._judged import judged_connection
 from ._stats import clustered_mean_of_totals, interval95, pass_at_k, pass_hat_k
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
        count(*) AS attempts, count(*) FILTER (WHERE t.passed) AS passes,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
-       any_value(t.error_message) FILTER (WHERE t.outcome = 'failed') AS a_failure
+       arg_min(t.error_message, t.attempt) FILTER (WHERE t.outcome = 'failed') AS a_failure
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
 GROUP BY t.case_id ORDER BY t.case_id
 """
@@ -26,7 +26,7 @@ SELECT quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.9
 """
 
 LATENCY_SAMPLE = """
-SELECT list(duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING SAMPLE 2000 ROWS)
+SELECT list(duration_ms ORDER BY duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING SAMPLE 2000 ROWS)
 """
 """For the latency plot: a uniform sample is enough to draw the distribution."""
 

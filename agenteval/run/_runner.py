@@ -558,7 +558,7 @@ class _Run:
 
     def summary(self) -> ex.Summary:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
-        figures = ex.summarize(self.store, self.experiment.experiment_id)
+        figures = ex.summarize(self.store, self.experiment.experiment_id, save=True)
         return ex.Summary(
             **dataclasses.asdict(figures),
             experiment_id=self.experiment.experiment_id,

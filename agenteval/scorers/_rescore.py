@@ -19,6 +19,7 @@ from ..analysis import _experiments as ex
 from ..dataset._cases import Case, parse_case
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
+from ..store._snapshots import save_figures
 from ..store._store import sql_string
 from ._base import Scorer
 from ._engine import ScoringEngine, score_table
@@ -36,9 +37,12 @@ class RescoreResult:
     scores: int
     scorers: list[str]
     seconds: float
+    """Scoring the trials and writing their scores."""
     not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
     """Scorer -> trials it was not re-run on: it needs message content, and the experiment ran with
     content capture off (those trials keep their earlier scores)."""
+    figures_seconds: float = 0.0
+    """Saving the experiment's figures for reports afterwards (see ``agenteval.store._snapshots``)."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -86,14 +90,17 @@ def rescore(
         del features, judged, table
         pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
+    seconds = time.perf_counter() - started
+    save_figures(store, experiment.experiment_id)  # reports read these instead of judging every trial again
     return RescoreResult(
         experiment.experiment_id,
         pass_id,
         total_trials,
         scores,
         [s.name for s in chosen],
-        time.perf_counter() - started,
+        seconds,
         dict(not_scored),
+        time.perf_counter() - started - seconds,
     )
 
 

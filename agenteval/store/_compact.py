@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 
 from ._schemas import SCHEMA_FILE_PREFIX, TABLES
+from ._snapshots import refresh_figures
 from ._store import Store, StoreBusy, compaction_lock
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class CompactionResult:
     skipped: bool = False
     partitions_skipped: int = 0
     """Left as they were because a file could not be read (see ``agenteval doctor``)."""
+    figures_refreshed: list[str] = dataclasses.field(default_factory=list)
+    """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -214,7 +217,8 @@ def _remove_merged(folder: Path, manifest: _Manifest) -> None:
 def compact(
     store: Store, tables: list[str] | None = None, *, wait: float = COMPACT_WAIT_SECONDS, skip_if_busy: bool = False
 ) -> CompactionResult:
-    """Compact every partition of ``tables`` (all tables by default) holding more than one file.
+    """Compact every partition of ``tables`` (all tables by default) holding more than one file, then save
+    again the figures of experiments that had them saved, so reports keep reading those.
 
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
@@ -223,7 +227,10 @@ def compact(
     try:
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)
-            return _compact_locked(store, tables)
+            result = _compact_locked(store, tables)
+            if result.partitions:
+                result.figures_refreshed = refresh_figures(store)
+            return result
     except StoreBusy:
         if not skip_if_busy:
             raise

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from ._compact import COMPACT_WAIT_SECONDS
 from ._schemas import TABLES
+from ._snapshots import SNAPSHOT_SUFFIX, snapshot_folders
 from ._store import Store, compaction_lock
 
 QUARANTINE = ".quarantine"
@@ -48,6 +50,9 @@ class DoctorReport:
 
     files_checked: int
     unreadable: list[UnreadableFile]
+    snapshots_removed: list[Path] = dataclasses.field(default_factory=list)
+    """Saved report figures that could not be read, removed (not with a dry run): they are derived from the
+    tables, so nothing is lost, and the next run, rescore or compaction saves them again."""
 
     @property
     def healthy(self) -> bool:
@@ -89,7 +94,20 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
                 problem = _check(table, path)
                 if problem is not None:
                     unreadable.append(problem if dry_run else _quarantine(store.root, problem))
-    return DoctorReport(checked, unreadable)
+        damaged = [folder for folder in snapshot_folders(store) if not _readable(folder)]
+        if not dry_run:
+            for folder in damaged:
+                shutil.rmtree(folder, ignore_errors=True)
+    return DoctorReport(checked, unreadable, damaged)
+
+
+def _readable(snapshot: Path) -> bool:
+    try:
+        for path in snapshot.glob(f"*{SNAPSHOT_SUFFIX}"):
+            pq.read_table(path, use_threads=False, pre_buffer=False)
+        return True
+    except Exception:  # any way a file can fail to read
+        return False
 
 
 def _check(table: str, path: Path) -> UnreadableFile | None:

@@ -7,10 +7,14 @@ and the figures a report reads from the scores and spans, are saved as a snapsho
 
 The fingerprint hashes :data:`SNAPSHOT_VERSION` and the path, size and modification time of every file the
 figures come from: the experiment's partitions of trials, scores and spans, and any file of those tables outside
-a partition. Writing, compacting or removing any of them changes it, and a snapshot is read only under the
-fingerprint of the files as they are now: a snapshot can be out of date on disk, never in a figure. The end of a
-run, ``rescore`` and ``compact`` build one; a report that finds none builds it, and saves it when it can. The
-figures are the same SQL either way. Deleting ``.snapshots`` loses nothing but time.
+a partition. Published files are never changed in place, so writing, compacting or removing any of them changes
+the fingerprint, and a snapshot is read only under the fingerprint of the files as they are now: a snapshot can
+be out of date on disk, never in a figure.
+
+Only writers save snapshots, since reads never write: the end of a run (from the same computation as its
+summary), ``rescore``, and :func:`refresh_figures` after ``agenteval compact``. A report that finds no current
+snapshot computes the figures with the very same SQL, only slower. Deleting ``.snapshots`` loses nothing but
+time.
 """
 
 from __future__ import annotations
@@ -27,18 +31,20 @@ from pathlib import Path
 
 import duckdb
 
-from agenteval_exporters.files import partition_path
+from agenteval_exporters.files import STAGED_SUFFIX, partition_path
 from agenteval_exporters.schema import PARTITION_COLUMN
 from agenteval_instrumentation import attributes as A
 
-from ..store import Store
-from ..store import _views as views
-from ..store._store import sql_string
+from . import _views as views
+from ._store import Store, sql_string
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOTS = ".snapshots"
 """The store's folder of snapshots; hidden, so no glob over the tables reads it."""
+
+SNAPSHOT_SUFFIX = ".figures"
+"""A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
 SNAPSHOT_VERSION = 1
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes."""
@@ -95,19 +101,19 @@ def judged_trials(experiment_id: str | None = None, scores: str | None = None) -
 
 
 @contextlib.contextmanager
-def judged_connection(store: Store, experiment_id: str) -> Iterator[duckdb.DuckDBPyConnection]:
+def judged_connection(store: Store, experiment_id: str, *, save: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection over the store holding the experiment's judged trials as ``judged``, and its
     ``scorer_figures``, ``span_latency`` and ``tokens_by_role``: read from the snapshot of the store as it
-    is now, or computed (and the snapshot saved)."""
+    is now, or computed. ``save``: a writer's call, which saves what it computed as the current snapshot."""
     con = store.connect()
     try:
-        open_figures(store, experiment_id, con)
+        open_figures(store, experiment_id, con, save=save)
         yield con
     finally:
         con.close()
 
 
-def open_figures(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection) -> bool:
+def open_figures(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection, *, save: bool = False) -> bool:
     """Give ``con`` the experiment's figure tables; True when they were read from a snapshot."""
     current = fingerprint(store, experiment_id)
     folder = snapshot_folder(store, experiment_id, current)
@@ -115,20 +121,31 @@ def open_figures(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnectio
         try:
             _read_snapshot(con, folder)
             return True
-        except duckdb.IOException:  # replaced and removed since it was chosen: compute instead
+        except duckdb.Error as exc:  # replaced and removed since it was chosen, or damaged: compute instead
+            logger.debug("agenteval: snapshot %s not read: %s", folder, exc)
             _drop_figures(con)
     _compute(con, experiment_id)
-    _save(con, store, experiment_id, current)
+    if save:
+        _save(con, store, experiment_id, current)
     return False
 
 
-def rebuild(store: Store, experiment_id: str) -> None:
-    """Compute and save the experiment's snapshot now, unless the one for the store as it is exists."""
-    con = store.connect()
-    try:
-        open_figures(store, experiment_id, con)
-    finally:
-        con.close()
+def save_figures(store: Store, experiment_id: str) -> None:
+    """Save the experiment's snapshot for the store as it is now, unless it exists (a writer's call)."""
+    with judged_connection(store, experiment_id, save=True):
+        pass
+
+
+def refresh_figures(store: Store) -> list[str]:
+    """Save a current snapshot for every experiment that has one out of date (after a compaction, say);
+    the ids of those refreshed. Experiments never snapshotted are left alone."""
+    refreshed = []
+    for folder in sorted((store.root / SNAPSHOTS).glob(f"{PARTITION_COLUMN}=*")):
+        experiment_id = folder.name.partition("=")[2]
+        if not snapshot_folder(store, experiment_id, fingerprint(store, experiment_id)).is_dir():
+            save_figures(store, experiment_id)
+            refreshed.append(experiment_id)
+    return refreshed
 
 
 def fingerprint(store: Store, experiment_id: str) -> str:
@@ -139,6 +156,15 @@ def fingerprint(store: Store, experiment_id: str) -> str:
         for path, size, modified in sorted(_source_files(store.root / table, own)):
             digest.update(f"{table}/{path}\0{size}\0{modified}\n".encode())
     return digest.hexdigest()[:24]
+
+
+def snapshot_folders(store: Store) -> list[Path]:
+    """Every saved snapshot of every experiment (complete ones: saves in progress are not listed)."""
+    return sorted(
+        folder
+        for folder in (store.root / SNAPSHOTS).glob(f"{PARTITION_COLUMN}=*/*")
+        if folder.is_dir() and not folder.name.endswith(STAGED_SUFFIX)
+    )
 
 
 def snapshot_folder(store: Store, experiment_id: str, fingerprint: str) -> Path:
@@ -167,9 +193,11 @@ def _source_files(folder: Path, own_partition: str) -> Iterator[tuple[str, int, 
 
 def _read_snapshot(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
     for table in ("judged", *FIGURE_TABLES):
-        source = sql_string(str(folder / f"{table}.parquet"))
+        source = sql_string(str(folder / f"{table}{SNAPSHOT_SUFFIX}"))
         order = f" ORDER BY {ORDER[table]}" if table in ORDER else ""
-        con.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM read_parquet({source}, hive_partitioning = false){order}")
+        con.execute(
+            f"CREATE TEMP VIEW {table} AS SELECT * FROM read_parquet({source}, hive_partitioning = false){order}"
+        )
 
 
 def _drop_figures(con: duckdb.DuckDBPyConnection) -> None:
@@ -190,12 +218,12 @@ def _compute(con: duckdb.DuckDBPyConnection, experiment_id: str) -> None:
 def _save(con: duckdb.DuckDBPyConnection, store: Store, experiment_id: str, current: str) -> None:
     """Write the figure tables as the snapshot ``current``; a store that cannot be written keeps none."""
     target = snapshot_folder(store, experiment_id, current)
-    staged = target.with_name(f"{current}-{uuid.uuid4().hex[:8]}.partial")
+    staged = target.with_name(f"{current}-{uuid.uuid4().hex[:8]}{STAGED_SUFFIX}")
     try:
         staged.mkdir(parents=True)
         for table in ("judged", *FIGURE_TABLES):
-            path = sql_string(str(staged / f"{table}.parquet"))
-            con.execute(f"COPY {table} TO {path} (FORMAT parquet, COMPRESSION zstd)")
+            written = staged / f"{table}{SNAPSHOT_SUFFIX}"
+            con.execute(f"COPY {table} TO {sql_string(str(written))} (FORMAT parquet, COMPRESSION zstd)")
         os.rename(staged, target)  # atomic: a snapshot folder is complete or absent
     except (OSError, duckdb.Error) as exc:
         # Another process saved the same snapshot first, or the store is read-only or full: reports still work.
