@@ -670,15 +670,15 @@ def plugins_command(fmt: str) -> None:
 )
 @user_errors
 def compact(store: str | None, wait: float | None) -> None:
-    """Merge each partition's small files into one (safe while others read and write)."""
+    """Merge each partition's small files into one (safe while others read and write), and save report figures."""
     from .store import Store
     from .store import compact as compact_store
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
-    result = compact_store(Store(store), **given)
+    result = compact_store(Store(store), **given, save_missing_figures=True)
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
-        f"{result.rows} rows"
+        f"{result.rows} rows; saved the report figures of {len(result.figures_refreshed)} experiment(s)"
     )
     if result.partitions_skipped:
         click.echo(

@@ -202,3 +202,18 @@ def test_snapshot_files_are_never_reached_by_a_glob_over_the_store(tmp_path):
     evaluate("mock", "arithmetic", cases=5, attempts=1, store=store, progress="none")
     assert snapshot_folders(store)
     assert not any(SNAPSHOTS in p.parts for p in Path(store.root).rglob("*.parquet"))
+
+
+def test_agenteval_compact_saves_figures_for_experiments_written_without_them(tmp_path):
+    from click.testing import CliRunner
+
+    from agenteval.cli import main
+
+    store = Store(tmp_path / "store")
+    experiment = evaluate("mock", "arithmetic", cases=10, attempts=1, store=store, progress="none").id
+    shutil.rmtree(store.root / SNAPSHOTS)  # as a store written before snapshots
+    compact(store)  # a run's own compaction saves figures only where they were saved before
+    assert not (store.root / SNAPSHOTS).exists()
+    done = CliRunner().invoke(main, ["compact", "--store", str(store.root)])
+    assert done.exit_code == 0 and "saved the report figures of 1 experiment(s)" in done.output
+    assert snapshot_folder(store, experiment, fingerprint(store, experiment)).is_dir()

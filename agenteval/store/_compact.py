@@ -215,10 +215,16 @@ def _remove_merged(folder: Path, manifest: _Manifest) -> None:
 
 
 def compact(
-    store: Store, tables: list[str] | None = None, *, wait: float = COMPACT_WAIT_SECONDS, skip_if_busy: bool = False
+    store: Store,
+    tables: list[str] | None = None,
+    *,
+    wait: float = COMPACT_WAIT_SECONDS,
+    skip_if_busy: bool = False,
+    save_missing_figures: bool = False,
 ) -> CompactionResult:
     """Compact every partition of ``tables`` (all tables by default) holding more than one file, then save
-    again the figures of experiments that had them saved, so reports keep reading those.
+    again the figures of experiments that had them saved, so reports keep reading those; with
+    ``save_missing_figures`` (``agenteval compact``) also of experiments that have none.
 
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
@@ -228,8 +234,8 @@ def compact(
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)
             result = _compact_locked(store, tables)
-            if result.partitions:
-                result.figures_refreshed = refresh_figures(store)
+            if result.partitions or save_missing_figures:
+                result.figures_refreshed = refresh_figures(store, missing=save_missing_figures)
             return result
     except StoreBusy:
         if not skip_if_busy:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,6 +57,10 @@ SOURCES = ("trials", "scores", "spans")
 UNPARTITIONED_SPANS = "date="
 """Spans outside any experiment are partitioned by day; none of them belongs to an experiment."""
 
+BUCKET_TRIALS = 500_000
+"""Trials judged at a time. Picking current scores sorts the scores of the trials at hand, so memory is bounded by
+this many trials' scores, not by the experiment's size (about 400 MB at two passes of two scorers)."""
+
 STALE_SNAPSHOT_SECONDS = 60.0
 """A replaced snapshot is removed once older than this: a reader that chose it just before has finished by then."""
 
@@ -75,7 +81,7 @@ FROM current_scores GROUP BY scorer ORDER BY scorer
 SPAN_LATENCY = f"""
 SELECT coalesce(operation, 'other') AS operation, count(*) AS spans,
        quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.95) AS p95_ms
-FROM spans WHERE experiment_id = $experiment AND scope_name IS DISTINCT FROM '{A.RUNNER_SCOPE}'
+FROM spans WHERE experiment_id = {{experiment}} AND scope_name IS DISTINCT FROM '{A.RUNNER_SCOPE}'
 GROUP BY ALL ORDER BY spans DESC, operation
 """
 """Latency of the agent's own spans by operation (the runner's root spans are the trials, reported apart)."""
@@ -84,20 +90,13 @@ TOKENS_BY_ROLE = """
 SELECT coalesce(role, 'agent') AS role, count(*) AS model_calls,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        coalesce(response_model, request_model) AS model
-FROM spans WHERE experiment_id = $experiment AND operation = 'chat' GROUP BY ALL ORDER BY role, model
+FROM spans WHERE experiment_id = {experiment} AND operation = 'chat' GROUP BY ALL ORDER BY role, model
 """
 
 FIGURE_TABLES = {"scorer_figures": SCORER_FIGURES, "span_latency": SPAN_LATENCY, "tokens_by_role": TOKENS_BY_ROLE}
 """Besides ``judged``, the tables a judged connection holds, and the SQL that computes each."""
 
 ORDER = {"scorer_figures": "scorer", "span_latency": "spans DESC, operation", "tokens_by_role": "role, model"}
-
-
-def judged_trials(experiment_id: str | None = None, scores: str | None = None) -> str:
-    """Current trials judged by their current scores (of one experiment, or all: the ``trials`` view).
-    ``scores``: a relation already holding the current scores, if one was computed."""
-    trials = f"({views.current_trials(experiment_id)})"
-    return views.judged_trials(trials, scores or f"({views.current_scores(experiment_id)})")
 
 
 @contextlib.contextmanager
@@ -107,26 +106,37 @@ def judged_connection(store: Store, experiment_id: str, *, save: bool = False) -
     is now, or computed. ``save``: a writer's call, which saves what it computed as the current snapshot."""
     con = store.connect()
     try:
-        open_figures(store, experiment_id, con, save=save)
-        yield con
+        with contextlib.ExitStack() as computed:
+            open_figures(store, experiment_id, con, computed, save=save)
+            yield con
     finally:
         con.close()
 
 
-def open_figures(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection, *, save: bool = False) -> bool:
-    """Give ``con`` the experiment's figure tables; True when they were read from a snapshot."""
+def open_figures(
+    store: Store,
+    experiment_id: str,
+    con: duckdb.DuckDBPyConnection,
+    computed: contextlib.ExitStack,
+    *,
+    save: bool = False,
+) -> bool:
+    """Give ``con`` the experiment's figure tables; True when they were read from a snapshot. Figures computed
+    and not saved go to a temporary folder outside the store, which ``computed`` removes when it closes."""
     current = fingerprint(store, experiment_id)
     folder = snapshot_folder(store, experiment_id, current)
     if folder.is_dir():
         try:
-            _read_snapshot(con, folder)
+            _attach(con, folder)
             return True
         except duckdb.Error as exc:  # replaced and removed since it was chosen, or damaged: compute instead
             logger.debug("agenteval: snapshot %s not read: %s", folder, exc)
-            _drop_figures(con)
-    _compute(con, experiment_id)
-    if save:
-        _save(con, store, experiment_id, current)
+            _detach(con)
+    if save and _save(con, store, experiment_id, current):
+        return False
+    scratch = Path(computed.enter_context(tempfile.TemporaryDirectory(prefix="agenteval-figures-")))
+    _compute_into(con, experiment_id, scratch)
+    _attach(con, scratch)
     return False
 
 
@@ -136,16 +146,21 @@ def save_figures(store: Store, experiment_id: str) -> None:
         pass
 
 
-def refresh_figures(store: Store) -> list[str]:
-    """Save a current snapshot for every experiment that has one out of date (after a compaction, say);
-    the ids of those refreshed. Experiments never snapshotted are left alone."""
+def refresh_figures(store: Store, *, missing: bool = False) -> list[str]:
+    """Save a current snapshot for every experiment that has one out of date (after a compaction, say), and with
+    ``missing`` for every experiment that has none (a store written before snapshots); the ids of those saved."""
     refreshed = []
-    for folder in sorted((store.root / SNAPSHOTS).glob(f"{PARTITION_COLUMN}=*")):
-        experiment_id = folder.name.partition("=")[2]
+    for experiment_id in _experiment_ids(store, missing):
         if not snapshot_folder(store, experiment_id, fingerprint(store, experiment_id)).is_dir():
             save_figures(store, experiment_id)
             refreshed.append(experiment_id)
     return refreshed
+
+
+def _experiment_ids(store: Store, every: bool) -> list[str]:
+    """Experiments with saved figures, or with ``every`` all those with trials."""
+    folder = store.root / ("trials" if every else SNAPSHOTS)
+    return sorted(p.name.partition("=")[2] for p in folder.glob(f"{PARTITION_COLUMN}=*") if p.is_dir())
 
 
 def fingerprint(store: Store, experiment_id: str) -> str:
@@ -191,46 +206,66 @@ def _source_files(folder: Path, own_partition: str) -> Iterator[tuple[str, int, 
                 yield entry.name, stat.st_size, stat.st_mtime_ns
 
 
-def _read_snapshot(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
+def _attach(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    """Views over a folder of figure files, named as the tables they hold."""
     for table in ("judged", *FIGURE_TABLES):
-        source = sql_string(str(folder / f"{table}{SNAPSHOT_SUFFIX}"))
+        source = sql_string(str(folder / f"{table}*{SNAPSHOT_SUFFIX}"))
         order = f" ORDER BY {ORDER[table]}" if table in ORDER else ""
         con.execute(
             f"CREATE TEMP VIEW {table} AS SELECT * FROM read_parquet({source}, hive_partitioning = false){order}"
         )
 
 
-def _drop_figures(con: duckdb.DuckDBPyConnection) -> None:
+def _detach(con: duckdb.DuckDBPyConnection) -> None:
     for table in ("judged", *FIGURE_TABLES):
         con.execute(f"DROP VIEW IF EXISTS {table}")
 
 
-def _compute(con: duckdb.DuckDBPyConnection, experiment_id: str) -> None:
-    current_scores = views.current_scores(experiment_id)
-    con.execute(f"CREATE TEMP TABLE current_scores AS SELECT {SCORE_FIGURES} FROM ({current_scores})")
-    judged = judged_trials(experiment_id, "current_scores")
-    con.execute(f"CREATE TEMP TABLE judged AS SELECT {TRIAL_FIGURES} FROM ({judged})")
+def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Path) -> None:
+    """Write the experiment's figure files into ``folder``, :data:`BUCKET_TRIALS` trials at a time."""
+    (trials,) = con.execute(f"SELECT count(*) FROM trial_history WHERE {views.only(experiment_id)}").fetchone() or (0,)
+    buckets = max(1, math.ceil(trials / BUCKET_TRIALS))
+    scores = folder / "scores"
+    scores.mkdir()
+    for bucket in range(buckets):
+        some = f"hash(trial_id) % {buckets} = {bucket}"
+        current = f"SELECT {SCORE_FIGURES} FROM ({views.current_scores(experiment_id, some)})"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE current_scores AS {current}")
+        _copy(con, "FROM current_scores", scores / f"current_scores-{bucket}{SNAPSHOT_SUFFIX}")
+        judged = views.judged_trials(f"({views.current_trials(experiment_id, some)})", "current_scores")
+        _copy(con, f"SELECT {TRIAL_FIGURES} FROM ({judged})", folder / f"judged-{bucket}{SNAPSHOT_SUFFIX}")
+        con.execute("DROP TABLE current_scores")
+    every_score = sql_string(str(scores / f"*{SNAPSHOT_SUFFIX}"))
+    con.execute(f"CREATE TEMP VIEW current_scores AS SELECT * FROM read_parquet({every_score})")
     for table, sql in FIGURE_TABLES.items():
-        con.execute(f"CREATE TEMP TABLE {table} AS {sql}", {"experiment": experiment_id} if "$" in sql else None)
-    con.execute("DROP TABLE current_scores")
+        _copy(con, sql.format(experiment=sql_string(experiment_id)), folder / f"{table}{SNAPSHOT_SUFFIX}")
+    con.execute("DROP VIEW current_scores")
+    shutil.rmtree(scores)  # what the figures were computed from; reports need only the figures
 
 
-def _save(con: duckdb.DuckDBPyConnection, store: Store, experiment_id: str, current: str) -> None:
-    """Write the figure tables as the snapshot ``current``; a store that cannot be written keeps none."""
+def _copy(con: duckdb.DuckDBPyConnection, relation: str, path: Path) -> None:
+    con.execute(f"COPY ({relation}) TO {sql_string(str(path))} (FORMAT parquet, COMPRESSION zstd)")
+
+
+def _save(con: duckdb.DuckDBPyConnection, store: Store, experiment_id: str, current: str) -> bool:
+    """Compute the figures into the store as the snapshot ``current``; whether it was saved. A store that
+    cannot be written keeps none, and none is kept when the files changed while it was computed."""
     target = snapshot_folder(store, experiment_id, current)
     staged = target.with_name(f"{current}-{uuid.uuid4().hex[:8]}{STAGED_SUFFIX}")
     try:
         staged.mkdir(parents=True)
-        for table in ("judged", *FIGURE_TABLES):
-            written = staged / f"{table}{SNAPSHOT_SUFFIX}"
-            con.execute(f"COPY {table} TO {sql_string(str(written))} (FORMAT parquet, COMPRESSION zstd)")
+        _compute_into(con, experiment_id, staged)
+        if fingerprint(store, experiment_id) != current:
+            raise OSError("the experiment's files changed while its figures were computed")
         os.rename(staged, target)  # atomic: a snapshot folder is complete or absent
     except (OSError, duckdb.Error) as exc:
         # Another process saved the same snapshot first, or the store is read-only or full: reports still work.
         logger.debug("agenteval: snapshot of %s not saved: %s", experiment_id, exc)
         shutil.rmtree(staged, ignore_errors=True)
-        return
+        return False
     _remove_replaced(target)
+    _attach(con, target)
+    return True
 
 
 def _remove_replaced(kept: Path) -> None:

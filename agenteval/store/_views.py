@@ -57,8 +57,9 @@ QUALIFY row_number() OVER (PARTITION BY experiment_id ORDER BY updated_at DESC) 
 """
 
 
-def current_trials(experiment_id: str | None = None) -> str:
-    """Trials not superseded by a retry (``--retry-failed``), with their run-time outcome as stored.
+def current_trials(experiment_id: str | None = None, where: str = "true") -> str:
+    """Trials not superseded by a retry (``--retry-failed``), with their run-time outcome as stored; ``where``
+    keeps some of them (a condition on the trials table's columns).
 
     An anti join against the few rows that supersede another: DuckDB plans ``NOT EXISTS`` with every
     trial on the build side, 0.8 s of a report at a million trials against 0.03 s this way.
@@ -68,20 +69,21 @@ SELECT t.* FROM trial_history t
 ANTI JOIN (SELECT experiment_id, supersedes FROM trial_history
            WHERE {only(experiment_id)} AND supersedes IS NOT NULL) r
        ON r.experiment_id = t.experiment_id AND r.supersedes = t.trial_id
-WHERE {only(experiment_id, "t")}
+WHERE {only(experiment_id, "t")} AND ({where})
 """
 
 
-def current_scores(experiment_id: str | None = None) -> str:
+def current_scores(experiment_id: str | None = None, where: str = "true") -> str:
     """Each trial's newest score from each scorer: a rescore replaces what it re-ran, and what it did not
-    re-run stays current from the pass before.
+    re-run stays current from the pass before. ``where`` keeps the scores of some trials (a condition on
+    the scores table's columns that holds for all of a trial's scores or none, such as one on its id).
 
     A pass scores a trial at most once per scorer, so while there is one pass there is nothing to pick,
     and the window, a report's costliest step, is skipped (a third of the time for a run never rescored).
     """
     passes = "(SELECT count(DISTINCT pass_id) FROM s)"
     return f"""
-WITH s AS NOT MATERIALIZED (SELECT * FROM score_history WHERE {only(experiment_id)})
+WITH s AS NOT MATERIALIZED (SELECT * FROM score_history WHERE {only(experiment_id)} AND ({where}))
 (SELECT * FROM s WHERE {passes} <= 1)
 UNION ALL
 (SELECT * FROM s WHERE {passes} > 1
