@@ -66,8 +66,10 @@ class Case:
         return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The case as it would be written in a dataset (defaults left out)."""
+        """The case as it would be written in a dataset (defaults left out; with turns, no input)."""
         out: dict[str, Any] = {"id": self.id, "input": self.input, "expected_output": self.expected_output}
+        if self.turns is not None:
+            del out["input"]  # the last turn; a line giving both is refused
         for name, default in OPTIONAL_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
@@ -288,6 +290,14 @@ def parse_case(record: Any, line: int) -> Case:
     values["id"] = _string("id", case_id, allow_empty=False)
     _optional_fields(record, values)
     return Case(**values)
+
+
+def case_from_snapshot(record: dict[str, Any], line: int) -> Case:
+    """A case read back from :meth:`Case.to_json` text (the store's cases table). Snapshots written before
+    ``to_dict`` left ``input`` out of a conversation carry both; the input is its last turn, so it goes."""
+    if record.get("turns") is not None and "input" in record:
+        record = {key: value for key, value in record.items() if key != "input"}
+    return parse_case(record, line)
 
 
 def _lone_surrogate_field(value: Any, field: str = "") -> str | None:
