@@ -116,12 +116,12 @@ must_not_contain = Scorer(
 )
 """None of the strings appears in any reply (case-insensitive)."""
 
-_LENGTH = f"length({FINAL_REPLY})"  # characters (code points), as Python's len counts them
+_LENGTH = "coalesce(f.reply_length, 0)"  # the whole reply, in code points (as Python's len counts)
 _TOO_SHORT = f"coalesce({_LENGTH} < c.min_length, false)"
 _TOO_LONG = f"coalesce({_LENGTH} > c.max_length, false)"
 _BOUNDS = """CASE WHEN c.max_length IS NULL THEN 'at least ' || c.min_length
                   WHEN c.min_length IS NULL THEN 'at most ' || c.max_length
-                  ELSE c.min_length || ' to ' || c.max_length END"""
+                  ELSE 'within ' || c.min_length || ' to ' || c.max_length END"""
 
 reply_length = Scorer(
     "reply_length",
@@ -132,7 +132,7 @@ reply_length = Scorer(
         passed := NOT ({_TOO_SHORT} OR {_TOO_LONG}),
         reason := {_LENGTH} || ' characters, ' || CASE WHEN {_TOO_SHORT} THEN 'fewer than ' || c.min_length
                                                       WHEN {_TOO_LONG} THEN 'more than ' || c.max_length
-                                                      ELSE 'within ' || {_BOUNDS} END
+                                                      ELSE {_BOUNDS} END
     )""",
 )
 """The final reply has from ``min_length`` to ``max_length`` characters (either bound may be left out)."""
