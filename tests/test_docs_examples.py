@@ -128,7 +128,7 @@ def test_the_how_many_cases_table_gives_what_power_prints():
 
 def test_the_case_format_example_is_a_valid_dataset(tmp_path):
     text = page("datasets.md")
-    (example,) = blocks(text, "json")
+    (example,) = [b for b in blocks(text, "json") if "refund-01" in b]
     lines = example.strip().splitlines()
     # The guide shows its last case on two lines "to fit"; in a file it is one.
     cases = [*lines[:-2], lines[-2] + " " + lines[-1].strip()]
@@ -138,6 +138,56 @@ def test_the_case_format_example_is_a_valid_dataset(tmp_path):
     assert [c.id for c in dataset][0] == "refund-01" and len(dataset) == 5
     assert dataset.cases[4].simulated_user.startswith("Bought them") and dataset.cases[4].max_turns == 4
     assert dataset.cases[3].turns[-1] == dataset.cases[3].input
+
+
+OPEN_ENDED_REPLIES = {
+    "refund-policy": (
+        "You can return an item within 30 days with its receipt.",
+        "We guarantee a refund within 30 days.",
+    ),
+    "roman-paris": ("The Romans called it Lutetia Parisiorum.", "It was called Londinium."),
+    "pi": ("It is 3.14.", "About 3.2."),
+    "summary": (
+        "Bring the item back within 30 days of purchase with your receipt, and we refund the original payment.",
+        "Bring it back.",
+    ),
+}
+
+
+def test_the_open_ended_example_validates_and_is_scored(tmp_path):
+    (example,) = [b for b in blocks(page("datasets.md"), "json") if "must_contain" in b]
+    path = tmp_path / "open.jsonl"
+    path.write_text(example)
+    checked = CliRunner().invoke(main, ["validate", str(path)])
+    assert checked.exit_code == 0 and "4 cases" in checked.output
+    questions = {case.input: case.id for case in load_dataset(str(path))}
+    store = Store(tmp_path / "s")
+    for which, outcome in ((0, "passed"), (1, "wrong")):
+        experiment = evaluate(
+            lambda question, which=which: OPEN_ENDED_REPLIES[questions[question]][which],
+            str(path),
+            attempts=1,
+            store=store,
+            progress="none",
+        )
+        rows = store.rows(
+            "SELECT case_id, coalesce(list_sort(list(scorer) FILTER (WHERE NOT passed)), []) AS failed FROM scores "
+            "WHERE experiment_id = ? GROUP BY case_id ORDER BY case_id",
+            [experiment.id],
+        )
+        failed = {row["case_id"]: row["failed"] for row in rows}
+        trials = store.rows("SELECT DISTINCT outcome FROM trials WHERE experiment_id = ?", [experiment.id])
+        assert trials == [{"outcome": outcome}]
+        assert failed == (
+            dict.fromkeys(OPEN_ENDED_REPLIES, [])
+            if outcome == "passed"
+            else {
+                "pi": ["answer_match"],
+                "refund-policy": ["must_contain", "must_not_contain"],
+                "roman-paris": ["answer_match"],
+                "summary": ["reply_length"],
+            }
+        )
 
 
 def test_validate_prints_the_messages_the_guide_shows(tmp_path, monkeypatch):

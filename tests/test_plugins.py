@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from agenteval.scorers import answer_match
+
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = "agenteval-demo-plugin"
 
@@ -371,10 +373,11 @@ def test_a_plugin_scorer_named_like_a_builtin_replaces_it_only_when_named_by_its
         path,
         tmp_path,
     )
+    builtin_version = answer_match.version  # the built-in's, not the plugin's
     assert versions == [
-        {"named": "agenteval_demo_plugin:tool_use_again", "scorer": "answer_match", "scorer_version": "1"},
+        {"named": "agenteval_demo_plugin:tool_use_again", "scorer": "answer_match", "scorer_version": builtin_version},
         {"named": "agenteval_demo_plugin:tool_use_again", "scorer": "tool_use", "scorer_version": "plugin-2"},
-        {"named": "answer_match", "scorer": "answer_match", "scorer_version": "1"},
+        {"named": "answer_match", "scorer": "answer_match", "scorer_version": builtin_version},
     ]
 
 

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from agenteval.analysis._experiments import summarize
 from agenteval.cli import main
+from agenteval.dataset import Case, Dataset
+from agenteval.dataset._cases import case_from_snapshot
 from agenteval.run import evaluate
 from agenteval.scorers import batch_scorer, rescore, scorer
 from agenteval.store import Store
@@ -161,3 +163,31 @@ def test_scores_from_a_raising_scorer_are_stored_and_the_run_completes(tmp_path)
     assert experiment.status == "completed" and experiment.summary.passed == 0  # an error never passes
     errors = Store(tmp_path / "s").rows("SELECT DISTINCT error FROM scores WHERE scorer = 'explodes'")
     assert errors == [{"error": "ZeroDivisionError: oops"}]
+
+
+def echo_agent(message: str) -> str:
+    return f"You said: {message}"
+
+
+def test_a_written_conversation_is_rescored(tmp_path):
+    """A case with turns was stored with its input too, which reading it back refused: rescoring failed."""
+    dataset = Dataset(
+        "talk",
+        "talk(test)",
+        "hash-talk",
+        [Case(id="talk", input="bye", expected_output="bye", turns=("hi", "bye"))],
+    )
+    store = Store(tmp_path / "s")
+    experiment = evaluate(echo_agent, dataset, attempts=2, store=store, progress="none")
+    original = pass_scores(store, run_pass_id(store, experiment.id))
+    again = rescore(store, experiment.id)
+    assert again.trials == 2 and pass_scores(store, again.pass_id) == original
+    (snapshot,) = store.rows('SELECT "case" FROM cases')
+    assert json.loads(snapshot["case"]) == {"id": "talk", "expected_output": "bye", "turns": ["hi", "bye"]}
+
+
+def test_a_conversation_s_snapshot_from_before_is_read():
+    # What the cases table held for a conversation before to_dict left its input out.
+    old = {"id": "talk", "input": "bye", "expected_output": "bye", "turns": ["hi", "bye"]}
+    case = case_from_snapshot(old, 3)
+    assert (case.input, case.turns, case.line) == ("bye", ("hi", "bye"), 3)

@@ -132,3 +132,41 @@ def test_audit_command(tmp_path):
     bad.write_text("{\n")
     failed = CliRunner().invoke(main, ["audit", str(bad)])
     assert failed.exit_code == 1 and "agenteval validate" in failed.output
+
+
+def test_audit_says_how_cases_are_judged_and_which_nothing_judges(tmp_path):
+    records = [
+        {"id": "exact", "input": "2 + 2?", "expected_output": "4"},
+        {"id": "unknown", "input": "Our CFO?", "expected_output": "unknown"},
+        {"id": "several", "input": "Roman Paris?", "expected_output": "", "acceptable_outputs": ["Lutetia"]},
+        {"id": "words", "input": "Refund policy?", "expected_output": "", "must_contain": ["30 days"]},
+        {"id": "short", "input": "A haiku.", "expected_output": "", "max_length": 80, "min_length": 0},
+        {"id": "no-tools", "input": "Hello.", "expected_output": "", "expected_tools": []},
+        {"id": "graded", "input": "Write a thank-you note.", "expected_output": "", "rubric": "Warm, names the gift."},
+        {"id": "joke", "input": "Tell me a joke.", "expected_output": ""},
+        {"id": "empty-lists", "input": "Anything.", "expected_output": "", "must_contain": [], "relevant_docs": []},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = audit(load_dataset(str(path)))
+    assert (report.judging.answer, report.judging.criteria, report.judging.rubric_only) == (3, 3, 1)
+    assert report.judging.unscorable == ["joke", "empty-lists"]  # an empty list gives nothing to check
+    assert {f: report.fields[f] for f in ("acceptable_outputs", "must_contain", "min_length", "max_length")} == {
+        "acceptable_outputs": 1,
+        "must_contain": 1,
+        "min_length": 1,
+        "max_length": 1,
+    }
+    assert report.fields["rubric"] == 1
+    shown = " ".join(CliRunner().invoke(main, ["audit", str(path)], terminal_width=200).output.split())
+    assert "Nothing judges 2 case(s), so they pass whenever they do not fail: joke, empty-lists." in shown
+    assert "1 case(s) are judged by their rubric alone" in shown
+    as_json = json.loads(CliRunner().invoke(main, ["audit", str(path), "--json"]).output)
+    assert as_json["judging"] == {"answer": 3, "criteria": 3, "rubric_only": 1, "unscorable": ["joke", "empty-lists"]}
+
+
+def test_audit_of_a_dataset_every_case_of_which_is_judged_says_nothing_more():
+    report = audit(load_dataset("hard"))
+    assert report.judging.unscorable == [] and report.judging.rubric_only == 0
+    assert report.judging.answer + report.judging.criteria == report.cases
+    assert "Nothing judges" not in CliRunner().invoke(main, ["audit", "hard"]).output

@@ -22,6 +22,7 @@ FEATURES = pa.schema(
         ("case_id", pa.string()),
         ("failure_type", pa.string()),
         ("replies", pa.list_(pa.string())),
+        ("reply_length", pa.int64()),
         ("tool_calls", pa.list_(TOOL_CALL)),
         ("model_calls", pa.int64()),
         ("input_tokens", pa.int64()),
@@ -39,6 +40,7 @@ def trial(replies=("",), tools=(), errors=(), retrieved=(), trial_id="t1", case_
         "case_id": case_id,
         "failure_type": None,
         "replies": list(replies),
+        "reply_length": len(replies[-1]) if replies else None,
         "tool_calls": [{"name": n, "arguments": "{}", "result": None, "error": n in errors} for n in tools],
         "model_calls": 1,
         "input_tokens": 0,
@@ -152,6 +154,121 @@ def test_tool_use_does_not_apply_without_expected_tools():
 def test_must_not_contain(replies, passes):
     result = score_one(case(must_not_contain=("ACCESS-GRANTED-7731",)), trial(replies))["must_not_contain"]
     assert result.passed is passes
+
+
+@pytest.mark.parametrize(
+    ("required", "replies", "passes"),
+    [
+        (("30 days", "receipt"), ["Returns within 30 days with a receipt."], True),
+        (("30 days", "receipt"), ["RETURNS WITHIN 30 DAYS WITH A RECEIPT."], True),  # case-insensitive
+        (("30 Days",), ["within 30 days"], True),
+        (("30 days", "receipt"), ["Returns within 30 days."], False),  # every item, not any
+        (("receipt",), ["receipt?", "No proof is needed."], False),  # the final reply, not an earlier one
+        (("cat",), ["see the category"], True),  # text, not whole words
+        (("Ville Lumière",), ["Paris, la ville lumière"], True),  # accented capitals lower-case too
+        (("ÉCOLE",), ["une école"], True),
+        (("東京",), ["首都は東京です"], True),
+        (("🙂",), ["fine 🙂"], True),
+        (("Ville Lumière",), ["la ville lumiere"], False),  # accents are not dropped
+        (("x",), [""], False),
+        (("x",), [], False),  # no reply at all
+    ],
+)
+def test_must_contain(required, replies, passes):
+    result = score_one(case(must_contain=required), trial(replies))["must_contain"]
+    assert (result.passed, result.value, result.error) == (passes, float(passes), None)
+    if not passes:
+        assert result.reason.startswith("the final reply lacks")
+
+
+def test_must_contain_names_what_is_missing():
+    result = score_one(case(must_contain=("30 days", "receipt", "refund")), trial(["a refund in 30 days"]))
+    assert result["must_contain"].reason == "the final reply lacks 1 of 3: receipt"
+
+
+def test_must_contain_and_must_not_contain_read_text_alike():
+    """One rule for both: the same text found by one is found by the other."""
+    for text, reply in (("ÉCOLE", "une école"), ("Ville Lumière", "la ville lumiere"), ("cat", "category")):
+        scores = score_one(case(must_contain=(text,), must_not_contain=(text,)), trial([reply]))
+        assert scores["must_contain"].passed is not scores["must_not_contain"].passed, text
+
+
+@pytest.mark.parametrize(
+    ("bounds", "reply", "passes", "reason"),
+    [
+        ({"min_length": 5, "max_length": 10}, "12345", True, "5 characters, within 5 to 10"),
+        ({"min_length": 5, "max_length": 10}, "1234567890", True, "10 characters, within 5 to 10"),
+        ({"min_length": 5, "max_length": 10}, "1234", False, "4 characters, fewer than 5"),
+        ({"min_length": 5, "max_length": 10}, "12345678901", False, "11 characters, more than 10"),
+        ({"min_length": 3}, "a longer reply", True, "14 characters, at least 3"),
+        ({"max_length": 3}, "abcd", False, "4 characters, more than 3"),
+        ({"max_length": 4}, "abc", True, "3 characters, at most 4"),
+        ({"min_length": 0}, "", True, "0 characters, at least 0"),
+        ({"min_length": 1}, "", False, "0 characters, fewer than 1"),
+        # Characters as Python's len counts them (code points): an emoji family is five, é is one.
+        ({"max_length": 5}, "👩\u200d👩\u200d👧", True, "5 characters, at most 5"),
+        ({"max_length": 4}, "👩\u200d👩\u200d👧", False, "5 characters, more than 4"),
+        ({"min_length": 5, "max_length": 5}, "école", True, "5 characters, within 5 to 5"),
+    ],
+)
+def test_reply_length(bounds, reply, passes, reason):
+    result = score_one(case(**bounds), trial([reply]))["reply_length"]
+    assert (result.passed, result.value, result.reason) == (passes, float(passes), reason)
+    assert len(reply) == int(reason.split()[0])
+
+
+def test_reply_length_reads_the_final_reply():
+    assert score_one(case(max_length=5), trial(["a much longer first reply", "short"]))["reply_length"].passed
+
+
+def test_reply_length_applies_only_with_a_bound():
+    assert "reply_length" not in score_one(case(expected_output="4"), trial(["4"]))
+
+
+@pytest.mark.parametrize(
+    ("expected", "acceptable", "reply", "passes"),
+    [
+        ("Paris", ("the French capital",), "It is Paris.", True),
+        ("Paris", ("the French capital",), "It is the french capital.", True),
+        ("Paris", ("the French capital",), "It is Lyon.", False),
+        ("", ("Paris", "Lutetia"), "Lutetia, in Roman times", True),  # no expected_output: these alone decide
+        ("", ("Paris", "Lutetia"), "Lyon", False),
+        ("", ("Brasília",), "brasilia", True),  # the same normalisation as expected_output
+        ("3.14", ("22/7",), "about 3.140000001", True),  # numbers within the same tolerance
+        ("", ("3.14159",), "pi is 3.14159000001", True),
+        ("", ("3.14159",), "pi is 3.1416", False),
+        ("", ("1,000", "a thousand"), "1000 of them", True),
+        ("", ("£7.95", "eight pounds"), "It costs £7.95.", True),
+        ("", ("42",), "", False),
+    ],
+)
+def test_answer_match_accepts_any_acceptable_output(expected, acceptable, reply, passes):
+    result = score_one(case(expected_output=expected, acceptable_outputs=acceptable), trial([reply]))
+    assert (result["answer_match"].passed, result["answer_match"].version) == (passes, "2")
+
+
+def test_answer_match_says_which_answer_matched_and_why_none_did():
+    two = case(expected_output="Paris", acceptable_outputs=("42",))
+    assert score_one(two, trial(["it is 42"]))["answer_match"].reason == "the reply states 42"
+    assert score_one(two, trial(["it is 7"]))["answer_match"].reason == (
+        "none of the 2 acceptable answers is in the reply: 'Paris' is not in the reply; "
+        "expected the number 42; numbers in the reply: 7"
+    )
+
+
+@pytest.mark.parametrize("reply", ["The answer is 84.", "The answer is 840.", "", "eighty-four"])
+def test_answer_match_without_acceptable_outputs_judges_as_before(reply):
+    """Version 2 gives a case without acceptable_outputs version 1's judgement and reason, so rescoring
+    an older experiment changes nothing but the version."""
+    from agenteval.scorers._answer import matches
+
+    result = score_one(case(expected_output="84"), trial([reply]))["answer_match"]
+    assert (result.passed, result.reason) == matches("84", reply)
+
+
+def test_answer_match_does_not_apply_without_any_answer():
+    scores = score_one(case(expected_output="", must_contain=("x",)), trial(["x"]))
+    assert "answer_match" not in scores and "unknown_answer" not in scores
 
 
 @pytest.mark.parametrize(

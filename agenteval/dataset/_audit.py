@@ -1,5 +1,6 @@
-"""What a dataset covers and where it is thin: cases per category and difficulty, fields used,
-categories too small to measure, and duplicate or near-duplicate inputs."""
+"""What a dataset covers and where it is thin: cases per category and difficulty, fields used, how cases
+are judged (and which nothing judges), categories too small to measure, and duplicate or near-duplicate
+inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ._cases import FIELDS, OPTIONAL_DEFAULTS, Case, Dataset
+from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
@@ -25,6 +26,43 @@ def normalize(text: str) -> str:
     return " ".join(_TOKEN.findall(text.lower()))
 
 
+ANSWER_FIELDS = ("expected_output", "acceptable_outputs")
+CRITERIA_FIELDS = tuple(f for f in SCORED_FIELDS if f not in ANSWER_FIELDS)
+"""What a case can be judged by when it has no expected answer: tools, required and forbidden text,
+lengths, and the rest of the scored fields."""
+
+
+@dataclasses.dataclass
+class Judging:
+    """How the cases are judged, each counted once, by the first that applies."""
+
+    answer: int
+    """By an expected answer (``expected_output``, ``"unknown"`` included, or ``acceptable_outputs``)."""
+    criteria: int
+    """No expected answer, but criteria (:data:`CRITERIA_FIELDS`)."""
+    rubric_only: int
+    """Only a ``rubric``: judged by the LLM judge alone, so they pass whenever they do not fail without one."""
+    unscorable: list[str]
+    """Ids of cases with no expected answer, criteria or rubric: no scorer applies, so their trials pass
+    whenever they do not fail."""
+
+
+def judging(cases: Sequence[Case]) -> Judging:
+    """How ``cases`` are judged: see :class:`Judging`."""
+    answer = criteria = rubric_only = 0
+    unscorable = []
+    for case in cases:
+        if any(gives(case, f) for f in ANSWER_FIELDS):
+            answer += 1
+        elif any(gives(case, f) for f in CRITERIA_FIELDS):
+            criteria += 1
+        elif case.rubric is not None:
+            rubric_only += 1
+        else:
+            unscorable.append(case.id)
+    return Judging(answer, criteria, rubric_only, unscorable)
+
+
 @dataclasses.dataclass
 class AuditReport:
     """The findings of :func:`audit`."""
@@ -36,6 +74,7 @@ class AuditReport:
     """category -> difficulty (or ``unset``) -> cases"""
     fields: dict[str, int]
     """optional field -> how many cases use it"""
+    judging: Judging
     thin_categories: dict[str, int]
     duplicates: list[list[str]]
     """groups of case ids whose inputs are the same once normalised"""
@@ -67,6 +106,7 @@ def audit(
         categories=categories,
         difficulties=difficulties,
         fields={name: used[name] for name in FIELDS if used[name]},
+        judging=judging(cases),
         thin_categories={c: n for c, n in categories.items() if n < min_per_category},
         duplicates=duplicate_groups(cases),
         near_duplicates=near_duplicate_pairs(cases, similarity),

@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,21 @@ class Case:
     id: str
     input: str
     expected_output: str
-    """``""`` means no expected answer (exact match is skipped)."""
+    """``""`` means no expected answer (exact match is skipped, unless ``acceptable_outputs`` gives some)."""
+    acceptable_outputs: tuple[str, ...] = ()
+    """Other right answers: the reply may give ``expected_output`` or any one of these."""
     category: str | None = None
     expected_tools: tuple[str, ...] | None = None
     """Tools the agent must call, a name once per call; ``()`` means it must call none."""
+    must_contain: tuple[str, ...] = ()
+    """Text the final reply must contain, every item (case-insensitive)."""
     must_not_contain: tuple[str, ...] = ()
+    min_length: int | None = None
+    """The fewest characters the final reply may have."""
+    max_length: int | None = None
+    """The most characters the final reply may have."""
+    rubric: str | None = None
+    """What a grader should check in the reply, in words: read by the LLM judge, not by a built-in scorer."""
     expects_tool_error: bool = False
     relevant_docs: tuple[str, ...] | None = None
     expected_trajectory: tuple[str, ...] | None = None
@@ -56,8 +66,10 @@ class Case:
         return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The case as it would be written in a dataset (defaults left out)."""
+        """The case as it would be written in a dataset (defaults left out; with turns, no input)."""
         out: dict[str, Any] = {"id": self.id, "input": self.input, "expected_output": self.expected_output}
+        if self.turns is not None:
+            del out["input"]  # the last turn; a line giving both is refused
         for name, default in OPTIONAL_DEFAULTS.items():
             value = getattr(self, name)
             if value != default:
@@ -216,14 +228,29 @@ FIELDS = ("input", "expected_output", "id", *OPTIONAL_DEFAULTS)
 
 SCORED_FIELDS = (
     "expected_output",
+    "acceptable_outputs",
     "expected_tools",
+    "must_contain",
     "must_not_contain",
+    "min_length",
+    "max_length",
     "expects_tool_error",
     "relevant_docs",
     "expected_trajectory",
     "max_tool_calls",
 )
-"""The fields scorers judge a trial by (one built-in scorer each)."""
+"""The fields scorers judge a trial by: a built-in scorer each, except that ``answer_match`` reads
+``acceptable_outputs`` beside ``expected_output`` and ``reply_length`` reads both lengths."""
+
+_GIVEN_WHEN_EMPTY = frozenset({"expected_tools", "max_tool_calls", "min_length", "max_length"})
+
+
+def gives(case: Case, field: str) -> bool:
+    """Whether ``case`` gives ``field``, so that the scorers needing it apply: ``expected_tools: []``
+    does (no tool may be called), and so does a count or length of 0; an empty ``expected_output``
+    or list does not (nothing to check)."""
+    value = getattr(case, field)
+    return value is not None if field in _GIVEN_WHEN_EMPTY else bool(value)
 
 
 def parse_case(record: Any, line: int) -> Case:
@@ -263,6 +290,14 @@ def parse_case(record: Any, line: int) -> Case:
     values["id"] = _string("id", case_id, allow_empty=False)
     _optional_fields(record, values)
     return Case(**values)
+
+
+def case_from_snapshot(record: dict[str, Any], line: int) -> Case:
+    """A case read back from :meth:`Case.to_json` text (the store's cases table). Snapshots written before
+    ``to_dict`` left ``input`` out of a conversation carry both; the input is its last turn, so it goes."""
+    if record.get("turns") is not None and "input" in record:
+        record = {key: value for key, value in record.items() if key != "input"}
+    return parse_case(record, line)
 
 
 def _lone_surrogate_field(value: Any, field: str = "") -> str | None:
@@ -310,6 +345,77 @@ def _optional_fields(record: dict[str, Any], values: dict[str, Any]) -> None:
         if not isinstance(record["metadata"], dict):
             raise _Invalid("metadata", f"must be an object, not {_json_type(record['metadata'])}")
         values["metadata"] = record["metadata"]
+    _criteria(record, values)
+
+
+def _criteria(record: dict[str, Any], values: dict[str, Any]) -> None:
+    """The criteria for open-ended answers, and the combinations no reply could ever pass."""
+    if record.get("acceptable_outputs") is not None:
+        values["acceptable_outputs"] = _acceptable_outputs(record["acceptable_outputs"], values["expected_output"])
+    if record.get("must_contain") is not None:
+        required = _strings("must_contain", record["must_contain"])
+        values["must_contain"] = _distinct("must_contain", required, str.lower)
+    if record.get("min_length") is not None:
+        values["min_length"] = _integer("min_length", record["min_length"], 0)
+    if record.get("max_length") is not None:
+        # An empty reply is an empty_output failure, so a reply of at most 0 characters never passes.
+        values["max_length"] = _integer("max_length", record["max_length"], 1)
+    if record.get("rubric") is not None:
+        values["rubric"] = _string("rubric", record["rubric"], allow_empty=False)
+    shortest, longest = values.get("min_length"), values.get("max_length")
+    if shortest is not None and longest is not None and shortest > longest:
+        raise _Invalid(
+            "min_length", f"is {shortest}, more than max_length ({longest}): no reply can pass; swap or fix them"
+        )
+    required = values.get("must_contain", ())
+    for i, item in enumerate(required):
+        for forbidden in values.get("must_not_contain", ()):
+            if forbidden.lower() in item.lower():
+                clash = "is also in" if forbidden.lower() == item.lower() else f"contains {forbidden!r}, forbidden by"
+                raise _Invalid(
+                    "must_contain", f"item {i} ({item!r}) {clash} must_not_contain: no reply can pass; remove one"
+                )
+        if longest is not None and len(item) > longest:
+            raise _Invalid(
+                "max_length",
+                f"is {longest}, shorter than must_contain item {i} ({len(item)} characters): no reply can pass; "
+                "raise max_length or shorten the item",
+            )
+
+
+def _acceptable_outputs(value: Any, expected: str) -> tuple[str, ...]:
+    field = "acceptable_outputs"
+    if isinstance(value, list):  # numbers mean their text, as in expected_output
+        value = [json.dumps(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+    answers = _distinct(field, _strings(field, value), _answer_key)
+    if _answer_key(expected) == UNKNOWN_ANSWER:
+        raise _Invalid(
+            field,
+            'cannot be combined with expected_output "unknown", which asks for a reply that says it does not '
+            'know; give the right answers in expected_output and acceptable_outputs, or only "unknown"',
+        )
+    for i, answer in enumerate(answers):
+        if _answer_key(answer) == UNKNOWN_ANSWER:
+            raise _Invalid(field, f'item {i} is "unknown"; to expect a reply that says so, use expected_output')
+        if _answer_key(answer) == _answer_key(expected):
+            raise _Invalid(field, f"item {i} ({answer!r}) repeats expected_output; remove it")
+    return answers
+
+
+def _answer_key(answer: str) -> str:
+    """An answer as far as telling two apart goes: lower case, whitespace collapsed (matching
+    normalises more, so answers equal here always match the same replies)."""
+    return " ".join(answer.lower().split())
+
+
+def _distinct(field: str, items: tuple[str, ...], key: Callable[[str], str]) -> tuple[str, ...]:
+    """``items``, refusing one that repeats another (compared by ``key``)."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        seen = first.setdefault(key(item), i)
+        if seen != i:
+            raise _Invalid(field, f"item {i} ({item!r}) repeats item {seen}; give it once")
+    return items
 
 
 def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:

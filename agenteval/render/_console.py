@@ -8,7 +8,7 @@ from rich.text import Text
 
 from ..analysis._experiments import Summary
 from ..analysis._power import PowerTable
-from ..dataset._audit import AuditReport
+from ..dataset._audit import AuditReport, Judging
 from ..dataset._cases import DIFFICULTIES
 from ..dataset._catalog import CatalogEntry
 from ._tables import rich_table
@@ -36,6 +36,7 @@ def audit_view(report: AuditReport) -> RenderableType:
         rich_table(["category", "cases", *difficulty_names], rows, title="Cases per category and difficulty"),
         rich_table(["field", "cases using it"], [[f, str(n)] for f, n in report.fields.items()], title="Fields used"),
     ]
+    parts.extend(_judging_view(report.judging))
     if report.thin_categories:
         thin = ", ".join(f"{c} ({n})" for c, n in report.thin_categories.items())
         parts.append(
@@ -60,6 +61,39 @@ def audit_view(report: AuditReport) -> RenderableType:
     if not report.duplicates and not report.near_duplicates:
         parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
     return Group(*parts)
+
+
+SHOWN_IDS = 10
+
+
+def _judging_view(judging: Judging) -> list[RenderableType]:
+    rows = [
+        ["an expected answer (expected_output, acceptable_outputs)", str(judging.answer)],
+        ["criteria, no expected answer (must_contain, lengths, tools, ...)", str(judging.criteria)],
+        ["a rubric only (read by the LLM judge)", str(judging.rubric_only)],
+        ["nothing", str(len(judging.unscorable))],
+    ]
+    parts: list[RenderableType] = [rich_table(["judged by", "cases"], rows, title="How cases are judged")]
+    if judging.unscorable:
+        shown = ", ".join(judging.unscorable[:SHOWN_IDS])
+        more = len(judging.unscorable) - SHOWN_IDS
+        parts.append(
+            Text(
+                f"Nothing judges {len(judging.unscorable)} case(s), so they pass whenever they do not fail: "
+                f"{visible(shown)}{f' and {more} more' if more > 0 else ''}. Give each an expected_output, "
+                "criteria (must_contain, min_length, ...) or a rubric.",
+                style="yellow",
+            )
+        )
+    if judging.rubric_only:
+        parts.append(
+            Text(
+                f"{judging.rubric_only} case(s) are judged by their rubric alone: run them with the LLM judge, "
+                "or they pass whenever they do not fail.",
+                style="yellow",
+            )
+        )
+    return parts
 
 
 def _usage(summary: Summary, suffix: str = "") -> str:

@@ -1,5 +1,5 @@
-"""Matching a reply against ``expected_output``: normalised text on word boundaries, numbers
-compared numerically, and ``"unknown"`` meaning the reply must say the answer is not known."""
+"""Matching a reply against ``expected_output`` (and ``acceptable_outputs``): normalised text on word
+boundaries, numbers compared numerically, and ``"unknown"`` meaning the reply must say the answer is not known."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import functools
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 
 NUMBER = re.compile(r"(?<![\w.])[-−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]*\w)|(?<![\w.])[-−]?\d+(?:\.\d+)?(?!\d)")
 _CURRENCY_OR_UNIT = re.compile(r"^[£$€¥₹]?\s*([-−]?[\d.,]+)\s*(%|[a-zA-Z]{0,3})?$")
@@ -120,6 +121,20 @@ def matches(expected: str, reply: str) -> tuple[bool, str]:
     if text == target or re.search(rf"(?<!\w){re.escape(target)}(?!\w)", text):
         return True, f"the reply contains {expected!r}"
     return False, f"{expected!r} is not in the reply"
+
+
+def matches_any(answers: Sequence[str], reply: str) -> tuple[bool, str]:
+    """Whether ``reply`` gives any one of ``answers``, each read as :func:`matches` reads it, and why.
+    For a single answer this is :func:`matches`, reason included."""
+    misses = []
+    for answer in answers:
+        ok, reason = matches(answer, reply)
+        if ok:
+            return True, reason
+        misses.append(reason)
+    if len(misses) == 1:
+        return False, misses[0]
+    return False, f"none of the {len(misses)} acceptable answers is in the reply: " + "; ".join(misses)
 
 
 def says_unknown(reply: str) -> tuple[bool, str]:

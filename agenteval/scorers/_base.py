@@ -11,7 +11,7 @@ from typing import Any
 from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable_text
 
-from ..dataset._cases import SCORED_FIELDS, Case
+from ..dataset._cases import SCORED_FIELDS, Case, gives
 from ._features import TrialFeatures
 
 Outcome = tuple[float | None, bool | None, str, str | None]
@@ -34,15 +34,6 @@ class Score:
     continuous: bool = False
 
 
-def _present(case: Case, field: str) -> bool:
-    """Whether the case gives ``field``: ``expected_tools: []`` does (no tool may be called); an empty
-    ``expected_output``, ``relevant_docs`` or ``must_not_contain`` does not (nothing to check)."""
-    value = getattr(case, field)
-    if field == "expected_tools" or field == "max_tool_calls":
-        return value is not None
-    return bool(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class Scorer:
     """A scorer, one of three kinds. ``fn(case, features)``: per-trial Python. ``sql``: an expression
@@ -54,7 +45,8 @@ class Scorer:
     name: str
     version: str = "1"
     requires: tuple[str, ...] = ()
-    """Case fields that must be present (``expected_output`` non-empty, lists given) for it to apply."""
+    """Case fields the case must give for it to apply (``expected_output`` non-empty, lists given; see
+    :func:`agenteval.dataset._cases.gives`)."""
     continuous: bool = False
     """Reported beside the pass rate, never folded into whether a trial passed."""
     fn: Callable[[Case, TrialFeatures], Any] | None = None
@@ -75,7 +67,7 @@ class Scorer:
             raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
 
     def applies(self, case: Case) -> bool:
-        return all(_present(case, f) for f in self.requires) and (self.when is None or self.when(case))
+        return all(gives(case, f) for f in self.requires) and (self.when is None or self.when(case))
 
     def result(self, returned: Any) -> Score:
         """A Score from what a scorer returned: a Score, a bool, a number in 0..1, or (value, reason)."""

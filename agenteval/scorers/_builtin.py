@@ -1,10 +1,10 @@
-"""The built-in scorers: one for every field of the case format."""
+"""The built-in scorers: one for every scored field of the case format."""
 
 from __future__ import annotations
 
-from ..dataset._cases import UNKNOWN_ANSWER, Case
+from ..dataset._cases import UNKNOWN_ANSWER, Case, gives
 from ..store._store import sql_string
-from ._answer import matches, says_unknown
+from ._answer import matches_any, says_unknown
 from ._base import Scorer, scorer
 from ._features import TrialFeatures
 
@@ -13,10 +13,21 @@ def _is_unknown(case: Case) -> bool:
     return case.expected_output.strip().lower() == UNKNOWN_ANSWER
 
 
-@scorer(requires=("expected_output",), when=lambda case: not _is_unknown(case))
+def _expects_an_answer(case: Case) -> bool:
+    return (gives(case, "expected_output") or gives(case, "acceptable_outputs")) and not _is_unknown(case)
+
+
+def right_answers(case: Case) -> tuple[str, ...]:
+    """``expected_output`` (unless ``""``) and then each of ``acceptable_outputs``."""
+    return (case.expected_output, *case.acceptable_outputs) if case.expected_output else case.acceptable_outputs
+
+
+# Version 2: acceptable_outputs. A case without them is judged as version 1 judged it, reason included.
+@scorer(version="2", when=_expects_an_answer)
 def answer_match(case: Case, trial: TrialFeatures) -> tuple[float, str]:
-    """The final reply gives the expected answer: normalised text on word boundaries, or the same number."""
-    ok, reason = matches(case.expected_output, trial.reply)
+    """The final reply gives the expected answer or one of the acceptable ones: normalised text on word
+    boundaries, or the same number."""
+    ok, reason = matches_any(right_answers(case), trial.reply)
     return float(ok), reason
 
 
@@ -64,9 +75,33 @@ tool_use = Scorer(
 )
 """The multiset of tools called equals the expected one (a name once per call); ``[]``: no tool may be called."""
 
-_FORBIDDEN_FOUND = (
-    "list_filter(c.must_not_contain, lambda x: contains(lower(array_to_string(f.replies, chr(0))), lower(x)))"
+ALL_REPLIES = "array_to_string(f.replies, chr(0))"
+FINAL_REPLY = "coalesce(f.replies[-1], '')"
+
+
+def texts_in(texts: str, reply: str, *, present: bool = True) -> str:
+    """SQL: the items of the list ``texts`` that ``reply`` contains (or, ``present=False``, lacks), ignoring
+    case: the one rule of ``must_contain`` and ``must_not_contain``."""
+    found = f"contains(lower({reply}), lower(x))"
+    return f"list_filter({texts}, lambda x: {found if present else 'NOT ' + found})"
+
+
+_FORBIDDEN_FOUND = texts_in("c.must_not_contain", ALL_REPLIES)
+_REQUIRED_MISSING = texts_in("c.must_contain", FINAL_REPLY, present=False)
+
+must_contain = Scorer(
+    "must_contain",
+    requires=("must_contain",),
+    sql=f"""
+    struct_pack(
+        value := CASE WHEN len({_REQUIRED_MISSING}) = 0 THEN 1.0 ELSE 0.0 END,
+        passed := len({_REQUIRED_MISSING}) = 0,
+        reason := CASE WHEN len({_REQUIRED_MISSING}) = 0 THEN 'the final reply contains every required text'
+                       ELSE 'the final reply lacks ' || len({_REQUIRED_MISSING}) || ' of ' || len(c.must_contain)
+                            || ': ' || array_to_string({_REQUIRED_MISSING}, ', ') END
+    )""",
 )
+"""Every string appears in the final reply (case-insensitive, as text: ``"cat"`` is in ``"category"``)."""
 
 must_not_contain = Scorer(
     "must_not_contain",
@@ -80,6 +115,27 @@ must_not_contain = Scorer(
     )""",
 )
 """None of the strings appears in any reply (case-insensitive)."""
+
+_LENGTH = "coalesce(f.reply_length, 0)"  # the whole reply, in code points (as Python's len counts)
+_TOO_SHORT = f"coalesce({_LENGTH} < c.min_length, false)"
+_TOO_LONG = f"coalesce({_LENGTH} > c.max_length, false)"
+_BOUNDS = """CASE WHEN c.max_length IS NULL THEN 'at least ' || c.min_length
+                  WHEN c.min_length IS NULL THEN 'at most ' || c.max_length
+                  ELSE 'within ' || c.min_length || ' to ' || c.max_length END"""
+
+reply_length = Scorer(
+    "reply_length",
+    when=lambda case: gives(case, "min_length") or gives(case, "max_length"),
+    sql=f"""
+    struct_pack(
+        value := CASE WHEN {_TOO_SHORT} OR {_TOO_LONG} THEN 0.0 ELSE 1.0 END,
+        passed := NOT ({_TOO_SHORT} OR {_TOO_LONG}),
+        reason := {_LENGTH} || ' characters, ' || CASE WHEN {_TOO_SHORT} THEN 'fewer than ' || c.min_length
+                                                      WHEN {_TOO_LONG} THEN 'more than ' || c.max_length
+                                                      ELSE {_BOUNDS} END
+    )""",
+)
+"""The final reply has from ``min_length`` to ``max_length`` characters (either bound may be left out)."""
 
 ACKNOWLEDGES_FAILURE = (
     r"unavailable|not available|error|fail|could ?n[o']t|can ?n[o']t|cannot|unable|not able|is down|"
@@ -143,7 +199,9 @@ BUILTIN_SCORERS: tuple[Scorer, ...] = (
     answer_match,
     unknown_answer,
     tool_use,
+    must_contain,
     must_not_contain,
+    reply_length,
     tool_error_handling,
     retrieval_recall,
     trajectory_order,

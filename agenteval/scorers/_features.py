@@ -51,6 +51,7 @@ retrievals AS (
 SELECT t.experiment_id, t.trial_id, t.case_id, t.failure_type,
        coalesce(roots.replies, t.replies, CASE WHEN t.reply IS NULL THEN [] ELSE [t.reply] END) AS replies,
        roots.replies IS NOT NULL OR t.replies IS NOT NULL OR t.reply IS NOT NULL AS has_content,
+       length(coalesce(t.reply, t.replies[-1], roots.replies[-1])) AS reply_length,
        coalesce(tools.tool_calls, []) AS tool_calls,
        coalesce(models.model_calls, 0) AS model_calls,
        coalesce(models.input_tokens, 0) AS input_tokens,
@@ -66,7 +67,9 @@ ORDER BY t.trial_id
 """
 """``{trials}`` and ``{spans}`` are relations: registered Arrow tables at run time, store views when rescoring.
 The trials' ``replies`` are the runner's own copy (run time), used when the spans hold no content
-(capture switched off); rescoring has none (NULL), and ``has_content`` says whether any reply was known."""
+(capture switched off); rescoring has none (NULL), and ``has_content`` says whether any reply was known.
+``reply_length`` counts the final reply as the agent gave it (the trial row's ``reply``): the copy in the
+spans is cut at content capture's size limit."""
 
 NO_REPLIES = "NULL::VARCHAR[] AS replies"
 """The trials' ``replies`` column when rescoring: the store keeps no copy beside the spans."""
@@ -147,6 +150,12 @@ class TrialFeatures:
         """The final reply ("" when there was none)."""
         replies = self._get("replies")
         return (replies[-1] or "") if replies else ""
+
+    @property
+    def reply_length(self) -> int:
+        """Characters (code points) of the final reply as the agent gave it, before content capture's size
+        limit cut the copy in the spans that :attr:`reply` reads; 0 when unknown."""
+        return self._get("reply_length") or 0
 
     @property
     def has_content(self) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 
 from ..analysis import _experiments as ex
-from ..dataset._cases import Case, parse_case
+from ..dataset._cases import Case, case_from_snapshot
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._snapshots import save_figures
@@ -48,7 +48,7 @@ class RescoreResult:
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
     """The experiment's cases as they were when it ran (the snapshot in ``cases``)."""
     rows = store.rows('SELECT case_id, line, "case" FROM cases WHERE experiment_id = ?', [experiment_id])
-    return {row["case_id"]: parse_case(json.loads(row["case"]), row["line"] or 0) for row in rows}
+    return {row["case_id"]: case_from_snapshot(json.loads(row["case"]), row["line"] or 0) for row in rows}
 
 
 def rescore(
