@@ -9,7 +9,6 @@ from typing import Any, NoReturn
 
 import click
 
-from .dataset._audit import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from .errors import AgentevalError
 from .render._tables import FORMATS
 from .render._text_safety import visible
@@ -23,6 +22,8 @@ from .run._options import (
     DEFAULT_RESCORE_BATCH,
     DEFAULT_TARGET_POWER,
     DEFAULT_TIMEOUT,
+    MIN_CASES_PER_CATEGORY,
+    NEAR_DUPLICATE_SIMILARITY,
 )
 
 alpha_option = click.option(

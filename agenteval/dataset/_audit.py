@@ -10,12 +10,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
-
-MIN_CASES_PER_CATEGORY = 5
-"""Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
-NEAR_DUPLICATE_SIMILARITY = 0.8
-"""Jaccard similarity of two inputs' word sets from which they count as near-duplicates."""
 
 _TOKEN = re.compile(r"\w+|[-+*/^%=<>×÷]")
 

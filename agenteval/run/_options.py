@@ -1,5 +1,5 @@
 """What a run is asked to do, and the defaults the Python API and the command line share (runs,
-rescoring, the gate, power): no heavy imports, so the command line reads them from here."""
+rescoring, the gate, power, audits): no heavy imports, so the command line reads them from here."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import math
 from typing import Any
 
 from ..errors import UsageError
+
+MIN_CASES_PER_CATEGORY = 5
+"""Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
+NEAR_DUPLICATE_SIMILARITY = 0.8
+"""Jaccard similarity of two inputs' word sets from which they count as near-duplicates."""
 
 DEFAULT_ATTEMPTS = 3
 DEFAULT_CONCURRENCY = 4

@@ -1,0 +1,94 @@
+"""Start-up and small-run costs: what a person pays before any real work.
+
+Each figure is the median of repeated fresh processes (the spread is printed beside it):
+
+- ``agenteval --help``: the whole command, interpreter start included (target <= 80 ms);
+- ``import agenteval_instrumentation``: the import alone, timed inside a fresh interpreter (what every decorated
+  production app pays; target <= 25 ms, most of it the OpenTelemetry API), and ``opentelemetry.trace`` alone
+  for comparison;
+- ``agenteval report`` on a small store (50 cases x 3 attempts, figures saved by the run): the whole command
+  (target <= 250 ms);
+- a 2,000-case run of the mock agent (1 attempt): peak RSS of the process (target <= 130 MB; Pydantic Evals
+  took 118 MB on the same dataset, see bench_peers.py).
+
+    python benchmarks/bench_startup.py [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+AGENTEVAL = str(BIN / "agenteval")
+TIMED_IMPORT = "import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+
+
+def wall(command: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def imported(module: str, env: dict[str, str]) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", TIMED_IMPORT.format(module=module)], env=env, check=True, capture_output=True, text=True
+    )
+    return float(done.stdout)
+
+
+def peak_rss_mb(command: list[str], env: dict[str, str]) -> float:
+    """Peak RSS of one child process (``wait4``'s rusage: that child alone, not the children before it)."""
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"{command} exited {child.returncode}")
+    return usage.ru_maxrss / 1024
+
+
+def line(name: str, values: list[float], unit: str, scale: float, target: str) -> str:
+    median = statistics.median(values) * scale
+    low, high = min(values) * scale, max(values) * scale
+    return f"  {name:38s} {median:8.1f} {unit} (range {low:.1f}-{high:.1f})   target {target}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--run-repeats", type=int, default=3, help="Repeats of the 2,000-case run.")
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "AGENTEVAL_STORE": str(Path(scratch) / "small")}
+        subprocess.run(
+            [AGENTEVAL, "run", "--dataset", "arithmetic", "--agent", "mock", "--cases", "50", "--quiet"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        figures = {"help": [], "instrumentation": [], "otel": [], "report": [], "run": []}
+        for _ in range(options.repeats):  # in turns, so a busy moment costs every figure alike
+            figures["help"].append(wall([AGENTEVAL, "--help"], env))
+            figures["instrumentation"].append(imported("agenteval_instrumentation", env))
+            figures["otel"].append(imported("opentelemetry.trace", env))
+            figures["report"].append(wall([AGENTEVAL, "report"], env))
+        run_env = {**env, "AGENTEVAL_STORE": str(Path(scratch) / "run")}
+        run = [AGENTEVAL, "run", "--dataset", "arithmetic", "--agent", "mock", "--cases", "2000", "--attempts", "1"]
+        for _ in range(options.run_repeats):
+            figures["run"].append(peak_rss_mb([*run, "--quiet"], run_env))
+    print(f"median of {options.repeats} fresh processes ({options.run_repeats} for the run)")
+    print(line("agenteval --help", figures["help"], "ms", 1000, "<= 80 ms"))
+    print(line("import agenteval_instrumentation", figures["instrumentation"], "ms", 1000, "<= 25 ms"))
+    print(line("import opentelemetry.trace alone", figures["otel"], "ms", 1000, "(for comparison)"))
+    print(line("agenteval report, 150 trials", figures["report"], "ms", 1000, "<= 250 ms"))
+    print(line("2,000-case run, peak RSS", figures["run"], "MB", 1, "<= 130 MB"))
+
+
+if __name__ == "__main__":
+    main()
