@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from waiting import wait_until
 
 from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter
-from agenteval_exporters.exporter import partition_by_experiment
+from agenteval_exporters.partitions import partition_by_experiment
 from agenteval_exporters.writer import PartitionedWriter
 from agenteval_instrumentation import attributes as A
 

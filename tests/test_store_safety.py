@@ -21,7 +21,7 @@ from waiting import wait_until
 from agenteval.cli import main
 from agenteval.run import evaluate
 from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
-from agenteval_exporters.exporter import partition_by_experiment
+from agenteval_exporters.partitions import partition_by_experiment
 from agenteval_exporters.writer import PartitionedWriter
 
 TRIAL_ROWS = """

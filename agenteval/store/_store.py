@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from agenteval_exporters.exporter import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
+from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError

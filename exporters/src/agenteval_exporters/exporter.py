@@ -6,34 +6,26 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .ablation import FALLBACKS, enabled
 from .encode import sample_spans, spans_to_batch
-from .files import partition_path, write_to_memory
-from .schema import PARTITION_COLUMN, SPAN_SCHEMA
+from .files import write_to_memory
+from .partitions import partition_spans, store_path
+from .schema import SPAN_SCHEMA
 from .writer import PartitionedWriter
 
 logger = logging.getLogger(__name__)
 
-ENV_STORE = "AGENTEVAL_STORE"
 ENV_MAX_ROWS = "AGENTEVAL_PARQUET_MAX_ROWS"
 ENV_FLUSH_INTERVAL = "AGENTEVAL_PARQUET_FLUSH_INTERVAL"
-DEFAULT_STORE = ".agenteval"
 DEFAULT_MAX_ROWS = 100_000
 DEFAULT_FLUSH_INTERVAL = 1.0
 SPANS_TABLE = "spans"
-
-
-def store_path(store: str | os.PathLike[str] | None = None) -> Path:
-    """The store folder: the argument, else ``AGENTEVAL_STORE``, else ``./.agenteval``."""
-    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
 
 
 def _setting(value: float | None, env: str, default: float, kind: type) -> float:
@@ -46,29 +38,6 @@ def _setting(value: float | None, env: str, default: float, kind: type) -> float
         except ValueError:
             logger.warning("agenteval: ignoring %s=%r, not a number; using %s", env, raw, default)
     return default
-
-
-def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
-    """``experiment_id=<id>`` per experiment among the rows that have one (nulls are left out)."""
-    ids = batch.column(PARTITION_COLUMN)
-    # In Python rather than pc.unique, which releases the GIL (see encode's _gil_held note).
-    values = ids.to_pylist()
-    if values and values[0] is not None and values.count(values[0]) == len(values):
-        yield partition_path(PARTITION_COLUMN, values[0]), batch  # the usual case: one experiment, no filtering
-        return
-    for value in dict.fromkeys(v for v in values if v is not None):
-        yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
-
-
-def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
-    """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
-    yield from partition_by_experiment(batch)
-    ids = batch.column(PARTITION_COLUMN)
-    if ids.null_count:
-        rest = batch.filter(pc.is_null(ids))
-        days = pc.cast(rest.column("start_time"), pa.date32())
-        for day in pc.unique(days).to_pylist():
-            yield partition_path("date", day.isoformat()), rest.filter(pc.equal(days, pa.scalar(day, pa.date32())))
 
 
 WARM_UP_SPANS = 512
