@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -73,3 +74,32 @@ def test_a_decorator_import_loads_the_opentelemetry_api_and_nothing_heavy():
     assert "opentelemetry" in loaded and not loaded & HEAVY
     plain = loaded_after("import agenteval_instrumentation.text, agenteval_instrumentation.attributes")
     assert "opentelemetry" not in plain
+
+
+def test_a_report_loads_neither_the_opentelemetry_sdk_nor_pandas(tmp_path):
+    store = tmp_path / "store"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agenteval.cli",
+            "run",
+            "--dataset",
+            "arithmetic",
+            "--agent",
+            "mock",
+            "--cases",
+            "5",
+            "--quiet",
+        ],
+        env={**os.environ, "AGENTEVAL_STORE": str(store)},
+        check=True,
+        capture_output=True,
+    )
+    script = (
+        "import sys\nfrom agenteval.analysis import build_report\nfrom agenteval.render import to_terminal\n"
+        f"from agenteval.store import Store\nto_terminal(build_report(Store({str(store)!r})))\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'pandas')))))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == []
