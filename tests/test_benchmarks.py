@@ -59,3 +59,14 @@ def test_bench_peers_measures_agenteval_and_each_installed_peer(tmp_path):
         else:
             assert measured is None
             assert f"{name}: not installed" in "\n".join(lines) and INSTALL_HINT in "\n".join(lines), lines
+
+
+def test_bench_decorators_peers_measures_agenteval_and_each_installed_peer(tmp_path):
+    lines = run_benchmark(tmp_path, "bench_decorators.py", "--peers", "--rounds", "1", "--calls", "200")
+
+    assert row(lines, "agenteval") is not None, lines
+    for name, module in {"logfire": "logfire", "openinference": "openinference", "langfuse": "langfuse"}.items():
+        if installed(module):
+            assert row(lines, name) is not None, (name, lines)
+        else:
+            assert any(line.startswith(f"{name}: not installed") and INSTALL_HINT in line for line in lines), lines
