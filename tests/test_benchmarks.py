@@ -1,0 +1,72 @@
+"""The side-by-side benchmarks run in their smallest setting, so they cannot rot; nothing here is timed.
+
+The peers come from the ``bench`` extra, which the tests do not install (inspect-ai alone brings about 60
+packages): without them each script must still measure agenteval and say how to install the rest; with them,
+it measures them too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+INSTALL_HINT = "pip install -e '.[bench]'"
+
+
+def installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def run_benchmark(tmp_path: Path, script: str, *arguments: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *arguments],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def row(lines: list[str], name: str) -> str | None:
+    return next((line for line in lines if line.split(" ", 1)[0] == name), None)
+
+
+def test_bench_peers_measures_agenteval_and_each_installed_peer(tmp_path):
+    lines = run_benchmark(tmp_path, "bench_peers.py", "--cases", "20", "--rounds", "1")
+
+    agenteval = row(lines, "agenteval")
+    assert agenteval is not None and re.match(r"agenteval +[\d,]+ \([\d,]+-[\d,]+\)", agenteval), lines
+    assert "trials/s" in next(line for line in lines if line.startswith("side")), lines
+    facts = lines[lines.index(agenteval) + 1]
+    assert re.fullmatch(r" +\d+\.\d spans a trial; \d+\.\d MB written", facts), lines
+    assert next(line for line in lines if line.startswith("versions:")).startswith("versions: agenteval ")
+    peers = {
+        "pydantic-evals": ("pydantic_evals",),
+        "pydantic-evals+otel": ("pydantic_evals", "logfire"),
+        "inspect": ("inspect_ai",),
+        "inspect+mockllm": ("inspect_ai",),
+    }
+    for name, modules in peers.items():
+        measured = row(lines, name)
+        if installed(*modules):
+            assert measured is not None and re.search(r"\d\.\d\dx \(", measured), (name, lines)
+        else:
+            assert measured is None
+            assert f"{name}: not installed" in "\n".join(lines) and INSTALL_HINT in "\n".join(lines), lines
+
+
+def test_bench_decorators_peers_measures_agenteval_and_each_installed_peer(tmp_path):
+    lines = run_benchmark(tmp_path, "bench_decorators.py", "--peers", "--rounds", "1", "--calls", "200")
+
+    assert row(lines, "agenteval") is not None, lines
+    for name, module in {"logfire": "logfire", "openinference": "openinference", "langfuse": "langfuse"}.items():
+        if installed(module):
+            assert row(lines, name) is not None, (name, lines)
+        else:
+            assert any(line.startswith(f"{name}: not installed") and INSTALL_HINT in line for line in lines), lines
