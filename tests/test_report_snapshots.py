@@ -217,3 +217,15 @@ def test_agenteval_compact_saves_figures_for_experiments_written_without_them(tm
     done = CliRunner().invoke(main, ["compact", "--store", str(store.root)])
     assert done.exit_code == 0 and "saved the report figures of 1 experiment(s)" in done.output
     assert snapshot_folder(store, experiment, fingerprint(store, experiment)).is_dir()
+
+
+@pytest.mark.parametrize("bucket_trials", [1, 7, 45])
+def test_figures_do_not_depend_on_how_many_trials_are_judged_at_a_time(tmp_path, monkeypatch, bucket_trials):
+    store = Store(tmp_path / "store")
+    experiment = evaluate(
+        "mock", "arithmetic", cases=30, attempts=3, store=store, progress="none", agent_options={"wrong_rate": "0.3"}
+    ).id
+    rescore(store, experiment, [every_other_attempt])
+    whole = live(store, experiment)
+    monkeypatch.setattr("agenteval.store._snapshots.BUCKET_TRIALS", bucket_trials)
+    assert live(store, experiment) == whole

@@ -32,7 +32,7 @@ GROUP BY t.case_id
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
-       avg(input_tokens + output_tokens) AS tokens_per_trial, sum(cost_usd) AS cost_usd
+       avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd
 FROM judged
 """
 

@@ -155,10 +155,10 @@ SELECT count(*) AS trials,
        count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        avg(passed::INT) AS pass_rate,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
-       sum(cost_usd) AS cost_usd,
+       fsum(cost_usd) AS cost_usd,
        sum(input_tokens_all_tries)::BIGINT AS input_tokens_all_tries,
        sum(output_tokens_all_tries)::BIGINT AS output_tokens_all_tries,
-       sum(cost_usd_all_tries) AS cost_usd_all_tries
+       fsum(cost_usd_all_tries) AS cost_usd_all_tries
 FROM judged
 """
 """Usage of the tries that count, and of every try (rate-limited ones included): what the run spent."""

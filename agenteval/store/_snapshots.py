@@ -223,12 +223,9 @@ def _detach(con: duckdb.DuckDBPyConnection) -> None:
 
 def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Path) -> None:
     """Write the experiment's figure files into ``folder``, :data:`BUCKET_TRIALS` trials at a time."""
-    (trials,) = con.execute(f"SELECT count(*) FROM trial_history WHERE {views.only(experiment_id)}").fetchone() or (0,)
-    buckets = max(1, math.ceil(trials / BUCKET_TRIALS))
     scores = folder / "scores"
     scores.mkdir()
-    for bucket in range(buckets):
-        some = f"hash(trial_id) % {buckets} = {bucket}"
+    for bucket, some in enumerate(_trial_ranges(con, experiment_id)):
         current = f"SELECT {SCORE_FIGURES} FROM ({views.current_scores(experiment_id, some)})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE current_scores AS {current}")
         _copy(con, "FROM current_scores", scores / f"current_scores-{bucket}{SNAPSHOT_SUFFIX}")
@@ -241,6 +238,28 @@ def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Pa
         _copy(con, sql.format(experiment=sql_string(experiment_id)), folder / f"{table}{SNAPSHOT_SUFFIX}")
     con.execute("DROP VIEW current_scores")
     shutil.rmtree(scores)  # what the figures were computed from; reports need only the figures
+
+
+def _trial_ranges(con: duckdb.DuckDBPyConnection, experiment_id: str) -> list[str]:
+    """Conditions on ``trial_id`` that split the experiment into ranges of about :data:`BUCKET_TRIALS` trials,
+    the first and last open-ended (scores of trials whose row a crash left unwritten still count once). By
+    range, not by hash: trial ids grow with time and files keep that order, so each range reads its own row
+    groups rather than every score."""
+    where = views.only(experiment_id)
+    (trials,) = con.execute(f"SELECT count(*) FROM trial_history WHERE {where}").fetchone() or (0,)
+    buckets = max(1, math.ceil(trials / BUCKET_TRIALS))
+    if buckets == 1:
+        return ["true"]
+    bounds = [
+        sql_string(high)
+        for (high,) in con.execute(
+            f"""SELECT max(trial_id) FROM (SELECT trial_id, ntile({buckets}) OVER (ORDER BY trial_id) AS bucket
+                FROM trial_history WHERE {where}) GROUP BY bucket ORDER BY bucket"""
+        ).fetchall()
+    ]
+    ranges = [f"trial_id <= {bounds[0]}"]
+    ranges += [f"trial_id > {low} AND trial_id <= {high}" for low, high in zip(bounds, bounds[1:-1], strict=False)]
+    return [*ranges, f"trial_id > {bounds[-2]}"]
 
 
 def _copy(con: duckdb.DuckDBPyConnection, relation: str, path: Path) -> None:
