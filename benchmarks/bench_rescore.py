@@ -94,7 +94,7 @@ def generate(store: Store, trials: int) -> None:
 
 
 ONE_RUN = """
-import json, resource, sys
+import json, sys
 try:
     from agenteval.scorers import rescore
 except ImportError:  # a baseline from before the packages
@@ -103,7 +103,8 @@ from agenteval.store import Store
 result = rescore(Store(sys.argv[1]), sys.argv[2], batch_size=int(sys.argv[3]))
 print(json.dumps({"trials": result.trials, "scores": result.scores, "seconds": result.seconds,
                   "figures_seconds": getattr(result, "figures_seconds", 0.0),
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  # VmHWM: a child's ru_maxrss would start from its parent's (large after generating)
+                  "peak_mb": next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024}))
 """
 
 
