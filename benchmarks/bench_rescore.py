@@ -104,7 +104,8 @@ result = rescore(Store(sys.argv[1]), sys.argv[2], batch_size=int(sys.argv[3]))
 print(json.dumps({"trials": result.trials, "scores": result.scores, "seconds": result.seconds,
                   "figures_seconds": getattr(result, "figures_seconds", 0.0),
                   # VmHWM: a child's ru_maxrss would start from its parent's (large after generating)
-                  "peak_mb": next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024}))
+                  "peak_mb": next(int(l.split()[1]) for l in open("/proc/self/status")
+                                  if l.startswith("VmHWM:")) / 1024}))
 """
 
 
