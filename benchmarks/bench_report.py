@@ -119,6 +119,7 @@ def measure(root: Path, what: str, code: Path | None, experiment: str = EXPERIME
         capture_output=True,
         text=True,
         env=environment,
+        cwd=code,  # python -c puts the working directory first on sys.path: a baseline's own tree, then
         check=False,
     )
     if done.returncode:
