@@ -1,54 +1,54 @@
-"""What a run's trials say: experiments, reports, paired comparisons and the CI gate, power, statistics."""
+"""What a run's trials say: experiments, reports, paired comparisons and the CI gate, power, statistics.
 
-from ._compare import Comparison, GateDecision, NotComparable, compare, gate
-from ._experiments import Experiment, Figures, Summary, find, list_experiments
-from ._power import PowerTable, power_table
-from ._report import (
-    CaseOutcomes,
-    CategoryPassRate,
-    FlakyCases,
-    Latency,
-    Outcomes,
-    PassAtK,
-    PassRate,
-    Report,
-    ReportedExperiment,
-    ScorerFigures,
-    SpanLatency,
-    TokenUse,
-    build_report,
+Names load on first use: a command loads the analysis it runs, not all of it.
+"""
+
+from typing import TYPE_CHECKING
+
+from agenteval_instrumentation._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._compare import Comparison, GateDecision, NotComparable, compare, gate
+    from ._experiments import Experiment, Figures, Summary, find, list_experiments
+    from ._power import PowerTable, power_table
+    from ._report import (
+        CaseOutcomes,
+        CategoryPassRate,
+        FlakyCases,
+        Latency,
+        Outcomes,
+        PassAtK,
+        PassRate,
+        Report,
+        ReportedExperiment,
+        ScorerFigures,
+        SpanLatency,
+        TokenUse,
+        build_report,
+    )
+    from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._compare": ("Comparison", "GateDecision", "NotComparable", "compare", "gate"),
+        "._experiments": ("Experiment", "Figures", "Summary", "find", "list_experiments"),
+        "._power": ("PowerTable", "power_table"),
+        "._report": (
+            "CaseOutcomes",
+            "CategoryPassRate",
+            "FlakyCases",
+            "Latency",
+            "Outcomes",
+            "PassAtK",
+            "PassRate",
+            "Report",
+            "ReportedExperiment",
+            "ScorerFigures",
+            "SpanLatency",
+            "TokenUse",
+            "build_report",
+        ),
+        "._stats": ("clustered_mean", "interval95", "paired_difference", "pass_at_k", "pass_hat_k"),
+    },
 )
-from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
-
-__all__ = [
-    "CaseOutcomes",
-    "CategoryPassRate",
-    "Comparison",
-    "Experiment",
-    "Figures",
-    "FlakyCases",
-    "GateDecision",
-    "Latency",
-    "NotComparable",
-    "Outcomes",
-    "PassAtK",
-    "PassRate",
-    "PowerTable",
-    "Report",
-    "ReportedExperiment",
-    "ScorerFigures",
-    "SpanLatency",
-    "Summary",
-    "TokenUse",
-    "build_report",
-    "clustered_mean",
-    "compare",
-    "find",
-    "gate",
-    "interval95",
-    "list_experiments",
-    "paired_difference",
-    "pass_at_k",
-    "pass_hat_k",
-    "power_table",
-]

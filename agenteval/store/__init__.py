@@ -1,26 +1,24 @@
-"""The store: experiments, cases, trials, spans and scores as Parquet files, queried with DuckDB."""
+"""The store: experiments, cases, trials, spans and scores as Parquet files, queried with DuckDB.
 
-from ._compact import CompactionResult, compact
-from ._doctor import DoctorReport, UnreadableFile, doctor
-from ._schemas import CASES, EXPERIMENTS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
-from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
+Names load on first use, so a report reads the store without loading compaction and the doctor.
+"""
 
-__all__ = [
-    "CASES",
-    "EXPERIMENTS",
-    "SCORES",
-    "TABLES",
-    "TABLES_VERSION",
-    "TABLE_VERSIONS",
-    "TRIALS",
-    "CompactionResult",
-    "DoctorReport",
-    "NoStore",
-    "NotReadOnly",
-    "Store",
-    "StoreBusy",
-    "StoreNotWritable",
-    "UnreadableFile",
-    "compact",
-    "doctor",
-]
+from typing import TYPE_CHECKING
+
+from agenteval_instrumentation._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._compact import CompactionResult, compact
+    from ._doctor import DoctorReport, UnreadableFile, doctor
+    from ._schemas import CASES, EXPERIMENTS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
+    from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
+
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._compact": ("CompactionResult", "compact"),
+        "._doctor": ("DoctorReport", "UnreadableFile", "doctor"),
+        "._schemas": ("CASES", "EXPERIMENTS", "SCORES", "TABLE_VERSIONS", "TABLES", "TABLES_VERSION", "TRIALS"),
+        "._store": ("NoStore", "NotReadOnly", "Store", "StoreBusy", "StoreNotWritable"),
+    },
+)

@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 
@@ -87,6 +86,8 @@ a 100,000-trial run); queries over 8 MB row groups took the same time as over 24
 
 def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
     """The files' rows, conformed to ``schema``, gathered into row groups of about ROW_GROUP_BYTES."""
+    import pyarrow.parquet as pq  # here: opening the store imports this module to recover, which needs none
+
     gathered: list[pa.Table] = []
     size = 0
     for path in files:
@@ -172,6 +173,8 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     files = _data_files(folder)
     if len(files) < 2:
         return 0, 0
+    import pyarrow.parquet as pq
+
     schema = TABLES[table]
     if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)

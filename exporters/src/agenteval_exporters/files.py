@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .schema import is_document_field, is_unique_field
 
@@ -49,8 +48,12 @@ def staging_dir(root: Path) -> Path:
     return path
 
 
-def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
+def _parquet_writer(sink: Any, schema: pa.Schema) -> Any:
     """zstd; no dictionary for unique columns, no statistics for documents (see the schema's field helpers)."""
+    # Imported here: pyarrow.parquet brings pyarrow's file systems (S3 and TLS included), which a process that
+    # only reads a store through DuckDB never needs.
+    import pyarrow.parquet as pq
+
     return pq.ParquetWriter(
         sink,
         schema,

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .files import partition_path
 from .schema import PARTITION_COLUMN
@@ -26,6 +25,8 @@ def store_path(store: str | os.PathLike[str] | None = None) -> Path:
 
 def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` per experiment among the rows that have one (nulls are left out)."""
+    import pyarrow.compute as pc  # here: a reader of the store needs the store path, not the compute kernels
+
     ids = batch.column(PARTITION_COLUMN)
     # In Python rather than pc.unique, which releases the GIL (see encode's _gil_held note).
     values = ids.to_pylist()
@@ -38,6 +39,8 @@ def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.Rec
 
 def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
+    import pyarrow.compute as pc
+
     yield from partition_by_experiment(batch)
     ids = batch.column(PARTITION_COLUMN)
     if ids.null_count:
