@@ -23,7 +23,7 @@ from agenteval_instrumentation.text import storable_text
 from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
-from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
+from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error, retried
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
 
@@ -131,7 +131,8 @@ class TrialRunner:
                 replies, exc, timed_out = await self._attempt(plan.case, root, deadline)
                 self._end_root(root, replies, exc, timed_out)
                 found = provider_error(exc) if exc is not None else None
-                if found is None or found.type != RATE_LIMITED:
+                # A rate limit the model layer already waited out as far as it may is not retried again here.
+                if found is None or found.type != RATE_LIMITED or (exc is not None and retried(exc)):
                     break
                 retries += 1
                 wait = min(found.retry_after or min(2 ** (retries - 1), MAX_BACKOFF), deadline - time.monotonic())
