@@ -19,6 +19,7 @@ from .run._options import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_DROP,
     DEFAULT_MAX_INFRA,
+    DEFAULT_MAX_STEPS,
     DEFAULT_PASS_RATE,
     DEFAULT_RESCORE_BATCH,
     DEFAULT_TARGET_POWER,
@@ -43,6 +44,80 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Store folder [default: $AGENTEVAL_STORE or ./.agenteval].",
     )(fn)
+
+
+def judge_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--judge MODEL`` and ``--judge-base-url URL``, shared by run and rescore."""
+    fn = click.option(
+        "--judge-base-url", metavar="URL", help="Where the judge is served (an OpenAI-compatible server)."
+    )(fn)
+    return click.option(
+        "--judge",
+        metavar="PROVIDER/MODEL",
+        help="Grade answers with an LLM judge (e.g. openai/gpt-4o-mini), which then decides whether an answer is "
+        "right.",
+    )(fn)
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of the reference agent, simulated users and the response cache (``run``)."""
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+        click.option(
+            "--model",
+            metavar="PROVIDER/MODEL",
+            help="Run the built-in reference agent with this model (openai/gpt-4o-mini, anthropic/..., or "
+            "openai/NAME on an OpenAI-compatible server with --base-url).",
+        ),
+        click.option(
+            "--base-url",
+            metavar="URL",
+            help="Where --model is served: vLLM, Ollama, llama.cpp, LM Studio, a gateway "
+            "[default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's].",
+        ),
+        click.option("--temperature", type=float, help="The model's sampling temperature."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="The most tokens one model reply may have."),
+        click.option(
+            "--max-steps",
+            type=click.IntRange(min=1),
+            show_default=str(DEFAULT_MAX_STEPS),
+            help="Model calls the reference agent may make per user turn before max_steps_exceeded.",
+        ),
+        click.option(
+            "--corpus",
+            type=click.Path(dir_okay=False, exists=True),
+            help="A corpus JSONL file for the search_documents tool (agenteval generate writes one).",
+        ),
+        judge_options,
+        click.option(
+            "--simulate-users",
+            metavar="PROVIDER/MODEL",
+            help="Play the cases' simulated users with this model (up to each case's max_turns).",
+        ),
+        click.option("--simulator-base-url", metavar="URL", help="Where --simulate-users is served."),
+        click.option(
+            "--skip-simulated",
+            is_flag=True,
+            default=None,
+            help="Without --simulate-users, leave out cases with a simulated user (reported as not run) "
+            "instead of refusing to run.",
+        ),
+        click.option(
+            "--cache",
+            is_flag=False,
+            flag_value=STORE_CACHE,
+            default=None,
+            metavar="[DIR]",
+            help="Answer repeated model requests from a cache, for development: the same case and attempt "
+            "get the same answer again, other attempts never share one [default DIR: the store's .model-cache/].",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+STORE_CACHE = "store"
+"""``--cache`` given without a folder: the store's own cache folder."""
 
 
 def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -286,6 +361,7 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     help="A scorer added to the built-ins, by a plugin's name or MODULE:ATTR (repeatable); a MODULE:ATTR scorer "
     "named like a built-in replaces it.",
 )
+@model_options
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -304,18 +380,31 @@ def run(
     retry_failed: str | None,
     prices: str | None,
     scorers: tuple[str, ...],
+    model: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_steps: int | None,
+    corpus: str | None,
+    judge: str | None,
+    judge_base_url: str | None,
+    simulate_users: str | None,
+    simulator_base_url: str | None,
+    skip_simulated: bool | None,
+    cache: str | None,
     store: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Run an agent over a dataset, several attempts per case, into the store."""
+    """Run an agent (or, with --model, the built-in reference agent) over a dataset, several attempts per case,
+    into the store."""
     import json
 
     from .run._runner import evaluate
     from .run._trial import StopNow
 
-    if resume is None and (not dataset or not agent_spec):
-        raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
+    if resume is None and (not dataset or not (agent_spec or model)):
+        raise click.UsageError("--dataset and --agent (or --model) are required (unless resuming with --resume)")
     if retry_failed and resume is None:
         raise click.UsageError("--retry-failed goes with --resume")
     try:
@@ -336,6 +425,18 @@ def run(
             scorers=list(scorers),
             prices=prices,
             progress="none" if quiet or as_json else "auto",
+            model=model,
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_steps=max_steps,
+            corpus=corpus,
+            judge=judge,
+            judge_base_url=judge_base_url,
+            simulate_users=simulate_users,
+            simulator_base_url=simulator_base_url,
+            skip_simulated=skip_simulated,
+            cache=True if cache == STORE_CACHE else cache,
         )
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)
@@ -372,12 +473,20 @@ def run(
     show_default=True,
     help="Trials scored at a time; memory is bounded by this.",
 )
+@judge_options
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
-    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
+    experiment: str | None,
+    scorers: tuple[str, ...],
+    batch_size: int,
+    judge: str | None,
+    judge_base_url: str | None,
+    store: str | None,
+    as_json: bool,
 ) -> None:
-    """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
+    """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent; with
+    --judge, grade its stored replies with an LLM judge."""
     import dataclasses
     import json
 
@@ -388,7 +497,9 @@ def rescore(
 
     target = Store(store)
     try:
-        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
+        result = rescore_experiment(
+            target, experiment, list(scorers), batch_size=batch_size, judge=judge, judge_base_url=judge_base_url
+        )
     except ValueError as exc:
         _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)

@@ -433,3 +433,67 @@ def refused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class CaseResponder:
+    """A stand-in model for a dataset: for each question it calls the case's tools (with the arguments the
+    case's ``metadata.check`` gives, else none), then answers with the expected output; ``overrides`` maps a
+    question to a reply (or a function of the request) given instead."""
+
+    def __init__(self, cases: Any, overrides: dict[str, Reply | Callable[[Request], Reply]] | None = None) -> None:
+        self.cases = {case.input: case for case in cases}
+        for case in cases:
+            for turn in case.turns or ():
+                self.cases.setdefault(turn, case)
+        self.overrides = overrides or {}
+
+    def __call__(self, request: Request) -> Reply:
+        question = _first_user_text(request)
+        if question in self.overrides:
+            found = self.overrides[question]
+            return dataclasses.replace(found) if isinstance(found, Reply) else found(request)
+        case = self.cases.get(request.last_user_text()) or self.cases.get(question)
+        if case is None:
+            return text("I don't know.")
+        if not _answered_tools(request):
+            calls = [(c["tool"], json.dumps(c["args"])) for c in (case.metadata or {}).get("check", []) if "args" in c]
+            if not calls and case.expected_tools:
+                calls = [(name, json.dumps(_arguments_for(name, case.input))) for name in case.expected_tools]
+            if calls:
+                return Reply(tool_calls=calls, finish="tool_calls")
+        return text(case.expected_output or "Done.")
+
+
+def _first_user_text(request: Request) -> str:
+    for message in request.messages:
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _answered_tools(request: Request) -> bool:
+    """Whether the conversation already holds tool results since the last user message."""
+    for message in reversed(request.messages):
+        if message.get("role") == "tool":
+            return True
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+            return True
+        if message.get("role") == "user":
+            return False
+    return False
+
+
+def _arguments_for(tool: str, question: str) -> dict[str, Any]:
+    """Plausible arguments for a built-in tool when the case gives none."""
+    return {
+        "calculator": {"expression": "1 + 1"},
+        "convert_currency": {"amount": 1, "from_currency": "USD", "to_currency": "EUR"},
+        "country_facts": {"country": "France"},
+        "get_stock_price": {"symbol": "ACME"},
+        "fetch_review": {"product": "aero blender"},
+        "search_documents": {"query": question},
+    }.get(tool, {})

@@ -27,7 +27,7 @@ from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error,
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
 
-SIMULATED_USER = "simulated_user"
+SIMULATED_USER = A.ROLE_SIMULATED_USER
 MAX_BACKOFF = 30.0
 LOOP_BLOCKED = (
     "the trial ran past its timeout while the event loop was blocked, so its timer could not fire: a blocking "
@@ -75,6 +75,8 @@ class TrialResult:
     input_tokens_all_tries: int = 0
     output_tokens_all_tries: int = 0
     cost_usd_all_tries: float | None = None
+    cache_hits: int = 0
+    """Model calls answered from the response cache (``--cache``), the judge's and simulator's included."""
 
 
 class TrialRunner:
@@ -250,7 +252,8 @@ class TrialRunner:
             exc,
             raised_in=_raised_in(final_try, exc),
             timed_out=bool(timed_out),
-            rate_limit_retries=retries,
+            # Waits inside the agent's model calls count as the trial's own rate-limited retries do.
+            rate_limit_retries=retries + _model_rate_limit_waits(final_try),
             last_finish_reason=_last_finish_reason(final_try),
             reply=replies[-1] if replies else None,
         )
@@ -266,6 +269,7 @@ class TrialRunner:
         for span in result.spans:
             # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
             attributes: Mapping[str, Any] = span.attributes or {}
+            result.cache_hits += attributes.get(A.CACHE_HIT) is True
             if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
                 continue
             tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
@@ -303,6 +307,17 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
     innermost = max(raising, key=lambda s: s.start_time or 0)
     attributes: Mapping[str, Any] = innermost.attributes or {}  # the operation name is a str where it is set
     return attributes.get(A.GEN_AI_OPERATION_NAME)
+
+
+def _model_rate_limit_waits(spans: list[ReadableSpan]) -> int:
+    """Waits on rate limits inside the agent's model calls (recorded as they happen, so a call the
+    timeout cut off counts too)."""
+    total = 0
+    for span in spans:
+        attributes: Mapping[str, Any] = span.attributes or {}  # an int where it is set
+        if not attributes.get(A.ROLE):
+            total += attributes.get(A.RATE_LIMIT_WAITS) or 0
+    return total
 
 
 def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
