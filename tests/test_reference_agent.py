@@ -11,8 +11,6 @@ import sys
 import model_servers as ms
 import pytest
 
-from agenteval_instrumentation import attributes as A
-
 from agenteval import evaluate
 from agenteval.agents import ReferenceAgent, reference_agent
 from agenteval.dataset import load_dataset
