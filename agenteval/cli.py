@@ -523,6 +523,28 @@ def rescore(
         )
 
 
+@main.command(name="judge-check")
+@click.argument("labels", type=click.Path(dir_okay=False, exists=True))
+@click.option("--judge", required=True, metavar="PROVIDER/MODEL", help="The judge to measure.")
+@click.option("--judge-base-url", metavar="URL", help="Where the judge is served (an OpenAI-compatible server).")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def judge_check_command(labels: str, judge: str, judge_base_url: str | None, store: str | None, as_json: bool) -> None:
+    """Measure a judge against human verdicts in LABELS (JSONL: trial_id or case and reply, and human pass/fail):
+    agreement, Cohen's kappa with its 95% interval, and the items where they disagree."""
+    import json
+
+    from .render._console import judge_check_view
+    from .scorers._judge_check import judge_check
+    from .store import Store
+
+    result = judge_check(labels, judge, base_url=judge_base_url, store=Store(store))
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(judge_check_view(result))
+
+
 @main.command()
 @click.argument("experiment", required=False)
 @click.option(

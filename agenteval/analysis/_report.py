@@ -8,6 +8,7 @@ from typing import Any
 
 from agenteval_instrumentation import attributes as A
 
+from ..run._prices import cost
 from ..store import Store
 from . import _experiments as ex
 from ._stats import clustered_mean, interval95, pass_at_k, pass_hat_k
@@ -150,6 +151,8 @@ class TokenUse:
     input_tokens: int | None
     output_tokens: int | None
     model: str | None
+    cost_usd: float | None = None
+    """At the experiment's stored prices; None when the model has none. Cache hits spent nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +314,10 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
             trial_sample_ms=sorted(sample),
             spans=[SpanLatency(**s) for s in span_latency],
         ),
-        tokens=[TokenUse(**t) for t in tokens],
+        tokens=[
+            TokenUse(**t, cost_usd=cost(experiment.prices, t["model"], t["input_tokens"], t["output_tokens"]))
+            for t in tokens
+        ],
         cost_usd=summary["cost_usd"],
         cost_usd_all_tries=summary["cost_usd_all_tries"],
         worst_cases=[CaseOutcomes(**{field: c[field] for field in CASE_OUTCOME_FIELDS}) for c in worst],

@@ -100,9 +100,13 @@ class LLMJudge:
         self.model = model
 
     async def __call__(self, case: Case, trial: TrialFeatures) -> Score:
+        return await self.grade(case, trial.replies)
+
+    async def grade(self, case: Case, replies: tuple[str, ...]) -> Score:
+        """The judge's score of ``replies`` to ``case``: a pass or a fail, or an error score."""
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": grading_prompt(case, trial.replies)},
+            {"role": "user", "content": grading_prompt(case, replies)},
         ]
         unreadable = ""
         for _ in range(2):  # output that does not parse is asked for once more
