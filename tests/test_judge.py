@@ -174,8 +174,12 @@ def test_rescore_with_a_judge_grades_stored_replies_without_calling_the_agent(mo
     )
     assert experiment.summary.passed == 1  # "four" is not "4" by exact match
     agent_calls = len(model_server.requests)
-    result = rescore(Store(), experiment.experiment_id, judge="openai/judge-model", judge_base_url=model_server.openai_url)
-    assert len(model_server.requests) == agent_calls + 2 and all(is_judge(r) for r in model_server.requests[agent_calls:])
+    result = rescore(
+        Store(), experiment.experiment_id, judge="openai/judge-model", judge_base_url=model_server.openai_url
+    )
+    assert len(model_server.requests) == agent_calls + 2 and all(
+        is_judge(r) for r in model_server.requests[agent_calls:]
+    )
     assert "llm_judge" in result.scorers
     found = scores(experiment.experiment_id)
     assert found["sum", "llm_judge"]["passed"] is True
@@ -183,9 +187,9 @@ def test_rescore_with_a_judge_grades_stored_replies_without_calling_the_agent(mo
         "SELECT count(*) AS n FROM spans WHERE experiment_id = ? AND role = 'judge'", [experiment.experiment_id]
     )
     assert judged[0]["n"] == 2  # the judge's spans are stored with the experiment
-    (passed,) = Store().rows("SELECT count(*) FILTER (WHERE passed) AS n FROM trials WHERE experiment_id = ?", [
-        experiment.experiment_id
-    ])
+    (passed,) = Store().rows(
+        "SELECT count(*) FILTER (WHERE passed) AS n FROM trials WHERE experiment_id = ?", [experiment.experiment_id]
+    )
     assert passed["n"] == 2
     again = rescore(Store(), experiment.experiment_id)  # without --judge: the judge is not called again
     assert len(model_server.requests) == agent_calls + 2 and "llm_judge" not in again.scorers

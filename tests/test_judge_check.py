@@ -72,8 +72,19 @@ def test_a_bad_labels_line_is_one_error_naming_it(tmp_path, model_server):
     labels = tmp_path / "labels.jsonl"
     labels.write_text('{"case": {"id": "a", "input": "x", "expected_output": "y"}, "reply": "y", "human": "maybe"}\n')
     done = subprocess.run(
-        [sys.executable, "-m", "agenteval.cli", "judge-check", str(labels), "--judge", "openai/j", "--judge-base-url",
-         model_server.openai_url],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "agenteval.cli",
+            "judge-check",
+            str(labels),
+            "--judge",
+            "openai/j",
+            "--judge-base-url",
+            model_server.openai_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1 and f"{labels}:1: human must be pass or fail" in done.stderr

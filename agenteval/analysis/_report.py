@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
@@ -52,6 +53,23 @@ SELECT coalesce(role, 'agent') AS role, count(*) AS model_calls,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        coalesce(response_model, request_model) AS model
 FROM spans WHERE experiment_id = ? AND operation = 'chat' GROUP BY ALL ORDER BY role, model
+"""
+
+CONVERSATIONS = f"""
+SELECT t.trial_id, t.case_id, t.attempt,
+       json_extract_string(r.attributes, '$."{A.GEN_AI_INPUT_MESSAGES}"') AS asked,
+       json_extract_string(r.attributes, '$."{A.GEN_AI_OUTPUT_MESSAGES}"') AS answered
+FROM judged j JOIN trial_history t USING (experiment_id, trial_id, case_id) JOIN cases c USING (experiment_id, case_id)
+JOIN spans r ON r.experiment_id = t.experiment_id AND r.trial_id = t.trial_id AND r.trace_id = t.trace_id
+     AND r.scope_name = '{A.RUNNER_SCOPE}' AND r.role IS NULL
+WHERE json_extract_string(c."case", '$.simulated_user') IS NOT NULL AND r.experiment_id = ?
+ORDER BY t.attempt, t.case_id LIMIT {{limit}}
+"""
+"""The conversations of trials with a simulated user, first attempts first: the user's turns and the replies
+as the trial's root span recorded them."""
+CONVERSATIONS_SHOWN = 10
+SIMULATED_CASES = """
+SELECT count(*) AS n FROM cases WHERE experiment_id = ? AND json_extract_string("case", '$.simulated_user') IS NOT NULL
 """
 
 WORST_CASES = 10
@@ -156,6 +174,35 @@ class TokenUse:
 
 
 @dataclasses.dataclass(frozen=True)
+class Conversation:
+    """One trial's conversation with a simulated user: ``(role, text)`` turns in order."""
+
+    trial_id: str
+    case_id: str
+    attempt: int
+    turns: list[tuple[str, str]]
+
+
+def _texts(messages: str | None) -> list[str]:
+    try:
+        parsed = json.loads(messages) if messages else []
+        return [str(m["parts"][0]["content"]) for m in parsed]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
+
+
+def _conversation(row: dict[str, Any]) -> Conversation:
+    users, replies = _texts(row["asked"]), _texts(row["answered"])
+    turns: list[tuple[str, str]] = []
+    for index in range(max(len(users), len(replies))):
+        if index < len(users):
+            turns.append(("user", users[index]))
+        if index < len(replies):
+            turns.append(("assistant", replies[index]))
+    return Conversation(row["trial_id"], row["case_id"], row["attempt"], turns)
+
+
+@dataclasses.dataclass(frozen=True)
 class CaseOutcomes:
     """One case's attempts: how many passed and failed, and one failure's message."""
 
@@ -208,6 +255,8 @@ class Report:
     """Agent cost of every try, rate-limited ones included."""
     worst_cases: list[CaseOutcomes]
     """The cases with the lowest pass rate, most failures first among equals."""
+    conversations: list[Conversation] = dataclasses.field(default_factory=list)
+    """Conversations with simulated users (at most :data:`CONVERSATIONS_SHOWN`, first attempts first)."""
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON output shows it."""
@@ -284,6 +333,8 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
         trial_latency = ex.fetch(con, TRIAL_LATENCY)[0]
         sample = ex.fetch(con, LATENCY_SAMPLE)[0]["sample_ms"] or []
         tokens = ex.fetch(con, TOKENS_BY_ROLE, [eid])
+        simulated = ex.fetch(con, SIMULATED_CASES, [eid])[0]["n"]
+        conversations = ex.fetch(con, CONVERSATIONS.format(limit=CONVERSATIONS_SHOWN), [eid]) if simulated else []
         summary = ex.counts(con)  # the pass rate and its interval come from the cases below
     max_k = min(max((c["attempts"] for c in cases), default=0), MAX_K)
     categories = []
@@ -321,6 +372,7 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
         cost_usd=summary["cost_usd"],
         cost_usd_all_tries=summary["cost_usd_all_tries"],
         worst_cases=[CaseOutcomes(**{field: c[field] for field in CASE_OUTCOME_FIELDS}) for c in worst],
+        conversations=[_conversation(row) for row in conversations],
     )
 
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ._names import PROVIDERS, ModelName, parse_model_name
     from ._request import ModelRequest
     from ._retry import RetryPolicy
+    from ._simulator import ModelUserSimulator
     from ._types import FINISH_REASONS, ModelResponse, ToolRequest, Usage, Wait
 
 __all__, __getattr__, __dir__ = lazy_exports(
@@ -23,6 +24,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "._names": ("PROVIDERS", "ModelName", "parse_model_name"),
         "._request": ("ModelRequest",),
         "._retry": ("RetryPolicy",),
+        "._simulator": ("ModelUserSimulator",),
         "._types": ("FINISH_REASONS", "ModelResponse", "ToolRequest", "Usage", "Wait"),
     },
 )

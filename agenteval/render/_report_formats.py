@@ -100,6 +100,14 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         for w in report.worst_cases
     ]
     flaky = report.flaky
+    conversations = [
+        [c.case_id, str(c.attempt), role, text[:300]] for c in report.conversations for role, text in c.turns
+    ]
+    talks = (
+        [("Conversations with simulated users", ["case", "attempt", "who", "said"], conversations)]
+        if conversations
+        else []
+    )
     return [
         ("Experiment", ["", ""], about),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
@@ -115,6 +123,7 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         ),
         (f"Flaky cases: {flaky.count} with mixed outcomes across attempts", ["case"], [[c] for c in flaky.cases]),
         ("Worst cases", ["case", "category", "passed", "failed", "a failure"], worst),
+        *talks,
     ]
 
 

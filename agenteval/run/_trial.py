@@ -130,8 +130,9 @@ class TrialRunner:
                     },
                 )
                 trace_id = format(root.get_span_context().trace_id, "032x")
-                replies, exc, timed_out = await self._attempt(plan.case, root, deadline)
-                self._end_root(root, replies, exc, timed_out)
+                users: list[str] = []
+                replies, exc, timed_out = await self._attempt(plan.case, root, deadline, users)
+                self._end_root(root, users, replies, exc, timed_out)
                 found = provider_error(exc) if exc is not None else None
                 # A rate limit the model layer already waited out as far as it may is not retried again here.
                 if found is None or found.type != RATE_LIMITED or (exc is not None and retried(exc)):
@@ -152,9 +153,10 @@ class TrialRunner:
         return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
 
     async def _attempt(
-        self, case: Case, root: Any, deadline: float
+        self, case: Case, root: Any, deadline: float, users: list[str]
     ) -> tuple[list[str], BaseException | None, bool | str]:
-        """The replies, the exception raised, and whether the trial timed out (or why, as text)."""
+        """The replies, the exception raised, and whether the trial timed out (or why, as text); ``users``
+        fills with the user's messages, simulated ones included."""
         replies: list[str] = []
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -163,7 +165,7 @@ class TrialRunner:
             timer = asyncio.timeout(remaining)
             try:
                 async with timer:
-                    await self._converse(case, replies)
+                    await self._converse(case, replies, users)
             except TimeoutError as error:
                 if timer.expired():
                     return replies, None, True
@@ -182,11 +184,11 @@ class TrialRunner:
             return replies, None, LOOP_BLOCKED
         return replies, None, False
 
-    async def _converse(self, case: Case, replies: list[str]) -> None:
-        """The agent answers each user message in turn; ``replies`` fills as it goes."""
+    async def _converse(self, case: Case, replies: list[str], user_turns: list[str]) -> None:
+        """The agent answers each user message in turn; ``replies`` and ``user_turns`` fill as it goes."""
         messages: list[dict[str, str]] = []
-        user_turns = list(case.turns) if case.turns else [case.input]
-        for text in user_turns:
+        user_turns.extend(case.turns if case.turns else [case.input])
+        for text in list(user_turns):
             messages.append({"role": "user", "content": text})
             replies.append(await self._ask(messages))
             messages.append({"role": "assistant", "content": replies[-1]})
@@ -225,7 +227,12 @@ class TrialRunner:
             current_trial.reset(token)
         return result.strip() if isinstance(result, str) else None
 
-    def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool | str) -> None:
+    def _end_root(
+        self, root: Any, users: list[str], replies: list[str], exc: BaseException | None, timed_out: bool | str
+    ) -> None:
+        if capture.config.enabled and users:  # the conversation: every user message, simulated ones included
+            asked = [{"role": "user", "parts": [{"type": "text", "content": u}]} for u in users]
+            root.set_attribute(A.GEN_AI_INPUT_MESSAGES, capture.to_json(A.GEN_AI_INPUT_MESSAGES, asked))
         if capture.config.enabled and replies:
             messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
             root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
