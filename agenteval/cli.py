@@ -242,6 +242,75 @@ def validate(file: str) -> None:
 
 
 @main.command()
+@click.argument("documents", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-n", "count", type=click.IntRange(min=1), default=50, show_default=True, help="Questions to ask for.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The cases file (JSONL).")
+@click.option(
+    "--corpus-out", required=True, type=click.Path(dir_okay=False), help="The corpus file for the search tool."
+)
+@click.option(
+    "--unanswerable",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Share of questions the documents do not answer (expected: unknown).",
+)
+@click.option("--model", required=True, metavar="PROVIDER/MODEL", help="The model that drafts the questions.")
+@click.option("--base-url", metavar="URL", help="Where the model is served (an OpenAI-compatible server).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Which passages are chosen.")
+def generate(
+    documents: tuple[str, ...],
+    count: int,
+    output: str,
+    corpus_out: str,
+    unanswerable: float,
+    model: str,
+    base_url: str | None,
+    seed: int,
+) -> None:
+    """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
+    (relevant_docs links them), about --unanswerable of them unanswerable; a question whose answer is not in
+    its passage is dropped. Writes the cases and the corpus for the search tool."""
+    from collections import Counter
+
+    from .dataset._generate import generate as draft
+    from .dataset._generate import write_jsonl
+    from .models._model import Model
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            click.echo(f"asked {done}/{total} passages", err=True)
+
+    made = draft(
+        documents,
+        Model(model, base_url=base_url),
+        count=count,
+        unanswerable=unanswerable,
+        seed=seed,
+        on_progress=progress,
+    )
+    write_jsonl(output, [case.to_dict() for case in made.cases])
+    write_jsonl(corpus_out, [passage.to_document() for passage in made.passages])
+    unknown = sum(case.expected_output == "unknown" for case in made.cases)
+    click.echo(
+        f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {output} and {len(made.passages)} passages "
+        f"to {corpus_out}; {len(made.dropped)} of {made.asked} dropped"
+    )
+    for reason, n in Counter(_reason_kind(d.reason) for d in made.dropped).most_common():
+        click.echo(f"  dropped {n}: {visible(reason)}")
+    click.echo(
+        f"run it with: agenteval run --dataset {output} --corpus {corpus_out} --model {model}\n"
+        "Read the questions before you trust them: drop the wrong or ambiguous ones (agenteval validate checks "
+        "the format, not the content)."
+    )
+
+
+def _reason_kind(reason: str) -> str:
+    """A dropped question's reason without the quoted answer, so alike reasons count together."""
+    return "the answer does not appear in its passage" if "does not appear in the passage" in reason else reason
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def datasets(as_json: bool) -> None:
     """List the built-in datasets with their case counts and categories."""
