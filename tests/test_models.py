@@ -305,3 +305,25 @@ def test_under_a_429_storm_concurrency_falls_then_recovers(model_server, api):
     assert max(seen["calm"]) >= 6  # the server saw (nearly) eight at once,
     assert max(seen["storm"][:4]) <= 2  # then one or two right after the storm,
     assert max(seen["after"][-40:]) >= 6  # and many again once the limit grew back
+
+
+def test_calls_waiting_are_counted_for_the_progress_display(model_server):
+    from agenteval.models import calls_waiting, watch_waiting
+    from agenteval.run._progress import Progress
+
+    progress = Progress()
+    seen: list[int] = []
+
+    def watcher(change: int) -> None:
+        progress.waiting(change)
+        seen.append(progress.rate_limited)
+
+    stop = watch_waiting(watcher)
+    try:
+        model_server.script(ms.rate_limited(retry_after_ms=20), ms.rate_limited(retry_after_ms=20), ms.text("ok"))
+        complete(model(model_server, ms.OPENAI))
+    finally:
+        stop()
+    assert seen == [1, 0, 1, 0] and calls_waiting() == 0
+    progress.waiting(+1)
+    assert "1 waiting on rate limits" in progress.line()

@@ -206,3 +206,22 @@ def test_the_command_line_runs_hard_against_a_local_server_and_records_no_key(mo
     assert (options["temperature"], options["max_tokens"]) == (0.3, 300)
     assert secret not in done.stdout + done.stderr and secret not in json.dumps(experiment, default=str)
     assert all(r.headers.get("authorization") == f"Bearer {secret}" for r in model_server.requests)
+
+
+def test_a_cached_run_answers_every_call_again_and_says_so(model_server, tmp_path):
+    from agenteval.render._console import run_summary
+
+    dataset = load_dataset("mixed")
+    model_server.responder = ms.CaseResponder(dataset.cases)
+    first = run(model_server, "mixed", cache=True, attempts=2)
+    asked = len(model_server.requests)
+    second = run(model_server, "mixed", cache=True, attempts=2)
+    assert len(model_server.requests) == asked  # every call of every attempt answered from the cache
+    assert second.summary.this_run["cache_hits"] == asked and "cache_hits" not in first.summary.this_run
+    assert f"{asked} model call(s) answered from the response cache" in run_summary(second.summary)
+    assert second.summary.passed == first.summary.passed
+    assert (Store().root / ".model-cache").is_dir()
+    (tokens,) = Store().rows(
+        "SELECT sum(input_tokens) AS n FROM trials WHERE experiment_id = ?", [second.experiment_id]
+    )
+    assert tokens["n"] == 0  # nothing spent

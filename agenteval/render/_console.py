@@ -90,6 +90,12 @@ def run_summary(summary: Summary) -> str:
             counted = (summary.input_tokens, summary.output_tokens)
             if counted != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
+    hits = summary.this_run.get("cache_hits", 0)
+    if hits:
+        lines.append(f"  {hits} model call(s) answered from the response cache (--cache): no tokens spent on them")
+    not_run = summary.this_run.get("not_run_simulated", 0)
+    if not_run:
+        lines.append(f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)")
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")

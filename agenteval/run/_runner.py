@@ -502,7 +502,8 @@ class _Run:
             outcome = outcomes[result.plan.trial_id]
             trial_rows.append(self._trial_row(result, outcome))
             self.counts[outcome] += 1
-            self.counts["cache_hits"] += result.cache_hits
+            if result.cache_hits:
+                self.counts["cache_hits"] += result.cache_hits
             if result.failure and result.failure.infrastructure:
                 self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
