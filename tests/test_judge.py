@@ -114,6 +114,9 @@ def test_the_judge_is_apart_from_the_agent_in_spans_tokens_and_cost(model_server
 
 
 @pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+# The loopback server sends a malformed tool input to Anthropic clients as a string (the real API's streamed
+# JSON can be cut like that); pydantic warns when the instrumentation serialises that message object.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
 def test_output_that_does_not_parse_is_asked_again_once_then_is_a_scorer_error(model_server, api):
     answers = {"What is the capital of Australia?": [ms.text("PASS, clearly"), grade(1.0, True)]}
     answers["What is 2 + 2?"] = [ms.tool_call("grade", '{"score": "high"'), ms.text("I refuse to grade")]

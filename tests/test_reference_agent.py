@@ -87,6 +87,9 @@ FAILURE_CASES = {
 
 
 @pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+# The loopback server sends a malformed tool input to Anthropic clients as a string (the real API's streamed
+# JSON can be cut like that); pydantic warns when the instrumentation serialises that message object.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
 def test_each_failure_type_is_produced_end_to_end(model_server, api, monkeypatch):
     monkeypatch.setattr("agenteval.models._retry.DEFAULT_BASE_DELAY", 0.001)
     cases = [_case(f"case-{i}", question, expected_tools=("calculator",)) for i, question in enumerate(FAILURE_CASES)]

@@ -95,7 +95,9 @@ def run_summary(summary: Summary) -> str:
         lines.append(f"  {hits} model call(s) answered from the response cache (--cache): no tokens spent on them")
     not_run = summary.this_run.get("not_run_simulated", 0)
     if not_run:
-        lines.append(f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)")
+        lines.append(
+            f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)"
+        )
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")
