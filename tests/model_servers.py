@@ -144,6 +144,8 @@ class ModelServer(ThreadingHTTPServer):
     count requests being answered at once."""
 
     daemon_threads = True
+    request_queue_size = 1024
+    """The listen backlog: socketserver's default of 5 resets connections once a few dozen clients connect at once."""
 
     def __init__(self, responder: Responder | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -203,6 +205,9 @@ class ModelServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: ModelServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle's algorithm on, each answer would wait for the
+    # client's delayed ACK (about 40 ms), which is the server's doing, not the client's.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:
         pass
