@@ -132,7 +132,9 @@ class TrialRunner:
                 trace_id = format(root.get_span_context().trace_id, "032x")
                 users: list[str] = []
                 replies, exc, timed_out = await self._attempt(plan.case, root, deadline, users)
-                self._end_root(root, users, replies, exc, timed_out)
+                # The user's side is new information only when a simulator wrote it: a case's own input and
+                # turns are in its snapshot already (and encoding them on every trial's root costs the harness).
+                self._end_root(root, users if plan.case.simulated_user else [], replies, exc, timed_out)
                 found = provider_error(exc) if exc is not None else None
                 # A rate limit the model layer already waited out as far as it may is not retried again here.
                 if found is None or found.type != RATE_LIMITED or (exc is not None and retried(exc)):
@@ -255,13 +257,14 @@ class TrialRunner:
         spans: list[ReadableSpan],
     ) -> TrialResult:
         final_try = [s for s in spans if trace_id and format(s.context.trace_id, "032x") == trace_id]
+        last_finish_reason, waits = _model_calls(final_try)
         failure = classify(
             exc,
             raised_in=_raised_in(final_try, exc),
             timed_out=bool(timed_out),
             # Waits inside the agent's model calls count as the trial's own rate-limited retries do.
-            rate_limit_retries=retries + _model_rate_limit_waits(final_try),
-            last_finish_reason=_last_finish_reason(final_try),
+            rate_limit_retries=retries + waits,
+            last_finish_reason=last_finish_reason,
             reply=replies[-1] if replies else None,
         )
         if isinstance(timed_out, str) and failure is not None and failure.type == TIMEOUT:
@@ -276,8 +279,11 @@ class TrialRunner:
         for span in result.spans:
             # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
             attributes: Mapping[str, Any] = span.attributes or {}
-            result.cache_hits += attributes.get(A.CACHE_HIT) is True
-            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT:
+                continue
+            if attributes.get(A.CACHE_HIT) is True:
+                result.cache_hits += 1
+            if attributes.get(A.ROLE):
                 continue
             tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
             tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
@@ -316,26 +322,18 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
     return attributes.get(A.GEN_AI_OPERATION_NAME)
 
 
-def _model_rate_limit_waits(spans: list[ReadableSpan]) -> int:
-    """Waits on rate limits inside the agent's model calls (recorded as they happen, so a call the
-    timeout cut off counts too)."""
-    total = 0
+def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
+    """The agent's last model call's first finish reason, and the waits on rate limits inside its model calls
+    (recorded as they happen, so a call the timeout cut off counts too); one pass over the spans."""
+    last: Mapping[str, Any] | None = None  # a tuple of str and an int where they are set
+    last_end = -1
+    waits = 0
     for span in spans:
-        attributes: Mapping[str, Any] = span.attributes or {}  # an int where it is set
-        if not attributes.get(A.ROLE):
-            total += attributes.get(A.RATE_LIMIT_WAITS) or 0
-    return total
-
-
-def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
-    chats = [
-        s
-        for s in spans
-        if (s.attributes or {}).get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_CHAT
-        and not (s.attributes or {}).get(A.ROLE)
-    ]
-    if not chats:
-        return None
-    attributes: Mapping[str, Any] = max(chats, key=lambda s: s.end_time or 0).attributes or {}  # a tuple of str
-    reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
-    return reasons[0] if reasons else None
+        attributes: Mapping[str, Any] = span.attributes or {}
+        if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+            continue
+        waits += attributes.get(A.RATE_LIMIT_WAITS) or 0
+        if (span.end_time or 0) > last_end:
+            last, last_end = attributes, span.end_time or 0
+    reasons = last.get(A.GEN_AI_RESPONSE_FINISH_REASONS) if last is not None else None
+    return (reasons[0] if reasons else None), waits
