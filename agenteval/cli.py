@@ -18,6 +18,7 @@ from .run._options import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_DROP,
     DEFAULT_MAX_INFRA,
+    DEFAULT_MAX_STEPS,
     DEFAULT_PASS_RATE,
     DEFAULT_RESCORE_BATCH,
     DEFAULT_TARGET_POWER,
@@ -44,6 +45,80 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Store folder [default: $AGENTEVAL_STORE or ./.agenteval].",
     )(fn)
+
+
+def judge_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--judge MODEL`` and ``--judge-base-url URL``, shared by run and rescore."""
+    fn = click.option(
+        "--judge-base-url", metavar="URL", help="Where the judge is served (an OpenAI-compatible server)."
+    )(fn)
+    return click.option(
+        "--judge",
+        metavar="PROVIDER/MODEL",
+        help="Grade answers with an LLM judge (e.g. openai/gpt-4o-mini), which then decides whether an answer is "
+        "right.",
+    )(fn)
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of the reference agent, simulated users and the response cache (``run``)."""
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+        click.option(
+            "--model",
+            metavar="PROVIDER/MODEL",
+            help="Run the built-in reference agent with this model (openai/gpt-4o-mini, anthropic/..., or "
+            "openai/NAME on an OpenAI-compatible server with --base-url).",
+        ),
+        click.option(
+            "--base-url",
+            metavar="URL",
+            help="Where --model is served: vLLM, Ollama, llama.cpp, LM Studio, a gateway "
+            "[default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's].",
+        ),
+        click.option("--temperature", type=float, help="The model's sampling temperature."),
+        click.option("--max-tokens", type=click.IntRange(min=1), help="The most tokens one model reply may have."),
+        click.option(
+            "--max-steps",
+            type=click.IntRange(min=1),
+            show_default=str(DEFAULT_MAX_STEPS),
+            help="Model calls the reference agent may make per user turn before max_steps_exceeded.",
+        ),
+        click.option(
+            "--corpus",
+            type=click.Path(dir_okay=False, exists=True),
+            help="A corpus JSONL file for the search_documents tool (agenteval generate writes one).",
+        ),
+        judge_options,
+        click.option(
+            "--simulate-users",
+            metavar="PROVIDER/MODEL",
+            help="Play the cases' simulated users with this model (up to each case's max_turns).",
+        ),
+        click.option("--simulator-base-url", metavar="URL", help="Where --simulate-users is served."),
+        click.option(
+            "--skip-simulated",
+            is_flag=True,
+            default=None,
+            help="Without --simulate-users, leave out cases with a simulated user (reported as not run) "
+            "instead of refusing to run.",
+        ),
+        click.option(
+            "--cache",
+            is_flag=False,
+            flag_value=STORE_CACHE,
+            default=None,
+            metavar="[DIR]",
+            help="Answer repeated model requests from a cache, for development: the same case and attempt "
+            "get the same answer again, other attempts never share one [default DIR: the store's .model-cache/].",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+STORE_CACHE = "store"
+"""``--cache`` given without a folder: the store's own cache folder."""
 
 
 def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -168,6 +243,75 @@ def validate(file: str) -> None:
 
 
 @main.command()
+@click.argument("documents", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-n", "count", type=click.IntRange(min=1), default=50, show_default=True, help="Questions to ask for.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The cases file (JSONL).")
+@click.option(
+    "--corpus-out", required=True, type=click.Path(dir_okay=False), help="The corpus file for the search tool."
+)
+@click.option(
+    "--unanswerable",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Share of questions the documents do not answer (expected: unknown).",
+)
+@click.option("--model", required=True, metavar="PROVIDER/MODEL", help="The model that drafts the questions.")
+@click.option("--base-url", metavar="URL", help="Where the model is served (an OpenAI-compatible server).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Which passages are chosen.")
+def generate(
+    documents: tuple[str, ...],
+    count: int,
+    output: str,
+    corpus_out: str,
+    unanswerable: float,
+    model: str,
+    base_url: str | None,
+    seed: int,
+) -> None:
+    """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
+    (relevant_docs links them), about --unanswerable of them unanswerable; a question whose answer is not in
+    its passage is dropped. Writes the cases and the corpus for the search tool."""
+    from collections import Counter
+
+    from .dataset._generate import generate as draft
+    from .dataset._generate import write_jsonl
+    from .models._model import Model
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            click.echo(f"asked {done}/{total} passages", err=True)
+
+    made = draft(
+        documents,
+        Model(model, base_url=base_url),
+        count=count,
+        unanswerable=unanswerable,
+        seed=seed,
+        on_progress=progress,
+    )
+    write_jsonl(output, [case.to_dict() for case in made.cases])
+    write_jsonl(corpus_out, [passage.to_document() for passage in made.passages])
+    unknown = sum(case.expected_output == "unknown" for case in made.cases)
+    click.echo(
+        f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {output} and {len(made.passages)} passages "
+        f"to {corpus_out}; {len(made.dropped)} of {made.asked} dropped"
+    )
+    for reason, n in Counter(_reason_kind(d.reason) for d in made.dropped).most_common():
+        click.echo(f"  dropped {n}: {visible(reason)}")
+    click.echo(
+        f"run it with: agenteval run --dataset {output} --corpus {corpus_out} --model {model}\n"
+        "Read the questions before you trust them: drop the wrong or ambiguous ones (agenteval validate checks "
+        "the format, not the content)."
+    )
+
+
+def _reason_kind(reason: str) -> str:
+    """A dropped question's reason without the quoted answer, so alike reasons count together."""
+    return "the answer does not appear in its passage" if "does not appear in the passage" in reason else reason
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def datasets(as_json: bool) -> None:
     """List the built-in datasets with their case counts and categories."""
@@ -287,6 +431,7 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     help="A scorer added to the built-ins, by a plugin's name or MODULE:ATTR (repeatable); a MODULE:ATTR scorer "
     "named like a built-in replaces it.",
 )
+@model_options
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -305,18 +450,31 @@ def run(
     retry_failed: str | None,
     prices: str | None,
     scorers: tuple[str, ...],
+    model: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_steps: int | None,
+    corpus: str | None,
+    judge: str | None,
+    judge_base_url: str | None,
+    simulate_users: str | None,
+    simulator_base_url: str | None,
+    skip_simulated: bool | None,
+    cache: str | None,
     store: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Run an agent over a dataset, several attempts per case, into the store."""
+    """Run an agent (or, with --model, the built-in reference agent) over a dataset, several attempts per case,
+    into the store."""
     import json
 
     from .run._runner import evaluate
     from .run._trial import StopNow
 
-    if resume is None and (not dataset or not agent_spec):
-        raise click.UsageError("--dataset and --agent are required (unless resuming with --resume)")
+    if resume is None and (not dataset or not (agent_spec or model)):
+        raise click.UsageError("--dataset and --agent (or --model) are required (unless resuming with --resume)")
     if retry_failed and resume is None:
         raise click.UsageError("--retry-failed goes with --resume")
     try:
@@ -337,6 +495,18 @@ def run(
             scorers=list(scorers),
             prices=prices,
             progress="none" if quiet or as_json else "auto",
+            model=model,
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            max_steps=max_steps,
+            corpus=corpus,
+            judge=judge,
+            judge_base_url=judge_base_url,
+            simulate_users=simulate_users,
+            simulator_base_url=simulator_base_url,
+            skip_simulated=skip_simulated,
+            cache=True if cache == STORE_CACHE else cache,
         )
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)
@@ -373,12 +543,20 @@ def run(
     show_default=True,
     help="Trials scored at a time; memory is bounded by this.",
 )
+@judge_options
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
-    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
+    experiment: str | None,
+    scorers: tuple[str, ...],
+    batch_size: int,
+    judge: str | None,
+    judge_base_url: str | None,
+    store: str | None,
+    as_json: bool,
 ) -> None:
-    """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
+    """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent; with
+    --judge, grade its stored replies with an LLM judge."""
     import dataclasses
     import json
 
@@ -389,7 +567,9 @@ def rescore(
 
     target = Store(store)
     try:
-        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
+        result = rescore_experiment(
+            target, experiment, list(scorers), batch_size=batch_size, judge=judge, judge_base_url=judge_base_url
+        )
     except ValueError as exc:
         _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)
@@ -412,6 +592,28 @@ def rescore(
             f"pass rate with the current scores: {figures.pass_rate:.1%} "
             f"(passed {figures.passed} · wrong {figures.wrong} · failed {figures.failed})"
         )
+
+
+@main.command(name="judge-check")
+@click.argument("labels", type=click.Path(dir_okay=False, exists=True))
+@click.option("--judge", required=True, metavar="PROVIDER/MODEL", help="The judge to measure.")
+@click.option("--judge-base-url", metavar="URL", help="Where the judge is served (an OpenAI-compatible server).")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def judge_check_command(labels: str, judge: str, judge_base_url: str | None, store: str | None, as_json: bool) -> None:
+    """Measure a judge against human verdicts in LABELS (JSONL: trial_id or case and reply, and human pass/fail):
+    agreement, Cohen's kappa with its 95% interval, and the items where they disagree."""
+    import json
+
+    from .render._console import judge_check_view
+    from .scorers._judge_check import judge_check
+    from .store import Store
+
+    result = judge_check(labels, judge, base_url=judge_base_url, store=Store(store))
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(judge_check_view(result))
 
 
 @main.command()

@@ -9,9 +9,11 @@ agenteval on the same cases.
     python benchmarks/bench_harness.py --twins [--sizes 10000] [--repeats 9]
 
 ``--agent sync`` and ``--agent async`` run a trivial agent (benchmarks/trivial_agents.py) written as a plain
-function or as a coroutine instead of the (async) mock. ``--twins`` runs both in turns, each size in a fresh
-process per run, and prints the median of the per-round ratios of their speeds: what a sync agent costs over
-its async twin (target: at most 1.3x).
+function or as a coroutine instead of the (async) mock. ``--agent model`` runs the reference agent with the real
+``openai`` SDK against the loopback OpenAI server of the tests (tests/model_servers.py) in a process of its own:
+each trial is two chat-completions calls over HTTP (a calculator tool call, then the answer) and a tool span.
+``--twins`` runs both in turns, each size in a fresh process per run, and prints the median of the per-round
+ratios of their speeds: what a sync agent costs over its async twin (target: at most 1.3x).
 
 ``--ablate gc_freeze`` measures what freezing the run's long-lived objects buys instead (see benchmarks/ablate.py):
 trials per second with the freeze on and off (``AGENTEVAL_ABLATE=gc_freeze``), for each size.
@@ -32,17 +34,21 @@ HERE = Path(__file__).resolve().parent
 
 AGENTS = {
     "mock": "mock",
+    "model": "model",
     "sync": f"{HERE / 'trivial_agents.py'}:answer",
     "async": f"{HERE / 'trivial_agents.py'}:answer_async",
 }
 
 ONE_RUN = """
-import json, resource, shutil, sys, tempfile, time
+import json, os, resource, shutil, sys, tempfile, time
 from agenteval import evaluate
 trials, agent = int(sys.argv[1]), sys.argv[2]
 store = tempfile.mkdtemp()
+model = {"model": "openai/bench-model", "base_url": os.environ["BENCH_MODEL_URL"]} if agent == "model" else {}
 started = time.perf_counter()
-experiment = evaluate(agent, "arithmetic", cases=trials, attempts=1, store=store, progress="none", concurrency=8)
+experiment = evaluate(
+    "" if model else agent, "arithmetic", cases=trials, attempts=1, store=store, progress="none", concurrency=8, **model
+)
 elapsed = time.perf_counter() - started
 summary = experiment.summary  # a dict on a baseline from before typed summaries
 assert (summary["trials"] if isinstance(summary, dict) else summary.trials) == trials, summary
@@ -52,10 +58,39 @@ print(json.dumps({"trials": trials, "seconds": elapsed, "peak_mb": peak_mb}))
 """
 
 
+SERVER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import model_servers as ms
+from agenteval.dataset import load_dataset
+server = ms.ModelServer(ms.CaseResponder(load_dataset("arithmetic", cases=int(sys.argv[1])).cases))
+print(server.openai_url, flush=True)
+server.serve_forever()
+"""
+
+
 def run_once(trials: int, ablate: str | None = None, agent: str = "mock") -> dict:
     env = {k: v for k, v in os.environ.items() if k != "AGENTEVAL_ABLATE"}
     if ablate:
         env["AGENTEVAL_ABLATE"] = ablate
+    if agent != "model":
+        return _measured(trials, agent, env)
+    # The stand-in model answers from a process of its own, as a model server would: it does not share the
+    # harness's interpreter.
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(trials), str(HERE.parent / "tests")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        env["BENCH_MODEL_URL"] = server.stdout.readline().strip()
+        env["OPENAI_API_KEY"] = "sk-bench-loopback"
+        return _measured(trials, agent, env)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def _measured(trials: int, agent: str, env: dict[str, str]) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", ONE_RUN, str(trials), AGENTS[agent]],
         capture_output=True,

@@ -40,6 +40,31 @@ def _isolated_store(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTEVAL_STORE", str(tmp_path / "store"))
 
 
+NOWHERE = "http://127.0.0.1:9"
+"""A loopback port nothing listens on (discard): a client that is not pointed at a test server goes here."""
+
+
+@pytest.fixture(autouse=True)
+def _no_model_api_reached(monkeypatch):
+    """No test reaches a model API: the SDKs' variables point at loopback, and the keys are dummies, whatever
+    the machine's environment says."""
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{NOWHERE}/v1")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", NOWHERE)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-dummy")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-dummy")
+    for name in ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "ANTHROPIC_AUTH_TOKEN", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def model_server():
+    """A loopback server speaking the OpenAI and Anthropic APIs (tests/model_servers.py)."""
+    from model_servers import ModelServer
+
+    with ModelServer() as server:
+        yield server
+
+
 class OTLPReceiver(ThreadingHTTPServer):
     """Decodes OTLP/HTTP protobuf trace exports, as a Collector would."""
 

@@ -261,3 +261,37 @@ def test_the_python_report_example_runs_and_writes_its_page(tmp_path, monkeypatc
     rate, _ = first.split(" ", 1)
     assert 0.0 <= float(rate) <= 1.0 and categories
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_the_models_python_example_runs_against_a_local_server(model_server, monkeypatch, capsys):
+    import asyncio
+
+    import model_servers as ms
+
+    (code,) = [b for b in blocks(page("models.md"), "python") if "Model(" in b]
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_url)
+    model_server.script(ms.text("4"))
+    scope: dict = {}
+    exec(compile(code, "docs/models.md", "exec"), scope)
+    asyncio.run(scope["main"]())
+    assert capsys.readouterr().out.startswith("4 stop Usage(input_tokens=12, output_tokens=7) ()")
+    assert model_server.requests[0].body["temperature"] == 0
+
+
+def test_the_judge_check_label_lines_shown_are_read(tmp_path):
+    from agenteval.scorers._judge_check import read_labels
+
+    (block,) = blocks(page("judge.md"), "json")
+    case_lines = [line for line in block.splitlines() if '"case"' in line]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(case_lines))
+    (item,) = read_labels(labels)
+    assert item.case.expected_output == "Canberra" and item.replies == ("Sydney",) and item.human is False
+
+
+def test_the_simulated_user_case_shown_is_a_valid_case(tmp_path):
+    (block,) = blocks(page("simulator.md"), "json")
+    path = tmp_path / "cases.jsonl"
+    path.write_text(block)
+    (case,) = load_dataset(path).cases
+    assert case.simulated_user and case.max_turns == 4

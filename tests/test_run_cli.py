@@ -56,7 +56,7 @@ def test_run_json_and_experiments_listing(tmp_path):
 def test_run_usage_errors(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(main, ["run", "--agent", "mock"])
-    assert missing.exit_code == 2 and "--dataset and --agent are required" in missing.output
+    assert missing.exit_code == 2 and "--dataset and --agent (or --model) are required" in missing.output
     option = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--agent-option", "wrong_rate"])
     assert option.exit_code == 2 and "'wrong_rate' is not KEY=VALUE" in option.output
     bad = tmp_path / "bad.jsonl"

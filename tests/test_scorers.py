@@ -419,7 +419,7 @@ def test_judgement_rows_and_pass_per_trial():
 
 
 def test_scorer_definitions_are_checked():
-    with pytest.raises(ValueError, match="exactly one of fn, sql or arrow"):
+    with pytest.raises(ValueError, match="exactly one of fn, sql, arrow or coroutine"):
         Scorer("neither")
     with pytest.raises(ValueError, match="unknown case fields: expected_outptu"):
         Scorer("typo", sql="1", requires=("expected_outptu",))

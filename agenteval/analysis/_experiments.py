@@ -204,7 +204,8 @@ class Summary(Figures):
     version: str
     this_run: dict[str, int]
     """Outcomes of the trials this run (or this resume) ran: ``trials``, ``passed``, ``wrong``, ``failed``,
-    ``infrastructure``."""
+    ``infrastructure``; ``cache_hits`` (model calls the response cache answered) and ``not_run_simulated`` (cases
+    with a simulated user left out) when there were any."""
     report: str
     """The command that shows the full report."""
     resume: str | None

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
+from agenteval_instrumentation import attributes as A
+
+from ..run._prices import cost
 from ..store import Store
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
@@ -29,6 +33,23 @@ LATENCY_SAMPLE = """
 SELECT list(duration_ms ORDER BY duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING SAMPLE 2000 ROWS)
 """
 """For the latency plot: a uniform sample is enough to draw the distribution."""
+
+CONVERSATIONS = f"""
+SELECT t.trial_id, t.case_id, t.attempt,
+       json_extract_string(r.attributes, '$."{A.GEN_AI_INPUT_MESSAGES}"') AS asked,
+       json_extract_string(r.attributes, '$."{A.GEN_AI_OUTPUT_MESSAGES}"') AS answered
+FROM judged j JOIN trial_history t USING (experiment_id, trial_id, case_id) JOIN cases c USING (experiment_id, case_id)
+JOIN spans r ON r.experiment_id = t.experiment_id AND r.trial_id = t.trial_id AND r.trace_id = t.trace_id
+     AND r.scope_name = '{A.RUNNER_SCOPE}' AND r.role IS NULL
+WHERE json_extract_string(c."case", '$.simulated_user') IS NOT NULL AND r.experiment_id = ?
+ORDER BY t.attempt, t.case_id LIMIT {{limit}}
+"""
+"""The conversations of trials with a simulated user, first attempts first: the user's turns and the replies
+as the trial's root span recorded them."""
+CONVERSATIONS_SHOWN = 10
+SIMULATED_CASES = """
+SELECT count(*) AS n FROM cases WHERE experiment_id = ? AND json_extract_string("case", '$.simulated_user') IS NOT NULL
+"""
 
 WORST_CASES = 10
 MAX_K = 10
@@ -127,6 +148,37 @@ class TokenUse:
     input_tokens: int | None
     output_tokens: int | None
     model: str | None
+    cost_usd: float | None = None
+    """At the experiment's stored prices; None when the model has none. Cache hits spent nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    """One trial's conversation with a simulated user: ``(role, text)`` turns in order."""
+
+    trial_id: str
+    case_id: str
+    attempt: int
+    turns: list[tuple[str, str]]
+
+
+def _texts(messages: str | None) -> list[str]:
+    try:
+        parsed = json.loads(messages) if messages else []
+        return [str(m["parts"][0]["content"]) for m in parsed]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
+
+
+def _conversation(row: dict[str, Any]) -> Conversation:
+    users, replies = _texts(row["asked"]), _texts(row["answered"])
+    turns: list[tuple[str, str]] = []
+    for index in range(max(len(users), len(replies))):
+        if index < len(users):
+            turns.append(("user", users[index]))
+        if index < len(replies):
+            turns.append(("assistant", replies[index]))
+    return Conversation(row["trial_id"], row["case_id"], row["attempt"], turns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +234,8 @@ class Report:
     """Agent cost of every try, rate-limited ones included."""
     worst_cases: list[CaseOutcomes]
     """The cases with the lowest pass rate, most failures first among equals."""
+    conversations: list[Conversation] = dataclasses.field(default_factory=list)
+    """Conversations with simulated users (at most :data:`CONVERSATIONS_SHOWN`, first attempts first)."""
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON output shows it."""
@@ -258,6 +312,8 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
         trial_latency = ex.fetch(con, TRIAL_LATENCY)[0]
         sample = ex.fetch(con, LATENCY_SAMPLE)[0]["sample_ms"] or []
         tokens = ex.fetch(con, "SELECT * FROM tokens_by_role")
+        simulated = ex.fetch(con, SIMULATED_CASES, [eid])[0]["n"]
+        conversations = ex.fetch(con, CONVERSATIONS.format(limit=CONVERSATIONS_SHOWN), [eid]) if simulated else []
         summary = ex.counts(con)  # the pass rate and its interval come from the cases below
     max_k = min(max((c["attempts"] for c in cases), default=0), MAX_K)
     categories = []
@@ -288,10 +344,14 @@ def build_report(store: Store, experiment_id: str | None = None) -> Report:
             trial_sample_ms=sorted(sample),
             spans=[SpanLatency(**s) for s in span_latency],
         ),
-        tokens=[TokenUse(**t) for t in tokens],
+        tokens=[
+            TokenUse(**t, cost_usd=cost(experiment.prices, t["model"], t["input_tokens"], t["output_tokens"]))
+            for t in tokens
+        ],
         cost_usd=summary["cost_usd"],
         cost_usd_all_tries=summary["cost_usd_all_tries"],
         worst_cases=[CaseOutcomes(**{field: c[field] for field in CASE_OUTCOME_FIELDS}) for c in worst],
+        conversations=[_conversation(row) for row in conversations],
     )
 
 

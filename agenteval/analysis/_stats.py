@@ -7,6 +7,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import Any
 
 from ..run._options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
 
@@ -105,3 +106,46 @@ def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -
     base = sum(baseline[c] for c in shared) / len(shared) if shared else math.nan
     cand = sum(candidate[c] for c in shared) / len(shared) if shared else math.nan
     return PairedDifference(len(shared), base, cand, difference, standard_error)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kappa:
+    """Cohen's kappa of two raters' pass/fail verdicts, with a percentile-bootstrap 95% interval."""
+
+    agreement: float
+    kappa: float | None
+    """None when it is undefined: both raters gave one and the same verdict to every item."""
+    ci95: tuple[float, float] | None
+    method: str
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def cohens_kappa(first: Sequence[bool], second: Sequence[bool], seed: int = 0) -> Kappa:
+    """Agreement and Cohen's kappa of two raters over the same items. The interval is a percentile bootstrap
+    over the items (:data:`BOOTSTRAP_RESAMPLES` resamples, ``seed`` fixed): it holds for the small label sets
+    judges are checked on, where kappa's asymptotic standard error does not; resamples where kappa is
+    undefined are left out."""
+    import numpy as np
+
+    a = np.asarray(first, dtype=bool)
+    b = np.asarray(second, dtype=bool)
+    if len(a) != len(b) or len(a) == 0:
+        raise ValueError("kappa needs the same, non-zero number of verdicts from each rater")
+    method = f"percentile bootstrap over items, {BOOTSTRAP_RESAMPLES} resamples"
+    point = _kappa(a, b)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(a), size=(BOOTSTRAP_RESAMPLES, len(a)))
+    draws = [k for row in picks if (k := _kappa(a[row], b[row])) is not None]
+    interval = (float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))) if draws else None
+    return Kappa(float((a == b).mean()), point, interval if point is not None else None, method)
+
+
+def _kappa(a: Any, b: Any) -> float | None:
+    observed = float((a == b).mean())
+    pa, pb = float(a.mean()), float(b.mean())
+    expected = pa * pb + (1 - pa) * (1 - pb)
+    if expected >= 1.0:
+        return None
+    return (observed - expected) / (1 - expected)

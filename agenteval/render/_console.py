@@ -3,6 +3,8 @@ bidirectional characters in it show as escapes: see text_safety)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -122,6 +124,14 @@ def run_summary(summary: Summary) -> str:
             counted = (summary.input_tokens, summary.output_tokens)
             if counted != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
+    hits = summary.this_run.get("cache_hits", 0)
+    if hits:
+        lines.append(f"  {hits} model call(s) answered from the response cache (--cache): no tokens spent on them")
+    not_run = summary.this_run.get("not_run_simulated", 0)
+    if not_run:
+        lines.append(
+            f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)"
+        )
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")
@@ -212,3 +222,29 @@ def power_view(table: PowerTable) -> RenderableType:
     assumptions = Text("Assumptions:\n" + "\n".join(f"  - {a}" for a in table.assumptions))
     title = "Probability of catching the drop: paired (compare, gate) / unpaired (two runs' own error bars)"
     return Group(rich_table(header, rows, title=title), assumptions)
+
+
+def judge_check_view(check: Any, shown: int = 20, width: int = 160) -> str:
+    """``agenteval judge-check``: agreement and kappa with its interval, then the disagreements (safely shown)."""
+    lines = [f"judge {check.judge}: {check.graded} of {check.items} labelled items graded"]
+    kappa = check.kappa
+    if kappa is not None:
+        lines.append(f"agreement with the humans: {kappa.agreement:.1%}")
+        if kappa.kappa is None:
+            lines.append("Cohen's kappa: undefined (judge and humans gave one and the same verdict to every item)")
+        else:
+            interval = f" (95% CI {kappa.ci95[0]:.2f} to {kappa.ci95[1]:.2f}, {kappa.method})" if kappa.ci95 else ""
+            lines.append(f"Cohen's kappa: {kappa.kappa:.2f}{interval}")
+        lines.append(f"pass rate: humans {check.human_pass_rate:.1%}, judge {check.judge_pass_rate:.1%}")
+    for line, why in check.ungraded:
+        lines.append(f"not graded (line {line}): {why[:width]}")
+    if check.disagreements:
+        lines.append(f"{len(check.disagreements)} disagreement(s):")
+    for d in check.disagreements[:shown]:
+        human, judge = ("pass" if d.human else "fail"), ("pass" if d.judge else "fail")
+        lines.append(f"  line {d.line} · case {d.case_id}: human {human}, judge {judge}")
+        lines.append(f"    reply: {d.reply[:width]}")
+        lines.append(f"    judge's reasoning: {d.reasoning[:width]}")
+    if len(check.disagreements) > shown:
+        lines.append(f"  ... and {len(check.disagreements) - shown} more (--json lists them all)")
+    return "\n".join(visible(line) for line in lines)

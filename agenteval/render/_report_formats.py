@@ -79,7 +79,14 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     latency = [["trial", ms(report.latency.trial_p50_ms), ms(report.latency.trial_p95_ms), str(report.trials)]]
     latency += [[s.operation, ms(s.p50_ms), ms(s.p95_ms), str(s.spans)] for s in report.latency.spans]
     tokens = [
-        [t.role, t.model or "–", str(t.model_calls), str(t.input_tokens or 0), str(t.output_tokens or 0)]
+        [
+            t.role,
+            t.model or "–",
+            str(t.model_calls),
+            str(t.input_tokens or 0),
+            str(t.output_tokens or 0),
+            "–" if t.cost_usd is None else f"${t.cost_usd:.4f}",
+        ]
         for t in report.tokens
     ]
     costs = (
@@ -87,12 +94,20 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         ("agent cost, every try", report.cost_usd_all_tries),
     )
     for label, cost in costs:
-        tokens.append([label, "–" if cost is None else f"${cost:.4f}", "", "", ""])
+        tokens.append([label, "", "", "", "", "–" if cost is None else f"${cost:.4f}"])
     worst = [
         [w.case_id, w.category, f"{w.passes}/{w.attempts}", str(w.failed), (w.a_failure or "")[:80]]
         for w in report.worst_cases
     ]
     flaky = report.flaky
+    conversations = [
+        [c.case_id, str(c.attempt), role, text[:300]] for c in report.conversations for role, text in c.turns
+    ]
+    talks = (
+        [("Conversations with simulated users", ["case", "attempt", "who", "said"], conversations)]
+        if conversations
+        else []
+    )
     return [
         ("Experiment", ["", ""], about),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
@@ -103,11 +118,12 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         ("Latency", ["of", "p50", "p95", "count"], latency),
         (
             "Tokens and cost (the agent's apart from the judge's and the simulated user's)",
-            ["role", "model", "calls", "input", "output"],
+            ["role", "model", "calls", "input", "output", "cost"],
             tokens,
         ),
         (f"Flaky cases: {flaky.count} with mixed outcomes across attempts", ["case"], [[c] for c in flaky.cases]),
         ("Worst cases", ["case", "category", "passed", "failed", "a failure"], worst),
+        *talks,
     ]
 
 

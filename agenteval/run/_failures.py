@@ -10,6 +10,9 @@ importing it. Plugins add matchers through the ``agenteval.failures`` entry-poin
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import email.utils
+import math
 from collections.abc import Callable
 
 from agenteval_instrumentation.capture import error_text
@@ -52,6 +55,20 @@ class MaxStepsExceeded(Exception):
 
 class InvalidModelOutput(Exception):
     """Raise from an agent when the model's output could not be used (bad JSON, unknown tool, ...)."""
+
+
+class StreamEndedEarly(ConnectionError):
+    """A streamed reply ended before the provider said it was finished (the connection went half-way)."""
+
+
+RETRIED = "agenteval_retried"
+"""Set (True) on an exception raised after agenteval's model layer already retried it as far as it may:
+the trial is then not retried again for the same rate limit, so the two layers never multiply retries."""
+
+
+def retried(exc: BaseException) -> bool:
+    """Whether agenteval's model layer gave up on ``exc`` after its own retries."""
+    return getattr(exc, RETRIED, False) is True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,63 +132,108 @@ def status_code(exc: BaseException) -> int | None:
     return None
 
 
+def _error_fields(exc: BaseException) -> dict[str, object]:
+    """The provider's error object: OpenAI's body is it; Anthropic's wraps it as ``{"type": "error", "error": ...}``."""
+    body = getattr(exc, "body", None)
+    if not isinstance(body, dict):
+        return {}
+    error = body.get("error", body)
+    return error if isinstance(error, dict) else {}
+
+
 def _error_code(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
-    body = getattr(exc, "body", None)
-    if code is None and isinstance(body, dict):
-        error = body.get("error", body)
-        code = error.get("code") or error.get("type") if isinstance(error, dict) else None
+    if code is None:
+        error = _error_fields(exc)
+        code = error.get("code") or error.get("type")
     return str(code or "").lower()
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header on the exception or its response."""
+def _error_message(exc: BaseException) -> str:
+    message = _error_fields(exc).get("message")
+    return (message if isinstance(message, str) else str(exc)).lower()
+
+
+def _header(exc: BaseException, name: str) -> str | None:
     for holder in (exc, getattr(exc, "response", None)):
         headers = getattr(holder, "headers", None)
         if headers is not None and hasattr(headers, "get"):
-            value = headers.get("retry-after") or headers.get("Retry-After")
-            try:
-                return float(value) if value is not None else None
-            except ValueError:
-                return None
+            value = headers.get(name)
+            if value is not None:
+                return str(value)
     return None
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds to wait that the provider asked for: ``retry-after-ms`` (OpenAI), else ``Retry-After`` in seconds
+    or as an HTTP date; None when it said nothing usable."""
+    millis = _header(exc, "retry-after-ms")
+    if millis is not None:
+        try:
+            return _finite_wait(float(millis) / 1000)
+        except ValueError:
+            pass
+    value = _header(exc, "retry-after") or _header(exc, "Retry-After")
+    if value is None:
+        return None
+    try:
+        return _finite_wait(float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return _finite_wait((when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+def _finite_wait(seconds: float) -> float | None:
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
 QUOTA_CODES = ("insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "resource_exhausted_quota")
+QUOTA_MESSAGES = ("exceeded your current quota", "credit balance is too low", "billing_hard_limit")
+"""How providers word an exhausted quota or credit: OpenAI's 429 ``insufficient_quota``, Anthropic's 400
+"Your credit balance is too low to access the Anthropic API"."""
+
+
+def _quota(exc: BaseException, code: str) -> bool:
+    message = _error_message(exc)
+    return any(q in code for q in QUOTA_CODES) or any(q in message for q in QUOTA_MESSAGES)
 
 
 @register
 def _http_status(exc: BaseException) -> ProviderError | None:
     status = status_code(exc)
     code = _error_code(exc)
-    if status == 429 or "rate_limit" in code:
-        if any(q in code for q in QUOTA_CODES) or "quota" in str(exc).lower() and "exceeded your" in str(exc).lower():
-            return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
-        return ProviderError(RATE_LIMITED, infrastructure=True, retry_after=retry_after(exc))
-    if any(q in code for q in QUOTA_CODES):
+    if status is None and not code:
+        return None
+    if _quota(exc, code):
         return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
-    if status is not None and (status >= 500 or status in (408, 409)):
-        return ProviderError(LLM_ERROR, infrastructure=True)
+    if status == 429 or "rate_limit" in code:
+        return ProviderError(RATE_LIMITED, infrastructure=True, retry_after=retry_after(exc))
+    if status is not None and (status >= 500 or status in (408, 409)):  # 529: Anthropic overloaded
+        return ProviderError(LLM_ERROR, infrastructure=True, retry_after=retry_after(exc))
     if status is not None and 400 <= status < 500:
         return ProviderError(LLM_ERROR, infrastructure=False)  # a bad request is the agent's doing
     return None
 
 
-_CONNECTION_NAMES = (
-    "APIConnectionError",
-    "APITimeoutError",
-    "ConnectError",
-    "ConnectTimeout",
-    "ReadTimeout",
-    "ServiceUnavailableError",
-    "InternalServerError",
-    "OverloadedError",
+_CONNECTION_NAMES = frozenset(
+    {
+        "APIConnectionError",  # openai's and anthropic's, APITimeoutError included (a subclass)
+        "TransportError",  # httpx's and httpx2's: connect and read errors, a stream dropped half-way
+        "ServiceUnavailableError",
+        "InternalServerError",
+        "OverloadedError",
+    }
 )
+"""Class names (anywhere in an exception's class hierarchy) that mean the API could not be reached or answer."""
 
 
 @register
 def _connection(exc: BaseException) -> ProviderError | None:
-    if isinstance(exc, ConnectionError) or type(exc).__name__ in _CONNECTION_NAMES:
+    if isinstance(exc, ConnectionError) or any(cls.__name__ in _CONNECTION_NAMES for cls in type(exc).__mro__):
         return ProviderError(LLM_ERROR, infrastructure=True)
     return None
 

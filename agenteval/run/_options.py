@@ -29,6 +29,10 @@ DEFAULT_MAX_DROP = 0.02
 """Drops in pass rate the gate tolerates."""
 DEFAULT_MAX_INFRA = 0.10
 """Share of infrastructure failures beyond which the gate refuses to judge."""
+DEFAULT_MAX_STEPS = 8
+"""Model calls the reference agent may make for one user turn (tool rounds included) before it gives up."""
+DEFAULT_JUDGE_CONCURRENCY = 8
+"""Judge calls in flight at once while a batch of trials is graded."""
 
 
 @dataclasses.dataclass
@@ -45,6 +49,25 @@ class RunOptions:
     dataset: str = ""
     scorers: list[str] = dataclasses.field(default_factory=list)
     """Scorers added to the built-ins (names or MODULE:ATTR), so rescore can load them again."""
+    model: str | None = None
+    """``PROVIDER/MODEL`` of the built-in reference agent (``--model``); None for an agent of one's own."""
+    base_url: str | None = None
+    """Where the model is served, as recorded: no user, password or query (see ``agenteval.models``)."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    max_steps: int = DEFAULT_MAX_STEPS
+    corpus: str | None = None
+    """A corpus file for the ``search_documents`` tool, in place of the built-in rag corpus."""
+    judge: str | None = None
+    """``PROVIDER/MODEL`` of the LLM judge, which then decides whether an answer is right."""
+    judge_base_url: str | None = None
+    simulate_users: str | None = None
+    """``PROVIDER/MODEL`` playing the cases' simulated users."""
+    simulator_base_url: str | None = None
+    skip_simulated: bool = False
+    """Cases with a simulated user are left out (reported as not run) when no simulator is given."""
+    cache: str | None = None
+    """The response cache's folder (``--cache``), for development."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -53,10 +76,16 @@ class RunOptions:
             raise UsageError("--concurrency must be at least 1")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan passes a plain "<= 0" check
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+        if self.max_steps < 1:
+            raise UsageError("--max-steps must be at least 1")
+        if self.temperature is not None and not (math.isfinite(self.temperature) and 0 <= self.temperature <= 2):
+            raise UsageError(f"--temperature must be between 0 and 2, not {self.temperature}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UsageError("--max-tokens must be at least 1")
 
 
-CHANGEABLE_ON_RESUME = frozenset({"concurrency"})
-"""Options a resume may set anew: how fast trials run, not what they are."""
+CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})
+"""Options a resume may set anew: how fast trials run (or where answers are cached), not what they are."""
 
 
 def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:

@@ -31,13 +31,17 @@ from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_exporters.ablation import enabled
 from agenteval_instrumentation import capture
 
-from ..agents._loading import LoadedAgent, load_agent
+from ..agents._loading import LoadedAgent
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import load_dataset
 from ..errors import UsageError
+from ..models._cache import cache_folder
+from ..models._limiter import watch_waiting
+from ..models._names import recordable_url
 from ..scorers import Scorer, load_scorers
 from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_table
+from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
 from ..store._lease import Lease, experiment_lease
@@ -45,6 +49,7 @@ from ..tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_en
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
 from ._failures import register_plugins
+from ._models import RunModels, check_agent_and_model, own_agent
 from ._options import RunOptions
 from ._plan import (
     RunRefused,
@@ -84,6 +89,18 @@ async def evaluate_async(
     scorers: Sequence[Scorer | str] = (),
     prices: str | Path | None = None,
     progress: str = "auto",
+    model: str | None = None,
+    base_url: str | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    max_steps: int | None = None,
+    corpus: str | Path | None = None,
+    judge: str | None = None,
+    judge_base_url: str | None = None,
+    simulate_users: str | None = None,
+    simulator_base_url: str | None = None,
+    skip_simulated: bool | None = None,
+    cache: bool | str | Path | None = None,
 ) -> ex.Experiment:
     """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
 
@@ -98,6 +115,14 @@ async def evaluate_async(
     same-named Scorer object or ``MODULE:ATTR`` scorer replaces a built-in). The ``agenteval.failures`` plugins'
     matchers are registered before the first run of the process.
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
+
+    Models (``PROVIDER/MODEL``, see :mod:`agenteval.models`): ``model`` runs the built-in reference agent with
+    that model (``agent`` then is ``reference`` or left empty), ``base_url`` pointing at any OpenAI-compatible
+    server, with ``temperature``, ``max_tokens`` and ``max_steps``; ``corpus`` is the search tool's corpus in
+    place of the built-in one. ``judge`` grades answers with an LLM judge, which then decides whether an answer
+    is right. ``simulate_users`` plays the cases' simulated users with a model; without one such cases are
+    refused, unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated model
+    requests from disk, for development. These are recorded with the experiment, never an API key.
 
     What it sets up in the process: when no OpenTelemetry SDK TracerProvider is installed, it installs one
     as the global provider (service name ``$OTEL_SERVICE_NAME`` or ``agenteval``), since the agent's spans
@@ -118,13 +143,32 @@ async def evaluate_async(
             ("sample_seed", sample_seed),
             ("cases", cases),
             ("agent_options", dict(agent_options) if agent_options else None),
+            ("model", model),
+            ("base_url", recordable_url(base_url)),
+            ("temperature", temperature),
+            ("max_tokens", max_tokens),
+            ("max_steps", max_steps),
+            ("corpus", None if corpus is None else str(Path(corpus).resolve())),
+            ("judge", judge),
+            ("judge_base_url", recordable_url(judge_base_url)),
+            ("simulate_users", simulate_users),
+            ("simulator_base_url", recordable_url(simulator_base_url)),
+            ("skip_simulated", skip_simulated),
+            (
+                "cache",
+                None
+                if cache is None or cache is False
+                else str(cache_folder(None if cache is True else cache, target.root)),
+            ),
         )
         if value is not None
     }
+    # The URLs as given (a gateway's may carry credentials): used for the calls, recorded without them.
+    urls = {"model": base_url, "judge": judge_base_url, "simulator": simulator_base_url}
     # Plugins that cannot be loaded are said before anything is written.
     register_plugins()
     run = _Run.prepare(
-        target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress
+        target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress, urls
     )
     try:
         with run.lease:
@@ -215,6 +259,10 @@ class _Run:
     progress: Progress
     lease: Lease
     """Held while the run lives, so that no ``--resume`` joins it."""
+    models: RunModels = dataclasses.field(default_factory=RunModels)
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    """Cases with a simulated user left out (``skip_simulated``): reported as not run."""
+    collector: TrialCollector | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
     pending: list[TrialResult] = dataclasses.field(default_factory=list)
@@ -246,6 +294,7 @@ class _Run:
         user_simulator: UserSimulator | None,
         prices_file: str | Path | None,
         progress: str,
+        urls: dict[str, str | None],
     ) -> _Run:
         """Check everything and plan the trials (see :mod:`._plan`), then take the experiment's lease and,
         for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
@@ -272,12 +321,17 @@ class _Run:
                 else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
             )
             options.dataset = dataset_ref(dataset_spec, dataset)
-            agent = load_agent(agent_spec, options.agent_options)
+            check_agent_and_model(agent_spec, options)
+            models = RunModels.build(options, dataset, urls, store.root)
+            agent = models.agent if models.agent is not None else own_agent(agent_spec, options)
             on_failure.callback(agent.release)
+            user_simulator = user_simulator or models.simulator
             chosen = chosen_cases(dataset, options)
+            chosen, skipped = _simulated_cases_checked(chosen, user_simulator is not None, options.skip_simulated)
             prices = load_prices(prices_file)
             # A resumed run's extra scorers come back by their recorded specs, beside any given again.
-            engine = ScoringEngine(load_scorers([*options.scorers, *scorers] if previous else scorers))
+            loaded = load_scorers([*options.scorers, *scorers] if previous else scorers)
+            engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded)
             if previous is not None:
                 check_resumable(previous, agent.version, dataset)
                 experiment = previous
@@ -309,13 +363,14 @@ class _Run:
             run = cls(
                 store, experiment, agent, plans, options, engine, user_simulator, Progress.create(progress), lease
             )
+            run.models, run.skipped = models, skipped
             on_failure.pop_all()
             return run
 
     async def execute(self) -> ex.Experiment:
         ex.save(self.store, self.experiment)
         provider = sdk_provider()
-        collector = collector_for(provider)
+        collector = self.collector = collector_for(provider)
         # The run's spans also go to the OTLP backend the standard variables name, for as long as the run lasts.
         otlp = None if exports_otlp(provider) else otlp_exporter_from_env()
         self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
@@ -331,6 +386,17 @@ class _Run:
             on_rate_limit=self.progress.waiting,
         )
         self.progress.start(len(self.plans), self.experiment.experiment_id)
+        if self.skipped:
+            self.progress.note(
+                f"not run: {len(self.skipped)} case(s) with a simulated user, for want of a simulator "
+                f"(--simulate-users MODEL runs them): {_listed(self.skipped)}"
+            )
+        loop = asyncio.get_running_loop()
+
+        def waiting(change: int) -> None:  # from any thread: the progress display is the loop's
+            loop.call_soon_threadsafe(self.progress.waiting, change)
+
+        stop_watching = watch_waiting(waiting)
         status = ex.COMPLETED
         failure: BaseException | None = None
         with self._signals(), _long_lived_objects_frozen():
@@ -359,8 +425,10 @@ class _Run:
                 self.winding_down = True
                 if status != ex.FAILED and self.stop.is_set():
                     status = ex.INTERRUPTED
+                stop_watching()
                 runner.close()
-                unsaved = self._close(collector)
+                unsaved = await self._close(collector)
+                await self._close_models()
                 if unsaved is not None:
                     status, failure = ex.FAILED, failure or unsaved
                 self.progress.finish()
@@ -380,20 +448,32 @@ class _Run:
             "(time.sleep, sync I/O), which holds up every trial and their timeouts"
         )
 
-    def _save_finished(self) -> None:
+    async def _save_finished(self) -> None:
         """The scheduler's tick: score the trials that finished, hand them over, publish."""
-        self._process()
+        await self._process()
         assert self.sink is not None
         self.sink.flush()
 
-    def _close(self, collector: TrialCollector) -> OSError | None:
+    async def _close(self, collector: TrialCollector) -> OSError | None:
         """Save every trial that finished (late spans included) and close the writers and the OTLP export;
         the first storage error, if any (everything that could be saved was)."""
         assert self.sink is not None
-        unsaved = self.sink.close(before=lambda: self._process(collector.close(self.experiment.experiment_id)))
+        first: OSError | None = None
+        try:
+            await self._process()
+            await self._process(collector.close(self.experiment.experiment_id))
+        except OSError as exc:
+            first = exc
+        unsaved = self.sink.close()
         if self.otlp is not None:
             self.otlp.shutdown()  # sends what is queued, then stops
-        return unsaved
+        return first or unsaved
+
+    async def _close_models(self) -> None:
+        """The judge's and the models' clients on this loop; a failure to close costs nothing saved."""
+        with contextlib.suppress(Exception):
+            await self.engine.close()
+            await self.models.close()
 
     def _record_end(self, status: str, failure: BaseException | None) -> bool:
         """Save the experiment's final status (and why it failed); False when even that cannot be
@@ -407,7 +487,7 @@ class _Run:
             return False
         return True
 
-    def _process(self, late_spans: Sequence[Any] = ()) -> None:
+    async def _process(self, late_spans: Sequence[Any] = ()) -> None:
         """Score every finished trial and hand it to the sink (one Arrow encoding for all their spans)."""
         assert self.sink is not None
         results = self.pending[:]
@@ -421,7 +501,17 @@ class _Run:
             if spans_batch is not None:
                 self.sink.add(spans_batch, JUDGEMENT_SCHEMA.empty_table(), [])
             return
-        judged = self._judge(results, spans_batch)
+        try:
+            judged = await self._judge(results, spans_batch)
+        except asyncio.CancelledError:  # stopped while a judge was grading: these trials are saved at the close
+            self.pending[:0] = results
+            raise
+        judge_spans = self._judges_spans(results)
+        if judge_spans:
+            self.sink.add(spans_to_batch(judge_spans), JUDGEMENT_SCHEMA.empty_table(), [])
+            if self.otlp is not None:
+                for span in judge_spans:
+                    self.otlp.on_end(span)
         outcomes = self.engine.outcomes(
             [r.plan.trial_id for r in results], [r.failure.type if r.failure else None for r in results], judged.table
         )
@@ -430,23 +520,32 @@ class _Run:
             outcome = outcomes[result.plan.trial_id]
             trial_rows.append(self._trial_row(result, outcome))
             self.counts[outcome] += 1
+            if result.cache_hits:
+                self.counts["cache_hits"] += result.cache_hits
             if result.failure and result.failure.infrastructure:
                 self.counts["infrastructure"] += 1
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         self.sink.add(spans_batch, scores, trial_rows)
 
-    def _judge(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
+    def _judges_spans(self, results: list[TrialResult]) -> list[Any]:
+        """The spans a coroutine scorer (the LLM judge) made for these trials while they were scored."""
+        if self.collector is None or not self.engine.has_coroutines():
+            return []
+        eid = self.experiment.experiment_id
+        return [span for result in results for span in self.collector.take(eid, result.plan.trial_id)]
+
+    async def _judge(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
         """:meth:`_score`; should the batch fail as a whole, trial by trial, so that one trial's odd value
         costs that trial an error score and the rest of the batch is judged as usual."""
         try:
-            return self._score(results, spans)
+            return await self._score(results, spans)
         except Exception:
             pass
         parts = []
         for result in results:
             try:
-                parts.append(self._score([result], spans))
+                parts.append(await self._score([result], spans))
             except Exception as exc:
                 if result.failure is None:
                     plan = result.plan
@@ -456,7 +555,7 @@ class _Run:
                     )
         return Judgement.concat(parts)
 
-    def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
+    async def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
         """Scores of the trials that produced an answer, through the same feature query and scorers as
         ``rescore`` uses over the store."""
         answered = [r for r in results if r.failure is None]
@@ -467,6 +566,7 @@ class _Run:
                 "experiment_id": [self.experiment.experiment_id] * len(answered),
                 "trial_id": [r.plan.trial_id for r in answered],
                 "case_id": [r.plan.case.id for r in answered],
+                "attempt": [r.plan.attempt for r in answered],
                 "trace_id": [r.trace_id for r in answered],
                 "failure_type": pa.nulls(len(answered), pa.string()),
                 "reply": [self._stored_reply(r) for r in answered],
@@ -476,6 +576,8 @@ class _Run:
         )
         features = self.engine.features(trials, spans if spans is not None else SPAN_SCHEMA.empty_table())
         cases = {r.plan.case.id: r.plan.case for r in answered}
+        if self.engine.has_coroutines():
+            return await self.engine.judge_async(features, cases)
         return self.engine.judge(features, cases)
 
     @staticmethod
@@ -566,7 +668,11 @@ class _Run:
             status=self.experiment.status,
             dataset=self.experiment.dataset_name,
             version=self.experiment.version,
-            this_run={"trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")), **dict(self.counts)},
+            this_run={
+                "trials": sum(self.counts[o] for o in ("passed", "wrong", "failed")),
+                **dict(self.counts),
+                **({"not_run_simulated": len(self.skipped)} if self.skipped else {}),
+            },
             report=f"agenteval report {self.experiment.experiment_id}",
             resume=resume_command(self.experiment.experiment_id) if self.experiment.status == ex.INTERRUPTED else None,
         )
@@ -576,6 +682,28 @@ def _uncancel_current_task() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
+
+
+def _listed(case_ids: Sequence[str], shown: int = 5) -> str:
+    more = f" and {len(case_ids) - shown} more" if len(case_ids) > shown else ""
+    return ", ".join(case_ids[:shown]) + more
+
+
+def _simulated_cases_checked(cases: list[Case], simulator: bool, skip: bool) -> tuple[list[Case], list[str]]:
+    """The cases to run and those left out: a case with a simulated user needs a simulator, or it would run
+    as a single turn and be scored as if it had been meant that way. Without one it is refused, or left out
+    (and reported as not run) with ``skip_simulated``."""
+    simulated = [c.id for c in cases if c.simulated_user]
+    if not simulated or simulator:
+        return cases, []
+    if not skip:
+        raise UsageError(
+            f"{len(simulated)} case(s) have a simulated user but no simulator was given: {_listed(simulated)}. "
+            "Give --simulate-users PROVIDER/MODEL (or evaluate(user_simulator=...)), or --skip-simulated to "
+            "leave them out"
+        )
+    left = set(simulated)
+    return [c for c in cases if c.id not in left], simulated
 
 
 def resume_command(experiment_id: str) -> str:

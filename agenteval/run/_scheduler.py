@@ -26,7 +26,7 @@ async def run_all(
     plans: Sequence[TrialPlan],
     run_one: Callable[[TrialPlan], Awaitable[TrialResult]],
     finished: list[TrialResult],
-    tick: Callable[[], None],
+    tick: Callable[[], Awaitable[None]],
     stop: asyncio.Event,
     concurrency: int,
     on_blocked: Callable[[float], None],
@@ -55,7 +55,7 @@ async def run_all(
             if late >= BLOCKED_LOOP_SECONDS and not warned:
                 warned = True  # once a run: the trials that ran past their timeout say it each
                 on_blocked(late)
-            tick()
+            await tick()
 
     keeper = asyncio.create_task(ticking())
     workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(plans) or 1))]

@@ -23,11 +23,11 @@ from agenteval_instrumentation.text import storable_text
 from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
-from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error
+from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error, retried
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
 
-SIMULATED_USER = "simulated_user"
+SIMULATED_USER = A.ROLE_SIMULATED_USER
 MAX_BACKOFF = 30.0
 LOOP_BLOCKED = (
     "the trial ran past its timeout while the event loop was blocked, so its timer could not fire: a blocking "
@@ -75,6 +75,8 @@ class TrialResult:
     input_tokens_all_tries: int = 0
     output_tokens_all_tries: int = 0
     cost_usd_all_tries: float | None = None
+    cache_hits: int = 0
+    """Model calls answered from the response cache (``--cache``), the judge's and simulator's included."""
 
 
 class TrialRunner:
@@ -128,10 +130,14 @@ class TrialRunner:
                     },
                 )
                 trace_id = format(root.get_span_context().trace_id, "032x")
-                replies, exc, timed_out = await self._attempt(plan.case, root, deadline)
-                self._end_root(root, replies, exc, timed_out)
+                users: list[str] = []
+                replies, exc, timed_out = await self._attempt(plan.case, root, deadline, users)
+                # The user's side is new information only when a simulator wrote it: a case's own input and
+                # turns are in its snapshot already (and encoding them on every trial's root costs the harness).
+                self._end_root(root, users if plan.case.simulated_user else [], replies, exc, timed_out)
                 found = provider_error(exc) if exc is not None else None
-                if found is None or found.type != RATE_LIMITED:
+                # A rate limit the model layer already waited out as far as it may is not retried again here.
+                if found is None or found.type != RATE_LIMITED or (exc is not None and retried(exc)):
                     break
                 retries += 1
                 wait = min(found.retry_after or min(2 ** (retries - 1), MAX_BACKOFF), deadline - time.monotonic())
@@ -149,9 +155,10 @@ class TrialRunner:
         return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
 
     async def _attempt(
-        self, case: Case, root: Any, deadline: float
+        self, case: Case, root: Any, deadline: float, users: list[str]
     ) -> tuple[list[str], BaseException | None, bool | str]:
-        """The replies, the exception raised, and whether the trial timed out (or why, as text)."""
+        """The replies, the exception raised, and whether the trial timed out (or why, as text); ``users``
+        fills with the user's messages, simulated ones included."""
         replies: list[str] = []
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -160,7 +167,7 @@ class TrialRunner:
             timer = asyncio.timeout(remaining)
             try:
                 async with timer:
-                    await self._converse(case, replies)
+                    await self._converse(case, replies, users)
             except TimeoutError as error:
                 if timer.expired():
                     return replies, None, True
@@ -179,11 +186,11 @@ class TrialRunner:
             return replies, None, LOOP_BLOCKED
         return replies, None, False
 
-    async def _converse(self, case: Case, replies: list[str]) -> None:
-        """The agent answers each user message in turn; ``replies`` fills as it goes."""
+    async def _converse(self, case: Case, replies: list[str], user_turns: list[str]) -> None:
+        """The agent answers each user message in turn; ``replies`` and ``user_turns`` fill as it goes."""
         messages: list[dict[str, str]] = []
-        user_turns = list(case.turns) if case.turns else [case.input]
-        for text in user_turns:
+        user_turns.extend(case.turns if case.turns else [case.input])
+        for text in list(user_turns):
             messages.append({"role": "user", "content": text})
             replies.append(await self._ask(messages))
             messages.append({"role": "assistant", "content": replies[-1]})
@@ -222,7 +229,12 @@ class TrialRunner:
             current_trial.reset(token)
         return result.strip() if isinstance(result, str) else None
 
-    def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool | str) -> None:
+    def _end_root(
+        self, root: Any, users: list[str], replies: list[str], exc: BaseException | None, timed_out: bool | str
+    ) -> None:
+        if capture.config.enabled and users:  # the conversation: every user message, simulated ones included
+            asked = [{"role": "user", "parts": [{"type": "text", "content": u}]} for u in users]
+            root.set_attribute(A.GEN_AI_INPUT_MESSAGES, capture.to_json(A.GEN_AI_INPUT_MESSAGES, asked))
         if capture.config.enabled and replies:
             messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
             root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
@@ -245,12 +257,14 @@ class TrialRunner:
         spans: list[ReadableSpan],
     ) -> TrialResult:
         final_try = [s for s in spans if trace_id and format(s.context.trace_id, "032x") == trace_id]
+        last_finish_reason, waits = _model_calls(final_try)
         failure = classify(
             exc,
             raised_in=_raised_in(final_try, exc),
             timed_out=bool(timed_out),
-            rate_limit_retries=retries,
-            last_finish_reason=_last_finish_reason(final_try),
+            # Waits inside the agent's model calls count as the trial's own rate-limited retries do.
+            rate_limit_retries=retries + waits,
+            last_finish_reason=last_finish_reason,
             reply=replies[-1] if replies else None,
         )
         if isinstance(timed_out, str) and failure is not None and failure.type == TIMEOUT:
@@ -265,7 +279,11 @@ class TrialRunner:
         for span in result.spans:
             # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
             attributes: Mapping[str, Any] = span.attributes or {}
-            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT:
+                continue
+            if attributes.get(A.CACHE_HIT) is True:
+                result.cache_hits += 1
+            if attributes.get(A.ROLE):
                 continue
             tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
             tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
@@ -304,15 +322,18 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
     return attributes.get(A.GEN_AI_OPERATION_NAME)
 
 
-def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
-    chats = [
-        s
-        for s in spans
-        if (s.attributes or {}).get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_CHAT
-        and not (s.attributes or {}).get(A.ROLE)
-    ]
-    if not chats:
-        return None
-    attributes: Mapping[str, Any] = max(chats, key=lambda s: s.end_time or 0).attributes or {}  # a tuple of str
-    reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
-    return reasons[0] if reasons else None
+def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
+    """The agent's last model call's first finish reason, and the waits on rate limits inside its model calls
+    (recorded as they happen, so a call the timeout cut off counts too); one pass over the spans."""
+    last: Mapping[str, Any] | None = None  # a tuple of str and an int where they are set
+    last_end = -1
+    waits = 0
+    for span in spans:
+        attributes: Mapping[str, Any] = span.attributes or {}
+        if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+            continue
+        waits += attributes.get(A.RATE_LIMIT_WAITS) or 0
+        if (span.end_time or 0) > last_end:
+            last, last_end = attributes, span.end_time or 0
+    reasons = last.get(A.GEN_AI_RESPONSE_FINISH_REASONS) if last is not None else None
+    return (reasons[0] if reasons else None), waits

@@ -4,8 +4,9 @@ or a SQL expression evaluated over a whole batch of trials at once."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenteval_instrumentation import capture
@@ -36,11 +37,14 @@ class Score:
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
-    """A scorer, one of three kinds. ``fn(case, features)``: per-trial Python. ``sql``: an expression
+    """A scorer, one of four kinds. ``fn(case, features)``: per-trial Python. ``sql``: an expression
     over ``f`` (the features: ``replies``, ``tool_calls``, ``model_calls``, ``retrieved_ids``, ...)
     and ``c`` (the case: ``expected_output``, ``expected_tools``, ``must_not_contain``, ...) giving
     ``struct_pack(value := ..., passed := ..., reason := ...)``, run once for a whole batch.
-    ``arrow(features, cases)``: a whole-batch computation over Arrow tables (see :func:`batch_scorer`)."""
+    ``arrow(features, cases)``: a whole-batch computation over Arrow tables (see :func:`batch_scorer`).
+    ``coroutine(case, features)``: per-trial async Python for scorers that wait on something slow (a model:
+    the LLM judge); a batch's trials are judged concurrently, ``concurrency`` at a time, without blocking the
+    run's event loop, and their spans are marked with ``role``."""
 
     name: str
     version: str = "1"
@@ -52,6 +56,13 @@ class Scorer:
     fn: Callable[[Case, TrialFeatures], Any] | None = None
     sql: str | None = None
     arrow: Callable[[Any, Any], Any] | None = None
+    coroutine: Callable[[Case, TrialFeatures], Awaitable[Any]] | None = None
+    concurrency: int = 8
+    """For a ``coroutine`` scorer: trials judged at once."""
+    role: str = "judge"
+    """For a ``coroutine`` scorer: the role its spans are marked with (so its model calls are not the agent's)."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """For a ``coroutine`` scorer: awaited on the event loop it ran on, once it is done there (closing clients)."""
     when: Callable[[Case], bool] | None = None
     """A further condition on the case, beyond ``requires``."""
     needs_content: bool = True
@@ -60,8 +71,8 @@ class Scorer:
     and document ids are not content."""
 
     def __post_init__(self) -> None:
-        if [self.fn, self.sql, self.arrow].count(None) != 2:
-            raise ValueError(f"scorer {self.name!r} needs exactly one of fn, sql or arrow")
+        if [self.fn, self.sql, self.arrow, self.coroutine].count(None) != 3:
+            raise ValueError(f"scorer {self.name!r} needs exactly one of fn, sql, arrow or coroutine")
         unknown = set(self.requires) - set(SCORED_FIELDS)
         if unknown:
             raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
@@ -145,7 +156,8 @@ def scorer(
     needs_content: bool = True,
 ) -> Any:
     """Make a per-trial Python scorer from ``fn(case, features)``. It may return a bool, a number in 0..1,
-    ``(value, reason)``, a dict with ``value``/``passed``/``reason``, or a :class:`Score`.
+    ``(value, reason)``, a dict with ``value``/``passed``/``reason``, or a :class:`Score`. An ``async def``
+    makes a coroutine scorer: a batch's trials are then judged concurrently.
 
     Bump ``version`` when its logic changes, so stored scores say which logic judged them.
     """
@@ -174,7 +186,7 @@ def batch_scorer(fn: Callable[[Any, Any], Any] | None = None, *, name: str | Non
 
 def _decorate(kind: str, fn: Callable[..., Any] | None, name: str | None, options: dict[str, Any]) -> Any:
     def make(f: Callable[..., Any]) -> Scorer:
-        body: dict[str, Any] = {kind: f}
+        body: dict[str, Any] = {"coroutine" if kind == "fn" and inspect.iscoroutinefunction(f) else kind: f}
         return Scorer(name or f.__name__, **options, **body)
 
     return make(fn) if fn is not None else make

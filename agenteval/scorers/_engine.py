@@ -3,10 +3,14 @@ Python scorers trial by trial. A scorer that raises gives an error score and the
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -148,13 +152,36 @@ class ScoringEngine:
 
     def judge(self, features: pa.Table, cases: dict[str, Case]) -> Judgement:
         """Every applicable scorer over every trial in ``features`` (one row per trial, from the feature
-        query): SQL and Arrow scorers once over the batch, Python scorers trial by trial."""
+        query): SQL and Arrow scorers once over the batch, Python scorers trial by trial, coroutine scorers
+        concurrently on an event loop of their own (this call waits for them)."""
+        plan = self._parts(features, cases)
+        if plan.pending:
+            plan.parts.extend(_run_to_end(self._coroutine_parts(plan, cases), [i for i, _ in plan.pending]))
+        return plan.judgement()
+
+    async def judge_async(self, features: pa.Table, cases: dict[str, Case]) -> Judgement:
+        """:meth:`judge` on the running event loop: coroutine scorers are awaited there, so a run goes on
+        while a judge's model calls are in flight."""
+        plan = self._parts(features, cases)
+        if plan.pending:
+            plan.parts.extend(await self._coroutine_parts(plan, cases))
+        return plan.judgement()
+
+    def has_coroutines(self) -> bool:
+        return any(item.coroutine is not None for item in self.scorers)
+
+    async def close(self) -> None:
+        """Let the coroutine scorers close what they hold on this event loop (their model clients)."""
+        for item in self.scorers:
+            if item.close is not None:
+                await item.close()
+
+    def _parts(self, features: pa.Table, cases: dict[str, Case]) -> _Plan:
         columns = FeatureColumns(features)
         trial_ids, case_ids = columns.column("trial_id"), columns.column("case_id")
         rows_by_scorer = self._rows_by_scorer(case_ids, cases)
         without_content = _rows_without_content(features)
-        parts: list[pa.Table] = []
-        not_scored: dict[str, int] = {}
+        plan = _Plan(self, features, columns, trial_ids, case_ids)
         self.con.register("agenteval_features", features)
         try:
             for item in self.scorers:
@@ -162,12 +189,17 @@ class ScoringEngine:
                 if rows and without_content and item.needs_content:
                     kept = [r for r in rows if r not in without_content]
                     if len(kept) < len(rows):
-                        not_scored[item.name] = len(rows) - len(kept)
+                        plan.not_scored[item.name] = len(rows) - len(kept)
                     rows = kept
                 if rows and self._when_errors:
                     rows, broken = self._split_broken(item, rows, case_ids)
-                    parts.extend(_with_scorer(_failed(item, _keys(features, r), e), item) for e, r in broken.items())
+                    plan.parts.extend(
+                        _with_scorer(_failed(item, _keys(features, r), e), item) for e, r in broken.items()
+                    )
                 if not rows:
+                    continue
+                if item.coroutine is not None:
+                    plan.pending.append((item, rows))
                     continue
                 if item.fn is not None:
                     outcomes = self._python_outcomes(item, rows, columns, case_ids, cases)
@@ -176,17 +208,19 @@ class ScoringEngine:
                     outcomes = self._sql_outcomes(item, wanted, _keys(features, rows))
                 else:
                     outcomes = self._arrow_outcomes(item, features.take(pa.array(rows, pa.int64())), case_ids, cases)
-                parts.append(_with_scorer(outcomes, item))
+                plan.parts.append(_with_scorer(outcomes, item))
         finally:
             self.con.unregister("agenteval_features")
-        table = pa.concat_tables(parts) if parts else JUDGEMENT_SCHEMA.empty_table()
-        failure_types = columns.column("failure_type")
+        return plan
 
-        def judge_trials() -> dict[str, bool]:
-            outcomes = self.outcomes(trial_ids, failure_types, table)
-            return {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
-
-        return Judgement(table, judge_trials, dict(zip(trial_ids, case_ids, strict=True)), not_scored)
+    async def _coroutine_parts(self, plan: _Plan, cases: dict[str, Case]) -> list[pa.Table]:
+        """Each pending coroutine scorer over its rows, ``concurrency`` trials at a time."""
+        parts = []
+        for item, rows in plan.pending:
+            gate = asyncio.Semaphore(max(1, item.concurrency))
+            outcomes = await asyncio.gather(*(_judged(item, gate, plan, row, cases) for row in rows))
+            parts.append(_with_scorer(_outcome_table(outcomes, rows, plan.columns), item))
+        return parts
 
     def outcomes(self, trial_ids: list[str], failure_types: list[str | None], scores: pa.Table) -> dict[str, str]:
         """Each trial's outcome (passed, wrong or failed) from its failure type and its ``scores`` (rows of a
@@ -277,18 +311,7 @@ class ScoringEngine:
                 outcomes.append(item.outcome(fn(cases[case_ids[row]], TrialFeatures(columns, row))))
             except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
                 outcomes.append(item.failure(capture.error_text(exc)))
-        value, passed, reason, error = zip(*outcomes, strict=True)
-        indices = pa.array(rows, pa.int64())
-        return pa.table(
-            {
-                "trial_id": columns.table.column("trial_id").take(indices),
-                "case_id": columns.table.column("case_id").take(indices),
-                "value": pa.array(value, pa.float64()),
-                "passed": pa.array(passed, pa.bool_()),
-                "reason": pa.array(reason, pa.string()),
-                "error": pa.array(error, pa.string()),
-            }
-        )
+        return _outcome_table(outcomes, rows, columns)
 
     def _sql_outcomes(self, item: Scorer, wanted: list[Case], keys: pa.Table) -> pa.Table:
         """The scorer's SQL over the batch's trials whose case it applies to."""
@@ -344,6 +367,104 @@ class ScoringEngine:
             return self.con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
             return _failed(item, keys, capture.error_text(exc))
+
+
+async def _judged(item: Scorer, gate: asyncio.Semaphore, plan: _Plan, row: int, cases: dict[str, Case]) -> Any:
+    """One trial's outcome from a coroutine scorer, once the gate lets it in."""
+    assert item.coroutine is not None
+    features = TrialFeatures(plan.columns, row)
+    async with gate:
+        with judging(features, item.role):
+            try:
+                return item.outcome(await item.coroutine(cases[plan.case_ids[row]], features))
+            except Exception as exc:  # a failed judgement is that trial's error score, never a pass
+                return item.failure(capture.error_text(exc))
+
+
+def _outcome_table(outcomes: Sequence[Any], rows: list[int], columns: FeatureColumns) -> pa.Table:
+    """Per-trial outcomes ``(value, passed, reason, error)`` of ``rows`` as an outcome table."""
+    value, passed, reason, error = zip(*outcomes, strict=True)
+    indices = pa.array(rows, pa.int64())
+    return pa.table(
+        {
+            "trial_id": columns.table.column("trial_id").take(indices),
+            "case_id": columns.table.column("case_id").take(indices),
+            "value": pa.array(value, pa.float64()),
+            "passed": pa.array(passed, pa.bool_()),
+            "reason": pa.array(reason, pa.string()),
+            "error": pa.array(error, pa.string()),
+        }
+    )
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A batch being judged: the parts done, the coroutine scorers still to await, and what was not scored."""
+
+    engine: ScoringEngine
+    features: pa.Table
+    columns: FeatureColumns
+    trial_ids: list[str]
+    case_ids: list[str]
+    parts: list[pa.Table] = dataclasses.field(default_factory=list)
+    pending: list[tuple[Scorer, list[int]]] = dataclasses.field(default_factory=list)
+    not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def judgement(self) -> Judgement:
+        table = pa.concat_tables(self.parts) if self.parts else JUDGEMENT_SCHEMA.empty_table()
+        failure_types = self.columns.column("failure_type")
+        engine, trial_ids = self.engine, self.trial_ids
+
+        def judge_trials() -> dict[str, bool]:
+            outcomes = engine.outcomes(trial_ids, failure_types, table)
+            return {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
+
+        return Judgement(table, judge_trials, dict(zip(trial_ids, self.case_ids, strict=True)), self.not_scored)
+
+
+@contextlib.contextmanager
+def judging(features: TrialFeatures, role: str) -> Iterator[None]:
+    """Spans started inside are the trial's (its ids stamped, marked with ``role``) and children of its root
+    span, so a judge's model calls sit in the trial's trace yet never count as the agent's."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from ..run._collect import TrialTag, current_trial, trial_context
+
+    tag = TrialTag(features.experiment_id, features.case_id, features.trial_id, features.attempt or 0, role)
+    token = trial_context(tag)
+    attached = None
+    if features.trace_id and features.root_span_id:
+        root = SpanContext(
+            int(features.trace_id, 16), int(features.root_span_id, 16), False, TraceFlags(TraceFlags.SAMPLED)
+        )
+        attached = context.attach(trace.set_span_in_context(NonRecordingSpan(root)))
+    try:
+        yield
+    finally:
+        if attached is not None:
+            context.detach(attached)
+        current_trial.reset(token)
+
+
+def _run_to_end(work: Coroutine[Any, Any, list[pa.Table]], scorers: Sequence[Scorer]) -> list[pa.Table]:
+    """``work`` on an event loop of its own (a worker thread's when this thread runs one), its coroutine
+    scorers closed there afterwards."""
+
+    async def main() -> list[pa.Table]:
+        try:
+            return await work
+        finally:
+            for item in scorers:
+                if item.close is not None:
+                    await item.close()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(contextvars.copy_context().run, asyncio.run, main()).result()
 
 
 def _rows_without_content(features: pa.Table) -> frozenset[int]:

@@ -13,13 +13,13 @@ from typing import Any
 from agenteval_instrumentation import attributes as A
 
 FEATURES_SQL = """
-WITH t AS (SELECT experiment_id, trial_id, case_id, trace_id, failure_type, reply, replies FROM {trials}),
+WITH t AS (SELECT experiment_id, trial_id, case_id, attempt, trace_id, failure_type, reply, replies FROM {trials}),
 s AS (
     SELECT s.* FROM {spans} s JOIN t ON s.trial_id = t.trial_id AND s.trace_id = t.trace_id
     WHERE s.role IS NULL
 ),
 roots AS (
-    SELECT trial_id,
+    SELECT trial_id, span_id AS root_span_id,
            list_transform(
                from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
                          '[{{"parts": [{{"content": "VARCHAR"}}]}}]'),
@@ -48,7 +48,7 @@ retrievals AS (
            count(*) AS retrievals
     FROM s WHERE operation = 'retrieval' GROUP BY trial_id
 )
-SELECT t.experiment_id, t.trial_id, t.case_id, t.failure_type,
+SELECT t.experiment_id, t.trial_id, t.case_id, t.attempt, t.trace_id, roots.root_span_id, t.failure_type,
        coalesce(roots.replies, t.replies, CASE WHEN t.reply IS NULL THEN [] ELSE [t.reply] END) AS replies,
        roots.replies IS NOT NULL OR t.replies IS NOT NULL OR t.reply IS NOT NULL AS has_content,
        length(coalesce(t.reply, t.replies[-1], roots.replies[-1])) AS reply_length,
@@ -135,6 +135,19 @@ class TrialFeatures:
     @property
     def case_id(self) -> str:
         return self._get("case_id")
+
+    @property
+    def attempt(self) -> int:
+        return self._get("attempt")
+
+    @property
+    def trace_id(self) -> str | None:
+        return self._get("trace_id")
+
+    @property
+    def root_span_id(self) -> str | None:
+        """The trial's root span, which a judge's spans are parented to."""
+        return self._get("root_span_id")
 
     @property
     def failure_type(self) -> str | None:

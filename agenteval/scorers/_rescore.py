@@ -15,8 +15,11 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
+from agenteval_exporters import spans_to_batch
+
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, case_from_snapshot
+from ..run._collect import TrialCollector, collector_for
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._snapshots import save_figures
@@ -24,6 +27,7 @@ from ..store._store import sql_string
 from ._base import Scorer
 from ._engine import ScoringEngine, score_table
 from ._features import NO_REPLIES, features_sql
+from ._judge import answers_beside_judge, judge_in_charge
 from ._loading import load_scorers
 
 
@@ -58,18 +62,28 @@ def rescore(
     *,
     batch_size: int = DEFAULT_RESCORE_BATCH,
     on_batch: Callable[[int, int], None] = lambda done, total: None,
+    judge: str | None = None,
+    judge_base_url: str | None = None,
 ) -> RescoreResult:
     """Score the experiment's current trials again and append the scores as a new pass.
 
     With no ``scorers``: the built-ins plus the scorers the run added. With ``scorers`` (Scorer objects,
-    built-in names or ``MODULE:ATTR``): only those.
+    built-in names or ``MODULE:ATTR``): only those. ``judge`` (``PROVIDER/MODEL``) grades the stored replies
+    with the LLM judge, which then decides whether an answer is right; without it, a run's judge is not called
+    again and its scores stand.
     """
     experiment = ex.find(store, experiment_id)
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
     chosen = load_scorers(scorers, only=True) if scorers else load_scorers(experiment.options.get("scorers", []))
+    grader = _judge(judge, judge_base_url)
+    if grader is not None:
+        chosen = judge_in_charge(chosen, grader)
+    elif experiment.options.get("judge"):
+        chosen = answers_beside_judge(chosen)  # as they ran: the run's judge decides what is right
     store.ensure()  # a store that cannot take the new scores is said before the work
     engine = ScoringEngine(chosen)
+    collector = _judge_spans_collected(experiment.experiment_id) if engine.has_coroutines() else None
     cases = stored_cases(store, experiment.experiment_id)
     pass_id = uuid.uuid4().hex[:12]
     started = time.perf_counter()
@@ -82,6 +96,10 @@ def rescore(
         judged = engine.judge(features, cases)
         not_scored.update(judged.not_scored)
         table = score_table(experiment.experiment_id, judged, pass_id, time.time_ns())
+        if collector is not None:  # the judge's own spans, beside the trials': its tokens are reported apart
+            made = [span for trial_id in judged.case_ids for span in collector.take(experiment.experiment_id, trial_id)]
+            if made:
+                store.write("spans", pa.Table.from_batches([spans_to_batch(made)]))
         if table.num_rows:
             store.write("scores", table)
         done += count
@@ -90,6 +108,8 @@ def rescore(
         del features, judged, table
         pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
+    if collector is not None:
+        collector.close(experiment.experiment_id)
     seconds = time.perf_counter() - started
     save_figures(store, experiment.experiment_id)  # reports read these instead of judging every trial again
     return RescoreResult(
@@ -102,6 +122,24 @@ def rescore(
         dict(not_scored),
         time.perf_counter() - started - seconds,
     )
+
+
+def _judge(name: str | None, base_url: str | None) -> Scorer | None:
+    if name is None:
+        return None
+    from ..models._model import Model
+    from ._judge import llm_judge
+
+    return llm_judge(Model(name, base_url=base_url))
+
+
+def _judge_spans_collected(experiment_id: str) -> TrialCollector:
+    """The collector that gathers a judge's spans (stamped with the trials' ids) while the batches are scored."""
+    from ..tracing import sdk_provider
+
+    collector = collector_for(sdk_provider())
+    collector.open(experiment_id)
+    return collector
 
 
 def _answered_trials(experiment_id: str) -> str:

@@ -8,7 +8,7 @@ from ._countries import COUNTRIES, MISSING_COUNTRY, country_facts, lookup
 from ._currency import RATES_AS_OF, USD_PER_UNIT, UnknownCurrency, convert, convert_currency
 from ._faulty import INJECTION_PAYLOAD, REVIEWS, ServiceUnavailable, fetch_review, get_stock_price
 from ._schema import tool_schema
-from ._search import corpus, retrieve, search_documents
+from ._search import Corpus, corpus, read_corpus, retrieve, search_documents, search_tool
 
 BUILTIN_TOOLS: dict[str, Callable[..., Any]] = {
     "calculator": calculator,
@@ -35,6 +35,7 @@ __all__ = [
     "REVIEWS",
     "USD_PER_UNIT",
     "CalculatorError",
+    "Corpus",
     "ServiceUnavailable",
     "UnknownCurrency",
     "calculator",
@@ -45,8 +46,10 @@ __all__ = [
     "fetch_review",
     "get_stock_price",
     "lookup",
+    "read_corpus",
     "retrieve",
     "search_documents",
+    "search_tool",
     "tool_schema",
     "tool_schemas",
 ]

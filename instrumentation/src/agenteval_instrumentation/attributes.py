@@ -84,6 +84,9 @@ ROLE = "agenteval.role"
 """Who made a span inside a trial when it is not the agent: ``simulated_user`` or ``judge``. Their
 model calls never count in the agent's tokens or cost."""
 
+ROLE_JUDGE = "judge"
+ROLE_SIMULATED_USER = "simulated_user"
+
 INPUT = "agenteval.input"
 """A retriever's (or other step's) arguments, as JSON text."""
 
@@ -101,6 +104,38 @@ STREAM_FIRST_CHUNK_MS = "agenteval.stream.time_to_first_chunk_ms"
 
 STREAM_CLOSED_EARLY = "agenteval.stream.closed_early"
 """True when the consumer stopped a stream before it was exhausted."""
+
+MODEL_RETRIES = "agenteval.model.retries"
+"""Requests of an agenteval model call sent again after a 429, a 5xx/529 or a failed connection."""
+
+RATE_LIMIT_WAITS = "agenteval.rate_limit.waits"
+"""How many times a model call waited on a rate limit: after a 429, or for a place under the shared per-model
+limiter. Set as the waits happen, so a call cut off by the trial's timeout carries it too: that trial is
+``timeout_after_rate_limit``."""
+
+RATE_LIMIT_WAIT_MS = "agenteval.rate_limit.wait_ms"
+"""Milliseconds a model call spent waiting on rate limits (the waits :data:`RATE_LIMIT_WAITS` counts)."""
+
+MODEL_WAIT_EVENT = "agenteval.model.wait"
+"""An event on a model call's span for each wait, with :data:`WAIT_REASON`, :data:`WAIT_SECONDS`,
+:data:`WAIT_RETRY_AFTER` and :data:`HTTP_RESPONSE_STATUS_CODE`."""
+
+WAIT_REASON = "agenteval.wait.reason"
+"""Why a model call waited: ``rate_limit`` (a 429), ``limiter`` (the shared per-model limiter), ``server_error``
+(a 5xx or 529) or ``connection`` (the API could not be reached, or a stream dropped)."""
+
+WAIT_SECONDS = "agenteval.wait.seconds"
+"""How long one wait lasted, in seconds."""
+
+WAIT_RETRY_AFTER = "agenteval.wait.retry_after"
+"""True when the provider said how long to wait (``Retry-After`` or ``retry-after-ms``) and the wait honoured it."""
+
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+"""The HTTP status of the response that made a model call wait (OpenTelemetry's HTTP conventions)."""
+
+CACHE_HIT = "agenteval.cache.hit"
+"""True when a model call's answer came from agenteval's response cache (``--cache``): no request was sent,
+and its usage is recorded as zero tokens."""
 
 # --- Instrumentation scopes ------------------------------------------------------------------
 

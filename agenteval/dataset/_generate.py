@@ -1,0 +1,252 @@
+"""``agenteval generate``: a dataset of questions drafted by a model from documents, with the corpus to search.
+
+The ``.md`` and ``.txt`` files are split into passages (paragraphs gathered up to :data:`PASSAGE_CHARS`, a
+heading starting a new one and titling it). For each chosen passage the model proposes one question whose short
+answer is stated in it, through a forced tool call; about the ``unanswerable`` share are questions the documents
+do not answer, expecting ``unknown``. A deterministic check drops a question whose answer does not appear in its
+passage. Cases link their passage through ``relevant_docs`` and name the ``search_documents`` tool; the corpus
+file holds every passage, so the search has the others to miss among.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ._cases import UNKNOWN_ANSWER, Case
+
+if TYPE_CHECKING:
+    from ..models._model import Model
+
+PASSAGE_CHARS = 1200
+MIN_PASSAGE_CHARS = 80
+"""Shorter passages (a lone heading, a one-line note) have nothing to ask about and are left out."""
+MAX_ANSWER_CHARS = 80
+PROMPT_VERSION = "1"
+PROPOSE = "propose"
+SUFFIXES = (".md", ".txt")
+CONCURRENCY = 8
+SYSTEM_PROMPT = """You write evaluation questions for a question-answering assistant that searches a document \
+collection. Each question must be answerable by a reader of the whole collection, without seeing the passage: \
+name the product, policy or subject it is about. Call the propose tool once."""
+ANSWERABLE = """Write one question whose answer is stated in this passage, with its short answer: a few words, \
+copied exactly as they appear in the passage (a number with its unit, a name, a date).
+
+Passage ({title}):
+{text}"""
+UNANSWERABLE = """Write one question on the same subject as this passage that neither this passage nor any \
+ordinary company document would answer (a detail that is simply not given). Its answer is "unknown".
+
+Passage ({title}):
+{text}"""
+PROPOSE_TOOL: dict[str, Any] = {
+    "name": PROPOSE,
+    "description": "Propose the question and its short answer.",
+    "parameters": {
+        "type": "object",
+        "properties": {"question": {"type": "string"}, "answer": {"type": "string"}},
+        "required": ["question", "answer"],
+        "additionalProperties": False,
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Passage:
+    id: str
+    title: str
+    text: str
+    source: str
+
+    def to_document(self) -> dict[str, str]:
+        return {"id": self.id, "title": self.title, "text": self.text, "source": self.source}
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped:
+    passage: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Generated:
+    """What ``generate`` made: the cases kept, the passages (the corpus), and what it dropped and why."""
+
+    cases: list[Case]
+    passages: list[Passage]
+    dropped: list[Dropped]
+    asked: int
+
+
+def document_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The ``.md`` and ``.txt`` files among ``paths`` (folders searched recursively), in a stable order."""
+    found: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise UsageError(f"{given}: no such file or folder")
+    if not found:
+        raise UsageError(f"no .md or .txt files in {', '.join(map(str, paths))}")
+    return found
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "doc"
+
+
+def split_passages(path: Path) -> list[Passage]:
+    """One file's passages: paragraphs gathered up to :data:`PASSAGE_CHARS`; a markdown heading starts a new
+    passage and titles it (and those after it, until the next heading)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    title = path.stem
+    pieces: list[str] = []
+    passages: list[Passage] = []
+    stem = _slug(path.stem)
+
+    def close() -> None:
+        body = "\n\n".join(pieces).strip()
+        if len(body) >= MIN_PASSAGE_CHARS:
+            passages.append(Passage(f"{stem}-{len(passages) + 1:03d}", title, body, str(path)))
+        pieces.clear()
+
+    for block in re.split(r"\n\s*\n", text):
+        block = block.strip()
+        if not block:
+            continue
+        heading = re.match(r"^#{1,6}\s+(.*)", block)
+        if heading:
+            close()
+            title = heading.group(1).splitlines()[0].strip() or title
+            block = block[heading.end() :].strip()
+            if not block:
+                continue
+        if pieces and sum(map(len, pieces)) + len(block) > PASSAGE_CHARS:
+            close()
+        pieces.append(block)
+    close()
+    return passages
+
+
+def normalised(text: str) -> str:
+    """Lower case, punctuation and runs of spaces as one space: how an answer is looked for in its passage."""
+    return " ".join(re.sub(r"[^\w%$€£.]+|(?<!\d)\.|\.(?!\d)", " ", text.lower()).split())
+
+
+def answer_check(answer: str, passage: Passage) -> str | None:
+    """Why a proposed answer is dropped (not stated in the passage, empty, too long), or None to keep it."""
+    if not answer.strip():
+        return "the answer is empty"
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"the answer is longer than {MAX_ANSWER_CHARS} characters"
+    if normalised(answer) not in normalised(passage.text):
+        return f"the answer {answer!r} does not appear in the passage"
+    return None
+
+
+async def _propose(model: Model, passage: Passage, unanswerable: bool) -> tuple[str, str] | str:
+    """The model's question and answer for ``passage``, or why there is none."""
+    prompt = (UNANSWERABLE if unanswerable else ANSWERABLE).format(title=passage.title, text=passage.text)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+    try:
+        response = await model.complete(messages, tools=[PROPOSE_TOOL], tool_choice=PROPOSE)
+    except Exception as exc:  # one passage's failed call costs that passage
+        return f"the model call failed: {type(exc).__name__}: {exc}"
+    calls = [c for c in response.tool_calls if c.name == PROPOSE]
+    try:
+        proposed = calls[0].parsed() if calls else None
+    except ValueError:
+        proposed = None
+    if not isinstance(proposed, dict) or not all(isinstance(proposed.get(k), str) for k in ("question", "answer")):
+        return "the model's output could not be read"
+    question = proposed["question"].strip()
+    if not question:
+        return "the question is empty"
+    return question, proposed["answer"].strip()
+
+
+def generate(
+    documents: Sequence[str | Path],
+    model: Model,
+    *,
+    count: int = 50,
+    unanswerable: float = 0.1,
+    seed: int = 0,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> Generated:
+    """Draft up to ``count`` cases from ``documents`` with ``model`` (see the module's description)."""
+    if not 0 <= unanswerable <= 1:
+        raise UsageError("--unanswerable must be a share between 0 and 1")
+    if count < 1:
+        raise UsageError("-n must be at least 1")
+    passages = [p for path in document_files(documents) for p in split_passages(path)]
+    if not passages:
+        raise UsageError(f"no passage of at least {MIN_PASSAGE_CHARS} characters in the documents")
+    rng = random.Random(seed)
+    chosen = rng.sample(passages, min(count, len(passages)))
+    without = set(rng.sample(range(len(chosen)), round(len(chosen) * unanswerable)))
+    done = 0
+
+    async def ask_all() -> list[tuple[str, str] | str]:
+        nonlocal done
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(index: int, passage: Passage) -> tuple[str, str] | str:
+            nonlocal done
+            async with gate:
+                found = await _propose(model, passage, index in without)
+            done += 1
+            on_progress(done, len(chosen))
+            return found
+
+        try:
+            return await asyncio.gather(*(one(i, p) for i, p in enumerate(chosen)))
+        finally:
+            await model.aclose()
+
+    answers = asyncio.run(ask_all())
+    cases: list[Case] = []
+    dropped: list[Dropped] = []
+    seen: set[str] = set()
+    for index, (passage, found) in enumerate(zip(chosen, answers, strict=True)):
+        if isinstance(found, str):
+            dropped.append(Dropped(passage.id, found))
+            continue
+        question, answer = found
+        unknown = index in without
+        problem = None if unknown else answer_check(answer, passage)
+        if problem is None and question.lower() in seen:
+            problem = "the same question was proposed for another passage"
+        if problem is not None:
+            dropped.append(Dropped(passage.id, problem))
+            continue
+        seen.add(question.lower())
+        cases.append(
+            Case(
+                id=f"generated-{len(cases) + 1:04d}",
+                input=question,
+                expected_output=UNKNOWN_ANSWER if unknown else answer,
+                category="unanswerable" if unknown else _slug(Path(passage.source).stem),
+                expected_tools=("search_documents",),
+                relevant_docs=None if unknown else (passage.id,),
+                tags=("generated",),
+                metadata={"passage": passage.id, "source": passage.source, "generator": str(model.name)},
+            )
+        )
+    return Generated(cases, passages, dropped, len(chosen))
+
+
+def write_jsonl(path: str | Path, records: Sequence[dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -1,0 +1,70 @@
+"""A response cache for development (``--cache``): a model's answer, kept on disk, given again for the same request.
+
+The key holds the model, its base URL, the parameters, the messages and tools, and the trial asking: its case,
+its attempt and the role (agent, judge, simulated user). Attempts of a case are meant to differ: a cache keyed
+on the request alone would hand attempt 2 the answer of attempt 1, and every case would look perfectly
+consistent. So attempt 2 of a case meets attempt 2's answer of an earlier run, never attempt 1's.
+
+By default the cache lives in the store, in the hidden folder ``.model-cache/``: it answers for the experiments
+recorded there and goes with them, while no table's files (``<table>/**/*.parquet``) reach it, so readers,
+compaction and ``doctor`` never see it. It holds model answers, never an API key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..run._collect import current_trial
+from ._request import ModelRequest
+
+DEFAULT_FOLDER = ".model-cache"
+"""The cache's folder under the store, when ``--cache`` names none."""
+
+
+class ResponseCache:
+    """SDK responses as JSON files under ``folder``, one per key; written whole (temporary file, then rename)."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, provider: str, base_url: str | None, request: ModelRequest) -> str:
+        current = current_trial.get()
+        tag = current[0] if current is not None else None
+        asking = None if tag is None else {"case": tag.case_id, "attempt": tag.attempt, "role": tag.role}
+        fields = {"provider": provider, "base_url": base_url, "request": request.cache_fields(), "trial": asking}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored response's JSON, or None (also for a file that cannot be read: it is answered anew)."""
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return data if isinstance(data, dict) else None
+
+    def put(self, key: str, response: dict[str, Any]) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+                json.dump(response, f)
+            os.replace(f.name, path)
+        except OSError:
+            pass  # a cache that cannot be written costs speed, never the call
+
+
+def cache_folder(given: str | os.PathLike[str] | None, store_root: str | os.PathLike[str]) -> Path:
+    """The folder ``--cache`` names, or the store's hidden ``.model-cache/``."""
+    return Path(given) if given else Path(store_root) / DEFAULT_FOLDER

@@ -1,0 +1,273 @@
+"""A model to call: ``Model("openai/gpt-4o-mini")``. Each call is one ``@llm_call`` span, given the SDK's own
+response object (so the instrumentation reads model, usage and finish reasons from it), with the waits on rate
+limits, the retries and a cache hit recorded on it as they happen.
+
+Calls are async (the runner is asyncio). A model keeps one SDK client per event loop, since an SDK's async HTTP
+client belongs to the loop it first ran on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import os
+import random
+import weakref
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from opentelemetry import trace
+
+from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation import llm_call, set_llm_response
+
+from ..errors import AgentevalError
+from ..run._failures import RATE_LIMITED, RETRIED, StreamEndedEarly, provider_error
+from . import _anthropic, _openai
+from ._cache import ResponseCache
+from ._limiter import AdaptiveLimiter, limiter_for, waiting
+from ._names import ModelName, effective_base_url, parse_model_name, recordable_url
+from ._request import Message, ModelRequest
+from ._retry import Retry, RetryPolicy
+from ._types import LIMITER, RATE_LIMIT, ModelResponse, Wait
+
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds one request may take before the SDK gives up on it (a trial's own timeout still bounds it all)."""
+NO_KEY_NEEDED = "unused"
+"""The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
+LIMITER_WAIT_RECORDED = 0.001
+"""Waits for a place under the limiter shorter than this are not waits worth a span event."""
+
+ADAPTERS: dict[str, ModuleType] = {"openai": _openai, "anthropic": _anthropic}
+
+
+class MissingSDK(AgentevalError):
+    """A provider's SDK is not installed; the message names the extra that installs it."""
+
+
+class MissingAPIKey(AgentevalError):
+    """No API key for a provider's own endpoint; the message names the environment variable."""
+
+
+def _sdk(name: ModelName) -> ModuleType:
+    try:
+        return importlib.import_module(name.sdk.name)
+    except ImportError as exc:
+        raise MissingSDK(f"{name} needs the {name.sdk.name} SDK: pip install 'agenteval[{name.sdk.extra}]'") from exc
+
+
+@dataclasses.dataclass
+class _Call:
+    """What one call collects while it runs (the span gets it as it happens; the response at the end)."""
+
+    waits: list[Wait] = dataclasses.field(default_factory=list)
+    retries: int = 0
+    cache_hit: bool = False
+
+
+class Model:
+    """A model named ``PROVIDER/MODEL``, called through its provider's official SDK.
+
+    ``base_url`` points at any OpenAI-compatible server (or a gateway); without it the SDK's environment
+    variable (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``) or the provider's own endpoint is used. The API key
+    is ``api_key`` or the SDK's variable (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); it is never recorded.
+    ``temperature``, ``max_tokens`` and further ``params`` go with every request unless a call overrides them.
+    ``cache`` (a folder or a :class:`ResponseCache`) answers repeated requests from disk; ``role`` marks the
+    calls' spans (``judge``, ``simulated_user``) when it is not the agent calling.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        stream: bool = False,
+        cache: ResponseCache | str | os.PathLike[str] | None = None,
+        limiter: AdaptiveLimiter | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = parse_model_name(name)
+        self._sdk = _sdk(self.name)
+        self.adapter = ADAPTERS[self.name.provider]
+        self.base_url = effective_base_url(self.name, base_url)
+        self._api_key = self._key(api_key)
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.stream = stream
+        self.cache = cache if isinstance(cache, ResponseCache) or cache is None else ResponseCache(Path(cache))
+        self.params = dict(params or {})
+        self.limiter = limiter or limiter_for(f"{self.name.provider}|{recordable_url(self.base_url)}|{self.name.model}")
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._rng = random.Random()
+
+    def _key(self, given: str | None) -> str:
+        key = given or os.environ.get(self.name.sdk.api_key_env)
+        if key:
+            return key
+        if self.base_url:
+            return NO_KEY_NEEDED
+        raise MissingAPIKey(
+            f"{self.name} needs an API key: set {self.name.sdk.api_key_env} "
+            "(or give --base-url for a local OpenAI-compatible server)"
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"Model({str(self.name)!r}, base_url={recordable_url(self.base_url)!r})"
+
+    def settings(self) -> dict[str, Any]:
+        """What identifies this model's answers, as recorded with an experiment: never the API key."""
+        return {
+            "model": str(self.name),
+            "base_url": recordable_url(self.base_url),
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "params": self.params,
+        }
+
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(loop)
+        if found is None:
+            found = self._clients[loop] = self.adapter.client(self._sdk, self.base_url, self._api_key, self.timeout)
+        return found
+
+    async def aclose(self) -> None:
+        """Close this event loop's SDK client (its connections)."""
+        found = self._clients.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found.close()
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        **params: Any,
+    ) -> ModelResponse:
+        """One model call (retried as :class:`RetryPolicy` says), as a :class:`ModelResponse`."""
+        request = ModelRequest(
+            model=self.name.model,
+            messages=messages,
+            tools=tools or None,
+            tool_choice=tool_choice,
+            temperature=self.temperature if temperature is None else temperature,
+            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
+            stream=self.stream,
+            params={**self.params, **params},
+        )
+        call = _Call()
+        raw = await _chat(messages, model=self.name.model, owner=self, request=request, call=call)
+        return ModelResponse(
+            **self.adapter.read(raw), cache_hit=call.cache_hit, waits=tuple(call.waits), retries=call.retries, raw=raw
+        )
+
+    async def _send(self, request: ModelRequest, call: _Call) -> Any:
+        """The request, retried; the SDK's response. Runs inside the call's span."""
+        span = trace.get_current_span()
+        span.set_attribute(A.GEN_AI_PROVIDER_NAME, self.name.provider)
+        cached = self._cached(request)
+        if cached is not None:
+            call.cache_hit = True
+            span.set_attribute(A.CACHE_HIT, True)
+            set_llm_response(input_tokens=0, output_tokens=0)  # nothing was spent
+            return cached[1]
+        while True:
+            sent = await self._attempt(request, call, span)
+            if not isinstance(sent, Retry):
+                raw = sent
+                break
+            call.retries += 1
+            span.set_attribute(A.MODEL_RETRIES, call.retries)
+            _record_wait(span, call, Wait(sent.seconds, sent.reason, sent.status, sent.retry_after))
+            waiting(+1)
+            try:
+                await asyncio.sleep(sent.seconds)
+            finally:
+                waiting(-1)
+        if self.cache is not None:
+            self.cache.put(cached_key(self, request), {"provider": self.name.provider, "response": _dump(raw)})
+        return raw
+
+    async def _attempt(self, request: ModelRequest, call: _Call, span: Any) -> Any:
+        """One request under the limiter: the SDK's response, or the :class:`Retry` to wait before the next;
+        raises what is not retried (marked when retries were spent on it)."""
+        generation, queued = await self.limiter.acquire()
+        if queued >= LIMITER_WAIT_RECORDED:
+            _record_wait(span, call, Wait(queued, LIMITER))
+        outcome = "other"
+        try:
+            raw = await self.adapter.send(self._client(), request)
+            if not self.adapter.finished(raw):
+                raise StreamEndedEarly(f"{self.name}: the reply ended before the model finished it")
+            outcome = "ok"
+            return raw
+        except Exception as exc:
+            found = provider_error(exc)
+            if found is not None and found.type == RATE_LIMITED:
+                outcome = "throttled"
+            retry = self.retry.decide(exc, call.retries, self._rng)
+            if retry is None:
+                if call.retries:
+                    setattr(exc, RETRIED, True)
+                raise
+            return retry
+        finally:
+            self.limiter.release(generation, outcome)
+
+    def _cached(self, request: ModelRequest) -> tuple[str, Any] | None:
+        if self.cache is None:
+            return None
+        key = cached_key(self, request)
+        data = self.cache.get(key)
+        if data is None or data.get("provider") != self.name.provider:
+            return None
+        try:
+            return key, self.adapter.revive(self._sdk, data["response"])
+        except Exception:  # a file of another SDK version: answered anew
+            return None
+
+
+def cached_key(model: Model, request: ModelRequest) -> str:
+    assert model.cache is not None
+    return model.cache.key(model.name.provider, recordable_url(model.base_url), request)
+
+
+def _dump(raw: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = raw.model_dump(mode="json")
+    return dumped
+
+
+def _record_wait(span: Any, call: _Call, wait: Wait) -> None:
+    """On the span as it happens: a call the trial's timeout cuts off keeps what it waited."""
+    call.waits.append(wait)
+    span.add_event(
+        A.MODEL_WAIT_EVENT,
+        {
+            A.WAIT_REASON: wait.reason,
+            A.WAIT_SECONDS: wait.seconds,
+            A.WAIT_RETRY_AFTER: wait.retry_after,
+            **({A.HTTP_RESPONSE_STATUS_CODE: wait.status} if wait.status is not None else {}),
+        },
+    )
+    rate_limited = [w for w in call.waits if w.reason in (RATE_LIMIT, LIMITER)]
+    if wait.reason in (RATE_LIMIT, LIMITER):
+        span.set_attribute(A.RATE_LIMIT_WAITS, len(rate_limited))
+        span.set_attribute(A.RATE_LIMIT_WAIT_MS, sum(w.seconds for w in rate_limited) * 1000)
+
+
+@llm_call
+async def _chat(messages: list[Message], *, model: str, owner: Model, request: ModelRequest, call: _Call) -> Any:
+    """One model call's span: the messages are its input, the SDK's response its output."""
+    return await owner._send(request, call)

@@ -1,0 +1,74 @@
+"""Model names (``PROVIDER/MODEL``), the providers agenteval speaks to, and what of a model's settings is recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import urllib.parse
+
+from ..errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """A provider's SDK, the extra that installs it, and the environment variables its SDK reads."""
+
+    name: str
+    extra: str
+    base_url_env: str
+    api_key_env: str
+
+
+PROVIDERS = {
+    "openai": Provider("openai", "openai", "OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+}
+"""The providers by name. Any OpenAI-compatible server (vLLM, Ollama, llama.cpp's server, LM Studio, a gateway)
+is ``openai`` with a base URL."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelName:
+    """``openai/gpt-4o-mini``: the provider, then the model as that provider names it (which may hold slashes)."""
+
+    provider: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+    @property
+    def sdk(self) -> Provider:
+        return PROVIDERS[self.provider]
+
+
+def parse_model_name(text: str, option: str = "--model") -> ModelName:
+    """``PROVIDER/MODEL`` as a :class:`ModelName`; anything else is a :class:`UsageError` naming ``option``."""
+    provider, sep, model = text.strip().partition("/")
+    if not sep or not provider or not model.strip():
+        raise UsageError(
+            f"{option} {text!r}: expected PROVIDER/MODEL, e.g. openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest "
+            "(an OpenAI-compatible server: openai/MODEL with --base-url)"
+        )
+    if provider.lower() not in PROVIDERS:
+        raise UsageError(
+            f"{option} {text!r}: unknown provider {provider!r}; known: {', '.join(PROVIDERS)} "
+            "(an OpenAI-compatible server is openai/MODEL with --base-url)"
+        )
+    return ModelName(provider.lower(), model.strip())
+
+
+def effective_base_url(name: ModelName, base_url: str | None) -> str | None:
+    """The base URL calls go to: the one given, else the SDK's environment variable, else None (the provider's)."""
+    return base_url or os.environ.get(name.sdk.base_url_env) or None
+
+
+def recordable_url(url: str | None) -> str | None:
+    """A base URL as it may be stored: without user, password, query or fragment, where keys sometimes hide."""
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -1,0 +1,90 @@
+"""The OpenAI chat-completions API through the official ``openai`` SDK (also any OpenAI-compatible server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._request import ModelRequest
+from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
+
+NAME = "openai"
+FINISH = {"stop": STOP, "length": LENGTH, "tool_calls": TOOL_CALLS, "function_call": TOOL_CALLS}
+FINISH_CONTENT_FILTER = "content_filter"
+
+
+def client(sdk: Any, base_url: str | None, api_key: str, timeout: float) -> Any:
+    # Retries are agenteval's own (recorded on the span), never the SDK's as well.
+    return sdk.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+
+
+def _tool(schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": schema["name"],
+            "description": schema.get("description", ""),
+            "parameters": schema.get("parameters", {"type": "object", "properties": {}}),
+        },
+    }
+
+
+def _tool_choice(choice: str | None) -> Any:
+    if choice in (None, "auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def arguments(request: ModelRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model": request.model, "messages": request.messages, **request.params}
+    if request.tools:
+        kwargs["tools"] = [_tool(t) for t in request.tools]
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.temperature is not None:
+        kwargs["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        kwargs["max_tokens"] = request.max_tokens
+    return kwargs
+
+
+async def send(api: Any, request: ModelRequest) -> Any:
+    """The SDK's ``ChatCompletion`` (streamed: the SDK's own final completion, folded from the chunks)."""
+    kwargs = arguments(request)
+    if not request.stream:
+        return await api.chat.completions.create(**kwargs)
+    async with api.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as stream:
+        async for _ in stream:
+            pass
+        return await stream.get_final_completion()
+
+
+def finished(raw: Any) -> bool:
+    """Whether a (streamed) response said why it stopped: a stream cut short never does."""
+    choices = getattr(raw, "choices", None) or []
+    return bool(choices) and choices[0].finish_reason is not None
+
+
+def read(raw: Any) -> dict[str, Any]:
+    choice = raw.choices[0] if raw.choices else None
+    message = choice.message if choice is not None else None
+    calls = []
+    for call in (message.tool_calls if message is not None else None) or []:
+        function = getattr(call, "function", None)
+        if function is not None:
+            calls.append(ToolRequest(call.id or "", function.name or "", function.arguments or ""))
+    reason = choice.finish_reason if choice is not None else None
+    usage = raw.usage
+    return {
+        "text": (message.content if message is not None else None) or "",
+        "tool_calls": tuple(calls),
+        "finish_reason": CONTENT_FILTER if reason == FINISH_CONTENT_FILTER else FINISH.get(reason or "", OTHER),
+        "provider_finish_reason": reason,
+        "usage": Usage(usage.prompt_tokens, usage.completion_tokens) if usage is not None else Usage(),
+        "model": raw.model,
+        "response_id": raw.id,
+    }
+
+
+def revive(sdk: Any, data: dict[str, Any]) -> Any:
+    """A cached response as the SDK's object again."""
+    return sdk.types.chat.ChatCompletion.model_validate(data)

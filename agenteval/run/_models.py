@@ -1,0 +1,79 @@
+"""The models a run uses, built from its options before anything runs: the reference agent's, the LLM judge's
+and the simulated users'; one response cache for all of them; and their closing at the end of the run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ..agents._loading import LoadedAgent, load_agent
+from ..agents._reference import NAME as REFERENCE
+from ..agents._reference import reference_agent
+from ..dataset._cases import Dataset
+from ..errors import UsageError
+from ..scorers._base import Scorer
+from ._options import RunOptions
+
+
+@dataclasses.dataclass
+class RunModels:
+    agent: LoadedAgent | None = None
+    judge: Scorer | None = None
+    simulator: Any = None
+    models: list[Any] = dataclasses.field(default_factory=list)
+    cache: Any = None
+
+    @classmethod
+    def build(cls, options: RunOptions, dataset: Dataset, urls: dict[str, str | None], store_root: Path) -> RunModels:
+        """The run's models (a missing SDK or key is said here, before anything is written)."""
+        if not (options.model or options.judge or options.simulate_users):
+            return cls()
+        from ..models._cache import ResponseCache
+        from ..models._model import Model
+        from ..models._simulator import ModelUserSimulator
+        from ..scorers._judge import llm_judge
+
+        found = cls(cache=ResponseCache(options.cache) if options.cache else None)
+
+        def model(name: str, url: str | None, **settings: Any) -> Model:
+            made = Model(name, base_url=url, cache=found.cache, **settings)
+            found.models.append(made)
+            return made
+
+        if options.model:
+            chosen = model(
+                options.model,
+                urls.get("model") or options.base_url,
+                temperature=options.temperature,
+                max_tokens=options.max_tokens,
+            )
+            found.agent = reference_agent(chosen, dataset, corpus=options.corpus, max_steps=options.max_steps)
+        if options.judge:
+            found.judge = llm_judge(model(options.judge, urls.get("judge") or options.judge_base_url))
+        if options.simulate_users:
+            simulator = model(options.simulate_users, urls.get("simulator") or options.simulator_base_url)
+            found.simulator = ModelUserSimulator(simulator)
+        return found
+
+    async def close(self) -> None:
+        """Close every model's client of this event loop."""
+        for made in self.models:
+            await made.aclose()
+
+
+def own_agent(spec: str | Any, options: RunOptions) -> LoadedAgent:
+    """The agent a run names when it is not the reference agent (which ``--model`` chooses)."""
+    if spec == REFERENCE:
+        raise UsageError("--agent reference needs --model PROVIDER/MODEL (e.g. --model openai/gpt-4o-mini)")
+    if not spec:
+        raise UsageError("an agent is required: --agent NAME|MODULE:ATTR|FILE.py:ATTR, or --model PROVIDER/MODEL")
+    return load_agent(spec, options.agent_options)
+
+
+def check_agent_and_model(spec: str | Any, options: RunOptions) -> None:
+    if options.model and spec not in (None, "", REFERENCE):
+        raise UsageError(
+            f"--model {options.model} runs the built-in reference agent; your own agent ({spec}) chooses its "
+            "model itself (pass it with --agent-option)"
+        )

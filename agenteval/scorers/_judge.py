@@ -1,0 +1,162 @@
+"""The LLM judge: a model grades a reply against the case's expected answer and rubric, through the scoring
+interface (a coroutine scorer, so a batch's trials are graded concurrently).
+
+The grade comes back as a forced tool call whose arguments follow a JSON schema (score, passed, reasoning): the
+structured output every provider and most OpenAI-compatible servers support. Output that does not parse is asked
+for once more; a second failure is the trial's scorer error, never a pass or a fail. Temperature 0, a versioned
+prompt, and its spans are marked ``judge``, so its tokens and cost are reported apart from the agent's. It
+never falls back to the model under test: it runs only with the model it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from agenteval_instrumentation import attributes as A
+
+from ..dataset._cases import UNKNOWN_ANSWER, Case
+from ..run._options import DEFAULT_JUDGE_CONCURRENCY
+from ._base import Score, Scorer
+from ._features import TrialFeatures
+
+if TYPE_CHECKING:
+    from ..models._model import Model
+
+NAME = "llm_judge"
+PROMPT_VERSION = "1"
+GRADE = "grade"
+SYSTEM_PROMPT = """You grade an AI assistant's reply to a user. You are given the conversation, the expected \
+answer and, when there is one, a rubric of what a good reply must do.
+Judge whether the reply gives the expected answer (the same fact or figure, in any wording; extra detail is fine \
+unless it contradicts the expected answer) and satisfies the rubric. When the expected answer is "unknown", the \
+reply passes only if it says the answer is not known or not available instead of inventing one.
+Record your grade by calling the grade tool: score from 0 (wrong) to 1 (fully right), passed true or false, \
+and a one or two sentence reasoning."""
+RETRY_NOTE = "Your grade could not be read. Call the grade tool once, with score, passed and reasoning."
+GRADE_TOOL: dict[str, Any] = {
+    "name": GRADE,
+    "description": "Record the grade of the reply.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "score": {"type": "number", "description": "0 (wrong) to 1 (fully right)"},
+            "passed": {"type": "boolean", "description": "whether the reply is acceptable"},
+            "reasoning": {"type": "string", "description": "why, in one or two sentences"},
+        },
+        "required": ["score", "passed", "reasoning"],
+        "additionalProperties": False,
+    },
+}
+
+
+def rubric_of(case: Case) -> str | None:
+    """The case's rubric, when its format has one (the ``rubric`` field)."""
+    rubric = getattr(case, "rubric", None)
+    return rubric if isinstance(rubric, str) and rubric.strip() else None
+
+
+def grades(case: Case) -> bool:
+    """Whether the judge has something to grade against: an expected answer or a rubric."""
+    return bool(case.expected_output.strip()) or rubric_of(case) is not None
+
+
+def grading_prompt(case: Case, replies: tuple[str, ...]) -> str:
+    """What the judge is shown: the user turns and replies, the expected answer, the rubric."""
+    users = list(case.turns) if case.turns else [case.input]
+    lines = ["Conversation:"]
+    for index, reply in enumerate(replies):
+        user = users[index] if index < len(users) else "(a further user message)"
+        lines += [f"USER: {user}", f"ASSISTANT: {reply}"]
+    if not replies:
+        lines += [f"USER: {users[0]}", "ASSISTANT: (no reply)"]
+    expected = case.expected_output.strip()
+    if expected.lower() == UNKNOWN_ANSWER:
+        lines.append('Expected answer: "unknown" (the answer cannot be known; the reply must say so)')
+    elif expected:
+        lines.append(f"Expected answer: {expected}")
+    rubric = rubric_of(case)
+    if rubric:
+        lines.append(f"Rubric: {rubric}")
+    return "\n".join(lines)
+
+
+def read_grade(arguments: Any) -> tuple[float, bool, str] | None:
+    """``(score, passed, reasoning)`` from the grade call's arguments, or None when they do not fit."""
+    if not isinstance(arguments, dict):
+        return None
+    score, passed, reasoning = arguments.get("score"), arguments.get("passed"), arguments.get("reasoning")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
+        return None
+    if not isinstance(passed, bool) or not isinstance(reasoning, str):
+        return None
+    return float(score), passed, reasoning
+
+
+class LLMJudge:
+    """Grades one trial with ``model``; the scorer's coroutine."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    async def __call__(self, case: Case, trial: TrialFeatures) -> Score:
+        return await self.grade(case, trial.replies)
+
+    async def grade(self, case: Case, replies: tuple[str, ...]) -> Score:
+        """The judge's score of ``replies`` to ``case``: a pass or a fail, or an error score."""
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": grading_prompt(case, replies)},
+        ]
+        unreadable = ""
+        for _ in range(2):  # output that does not parse is asked for once more
+            response = await self.model.complete(messages, tools=[GRADE_TOOL], tool_choice=GRADE, temperature=0)
+            grade, unreadable = self._grade(response)
+            if grade is not None:
+                score, passed, reasoning = grade
+                return Score(NAME, PROMPT_VERSION, score, passed, reasoning)
+            messages = [*messages, {"role": "assistant", "content": response.text or "(no grade)"}]
+            messages.append({"role": "user", "content": RETRY_NOTE})
+        return Score(NAME, PROMPT_VERSION, None, None, "the judge's output could not be read", error=unreadable)
+
+    @staticmethod
+    def _grade(response: Any) -> tuple[tuple[float, bool, str] | None, str]:
+        calls = [c for c in response.tool_calls if c.name == GRADE]
+        if not calls:
+            return None, f"the judge gave no {GRADE} call: {response.text[:300]!r}"
+        try:
+            arguments = calls[0].parsed()
+        except ValueError:
+            return None, f"the judge's {GRADE} arguments are not JSON: {calls[0].arguments[:300]!r}"
+        grade = read_grade(arguments)
+        if grade is None:
+            return None, f"the judge's {GRADE} arguments do not fit its schema: {calls[0].arguments[:300]!r}"
+        return grade, ""
+
+
+def llm_judge(model: Model, *, concurrency: int = DEFAULT_JUDGE_CONCURRENCY) -> Scorer:
+    """The LLM judge as a scorer: pass/fail, named ``llm_judge``, versioned by its prompt and model."""
+    judge = LLMJudge(model)
+    return Scorer(
+        NAME,
+        version=f"{PROMPT_VERSION}:{model.name}",
+        when=grades,
+        coroutine=judge,
+        concurrency=concurrency,
+        role=A.ROLE_JUDGE,
+        close=model.aclose,
+    )
+
+
+ANSWER_SCORERS = ("answer_match", "unknown_answer")
+"""With a judge, these are still computed and reported, as continuous scores: the judge decides what is right."""
+
+
+def answers_beside_judge(scorers: list[Scorer]) -> list[Scorer]:
+    """``scorers`` with the exact-answer scorers made continuous: a judge decides what is right."""
+    return [dataclasses.replace(s, continuous=True) if s.name in ANSWER_SCORERS else s for s in scorers]
+
+
+def judge_in_charge(scorers: list[Scorer], judge: Scorer) -> list[Scorer]:
+    """``scorers`` with ``judge`` added and the exact-answer scorers made continuous beside it."""
+    return [*[s for s in answers_beside_judge(scorers) if s.name != judge.name], judge]

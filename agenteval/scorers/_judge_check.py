@@ -1,0 +1,184 @@
+"""``agenteval judge-check``: how well a judge agrees with human verdicts, before anyone gates on it.
+
+Each line of a labels file gives a human ``pass`` or ``fail`` and either a stored trial (``trial_id``: its
+final reply and its case are read from the store) or a ``reply`` with its ``case`` (the case format's fields).
+The judge grades each item; agreement and Cohen's kappa with its interval compare it with the humans, and the
+items where they disagree are listed. Items the judge could not grade are counted apart, not as a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from ..analysis._stats import Kappa, cohens_kappa
+from ..dataset._cases import Case, DatasetError, parse_case
+from ..errors import AgentevalError
+from ..run._options import DEFAULT_JUDGE_CONCURRENCY
+from ..store import Store
+from ._rescore import stored_cases
+
+
+class LabelsError(AgentevalError):
+    """A labels file that cannot be read: the message names the file and line."""
+
+
+VERDICTS = {"pass": True, "passed": True, "true": True, "fail": False, "failed": False, "false": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class Labelled:
+    """One item with a human verdict: what is graded, and where it came from (a line of the labels file)."""
+
+    line: int
+    case: Case
+    replies: tuple[str, ...]
+    human: bool
+    trial_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Disagreement:
+    line: int
+    case_id: str
+    trial_id: str | None
+    human: bool
+    judge: bool
+    reasoning: str
+    reply: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeCheck:
+    """The judge against the humans: over the items it graded, and those it could not."""
+
+    judge: str
+    items: int
+    graded: int
+    ungraded: list[tuple[int, str]]
+    """(line, why) of the items the judge could not grade."""
+    kappa: Kappa | None
+    disagreements: list[Disagreement]
+    human_pass_rate: float | None
+    judge_pass_rate: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _verdict(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in VERDICTS:
+        return VERDICTS[value.strip().lower()]
+    raise LabelsError(f"{where}: human must be pass or fail (or true/false), not {value!r}")
+
+
+def read_labels(path: str | Path, store: Store | None = None) -> list[Labelled]:
+    """The labelled items of ``path``; a line that cannot be read is an error naming it."""
+    items: list[Labelled] = []
+    trials: dict[str, dict[str, Any]] = {}
+    cases_by_experiment: dict[str, dict[str, Case]] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise LabelsError(f"{path}: {exc.strerror or exc}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LabelsError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise LabelsError(f"{where}: expected an object with trial_id or case and reply, and human")
+        human = _verdict(record.get("human"), where)
+        if "trial_id" in record:
+            if store is None:
+                raise LabelsError(f"{where}: a trial_id needs a store (--store)")
+            if not trials:
+                trials = {
+                    row["trial_id"]: row
+                    for row in store.rows("SELECT trial_id, experiment_id, case_id, reply FROM trials")
+                }
+            trial = trials.get(str(record["trial_id"]))
+            if trial is None:
+                raise LabelsError(f"{where}: no trial {record['trial_id']!r} in {store.root}")
+            if trial["reply"] is None:
+                raise LabelsError(
+                    f"{where}: trial {record['trial_id']} has no stored reply (it failed, or ran with capture off)"
+                )
+            eid = trial["experiment_id"]
+            if eid not in cases_by_experiment:
+                cases_by_experiment[eid] = stored_cases(store, eid)
+            case = cases_by_experiment[eid][trial["case_id"]]
+            items.append(Labelled(number, case, (trial["reply"],), human, trial["trial_id"]))
+            continue
+        if not isinstance(record.get("case"), dict) or not isinstance(record.get("reply"), str):
+            raise LabelsError(f"{where}: expected trial_id, or case (an object) and reply (a string)")
+        try:
+            case = parse_case(record["case"], number)
+        except DatasetError as exc:
+            raise LabelsError(f"{where}: case: {exc}") from None
+        items.append(Labelled(number, case, (record["reply"],), human))
+    if not items:
+        raise LabelsError(f"{path}: no labelled items")
+    return items
+
+
+async def judge_items(judge: Any, items: list[Labelled], concurrency: int = DEFAULT_JUDGE_CONCURRENCY) -> list[Any]:
+    """The judge's scores of ``items``, ``concurrency`` at a time."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(item: Labelled) -> Any:
+        async with gate:
+            return await judge.grade(item.case, item.replies)
+
+    return await asyncio.gather(*(one(item) for item in items))
+
+
+def judge_check(
+    labels: str | Path, judge: str, *, base_url: str | None = None, store: Store | None = None
+) -> JudgeCheck:
+    """Grade every labelled item with ``judge`` and compare with the humans."""
+    from ..models._model import Model
+    from ._judge import LLMJudge
+
+    items = read_labels(labels, store)
+    model = Model(judge, base_url=base_url)
+
+    async def grade_all() -> list[Any]:
+        try:
+            return await judge_items(LLMJudge(model), items)
+        finally:
+            await model.aclose()
+
+    scores = asyncio.run(grade_all())
+    graded = [(item, score) for item, score in zip(items, scores, strict=True) if score.passed is not None]
+    ungraded = [
+        (item.line, score.error or score.reason)
+        for item, score in zip(items, scores, strict=True)
+        if score.passed is None
+    ]
+    kappa = cohens_kappa([i.human for i, _ in graded], [bool(s.passed) for _, s in graded]) if graded else None
+    disagreements = [
+        Disagreement(
+            item.line, item.case.id, item.trial_id, item.human, bool(score.passed), score.reason, item.replies[-1]
+        )
+        for item, score in graded
+        if item.human != score.passed
+    ]
+    return JudgeCheck(
+        judge=judge,
+        items=len(items),
+        graded=len(graded),
+        ungraded=ungraded,
+        kappa=kappa,
+        disagreements=disagreements,
+        human_pass_rate=sum(i.human for i, _ in graded) / len(graded) if graded else None,
+        judge_pass_rate=sum(bool(s.passed) for _, s in graded) / len(graded) if graded else None,
+    )

@@ -1,0 +1,154 @@
+"""agenteval generate: a dataset drafted from documents by a model (the real SDK against a loopback server),
+checked deterministically, valid, and runnable with the reference agent and the search tool over its corpus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import model_servers as ms
+
+from agenteval import evaluate
+from agenteval.dataset import load_dataset
+from agenteval.dataset._generate import answer_check, normalised, split_passages
+from agenteval.store import Store
+
+HANDBOOK = """# Returns
+
+Customers may return unused products within 45 days of delivery. A restocking fee of 12% applies to opened items,
+and refunds reach the original payment method within 7 business days.
+
+# Shipping
+
+Standard shipping takes 4 to 6 business days; express shipping costs 19.90 EUR and arrives the next working day
+when ordered before 14:00.
+
+# Warranty
+
+Every kettle carries a warranty of 3 years. DROPME: the generator will be made to answer wrongly about this one,
+so the deterministic check has something to drop.
+"""
+
+NOTES = """The staff canteen opens at 07:30 and closes at 15:00 on weekdays; on Saturdays it serves brunch only.
+
+Parking permits cost 35 EUR a month and are issued by the facilities desk on the second floor of building C.
+"""
+
+
+def write_documents(folder):
+    folder.mkdir()
+    (folder / "handbook.md").write_text(HANDBOOK)
+    (folder / "notes.txt").write_text(NOTES)
+    (folder / "scan.pdf").write_bytes(b"%PDF- not text")  # neither .md nor .txt: left alone
+
+
+def generator(request):
+    if "You write evaluation questions" not in request.system_text():
+        return ms.text("I don't know.")
+    prompt = request.last_user_text()
+    passage = prompt.split("):\n", 1)[1]
+    if "would answer" in prompt:  # asked for an unanswerable question
+        return ms.tool_call(
+            "propose", {"question": f"Who wrote the passage starting {passage[:20]!r}?", "answer": "unknown"}
+        )
+    answer = "a refund of 99 years" if "DROPME" in passage else " ".join(passage.split()[3:6])
+    return ms.tool_call("propose", {"question": f"What about: {passage[:40]}?", "answer": answer})
+
+
+def generate(server, tmp_path, *extra):
+    command = [
+        sys.executable,
+        "-m",
+        "agenteval.cli",
+        "generate",
+        str(tmp_path / "docs"),
+        "-n",
+        "5",
+        "-o",
+        str(tmp_path / "cases.jsonl"),
+        "--corpus-out",
+        str(tmp_path / "corpus.jsonl"),
+        "--model",
+        "openai/generator",
+        "--base-url",
+        server.openai_url,
+        *extra,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_passages_are_split_by_heading_and_size_and_answers_checked_in_them(tmp_path):
+    write_documents(tmp_path / "docs")
+    passages = split_passages(tmp_path / "docs" / "handbook.md")
+    assert [p.title for p in passages] == ["Returns", "Shipping", "Warranty"]
+    assert [p.id for p in passages] == ["handbook-001", "handbook-002", "handbook-003"]
+    assert answer_check("45 days", passages[0]) is None
+    assert answer_check("19.90 EUR", passages[1]) is None and normalised("costs 19.90 EUR.") == "costs 19.90 eur"
+    assert "does not appear" in answer_check("60 days", passages[0])
+
+
+def test_generate_writes_valid_cases_and_a_corpus_drops_answers_not_in_their_passage_and_reminds(
+    model_server, tmp_path
+):
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    done = generate(model_server, tmp_path, "--unanswerable", "0.2", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    assert "asked 4/4 passages" in done.stderr  # progress (the documents hold 4 passages)
+    assert "dropped 1: the answer does not appear in its passage" in done.stdout
+    assert "drop the wrong or ambiguous ones" in done.stdout
+    corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    assert {d["id"] for d in corpus} == {"handbook-001", "handbook-002", "handbook-003", "notes-001"}
+    valid = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "validate", str(tmp_path / "cases.jsonl")],
+        capture_output=True,
+        text=True,
+    )
+    assert valid.returncode == 0, valid.stderr
+    cases = load_dataset(tmp_path / "cases.jsonl").cases
+    assert len(cases) == 3  # 4 passages asked (all there are), 1 dropped
+    unknown = [c for c in cases if c.expected_output == "unknown"]
+    assert len(unknown) == 1 and unknown[0].relevant_docs is None
+    for case in cases:
+        if case.expected_output != "unknown":
+            (doc,) = case.relevant_docs
+            text = next(d["text"] for d in corpus if d["id"] == doc)
+            assert normalised(case.expected_output) in normalised(text)
+    again = generate(model_server, tmp_path, "--unanswerable", "0.2", "--seed", "3")
+    assert again.returncode == 0
+    assert [c.metadata["passage"] for c in load_dataset(tmp_path / "cases.jsonl").cases] == [
+        c.metadata["passage"] for c in cases
+    ]  # the same passages for the same seed
+
+
+def test_a_generated_dataset_runs_with_the_reference_agent_searching_its_corpus(model_server, tmp_path):
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    assert generate(model_server, tmp_path, "--unanswerable", "0").returncode == 0
+    cases = load_dataset(tmp_path / "cases.jsonl").cases
+    model_server.responder = ms.CaseResponder(cases)
+    experiment = evaluate(
+        "",
+        str(tmp_path / "cases.jsonl"),
+        model="openai/agent",
+        base_url=model_server.openai_url,
+        corpus=tmp_path / "corpus.jsonl",
+        attempts=1,
+        progress="none",
+    )
+    assert experiment.summary.failed == 0 and experiment.summary.trials == len(cases)
+    store = Store()
+    retrieved = store.rows(
+        "SELECT json_extract_string(attributes, '$.\"agenteval.retrieval.document_ids\"') AS ids FROM spans "
+        "WHERE experiment_id = ? AND operation = 'retrieval'",
+        [experiment.experiment_id],
+    )
+    ids = {i for row in retrieved for i in json.loads(row["ids"])}
+    assert ids and ids <= {"handbook-001", "handbook-002", "handbook-003", "notes-001"}  # the new corpus's
+    recall = store.rows(
+        "SELECT count(*) AS n FROM scores WHERE experiment_id = ? AND scorer = 'retrieval_recall'",
+        [experiment.experiment_id],
+    )
+    assert recall[0]["n"] == len(cases)
+    assert experiment.options["corpus"] == str((tmp_path / "corpus.jsonl").resolve())

@@ -1,0 +1,199 @@
+"""The LLM judge through the real SDK clients against a loopback server: it decides whether an answer is right,
+retries once on output that does not parse and otherwise records a scorer error, grades concurrently without
+holding up the run, its spans and tokens are apart from the agent's, and rescore --judge grades stored replies."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import model_servers as ms
+import pytest
+
+from agenteval import evaluate
+from agenteval.analysis import build_report
+from agenteval.dataset._cases import Case, Dataset, dataset_hash
+from agenteval.scorers import rescore
+from agenteval.store import Store
+
+CASES = [
+    Case(id="capital", input="What is the capital of Australia?", expected_output="Canberra"),
+    Case(id="sum", input="What is 2 + 2?", expected_output="4"),
+]
+
+
+def dataset(cases=CASES) -> Dataset:
+    return Dataset("judged", "judged", dataset_hash(list(cases)), list(cases))
+
+
+def is_judge(request: ms.Request) -> bool:
+    return "You grade an AI assistant" in request.system_text()
+
+
+def grade(score: float, passed: bool, reasoning: str = "matches the expected answer") -> ms.Reply:
+    return ms.tool_call("grade", {"score": score, "passed": passed, "reasoning": reasoning}, usage=(200, 30))
+
+
+def responder(judge, agent=None):
+    replies = {"What is the capital of Australia?": "It is Canberra, the capital city.", "What is 2 + 2?": "four"}
+
+    def respond(request):
+        if is_judge(request):
+            return judge(request)
+        return agent(request) if agent else ms.text(replies.get(request.last_user_text(), "?"), usage=(20, 5))
+
+    return respond
+
+
+def run(server, api=ms.OPENAI, **options):
+    return evaluate(
+        "",
+        dataset(options.pop("cases", CASES)),
+        model=f"{api}/agent-model",
+        base_url=server.url(api),
+        judge=f"{api}/judge-model",
+        judge_base_url=server.url(api),
+        attempts=options.pop("attempts", 1),
+        progress="none",
+        **options,
+    )
+
+
+def scores(experiment_id: str) -> dict[tuple[str, str], dict]:
+    rows = Store().rows(
+        "SELECT s.case_id, scorer, value, s.passed, reason, error, continuous FROM scores s JOIN trials t "
+        "USING (experiment_id, trial_id) WHERE experiment_id = ?",
+        [experiment_id],
+    )
+    return {(r["case_id"], r["scorer"]): r for r in rows}
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_the_judge_decides_whether_a_free_form_answer_is_right(model_server, api):
+    model_server.responder = responder(lambda request: grade(1.0, True, "says four, the expected 4"))
+    experiment = run(model_server, api)
+    found = scores(experiment.experiment_id)
+    assert found["sum", "llm_judge"]["passed"] is True and "expected 4" in found["sum", "llm_judge"]["reason"]
+    assert found["sum", "answer_match"]["continuous"] is True  # "four" is not "4", but the judge decides
+    assert experiment.summary.passed == 2
+    judge_requests = [r for r in model_server.requests if is_judge(r)]
+    assert len(judge_requests) == 2
+    body = judge_requests[0].body
+    if api == ms.OPENAI:
+        assert body["temperature"] == 0 and body["tool_choice"] == {"type": "function", "function": {"name": "grade"}}
+    else:
+        assert body["tool_choice"] == {"type": "tool", "name": "grade"}
+    assert "Expected answer: 4" in json.dumps(judge_requests[0].messages) or any(
+        "Expected answer: " in json.dumps(r.messages) for r in judge_requests
+    )
+    assert {r.body["model"] for r in judge_requests} == {"judge-model"}  # never the model under test
+
+
+def test_the_judge_is_apart_from_the_agent_in_spans_tokens_and_cost(model_server):
+    model_server.responder = responder(lambda request: grade(0.0, False, "wrong"))
+    experiment = run(model_server)
+    store = Store()
+    spans = store.rows(
+        "SELECT role, trial_id, parent_span_id, trace_id, input_tokens FROM spans "
+        "WHERE experiment_id = ? AND operation = 'chat'",
+        [experiment.experiment_id],
+    )
+    judges = [s for s in spans if s["role"] == "judge"]
+    agents = [s for s in spans if s["role"] is None]
+    assert len(judges) == 2 and len(agents) == 2 and all(s["trial_id"] for s in judges)
+    roots = store.rows(
+        "SELECT span_id, trace_id FROM spans WHERE experiment_id = ? AND scope_name = 'agenteval.runner'",
+        [experiment.experiment_id],
+    )
+    assert {(s["parent_span_id"], s["trace_id"]) for s in judges} == {(r["span_id"], r["trace_id"]) for r in roots}
+    trials = store.rows("SELECT input_tokens FROM trials WHERE experiment_id = ?", [experiment.experiment_id])
+    assert {t["input_tokens"] for t in trials} == {20}  # the agent's only; the judge spent 200 a trial
+    tokens = {t.role: t for t in build_report(store, experiment.experiment_id).tokens}
+    assert tokens["judge"].input_tokens == 400 and tokens["agent"].input_tokens == 40
+    assert experiment.summary.wrong == 2
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+# The loopback server sends a malformed tool input to Anthropic clients as a string (the real API's streamed
+# JSON can be cut like that); pydantic warns when the instrumentation serialises that message object.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings:UserWarning")
+def test_output_that_does_not_parse_is_asked_again_once_then_is_a_scorer_error(model_server, api):
+    answers = {"What is the capital of Australia?": [ms.text("PASS, clearly"), grade(1.0, True)]}
+    answers["What is 2 + 2?"] = [ms.tool_call("grade", '{"score": "high"'), ms.text("I refuse to grade")]
+
+    def judge(request):
+        question = next(q for q in answers if q in json.dumps(request.messages))
+        return answers[question].pop(0)
+
+    model_server.responder = responder(judge)
+    experiment = run(model_server, api)
+    found = scores(experiment.experiment_id)
+    assert found["capital", "llm_judge"]["passed"] is True  # the second answer parsed
+    broken = found["sum", "llm_judge"]
+    assert broken["passed"] is None and broken["value"] is None and "could not be read" in broken["reason"]
+    assert broken["error"] and "grade" in broken["error"]
+    assert sum(is_judge(r) for r in model_server.requests) == 4  # one retry each, no more
+    assert experiment.summary.passed == 1  # an error never passes
+
+
+def test_the_run_goes_on_while_the_judge_grades_and_the_judge_grades_concurrently(model_server):
+    cases = [Case(id=f"q{i}", input=f"Question {i}?", expected_output="yes") for i in range(12)]
+    agent_requests = threading.Event()
+    seen = {"agent": 0, "released_after_all_agent_requests": []}
+
+    def agent(request):
+        with model_server.lock:
+            seen["agent"] += 1
+            if seen["agent"] == len(cases):
+                agent_requests.set()
+        return ms.slow(0.3, ms.text("yes"))  # the run lasts past its first tick, which grades what finished
+
+    def judge(request):
+        # Held until every trial has asked the agent's model: were the run's loop blocked by the judge, the
+        # later trials could not start, and this would wait out its hold instead.
+        reply = grade(1.0, True)
+        reply.hold, reply.hold_seconds = agent_requests, 20
+        return reply
+
+    def judged(request):
+        if is_judge(request):
+            return judge(request)
+        return agent(request)
+
+    model_server.responder = judged
+    experiment = run(model_server, cases=cases, concurrency=2)
+    assert experiment.summary.passed == len(cases)
+    assert agent_requests.is_set()
+    first_judge = next(i for i, r in enumerate(model_server.requests) if is_judge(r))
+    last_agent = max(i for i, r in enumerate(model_server.requests) if not is_judge(r))
+    assert first_judge < last_agent  # graded while trials were still running
+    assert max(model_server.concurrency_seen) >= 3  # judge calls in flight together, beside the agent's
+
+
+def test_rescore_with_a_judge_grades_stored_replies_without_calling_the_agent(model_server):
+    model_server.responder = responder(lambda request: grade(1.0, True))
+    experiment = evaluate(
+        "", dataset(), model="openai/agent-model", base_url=model_server.openai_url, attempts=1, progress="none"
+    )
+    assert experiment.summary.passed == 1  # "four" is not "4" by exact match
+    agent_calls = len(model_server.requests)
+    result = rescore(
+        Store(), experiment.experiment_id, judge="openai/judge-model", judge_base_url=model_server.openai_url
+    )
+    assert len(model_server.requests) == agent_calls + 2 and all(
+        is_judge(r) for r in model_server.requests[agent_calls:]
+    )
+    assert "llm_judge" in result.scorers
+    found = scores(experiment.experiment_id)
+    assert found["sum", "llm_judge"]["passed"] is True
+    judged = Store().rows(
+        "SELECT count(*) AS n FROM spans WHERE experiment_id = ? AND role = 'judge'", [experiment.experiment_id]
+    )
+    assert judged[0]["n"] == 2  # the judge's spans are stored with the experiment
+    (passed,) = Store().rows(
+        "SELECT count(*) FILTER (WHERE passed) AS n FROM trials WHERE experiment_id = ?", [experiment.experiment_id]
+    )
+    assert passed["n"] == 2
+    again = rescore(Store(), experiment.experiment_id)  # without --judge: the judge is not called again
+    assert len(model_server.requests) == agent_calls + 2 and "llm_judge" not in again.scorers
+    assert scores(experiment.experiment_id)["sum", "llm_judge"]["passed"] is True  # its scores stand

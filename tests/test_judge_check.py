@@ -1,0 +1,90 @@
+"""agenteval judge-check: a judge measured against human verdicts, through the real SDK against a loopback server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import model_servers as ms
+import pytest
+
+from agenteval import evaluate
+from agenteval.analysis._stats import cohens_kappa
+from agenteval.store import Store
+
+
+def test_cohens_kappa_of_a_known_table_and_its_bootstrap_interval():
+    human = [True, True, False, False] * 5
+    judge = [True, False, False, False] * 5
+    found = cohens_kappa(human, judge)
+    assert found.agreement == 0.75 and found.kappa == pytest.approx(0.5)
+    assert found.ci95[0] < 0.5 < found.ci95[1] and "bootstrap" in found.method
+    assert cohens_kappa(human, judge) == found  # a fixed seed: the same interval every time
+    assert cohens_kappa([True] * 4, [True] * 4).kappa is None  # one verdict throughout: undefined
+
+
+def judge_server(server):
+    """A judge that passes a reply when it states the expected answer."""
+
+    def respond(request):
+        prompt = json.dumps(request.messages)
+        if "You grade an AI assistant" not in request.system_text():
+            return ms.text("Canberra")
+        expected = prompt.split("Expected answer: ")[1].split("\\n")[0].split('"')[0]
+        reply = prompt.split("ASSISTANT: ")[1].split("\\n")[0]
+        ok = expected.lower() in reply.lower()
+        return ms.tool_call("grade", {"score": float(ok), "passed": ok, "reasoning": f"expected {expected}"})
+
+    server.responder = respond
+
+
+def test_judge_check_reports_agreement_kappa_and_the_disagreements_shown_safely(model_server, tmp_path):
+    judge_server(model_server)
+    experiment = evaluate(
+        "", "mixed", model="openai/agent", base_url=model_server.openai_url, attempts=1, sample=2, progress="none"
+    )
+    (trial,) = Store().rows("SELECT trial_id FROM trials WHERE experiment_id = ? LIMIT 1", [experiment.experiment_id])
+    case = {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}
+    lines = [
+        {"case": case, "reply": "Canberra", "human": "pass"},
+        {"case": case, "reply": "Sydney", "human": "fail"},
+        {"case": case, "reply": "Canberra, I think", "human": "fail"},  # the judge passes it: a disagreement
+        {"case": {**case, "id": "evil\x1b[2J"}, "reply": "Sydney\x1b]0;pwned\x07", "human": "pass"},
+        {"trial_id": trial["trial_id"], "human": "fail"},
+    ]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(json.dumps(line) for line in lines))
+    command = [sys.executable, "-m", "agenteval.cli", "judge-check", str(labels), "--judge", "openai/judge"]
+    command += ["--judge-base-url", model_server.openai_url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "5 of 5 labelled items graded" in out and "Cohen's kappa:" in out and "95% CI" in out
+    assert "line 3 · case q1: human fail, judge pass" in out
+    assert "\x1b" not in out and "\\x1b" in out  # escape codes are shown, never sent raw
+    as_json = subprocess.run(command + ["--json"], capture_output=True, text=True, timeout=120)
+    result = json.loads(as_json.stdout)
+    assert result["graded"] == 5 and {d["line"] for d in result["disagreements"]} >= {3, 4}
+
+
+def test_a_bad_labels_line_is_one_error_naming_it(tmp_path, model_server):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text('{"case": {"id": "a", "input": "x", "expected_output": "y"}, "reply": "y", "human": "maybe"}\n')
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agenteval.cli",
+            "judge-check",
+            str(labels),
+            "--judge",
+            "openai/j",
+            "--judge-base-url",
+            model_server.openai_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and f"{labels}:1: human must be pass or fail" in done.stderr

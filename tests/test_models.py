@@ -1,0 +1,329 @@
+"""Models through the real openai and anthropic SDK clients against loopback servers: responses in one shape,
+failures typed right for both providers, retries that honour Retry-After and are bounded and recorded, the shared
+AIMD limiter under a 429 storm, the response cache keyed by attempt, and errors that name what to do."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import model_servers as ms
+import pytest
+from opentelemetry.trace import StatusCode
+
+from agenteval.models import AdaptiveLimiter, MissingAPIKey, MissingSDK, Model, ResponseCache, RetryPolicy
+from agenteval.run._collect import TrialTag, current_trial, trial_context
+from agenteval.run._failures import classify, provider_error
+from agenteval_instrumentation import attributes as A
+
+APIS = (ms.OPENAI, ms.ANTHROPIC)
+FAST = RetryPolicy(base_delay=0.001, max_delay=0.05)
+USER = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def model(server: ms.ModelServer, api: str, **options) -> Model:
+    options.setdefault("retry", FAST)
+    return Model(f"{api}/test-model", base_url=server.url(api), **options)
+
+
+def complete(m: Model, messages=USER, **options):
+    async def go():
+        try:
+            return await m.complete(messages, **options)
+        finally:
+            await m.aclose()
+
+    return asyncio.run(go())
+
+
+def raised(m: Model, **options) -> BaseException:
+    with pytest.raises(Exception) as caught:
+        complete(m, **options)
+    return caught.value
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_reply_reads_the_same_from_either_provider(model_server, api, stream, spans):
+    model_server.script(
+        ms.tool_call("calculator", {"expression": "2 + 2"}, usage=(30, 9)), ms.text("It is 4.", usage=(41, 5))
+    )
+    m = model(model_server, api, stream=stream)
+    tools = [{"name": "calculator", "description": "Arithmetic.", "parameters": {"type": "object"}}]
+    first = complete(m, tools=tools)
+    assert first.finish_reason == "tool_calls" and first.text == ""
+    (call,) = first.tool_calls
+    assert call.name == "calculator" and call.parsed() == {"expression": "2 + 2"} and call.id
+    assert (first.usage.input_tokens, first.usage.output_tokens) == (30, 9)
+    assert first.model == "test-model" and first.response_id and not first.cache_hit
+    second = complete(m)
+    assert (second.text, second.finish_reason) == ("It is 4.", "stop")
+    chats = [s for s in spans.get_finished_spans() if s.attributes.get(A.GEN_AI_OPERATION_NAME) == "chat"]
+    assert len(chats) == 2
+    attributes = chats[0].attributes
+    assert chats[0].name == "chat test-model"
+    assert attributes[A.GEN_AI_PROVIDER_NAME] == api
+    assert attributes[A.GEN_AI_REQUEST_MODEL] == attributes[A.GEN_AI_RESPONSE_MODEL] == "test-model"
+    assert (attributes[A.GEN_AI_USAGE_INPUT_TOKENS], attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS]) == (30, 9)
+    assert attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == (("tool_calls",) if api == ms.OPENAI else ("tool_use",))
+    assert "What is 2 + 2?" in attributes[A.GEN_AI_INPUT_MESSAGES]
+
+
+def test_an_anthropic_request_carries_the_system_text_apart_and_tool_results_as_user_turns(model_server):
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "calc", "arguments": '{"x": 1}'}}],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "4"},
+    ]
+    complete(model(model_server, ms.ANTHROPIC), messages=messages)
+    body = model_server.requests[-1].body
+    assert body["system"] == "Be brief."
+    assert [turn["role"] for turn in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][1]["content"] == [{"type": "tool_use", "id": "t1", "name": "calc", "input": {"x": 1}}]
+    assert body["messages"][2]["content"][0] == {"type": "tool_result", "tool_use_id": "t1", "content": "4"}
+
+
+FAILURES = [
+    # (scripted reply, failure type, infrastructure, what the registry says before classifying)
+    ("rate limited", lambda: ms.rate_limited(), "timeout_after_rate_limit", True, "rate_limited"),
+    (
+        "rate limited, Retry-After",
+        lambda: ms.rate_limited(retry_after=2),
+        "timeout_after_rate_limit",
+        True,
+        "rate_limited",
+    ),
+    (
+        "rate limited, retry-after-ms",
+        lambda: ms.rate_limited(retry_after_ms=250),
+        "timeout_after_rate_limit",
+        True,
+        "rate_limited",
+    ),
+    ("quota", ms.quota_exhausted, "quota_exhausted", True, "quota_exhausted"),
+    ("server error", lambda: ms.server_error(500), "llm_error", True, "llm_error"),
+    ("bad gateway", lambda: ms.server_error(502), "llm_error", True, "llm_error"),
+    ("overloaded", ms.overloaded, "llm_error", True, "llm_error"),
+    ("slower than the timeout", lambda: ms.slow(10), "llm_error", True, "llm_error"),
+    ("bad request", ms.bad_request, "llm_error", False, "llm_error"),
+]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    ("reply", "expected", "infrastructure", "registry"), [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES]
+)
+def test_each_failure_of_either_provider_is_typed(model_server, api, reply, expected, infrastructure, registry):
+    model_server.script(reply())
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0), timeout=0.5))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == (expected, infrastructure), repr(exc)
+    assert provider_error(exc).type == registry
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    ("header", "seconds"), [({"retry_after": 2}, 2.0), ({"retry_after_ms": 250}, 0.25), ({}, None)]
+)
+def test_the_wait_a_429_asks_for_is_read_from_either_header(model_server, api, header, seconds):
+    model_server.script(ms.rate_limited(**header))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    assert provider_error(exc).retry_after == seconds
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_dropped_half_way_is_a_transient_infrastructure_failure(model_server, api):
+    model_server.script(ms.dropped(after=3))
+    exc = raised(model(model_server, api, stream=True, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    model_server.script(ms.dropped(after=3), ms.text("whole"))
+    assert complete(model(model_server, api, stream=True)).text == "whole"  # and it is retried
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_refused_connection_is_an_infrastructure_failure(api):
+    url = f"http://127.0.0.1:{ms.refused_port()}" + ("/v1" if api == ms.OPENAI else "")
+    exc = raised(Model(f"{api}/m", base_url=url, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_429_is_retried_after_the_wait_it_asks_for_and_the_wait_is_on_the_span(model_server, api, spans):
+    model_server.script(ms.rate_limited(retry_after_ms=40), ms.text("done"))
+    response = complete(model(model_server, api))
+    assert response.text == "done" and response.retries == 1
+    (wait,) = response.waits
+    assert (wait.reason, wait.status, wait.retry_after) == ("rate_limit", 429, True) and wait.seconds >= 0.04
+    assert len(model_server.requests) == 2  # the SDK's own retries are off: ours are the only ones
+    (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert chat.attributes[A.MODEL_RETRIES] == 1 and chat.attributes[A.RATE_LIMIT_WAITS] == 1
+    assert chat.attributes[A.RATE_LIMIT_WAIT_MS] >= 40
+    (event,) = [e for e in chat.events if e.name == A.MODEL_WAIT_EVENT]
+    assert event.attributes[A.WAIT_REASON] == "rate_limit" and event.attributes[A.HTTP_RESPONSE_STATUS_CODE] == 429
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_exhausted_quota_is_never_retried(model_server, api):
+    model_server.script(ms.quota_exhausted(), ms.text("never asked"))
+    exc = raised(model(model_server, api))
+    assert classify(exc).type == "quota_exhausted" and len(model_server.requests) == 1
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_retries_are_bounded_and_the_error_says_they_were_spent(model_server, api, spans):
+    model_server.script(ms.overloaded(), ms.rate_limited(), ms.server_error(), ms.text("too late"))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=2, base_delay=0.001)))
+    assert len(model_server.requests) == 3 and exc.agenteval_retried is True
+    (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert chat.status.status_code == StatusCode.ERROR and chat.attributes[A.MODEL_RETRIES] == 2
+
+
+def test_a_missing_sdk_names_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # as if it were not installed: importing it fails
+    with pytest.raises(MissingSDK, match=r"pip install 'agenteval\[anthropic\]'"):
+        Model("anthropic/claude-3-5-haiku-latest")
+
+
+def test_a_provider_endpoint_without_a_key_names_the_variable_and_a_local_server_needs_none(monkeypatch, model_server):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    with pytest.raises(MissingAPIKey, match="OPENAI_API_KEY"):
+        Model("openai/gpt-4o-mini")
+    assert complete(Model("openai/llama3", base_url=model_server.openai_url)).text == "ok"
+
+
+def test_the_base_url_comes_from_the_sdk_variable_when_none_is_given(monkeypatch, model_server):
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_url)
+    assert complete(Model("openai/local-model")).text == "ok"
+    assert model_server.requests[-1].body["model"] == "local-model"
+
+
+def test_settings_record_no_key_nor_credentials_in_the_url(model_server):
+    url = f"http://user:hunter2@127.0.0.1:{model_server.port}/v1?api-key=sk-secret"
+    m = Model("openai/m", base_url=url, api_key="sk-very-secret", temperature=0.2)
+    settings = repr((m.settings(), m))
+    assert "hunter2" not in settings and "sk-" not in settings and "api-key" not in settings
+    assert m.settings()["base_url"] == f"http://127.0.0.1:{model_server.port}/v1"
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_unparseable_model_name_or_provider_is_a_usage_error(api):
+    from agenteval.errors import UsageError
+
+    for name in ("gpt-4o-mini", "openai/", "mistral/large"):
+        with pytest.raises(UsageError, match="PROVIDER/MODEL|unknown provider"):
+            Model(name)
+
+
+def _in_trial(m: Model, case: str, attempt: int, **options):
+    async def go():
+        token = trial_context(TrialTag("exp", case, f"{case}-{attempt}", attempt))
+        try:
+            return await m.complete(USER, **options)
+        finally:
+            current_trial.reset(token)
+            await m.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_cache_answers_the_same_attempt_again_but_never_another_attempt(model_server, api, tmp_path, spans):
+    cache = ResponseCache(tmp_path / "cache")
+    model_server.responder = lambda request: ms.text(f"answer {len(model_server.requests)}")
+    m = model(model_server, api, cache=cache)
+    first = _in_trial(m, "case-1", 1)
+    again = _in_trial(m, "case-1", 1)
+    other_attempt = _in_trial(m, "case-1", 2)
+    other_case = _in_trial(m, "case-2", 1)
+    assert again.text == first.text and again.cache_hit and not first.cache_hit
+    assert len({first.text, other_attempt.text, other_case.text}) == 3
+    assert len(model_server.requests) == 3 and cache.hits == 1
+    hit = [s for s in spans.get_finished_spans() if s.attributes.get(A.CACHE_HIT)]
+    assert len(hit) == 1 and hit[0].attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 0
+    changed = _in_trial(m, "case-1", 1, temperature=0.9)
+    assert not changed.cache_hit  # parameters are part of the key
+
+
+def test_the_limiter_halves_once_per_burst_and_grows_back_after_a_run_of_successes():
+    limiter = AdaptiveLimiter(initial=8, maximum=9)
+
+    async def go():
+        grants = [await limiter.acquire() for _ in range(4)]
+        for generation, _ in grants:  # four 429s of one burst: one decrease
+            limiter.release(generation, "throttled")
+        assert limiter.limit == 4
+        for _ in range(4 + 5):
+            generation, _ = await limiter.acquire()
+            limiter.release(generation, "ok")
+        return limiter.limits
+
+    assert asyncio.run(go()) == [8, 4, 5, 6]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_under_a_429_storm_concurrency_falls_then_recovers(model_server, api):
+    """Counted by the server: requests in flight as each answered one arrived, before, during and after a storm."""
+    storm = {"left": 24}
+    served: list[tuple[str, int]] = []
+
+    def respond(request):
+        phase = request.body.get("metadata", {}).get("phase")
+        with model_server.lock:
+            if phase == "storm" and storm["left"] > 0:
+                storm["left"] -= 1
+                return ms.rate_limited(retry_after_ms=1)
+            served.append((phase, model_server.in_flight))
+        return ms.slow(0.05, ms.text("fine"))  # each answer takes a moment, so concurrent calls overlap
+
+    model_server.responder = respond
+    limiter = AdaptiveLimiter(initial=8, maximum=8)
+    m = model(model_server, api, limiter=limiter, retry=RetryPolicy(max_retries=50, base_delay=0.001, max_delay=0.002))
+
+    async def phase(name: str, calls: int) -> None:
+        await asyncio.gather(*(m.complete(USER, metadata={"phase": name}) for _ in range(calls)))
+
+    async def go():
+        try:
+            for name, calls in (("calm", 16), ("storm", 16), ("after", 160)):
+                await phase(name, calls)
+        finally:
+            await m.aclose()
+
+    asyncio.run(go())
+    seen = {name: [n for phase, n in served if phase == name] for name in ("calm", "storm", "after")}
+    lowest = limiter.limits.index(min(limiter.limits))
+    assert limiter.limits[: lowest + 1] == [8, 4, 2, 1]  # halved at each new burst of 429s
+    assert limiter.limits[lowest:] == list(range(1, 9))  # then one more place after each run of successes
+    assert max(seen["calm"]) >= 6  # the server saw (nearly) eight at once,
+    assert max(seen["storm"][:4]) <= 2  # then one or two right after the storm,
+    assert max(seen["after"][-40:]) >= 6  # and many again once the limit grew back
+
+
+def test_calls_waiting_are_counted_for_the_progress_display(model_server):
+    from agenteval.models import calls_waiting, watch_waiting
+    from agenteval.run._progress import Progress
+
+    progress = Progress()
+    seen: list[int] = []
+
+    def watcher(change: int) -> None:
+        progress.waiting(change)
+        seen.append(progress.rate_limited)
+
+    stop = watch_waiting(watcher)
+    try:
+        model_server.script(ms.rate_limited(retry_after_ms=20), ms.rate_limited(retry_after_ms=20), ms.text("ok"))
+        complete(model(model_server, ms.OPENAI))
+    finally:
+        stop()
+    assert seen == [1, 0, 1, 0] and calls_waiting() == 0
+    progress.waiting(+1)
+    assert "1 waiting on rate limits" in progress.line()

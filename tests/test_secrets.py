@@ -1,0 +1,95 @@
+"""An API key never reaches the store, the logs or the stored options and environment: a run with a recognisable
+fake key through every model role (agent, judge, simulated user, the cache), then every column of every table
+of the store, every other file in it, and everything the command printed are scanned for it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import model_servers as ms
+import pyarrow.parquet as pq
+
+KEY = "sk-test-RECOGNISABLE-9f3c2a7e1b4d5c6a8e0f"
+ANTHROPIC_KEY = "sk-ant-test-RECOGNISABLE-7d1e5b3a9c2f4e6a"
+
+
+def respond(request):
+    system = request.system_text()
+    if "You grade an AI assistant" in system:
+        return ms.tool_call("grade", {"score": 1, "passed": True, "reasoning": "fine"})
+    if "You play a user" in system:
+        return ms.text("[DONE]")
+    if "fail" in request.last_user_text():
+        return ms.Reply(status=401, error={"kind": "server"})  # an auth-style failure, recorded on its span
+    return ms.text("4")
+
+
+def test_no_api_key_in_any_table_file_or_output(model_server, tmp_path):
+    model_server.responder = respond
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        "\n".join(
+            json.dumps(c)
+            for c in [
+                {"id": "a", "input": "What is 2 + 2?", "expected_output": "4"},
+                {"id": "b", "input": "Please fail", "expected_output": "4"},
+                {"id": "c", "input": "Hi", "expected_output": "", "simulated_user": "A user.", "max_turns": 2},
+            ]
+        )
+    )
+    store = tmp_path / "store"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OPENAI_API_KEY": KEY,
+        "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+        "OPENAI_BASE_URL": model_server.openai_url,
+        "ANTHROPIC_BASE_URL": model_server.anthropic_url,
+        "AGENTEVAL_STORE": str(store),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "agenteval.cli",
+        "run",
+        "--model",
+        "openai/agent",
+        "--dataset",
+        str(cases),
+        "--judge",
+        "anthropic/judge",
+        "--simulate-users",
+        "openai/user",
+        "--cache",
+        "--attempts",
+        "2",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    report = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "report", "--format", "json"], capture_output=True, text=True, env=env
+    )
+    assert {r.headers.get("authorization") for r in model_server.requests if r.api == "openai"} == {f"Bearer {KEY}"}
+    anthropic_sent = [
+        r.headers.get("x-api-key") or r.headers.get("authorization")
+        for r in model_server.requests
+        if r.api == "anthropic"
+    ]
+    assert anthropic_sent and all(ANTHROPIC_KEY in sent for sent in anthropic_sent)  # the keys were in use
+    files = [p for p in store.rglob("*") if p.is_file()]
+    tables = [p for p in files if p.suffix == ".parquet"]
+    assert {p.relative_to(store).parts[0] for p in tables} >= {"experiments", "cases", "trials", "spans", "scores"}
+    for path in tables:
+        table = pq.read_table(path)
+        for name in table.column_names:
+            text = json.dumps(table.column(name).to_pylist(), default=str)
+            assert KEY not in text and ANTHROPIC_KEY not in text, f"{path.relative_to(store)}: column {name}"
+    others = [p for p in files if p.suffix != ".parquet"]
+    assert any(".model-cache" in p.parts for p in others)  # the cache was written, and is scanned too
+    for path in others:
+        content = Path(path).read_bytes()
+        assert KEY.encode() not in content and ANTHROPIC_KEY.encode() not in content, path
+    for output in (done.stdout, done.stderr, report.stdout, report.stderr):
+        assert KEY not in output and ANTHROPIC_KEY not in output

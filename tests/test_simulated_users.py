@@ -1,0 +1,155 @@
+"""Simulated users: a case with one is refused without a simulator (or left out with skip_simulated, reported as
+not run); with --simulate-users a model plays the user through the real SDK until the goal is met or max_turns,
+its calls apart from the agent's, the conversation stored and shown in the report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import model_servers as ms
+import pytest
+
+from agenteval import evaluate
+from agenteval.analysis import build_report
+from agenteval.dataset._cases import Case, Dataset, dataset_hash
+from agenteval.errors import UsageError
+from agenteval.models import Model, ModelUserSimulator
+from agenteval.render._report_formats import to_markdown
+from agenteval.store import Store
+
+GOAL = "You ordered a kettle (order 42) that arrived broken; you want a replacement."
+CASES = [
+    Case(id="plain", input="What is 2 + 2?", expected_output="4"),
+    Case(id="kettle", input="My kettle arrived broken.", expected_output="", simulated_user=GOAL, max_turns=4),
+    Case(id="lamp", input="The lamp flickers.", expected_output="", simulated_user="A lamp owner.", max_turns=3),
+]
+
+
+def dataset(cases=CASES) -> Dataset:
+    return Dataset("simulated", "simulated.jsonl", dataset_hash(list(cases)), list(cases))
+
+
+def test_a_case_with_a_simulated_user_is_refused_without_a_simulator_naming_the_cases(model_server):
+    with pytest.raises(UsageError, match=r"2 case\(s\) have a simulated user but no simulator.*kettle, lamp"):
+        evaluate("", dataset(), model="openai/m", base_url=model_server.openai_url, progress="none")
+    assert not Store().root.exists() or not Store().rows("SELECT * FROM experiments")
+    assert model_server.requests == []  # nothing ran
+
+
+def test_skip_simulated_leaves_them_out_and_reports_them_as_not_run(model_server):
+    experiment = evaluate(
+        "",
+        dataset(),
+        model="openai/m",
+        base_url=model_server.openai_url,
+        skip_simulated=True,
+        attempts=1,
+        progress="none",
+    )
+    assert experiment.summary.trials == 1 and experiment.summary.this_run["not_run_simulated"] == 2
+    assert experiment.options["skip_simulated"] is True
+
+
+def is_simulator(request) -> bool:
+    return "You play a user" in request.system_text()
+
+
+def play(request):
+    """The simulated user: gives the order number, then says it is done."""
+    if is_simulator(request):
+        transcript = request.last_user_text().split("The conversation so far:")[1]
+        if "lamp" in transcript.lower():
+            return ms.text("It still flickers.", usage=(50, 6))  # never satisfied: max_turns ends it
+        if "order number" in transcript.lower() and "42" not in transcript:
+            return ms.text("It is order 42.", usage=(50, 6))
+        return ms.text("[DONE]", usage=(50, 2))
+    question = request.last_user_text()
+    if "42" in question:
+        return ms.text("A replacement kettle is on its way.", usage=(20, 8))
+    if "kettle" in question.lower():
+        return ms.text("Sorry! What is your order number?", usage=(20, 8))
+    return ms.text("4" if "2 + 2" in question else "Have you tried another bulb?", usage=(20, 8))
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_model_plays_the_user_until_the_goal_is_met_or_max_turns(model_server, api):
+    model_server.responder = play
+    experiment = evaluate(
+        "",
+        dataset(),
+        model=f"{api}/agent",
+        base_url=model_server.url(api),
+        simulate_users=f"{api}/user-model",
+        simulator_base_url=model_server.url(api),
+        attempts=1,
+        progress="none",
+    )
+    assert experiment.summary.failed == 0
+    store = Store()
+    report = build_report(store, experiment.experiment_id)
+    talks = {c.case_id: c.turns for c in report.conversations}
+    assert talks["kettle"] == [
+        ("user", "My kettle arrived broken."),
+        ("assistant", "Sorry! What is your order number?"),
+        ("user", "It is order 42."),
+        ("assistant", "A replacement kettle is on its way."),
+    ]
+    assert [role for role, _ in talks["lamp"]] == ["user", "assistant"] * 3  # max_turns 3 ended it
+    assert "It is order 42." in to_markdown(report)
+    roles = {t.role: t for t in report.tokens}
+    assert roles["simulated_user"].input_tokens == 50 * (2 + 2)  # kettle: 2 simulator calls; lamp: 2
+    trials = {
+        r["case_id"]: r
+        for r in store.rows(
+            "SELECT case_id, input_tokens FROM trials WHERE experiment_id = ?", [experiment.experiment_id]
+        )
+    }
+    assert trials["kettle"]["input_tokens"] == 2 * 20 and trials["lamp"]["input_tokens"] == 3 * 20  # agent only
+    assert experiment.options["simulate_users"] == f"{api}/user-model"
+
+
+def test_the_ready_simulator_object_works_with_evaluate(model_server):
+    model_server.responder = play
+
+    async def agent(message: str, messages: list[dict]) -> str:
+        return "A replacement kettle is on its way." if "42" in message else "What is your order number?"
+
+    cases = [CASES[1]]
+    experiment = evaluate(
+        agent,
+        dataset(cases),
+        user_simulator=ModelUserSimulator(Model("openai/u", base_url=model_server.openai_url)),
+        attempts=1,
+        progress="none",
+    )
+    (conversation,) = build_report(Store(), experiment.experiment_id).conversations
+    assert [text for role, text in conversation.turns if role == "user"] == [
+        "My kettle arrived broken.",
+        "It is order 42.",
+    ]
+
+
+def test_the_command_line_refuses_and_skips_with_a_clear_message(tmp_path, model_server):
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(json.dumps(c.to_dict()) for c in CASES))
+    base = [
+        sys.executable,
+        "-m",
+        "agenteval.cli",
+        "run",
+        "--model",
+        "openai/m",
+        "--base-url",
+        model_server.openai_url,
+        "--dataset",
+        str(path),
+        "--attempts",
+        "1",
+    ]
+    refused = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "kettle, lamp" in refused.stderr and "--skip-simulated" in refused.stderr
+    skipped = subprocess.run(base + ["--skip-simulated"], capture_output=True, text=True, timeout=120)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "not run: 2 case(s) with a simulated user" in skipped.stderr
