@@ -83,3 +83,13 @@ def receiver():
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def model_server():
+    """A loopback server speaking the OpenAI and Anthropic APIs (see tests/model_server.py)."""
+    from model_server import ModelServer
+
+    server = ModelServer().start()
+    yield server
+    server.stop()

@@ -17,6 +17,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, error_type, record_error
+from agenteval_instrumentation.messages import reply_message, text_part
 from agenteval_instrumentation.responses import reply_text
 from agenteval_instrumentation.text import storable_text
 
@@ -120,13 +121,7 @@ class TrialRunner:
         retries, replies, exc, timed_out, trace_id = 0, [], None, False, None
         try:
             while True:
-                root = self.tracer.start_span(
-                    f"invoke_agent {self.agent.name}",
-                    attributes={
-                        A.GEN_AI_OPERATION_NAME: A.OPERATION_INVOKE_AGENT,
-                        A.GEN_AI_AGENT_NAME: self.agent.name,
-                    },
-                )
+                root = self.tracer.start_span(f"invoke_agent {self.agent.name}", attributes=self._root_attributes(plan))
                 trace_id = format(root.get_span_context().trace_id, "032x")
                 replies, exc, timed_out = await self._attempt(plan.case, root, deadline)
                 self._end_root(root, replies, exc, timed_out)
@@ -147,6 +142,17 @@ class TrialRunner:
             current_trial.reset(token)
         spans = self.collector.take(self.experiment_id, plan.trial_id)
         return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
+
+    def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            A.GEN_AI_OPERATION_NAME: A.OPERATION_INVOKE_AGENT,
+            A.GEN_AI_AGENT_NAME: self.agent.name,
+        }
+        if capture.config.enabled:
+            turns = plan.case.turns or (plan.case.input,)
+            messages = [{"role": "user", "parts": [text_part(t)]} for t in turns]
+            attributes[A.GEN_AI_INPUT_MESSAGES] = capture.to_json(A.GEN_AI_INPUT_MESSAGES, messages)
+        return attributes
 
     async def _attempt(
         self, case: Case, root: Any, deadline: float
@@ -224,7 +230,7 @@ class TrialRunner:
 
     def _end_root(self, root: Any, replies: list[str], exc: BaseException | None, timed_out: bool | str) -> None:
         if capture.config.enabled and replies:
-            messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
+            messages = [reply_message(r) for r in replies]
             root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
         if exc is not None:
             record_error(root, exc)

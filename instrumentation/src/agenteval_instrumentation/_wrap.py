@@ -23,6 +23,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from . import attributes as A
 from . import capture
 from ._steps import Step, error_type
+from .messages import StreamedMessage
 from .responses import ResponseInfo, chunk_text, read_chunk_into
 from .version import __version__
 
@@ -151,6 +152,7 @@ class _Stream:
         "count",
         "first_ms",
         "info",
+        "message",
         "started",
         "text_size",
         "texts",
@@ -167,6 +169,7 @@ class _Stream:
         self.all_text = True
         self.closed_early = False
         self.info = ResponseInfo()
+        self.message = StreamedMessage()
 
     def add(self, chunk: Any) -> None:
         if self.count == 0:
@@ -178,6 +181,7 @@ class _Stream:
                 return
             if len(self.chunks) < capture.config.max_items:
                 self.chunks.append(chunk)
+            self.message.add(chunk, self.text_size <= capture.config.max_length)
             text = chunk_text(chunk)
             if text is None:
                 self.all_text = self.all_text and _is_metadata(chunk)
