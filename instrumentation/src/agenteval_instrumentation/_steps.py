@@ -34,6 +34,8 @@ class Step:
     kind: SpanKind = SpanKind.INTERNAL
     input_attribute: str = A.INPUT
     output_attribute: str = A.OUTPUT
+    follows_streams: bool = False
+    """Whether a returned SDK stream is followed to its end (see ``_returned``): model calls only."""
 
     def __init__(self, fn: Callable[..., Any], name: str, capture_content: bool | None) -> None:
         self.name = name
@@ -102,6 +104,7 @@ class ToolStep(Step):
 class LLMStep(Step):
     operation = A.OPERATION_CHAT
     kind = SpanKind.CLIENT
+    follows_streams = True
     input_attribute = A.GEN_AI_INPUT_MESSAGES
     output_attribute = A.GEN_AI_OUTPUT_MESSAGES
 
