@@ -9,6 +9,7 @@ from typing import Any
 from agenteval_instrumentation import attributes as A
 
 from ..store import Store
+from ..store._views import COUNTED_MODEL_CALL
 from . import _experiments as ex
 from ._stats import clustered_mean, interval95, pass_at_k, pass_hat_k
 
@@ -46,11 +47,11 @@ SELECT list(duration_ms) AS sample_ms FROM (SELECT duration_ms FROM judged USING
 """
 """For the latency plot: a uniform sample is enough to draw the distribution."""
 
-TOKENS_BY_ROLE = """
+TOKENS_BY_ROLE = f"""
 SELECT coalesce(role, 'agent') AS role, count(*) AS model_calls,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        coalesce(response_model, request_model) AS model
-FROM spans WHERE experiment_id = ? AND operation = 'chat' GROUP BY ALL ORDER BY role, model
+FROM spans WHERE experiment_id = ? AND {COUNTED_MODEL_CALL} GROUP BY ALL ORDER BY role, model
 """
 
 WORST_CASES = 10

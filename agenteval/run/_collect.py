@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
+from agenteval_exporters.conventions import mark_wrapper
 from agenteval_instrumentation import attributes as A
 
 
@@ -65,6 +66,7 @@ class TrialCollector(SpanProcessor):
         current = current_trial.get()
         if current is not None:
             span.set_attributes(current[1])
+        mark_wrapper(span, parent_context)  # usage is counted once, on the innermost model call
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}

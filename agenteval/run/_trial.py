@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
+from agenteval_exporters.conventions import OWN_SCOPES, derived
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, error_type, record_error
 from agenteval_instrumentation.messages import reply_message, text_part
@@ -267,11 +268,14 @@ class TrialRunner:
 
     def _add_usage(self, result: TrialResult) -> None:
         """The agent's own tokens and cost, in the try that counts and over every try; the simulated
-        user's and judge's are left out."""
+        user's and judge's are left out, and so is a model call that wraps another (counted once)."""
         for span in result.spans:
-            # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
-            attributes: Mapping[str, Any] = span.attributes or {}
-            if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
+            attributes = genai_attributes(span)
+            if (
+                attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT
+                or attributes.get(A.ROLE)
+                or attributes.get(A.WRAPS_MODEL_CALL)
+            ):
                 continue
             tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
             tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
@@ -284,6 +288,14 @@ class TrialRunner:
                 result.input_tokens += tokens_in
                 result.output_tokens += tokens_out
                 result.cost_usd = _plus(result.cost_usd, spent)
+
+
+def genai_attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    """A span's attributes as the store reads them: other instrumentations' names derived (see
+    ``agenteval_exporters.conventions``). Any: they hold what the instrumentation wrote, read as written."""
+    attributes: Mapping[str, Any] = span.attributes or {}
+    scope = span.instrumentation_scope
+    return attributes if scope is not None and scope.name in OWN_SCOPES else derived(attributes)
 
 
 def _plus(total: float | None, spent: float | None) -> float | None:
@@ -311,14 +323,14 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
 
 
 def _last_finish_reason(spans: list[ReadableSpan]) -> str | None:
+    """The first finish reason of the model call that ended last (a wrapper's and its request's agree)."""
     chats = [
-        s
-        for s in spans
-        if (s.attributes or {}).get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_CHAT
-        and not (s.attributes or {}).get(A.ROLE)
+        (span.end_time or 0, attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS))
+        for span in spans
+        if (attributes := genai_attributes(span)).get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_CHAT
+        and not attributes.get(A.ROLE)
     ]
     if not chats:
         return None
-    attributes: Mapping[str, Any] = max(chats, key=lambda s: s.end_time or 0).attributes or {}  # a tuple of str
-    reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+    reasons = max(chats, key=lambda c: c[0])[1]
     return reasons[0] if reasons else None
