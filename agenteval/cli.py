@@ -372,10 +372,15 @@ def run(
     show_default=True,
     help="Trials scored at a time; memory is bounded by this.",
 )
+@click.option(
+    "--otlp",
+    is_flag=True,
+    help="Also send the new scores to the OTLP backend OTEL_EXPORTER_OTLP_ENDPOINT names, as a run does.",
+)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
-    experiment: str | None, scorers: tuple[str, ...], batch_size: int, store: str | None, as_json: bool
+    experiment: str | None, scorers: tuple[str, ...], batch_size: int, otlp: bool, store: str | None, as_json: bool
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent."""
     import dataclasses
@@ -388,7 +393,7 @@ def rescore(
 
     target = Store(store)
     try:
-        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size)
+        result = rescore_experiment(target, experiment, list(scorers), batch_size=batch_size, otlp=otlp)
     except ValueError as exc:
         _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)
@@ -399,6 +404,8 @@ def rescore(
         f"pass {result.pass_id}: {result.scores} scores for {result.trials} trials of {result.experiment_id} "
         f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s"
     )
+    if result.otlp is not None:
+        click.echo(f"OTLP: {result.otlp.spans_sent} evaluation spans sent, {result.otlp.spans_failed} failed")
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} trials)" for name, count in sorted(result.not_scored.items()))
         click.echo(

@@ -6,12 +6,16 @@ client, against the loopback model server, inside a real evaluate() run, and rea
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import anthropic
 import openai
 import pytest
 from model_server import Reply
 
-from agenteval import llm_call, tool
+from agenteval import llm_call
 from agenteval.analysis import build_report
 from agenteval.dataset import Case, Dataset
 from agenteval.run import evaluate
@@ -209,27 +213,51 @@ def test_openinference_around_the_self_tracing_anthropic_sdk_counts_once(
     assert model_calls(store, experiment) == [("agent", 1, 50, 5)]
 
 
-def test_openllmetry_spans_are_read(tmp_path, model_server, provider, uninstrument):
-    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+OPENLLMETRY_AGENT = """
+import json, sys
+import openai
+from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+from agenteval import tool
+from agenteval.dataset import Case, Dataset
+from agenteval.run import evaluate
+from agenteval.store import Store
 
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    uninstrument(instrumentor)
-    client = openai.OpenAI(base_url=f"{model_server.url}/v1", api_key="k", max_retries=0)
+OpenAIInstrumentor().instrument()
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="k", max_retries=0)
+
+@tool
+def lookup(question: str) -> str:
+    return question
+
+def agent(question: str) -> str:
+    lookup(question)
+    reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": question}])
+    return reply.choices[0].message.content
+
+case = Case(id="c1", input="What is 2 + 2?", expected_output="4", expected_tools=("lookup",))
+experiment = evaluate(agent, Dataset("t", "t(test)", "h", [case]), attempts=1, store=sys.argv[2], progress="none")
+store = Store(sys.argv[2])
+print(json.dumps({
+    "chats": store.rows("SELECT scope_name, provider, input_tokens FROM spans WHERE operation = 'chat'"),
+    "trial": store.rows("SELECT input_tokens FROM trials"),
+    "scores": store.rows("SELECT scorer, value FROM scores WHERE scorer = 'tool_use'"),
+}))
+"""
+
+
+def test_openllmetry_spans_are_read(tmp_path, model_server):
+    # In a process of its own: OpenLLMetry's uninstrument() leaves its stream proxies in place.
     model_server.replies.append(Reply(text="4", input_tokens=8, output_tokens=1))
-
-    @tool
-    def lookup(question: str) -> str:
-        return question
-
-    def agent(question: str) -> str:
-        lookup(question)
-        reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": question}])
-        return reply.choices[0].message.content
-
-    store, experiment = run(tmp_path, agent, expected_tools=("lookup",))
-    (chat,) = store.rows("SELECT scope_name, provider, input_tokens FROM spans WHERE operation = 'chat'")
-    assert chat == {"scope_name": "opentelemetry.instrumentation.openai.v1", "provider": "openai", "input_tokens": 8}
-    assert trial(store, experiment)["input_tokens"] == 8
-    assert scores(store, experiment)["tool_use"] == 1.0
-    assert model_calls(store, experiment) == [("agent", 1, 8, 1)]
+    done = subprocess.run(
+        [sys.executable, "-c", OPENLLMETRY_AGENT, model_server.url, str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["chats"] == [
+        {"scope_name": "opentelemetry.instrumentation.openai.v1", "provider": "openai", "input_tokens": 8}
+    ]
+    assert found["trial"] == [{"input_tokens": 8}]
+    assert found["scores"] == [{"scorer": "tool_use", "value": 1.0}]

@@ -1,7 +1,7 @@
 """What a run's trials say: experiments, reports, paired comparisons and the CI gate, power, statistics."""
 
 from ._compare import Comparison, GateDecision, NotComparable, compare, gate
-from ._experiments import Experiment, Figures, Summary, find, list_experiments
+from ._experiments import Experiment, Figures, OTLPExport, Summary, find, list_experiments
 from ._power import PowerTable, power_table
 from ._report import (
     CaseOutcomes,
@@ -38,6 +38,7 @@ __all__ = [
     "ReportedExperiment",
     "ScorerFigures",
     "SpanLatency",
+    "OTLPExport",
     "Summary",
     "TokenUse",
     "build_report",

@@ -88,6 +88,8 @@ def run_summary(summary: Summary) -> str:
             counted = (summary.input_tokens, summary.output_tokens)
             if counted != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
+    if summary.otlp is not None:
+        lines.append(f"OTLP: {summary.otlp.spans_sent} spans sent, {summary.otlp.spans_failed} failed")
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")

@@ -14,9 +14,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, parse_case
+from ..errors import UsageError
+from ..run._export import send_pass
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._store import sql_string
@@ -39,6 +42,8 @@ class RescoreResult:
     not_scored: dict[str, int] = dataclasses.field(default_factory=dict)
     """Scorer -> trials it was not re-run on: it needs message content, and the experiment ran with
     content capture off (those trials keep their earlier scores)."""
+    otlp: ex.OTLPExport | None = None
+    """With ``otlp=True``: the evaluation spans sent to the backend, and those it refused."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -54,12 +59,15 @@ def rescore(
     *,
     batch_size: int = DEFAULT_RESCORE_BATCH,
     on_batch: Callable[[int, int], None] = lambda done, total: None,
+    otlp: bool = False,
 ) -> RescoreResult:
     """Score the experiment's current trials again and append the scores as a new pass.
 
     With no ``scorers``: the built-ins plus the scorers the run added. With ``scorers`` (Scorer objects,
-    built-in names or ``MODULE:ATTR``): only those.
+    built-in names or ``MODULE:ATTR``): only those. ``otlp=True`` also sends the new scores to the OTLP
+    backend the standard ``OTEL_EXPORTER_OTLP_*`` variables name, as a run does (see ``agenteval.run._export``).
     """
+    exporter = _otlp_exporter() if otlp else None
     experiment = ex.find(store, experiment_id)
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
@@ -86,6 +94,10 @@ def rescore(
         del features, judged, table
         pa.default_memory_pool().release_unused()
         on_batch(done, total_trials)
+    sent = None
+    if exporter is not None:
+        counts = send_pass(store, experiment.experiment_id, pass_id, exporter)
+        sent = ex.OTLPExport(counts.sent, counts.failed)
     return RescoreResult(
         experiment.experiment_id,
         pass_id,
@@ -94,7 +106,20 @@ def rescore(
         [s.name for s in chosen],
         time.perf_counter() - started,
         dict(not_scored),
+        sent,
     )
+
+
+def _otlp_exporter() -> SpanExporter:
+    from ..tracing import otlp_exporter_from_env
+
+    exporter = otlp_exporter_from_env()
+    if exporter is None:
+        raise UsageError(
+            "--otlp sends the scores to the OTLP backend that OTEL_EXPORTER_OTLP_ENDPOINT (or "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) names; neither is set"
+        )
+    return exporter
 
 
 def _answered_trials(experiment_id: str) -> str:

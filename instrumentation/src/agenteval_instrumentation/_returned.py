@@ -13,6 +13,7 @@ the SDK reads the next chunk, never between chunks.
 
 Recognised by shape, without importing an SDK: a stream has ``__next__`` (or ``__anext__``), ``close`` and
 the HTTP ``response`` it reads; a manager is a context manager whose class name ends in ``StreamManager``.
+Another instrumentation's proxy of the stream is read through to the object it wraps, and followed as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ SNAPSHOTS = ("current_message_snapshot", "current_completion_snapshot")
 def returned_stream(result: Any) -> str | None:
     """``"sync"``, ``"async"``, ``"manager"`` or ``"async_manager"`` when ``result`` is an SDK stream or
     stream manager an ``@llm_call`` should follow, else None."""
-    kind = type(result)
+    # Another instrumentation may hand back its proxy of the SDK's stream (OpenLLMetry's wrapt ObjectProxy
+    # ChatStream): its class has every method, so the shape is read from the object it wraps.
+    kind = type(getattr(result, "__wrapped__", result))
     if kind.__name__.endswith("StreamManager"):
         if hasattr(kind, "__enter__"):
             return "manager"
