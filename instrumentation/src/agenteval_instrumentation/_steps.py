@@ -153,7 +153,7 @@ class LLMStep(Step):
         self, span: Span, info: ResponseInfo, text: str | None, raw: Any, capturing: bool
     ) -> dict[str, Any]:
         attributes = _usage_attributes(info)
-        if info.model and not self.model and not self.model_from_call:
+        if info.model and getattr(span, "name", None) == self.operation:  # named by no model yet
             span.update_name(f"{self.operation} {info.model}")
         already = getattr(span, "attributes", None) or {}
         if already.get(A.WRAPS_MODEL_CALL):  # the request's own span beneath records its usage
