@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +28,8 @@ class ModelServer(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         self.replies: list[Reply] = []
+        self.respond: Callable[[dict[str, Any]], Reply] | None = None
+        """When set, answers each request from its body (concurrent callers), instead of ``replies`` in order."""
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -239,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             self.send_error(404)
             return
-        reply = self.server.next_reply()
+        reply = self.server.respond(body) if self.server.respond else self.server.next_reply()
         if body.get("stream"):
             self._stream(route[1](reply, body))
         else:
