@@ -263,3 +263,17 @@ def test_retriever_records_query_and_documents_with_scores(spans):
     lookup("x")
     (span,) = spans.get_finished_spans()
     assert attr_json(span, A.GEN_AI_RETRIEVAL_DOCUMENTS) == [{"id": "a", "score": 1.0}, {"id": "b"}]
+
+
+def test_request_parameters_take_the_types_the_conventions_give():
+    from agenteval_instrumentation.messages import request_attributes
+
+    assert request_attributes(
+        {"top_k": 3.5, "top_p": 0.9, "seed": 7, "stream": True, "stop": "END", "n": True, "max_output_tokens": 50}
+    ) == {
+        A.GEN_AI_REQUEST_TOP_P: 0.9,
+        A.GEN_AI_REQUEST_SEED: 7,
+        A.GEN_AI_REQUEST_STREAM: True,
+        A.GEN_AI_REQUEST_STOP_SEQUENCES: ["END"],
+        A.GEN_AI_REQUEST_MAX_TOKENS: 50,
+    }

@@ -296,6 +296,11 @@ REQUEST_PARAMETERS = {
 }
 """A call's parameter names -> the conventions' request attributes."""
 
+_INTEGER_PARAMETERS = frozenset(
+    (A.GEN_AI_REQUEST_TOP_K, A.GEN_AI_REQUEST_MAX_TOKENS, A.GEN_AI_REQUEST_SEED, A.GEN_AI_REQUEST_CHOICE_COUNT)
+)
+"""Request attributes the conventions type as integers (``top_k`` among them since v0.1.0)."""
+
 
 def request_attributes(bound: Mapping[str, Any]) -> dict[str, Any]:
     """The request parameters among a call's arguments, as attributes (values of the wrong type left out)."""
@@ -311,7 +316,9 @@ def request_attributes(bound: Mapping[str, Any]) -> dict[str, Any]:
         elif attribute == A.GEN_AI_REQUEST_STREAM:
             if isinstance(value, bool):
                 out[attribute] = value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int) or (isinstance(value, float) and attribute not in _INTEGER_PARAMETERS):
             out[attribute] = value
     return out
 
