@@ -269,7 +269,7 @@ def test_request_parameters_take_the_types_the_conventions_give():
     from agenteval_instrumentation.messages import request_attributes
 
     assert request_attributes(
-        {"top_k": 3.5, "top_p": 0.9, "seed": 7, "stream": True, "stop": "END", "n": True, "max_output_tokens": 50}
+        {"top_k": 3.5, "top_p": 0.9, "seed": 7, "stream": True, "stop": "END", "n": 2, "choice_count": True, "max_output_tokens": 50}
     ) == {
         A.GEN_AI_REQUEST_TOP_P: 0.9,
         A.GEN_AI_REQUEST_SEED: 7,

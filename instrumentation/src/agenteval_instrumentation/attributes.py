@@ -68,7 +68,7 @@ GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
 """The seed asked for."""
 
 GEN_AI_REQUEST_CHOICE_COUNT = "gen_ai.request.choice.count"
-"""How many choices were asked for (OpenAI's ``n``)."""
+"""How many choices were asked for (a ``choice_count`` argument)."""
 
 GEN_AI_REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
 """The sequences that stop generation."""

@@ -289,7 +289,7 @@ REQUEST_PARAMETERS = {
     "frequency_penalty": A.GEN_AI_REQUEST_FREQUENCY_PENALTY,
     "presence_penalty": A.GEN_AI_REQUEST_PRESENCE_PENALTY,
     "seed": A.GEN_AI_REQUEST_SEED,
-    "n": A.GEN_AI_REQUEST_CHOICE_COUNT,
+    "choice_count": A.GEN_AI_REQUEST_CHOICE_COUNT,  # not OpenAI's "n": too common a name for anything else
     "stop": A.GEN_AI_REQUEST_STOP_SEQUENCES,
     "stop_sequences": A.GEN_AI_REQUEST_STOP_SEQUENCES,
     "stream": A.GEN_AI_REQUEST_STREAM,
