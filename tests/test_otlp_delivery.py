@@ -155,3 +155,33 @@ def test_rescore_otlp_sends_the_new_scores_parented_to_each_trials_root(receiver
         assert span["attributes"][A.TRIAL_OUTCOME] == "passed"
         names = {e[1][A.GEN_AI_EVALUATION_NAME] for e in span["events"] if e[0] == A.GEN_AI_EVALUATION_RESULT}
         assert "answer_match" in names
+
+
+def test_a_backend_that_refuses_every_export_never_holds_up_the_run(tmp_path, monkeypatch):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.server.posts += 1
+            self.send_response(400)  # not retried by the exporter
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    server.posts = 0
+    Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}/v1/traces")
+    try:
+        experiment = evaluate("mock", "arithmetic", cases=500, attempts=2, store=tmp_path / "s", progress="none")
+    finally:
+        server.shutdown()
+        server.server_close()
+    (stored,) = Store(tmp_path / "s").rows("SELECT count(*) AS n FROM spans")
+    assert experiment.status == "completed"
+    assert (experiment.summary.otlp.spans_sent, experiment.summary.otlp.spans_failed) == (0, stored["n"])
+    assert server.posts == 3  # then it stopped trying: the store has every span

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import queue
 import threading
 import time
@@ -37,6 +38,11 @@ QUEUE_SPANS = 8_192
 BATCH_SPANS = 512
 """The most spans in one export (the SDK's batch size)."""
 
+GIVE_UP_AFTER = 3
+"""Failed exports in a row after which the backend is taken for gone: the rest of the run's spans are counted
+failed without being sent (they are in the store), so an unreachable backend never holds up the run for each
+batch's retries."""
+
 _END = object()
 
 
@@ -54,8 +60,9 @@ class OTLPForwarder:
         self.counts = ForwardCounts()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, max_queue // BATCH_SPANS))
         self._thread = threading.Thread(target=self._work, name="agenteval-otlp", daemon=True)
-        self._thread.start()
         self._closed = False
+        self._failures_in_a_row = 0
+        self._thread.start()
 
     def send(self, spans: Sequence[ReadableSpan]) -> None:
         """Queue ``spans`` for export, waiting while the queue is full."""
@@ -67,6 +74,9 @@ class OTLPForwarder:
             batch = self._queue.get()
             if batch is _END:
                 return
+            if self._failures_in_a_row >= GIVE_UP_AFTER:
+                self.counts.failed += len(batch)
+                continue
             try:
                 result = self.exporter.export(batch)
             except Exception:  # an exporter must not raise; one that does loses this batch, counted
@@ -74,8 +84,16 @@ class OTLPForwarder:
                 result = SpanExportResult.FAILURE
             if result is SpanExportResult.SUCCESS:
                 self.counts.sent += len(batch)
+                self._failures_in_a_row = 0
             else:
                 self.counts.failed += len(batch)
+                self._failures_in_a_row += 1
+                if self._failures_in_a_row == GIVE_UP_AFTER:
+                    logger.warning(
+                        "agenteval: the OTLP backend refused %d exports in a row; the rest of this run's spans are "
+                        "not sent (the store has them all)",
+                        GIVE_UP_AFTER,
+                    )
 
     def close(self) -> ForwardCounts:
         """Export everything queued, then shut the exporter down; returns the counts."""
@@ -158,7 +176,8 @@ def send_pass(store: Any, experiment_id: str, pass_id: str, exporter: SpanExport
     collected = _Collected()
     # A private provider: the evaluation spans go to this pass's backend only. Resource.create reads
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, which route them (a Phoenix project, a Langfuse environment).
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "agenteval"}), shutdown_on_exit=False)
+    service = os.environ.get("OTEL_SERVICE_NAME") or "agenteval"
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}), shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(collected))
     tracer = provider.get_tracer(A.RUNNER_SCOPE)
     now = time.time_ns()
