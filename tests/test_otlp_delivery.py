@@ -69,6 +69,9 @@ def test_a_failed_trial_root_carries_its_failure_type(receiver, tmp_path, monkey
     )
     root = next(s for s in receiver.spans if A.TRIAL_OUTCOME in s["attributes"])
     assert root["attributes"][A.TRIAL_OUTCOME] == "failed"
+    from agenteval.render._console import run_summary
+
+    assert f"OTLP: {len(receiver.spans)} spans sent, 0 failed" in run_summary(experiment.summary)
     assert root["attributes"][A.TRIAL_FAILURE_TYPE] == row["t"]
     assert root["attributes"][A.TRIAL_INFRASTRUCTURE] == row["i"]
 
