@@ -544,6 +544,11 @@ def run(
     help="Trials scored at a time; memory is bounded by this.",
 )
 @judge_options
+@click.option(
+    "--otlp",
+    is_flag=True,
+    help="Also send the new scores to the OTLP backend OTEL_EXPORTER_OTLP_ENDPOINT names, as a run does.",
+)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
@@ -552,6 +557,7 @@ def rescore(
     batch_size: int,
     judge: str | None,
     judge_base_url: str | None,
+    otlp: bool,
     store: str | None,
     as_json: bool,
 ) -> None:
@@ -568,7 +574,13 @@ def rescore(
     target = Store(store)
     try:
         result = rescore_experiment(
-            target, experiment, list(scorers), batch_size=batch_size, judge=judge, judge_base_url=judge_base_url
+            target,
+            experiment,
+            list(scorers),
+            batch_size=batch_size,
+            judge=judge,
+            judge_base_url=judge_base_url,
+            otlp=otlp,
         )
     except ValueError as exc:
         _raise_as_one_line(exc)
@@ -581,6 +593,8 @@ def rescore(
         f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s, "
         f"and {result.figures_seconds:.2f} s saving its figures for reports"
     )
+    if result.otlp is not None:
+        click.echo(f"OTLP: {result.otlp.spans_sent} evaluation spans sent, {result.otlp.spans_failed} failed")
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} trials)" for name, count in sorted(result.not_scored.items()))
         click.echo(

@@ -1,11 +1,24 @@
-"""One call that configures tracing for a process or a run: Parquet, and OTLP when configured."""
+"""One call that configures tracing for a process or a run: Parquet, and OTLP when configured.
+
+A service's spans wait in the SDK's batch queues (``OTEL_BSP_MAX_QUEUE_SIZE``, 2,048 spans by default); past
+that the SDK drops spans rather than slow the application, and says so in its log. What is queued is flushed
+when the process exits and when it receives SIGTERM: :func:`setup_tracing` installs a SIGTERM handler (from the
+main thread) that flushes, then hands the signal on to the handler that was there before (the application's
+own, or the default, which ends the process as SIGTERM does). A run's own spans do not take this path: the run
+sends them itself, after scoring, with back-pressure (``agenteval.run._export``).
+"""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
+import signal
+import threading
 import weakref
+from types import FrameType
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -34,6 +47,7 @@ class Tracing:
     parquet: ParquetSpanExporter
     processors: list[SpanProcessor]
     otlp: SpanExporter | None = None
+    down: bool = False
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         """Push every finished span through to disk (and to the OTLP backend)."""
@@ -43,18 +57,30 @@ class Tracing:
 
     def shutdown(self) -> None:
         _set_up(self.provider).pop(store_key(self.parquet.store), None)
+        atexit.unregister(self.flush_quietly)
+        self.down = True
         for processor in self.processors:
             processor.shutdown()
 
+    def flush_quietly(self) -> None:
+        """:meth:`flush`, at exit or on a signal: bounded in time, never raising."""
+        if self.down:
+            return
+        try:
+            self.flush(FLUSH_ON_SIGNAL_MILLIS)
+        except Exception:  # flushing at exit must never turn an exit into a traceback
+            logger.debug("agenteval: flushing spans at exit failed", exc_info=True)
+
 
 class _SkipRunSpans(SpanProcessor):
-    """Hands spans on to ``inner``, except those a run in progress writes to the same store itself:
-    with ``setup_tracing()`` and ``evaluate()`` in one process, each span is written once."""
+    """Hands spans on to ``inner``, except those a run in progress writes to the same store itself (or, with no
+    store, sends over OTLP itself): with ``setup_tracing()`` and ``evaluate()`` in one process, each span is
+    written once and sent once."""
 
-    def __init__(self, inner: SpanProcessor, collector: TrialCollector, store: os.PathLike[str]) -> None:
+    def __init__(self, inner: SpanProcessor, collector: TrialCollector, store: os.PathLike[str] | None) -> None:
         self.inner = inner
         self.collector = collector
-        self.store = store_key(store)
+        self.store = None if store is None else store_key(store)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.inner.on_start(span, parent_context)
@@ -77,12 +103,6 @@ provider itself (held weakly), never by its id(), which a later provider may be 
 
 def _set_up(provider: TracerProvider) -> dict[str, Tracing]:
     return _active.setdefault(provider, {})
-
-
-def exports_otlp(provider: TracerProvider) -> bool:
-    """Whether :func:`setup_tracing` already sends ``provider``'s spans to an OTLP backend (a run then
-    adds no exporter of its own, so the backend receives each span once)."""
-    return any(t.otlp is not None for t in _active.get(provider, {}).values())
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
@@ -145,8 +165,34 @@ def setup_tracing(
     ]
     otlp_exporter = otlp_exporter_from_env() if otlp else None
     if otlp_exporter is not None:
-        processors.append(BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS))
+        batch = BatchSpanProcessor(otlp_exporter, schedule_delay_millis=SCHEDULE_DELAY_MILLIS)
+        processors.append(_SkipRunSpans(batch, collector_for(provider), None))
     for processor in processors:
         provider.add_span_processor(processor)
     tracing = _set_up(provider)[store_key(parquet.store)] = Tracing(provider, parquet, processors, otlp_exporter)
+    _flush_on_exit(tracing)
     return tracing
+
+
+FLUSH_ON_SIGNAL_MILLIS = 5_000
+"""How long a SIGTERM waits for queued spans to reach disk and the backend before it is handed on."""
+
+
+def _flush_on_exit(tracing: Tracing) -> None:
+    """Flush ``tracing`` at exit and on SIGTERM, chaining to the SIGTERM handler installed before."""
+    atexit.register(tracing.flush_quietly)
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread; exit still flushes
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> Any:
+        tracing.flush_quietly()
+        if callable(previous):
+            return previous(signum, frame)
+        if previous == signal.SIG_IGN:
+            return None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default: end as SIGTERM does, now flushed
+        os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+    signal.signal(signal.SIGTERM, on_sigterm)

@@ -78,6 +78,14 @@ class OTLPReceiver(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
 
 
+def _value(value):
+    """An OTLP AnyValue as Python."""
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -87,7 +95,14 @@ class _Handler(BaseHTTPRequestHandler):
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     self.server.spans.append(
-                        {"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(), "name": span.name}
+                        {
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_span_id": span.parent_span_id.hex() or None,
+                            "name": span.name,
+                            "attributes": {a.key: _value(a.value) for a in span.attributes},
+                            "events": [(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events],
+                        }
                     )
         payload = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
@@ -108,3 +123,13 @@ def receiver():
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def sdk_server():
+    """A loopback server speaking the OpenAI and Anthropic APIs (see tests/model_server.py)."""
+    from model_server import ModelServer
+
+    server = ModelServer().start()
+    yield server
+    server.stop()

@@ -117,7 +117,9 @@ def test_llm_call_reads_openai_dict_response(spans):
     assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 12
     assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
     assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
-    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [{"role": "user", "content": "2+2?"}]
+    assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "2+2?"}]}
+    ]
     output = json.loads(span.attributes[A.GEN_AI_OUTPUT_MESSAGES])
     assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "4"}], "finish_reason": "stop"}]
 
@@ -336,4 +338,4 @@ def test_agent_reply_object_with_content(spans):
 
     assistant("meaning?")
     output = json.loads(by_name(spans, "invoke_agent assistant").attributes[A.GEN_AI_OUTPUT_MESSAGES])
-    assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "42"}]}]
+    assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "42"}], "finish_reason": "stop"}]

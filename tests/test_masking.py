@@ -139,7 +139,7 @@ def test_a_secret_in_a_model_message_is_masked_in_place(spans):
     chat([{"role": "user", "content": "my key is sk-plantedMessage0123456789, use it"}])
     (span,) = spans.get_finished_spans()
     assert json.loads(span.attributes[A.GEN_AI_INPUT_MESSAGES]) == [
-        {"role": "user", "content": "my key is ***, use it"}
+        {"role": "user", "parts": [{"type": "text", "content": "my key is ***, use it"}]}
     ]
     assert "I used key *** for that" in span.attributes[A.GEN_AI_OUTPUT_MESSAGES]
 

@@ -9,7 +9,7 @@ from agenteval_instrumentation._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._compare import Comparison, GateDecision, NotComparable, compare, gate
-    from ._experiments import Experiment, Figures, Summary, find, list_experiments
+    from ._experiments import Experiment, Figures, OTLPExport, Summary, find, list_experiments
     from ._power import PowerTable, power_table
     from ._report import (
         CaseOutcomes,
@@ -32,7 +32,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "._compare": ("Comparison", "GateDecision", "NotComparable", "compare", "gate"),
-        "._experiments": ("Experiment", "Figures", "Summary", "find", "list_experiments"),
+        "._experiments": ("Experiment", "Figures", "OTLPExport", "Summary", "find", "list_experiments"),
         "._power": ("PowerTable", "power_table"),
         "._report": (
             "CaseOutcomes",

@@ -194,6 +194,14 @@ class Figures:
 
 
 @dataclasses.dataclass(frozen=True)
+class OTLPExport:
+    """What a run sent to the OTLP backend: spans the exporter took, and spans it refused (or never reached)."""
+
+    spans_sent: int
+    spans_failed: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary(Figures):
     """What the end of a run reports: the experiment's figures, this run's own counts, and where to look next."""
 
@@ -210,6 +218,8 @@ class Summary(Figures):
     """The command that shows the full report."""
     resume: str | None
     """The command that resumes an interrupted run."""
+    otlp: OTLPExport | None = None
+    """The run's OTLP export, when the standard variables named a backend."""
 
 
 def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

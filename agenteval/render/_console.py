@@ -132,6 +132,8 @@ def run_summary(summary: Summary) -> str:
         lines.append(
             f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)"
         )
+    if summary.otlp is not None:
+        lines.append(f"OTLP: {summary.otlp.spans_sent} spans sent, {summary.otlp.spans_failed} failed")
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")

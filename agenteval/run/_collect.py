@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
+from agenteval_exporters.conventions import mark_wrapper
 from agenteval_instrumentation import attributes as A
 
 
@@ -65,6 +66,7 @@ class TrialCollector(SpanProcessor):
         current = current_trial.get()
         if current is not None:
             span.set_attributes(current[1])
+        mark_wrapper(span, parent_context)  # usage is counted once, on the innermost model call
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}
@@ -91,12 +93,15 @@ class TrialCollector(SpanProcessor):
             self._stores.pop(experiment_id, None)
         return [span for spans in left.values() for span in spans]
 
-    def written_by_run(self, span: ReadableSpan, store: str) -> bool:
-        """Whether a run in progress writes ``span`` to the store keyed ``store`` (see :func:`store_key`)."""
+    def written_by_run(self, span: ReadableSpan, store: str | None) -> bool:
+        """Whether a run in progress writes ``span`` to the store keyed ``store`` (see :func:`store_key`); with
+        ``store`` None, whether a run in progress handles ``span`` at all (it sends its spans over OTLP itself)."""
         if not self._stores:
             return False
         experiment_id: Any = (span.attributes or {}).get(A.EXPERIMENT_ID)
-        return experiment_id is not None and self._stores.get(experiment_id) == store
+        if experiment_id is None:
+            return False
+        return experiment_id in self._stores if store is None else self._stores.get(experiment_id) == store
 
     def take(self, experiment_id: str, trial_id: str) -> list[ReadableSpan]:
         """The spans of a finished trial, removed from the collector."""

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, ParamSpec
 
 import pyarrow as pa
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_exporters.ablation import enabled
+from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture
 
 from ..agents._loading import LoadedAgent
@@ -45,9 +45,10 @@ from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
 from ..store._lease import Lease, experiment_lease
-from ..tracing import SCHEDULE_DELAY_MILLIS, exports_otlp, otlp_exporter_from_env, sdk_provider
+from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
+from ._export import OTLPForwarder, judged_root, outcome_attributes
 from ._failures import register_plugins
 from ._models import RunModels, check_agent_and_model, own_agent
 from ._options import RunOptions
@@ -271,8 +272,8 @@ class _Run:
     """Set by Ctrl-C or SIGTERM: no new trials start."""
     sink: StoreSink | None = None
     """The store's writers, while the run executes."""
-    otlp: BatchSpanProcessor | None = None
-    """The run's own OTLP export, when the standard variables name a backend nobody else sends to."""
+    otlp: OTLPForwarder | None = None
+    """The run's OTLP export, when the standard variables name a backend: spans after scoring, with back-pressure."""
     signals: int = 0
     """Ctrl-Cs and SIGTERMs received while the run's handlers are installed."""
     stopping_now: bool = False
@@ -371,9 +372,10 @@ class _Run:
         ex.save(self.store, self.experiment)
         provider = sdk_provider()
         collector = self.collector = collector_for(provider)
-        # The run's spans also go to the OTLP backend the standard variables name, for as long as the run lasts.
-        otlp = None if exports_otlp(provider) else otlp_exporter_from_env()
-        self.otlp = BatchSpanProcessor(otlp, schedule_delay_millis=SCHEDULE_DELAY_MILLIS) if otlp else None
+        # The run's spans also go to the OTLP backend the standard variables name, sent by the run itself once
+        # scored (setup_tracing's OTLP processor leaves them out while the run lasts).
+        otlp = otlp_exporter_from_env()
+        self.otlp = OTLPForwarder(otlp) if otlp is not None else None
         collector.open(self.experiment.experiment_id, self.store.root)
         self.sink = StoreSink(self.store)
         runner = TrialRunner(
@@ -466,7 +468,7 @@ class _Run:
             first = exc
         unsaved = self.sink.close()
         if self.otlp is not None:
-            self.otlp.shutdown()  # sends what is queued, then stops
+            self.otlp.close()  # sends what is queued, then stops
         return first or unsaved
 
     async def _close_models(self) -> None:
@@ -494,12 +496,11 @@ class _Run:
         self.pending.clear()  # the same list: the scheduler's workers append to it
         spans = [span for result in results for span in result.spans] + list(late_spans)
         spans_batch = spans_to_batch(spans) if spans else None
-        if self.otlp is not None:
-            for span in spans:
-                self.otlp.on_end(span)
         if not results:
             if spans_batch is not None:
                 self.sink.add(spans_batch, JUDGEMENT_SCHEMA.empty_table(), [])
+            if self.otlp is not None:
+                self.otlp.send(spans)
             return
         try:
             judged = await self._judge(results, spans_batch)
@@ -510,8 +511,7 @@ class _Run:
         if judge_spans:
             self.sink.add(spans_to_batch(judge_spans), JUDGEMENT_SCHEMA.empty_table(), [])
             if self.otlp is not None:
-                for span in judge_spans:
-                    self.otlp.on_end(span)
+                self.otlp.send(judge_spans)
         outcomes = self.engine.outcomes(
             [r.plan.trial_id for r in results], [r.failure.type if r.failure else None for r in results], judged.table
         )
@@ -527,6 +527,25 @@ class _Run:
             self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         self.sink.add(spans_batch, scores, trial_rows)
+        if self.otlp is not None:
+            self.otlp.send(self._judged_spans(results, trial_rows, scores, late_spans))
+
+    def _judged_spans(
+        self, results: list[TrialResult], rows: list[dict[str, Any]], scores: pa.Table, late: Sequence[Any]
+    ) -> list[Any]:
+        """The spans to send over OTLP: each trial's root (of the try that counts) with its outcome and scores."""
+        by_trial: dict[str, list[dict[str, Any]]] = {}
+        for score in scores.to_pylist():
+            by_trial.setdefault(score["trial_id"], []).append(score)
+        now = time.time_ns()
+        out: list[Any] = []
+        for result, row in zip(results, rows, strict=True):
+            outcome = outcome_attributes(row["outcome"], row["failure_type"], row["infrastructure"])
+            for span in result.spans:
+                if _is_root_of(span, result.trace_id):
+                    span = judged_root(span, outcome, by_trial.get(result.plan.trial_id, []), now)
+                out.append(span)
+        return out + list(late)
 
     def _judges_spans(self, results: list[TrialResult]) -> list[Any]:
         """The spans a coroutine scorer (the LLM judge) made for these trials while they were scored."""
@@ -675,6 +694,7 @@ class _Run:
             },
             report=f"agenteval report {self.experiment.experiment_id}",
             resume=resume_command(self.experiment.experiment_id) if self.experiment.status == ex.INTERRUPTED else None,
+            otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
         )
 
 
@@ -704,6 +724,17 @@ def _simulated_cases_checked(cases: list[Case], simulator: bool, skip: bool) -> 
         )
     left = set(simulated)
     return [c for c in cases if c.id not in left], simulated
+
+
+def _is_root_of(span: Any, trace_id: str | None) -> bool:
+    """Whether ``span`` is the root span of the trial's try whose trace is ``trace_id``."""
+    scope = span.instrumentation_scope
+    return (
+        span.parent is None
+        and scope is not None
+        and scope.name == A.RUNNER_SCOPE
+        and format(span.context.trace_id, "032x") == trace_id
+    )
 
 
 def resume_command(experiment_id: str) -> str:

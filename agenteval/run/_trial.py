@@ -15,8 +15,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
+from agenteval_exporters.conventions import OWN_SCOPES, derived
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, error_type, record_error
+from agenteval_instrumentation.messages import reply_message, text_part
 from agenteval_instrumentation.responses import reply_text
 from agenteval_instrumentation.text import storable_text
 
@@ -122,13 +124,7 @@ class TrialRunner:
         retries, replies, exc, timed_out, trace_id = 0, [], None, False, None
         try:
             while True:
-                root = self.tracer.start_span(
-                    f"invoke_agent {self.agent.name}",
-                    attributes={
-                        A.GEN_AI_OPERATION_NAME: A.OPERATION_INVOKE_AGENT,
-                        A.GEN_AI_AGENT_NAME: self.agent.name,
-                    },
-                )
+                root = self.tracer.start_span(f"invoke_agent {self.agent.name}", attributes=self._root_attributes(plan))
                 trace_id = format(root.get_span_context().trace_id, "032x")
                 users: list[str] = []
                 replies, exc, timed_out = await self._attempt(plan.case, root, deadline, users)
@@ -153,6 +149,17 @@ class TrialRunner:
             current_trial.reset(token)
         spans = self.collector.take(self.experiment_id, plan.trial_id)
         return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
+
+    def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            A.GEN_AI_OPERATION_NAME: A.OPERATION_INVOKE_AGENT,
+            A.GEN_AI_AGENT_NAME: self.agent.name,
+        }
+        if capture.config.enabled:
+            turns = plan.case.turns or (plan.case.input,)
+            messages = [{"role": "user", "parts": [text_part(t)]} for t in turns]
+            attributes[A.GEN_AI_INPUT_MESSAGES] = capture.to_json(A.GEN_AI_INPUT_MESSAGES, messages)
+        return attributes
 
     async def _attempt(
         self, case: Case, root: Any, deadline: float, users: list[str]
@@ -236,7 +243,7 @@ class TrialRunner:
             asked = [{"role": "user", "parts": [{"type": "text", "content": u}]} for u in users]
             root.set_attribute(A.GEN_AI_INPUT_MESSAGES, capture.to_json(A.GEN_AI_INPUT_MESSAGES, asked))
         if capture.config.enabled and replies:
-            messages = [{"role": "assistant", "parts": [{"type": "text", "content": r}]} for r in replies]
+            messages = [reply_message(r) for r in replies]
             root.set_attribute(A.GEN_AI_OUTPUT_MESSAGES, capture.to_json(A.GEN_AI_OUTPUT_MESSAGES, messages))
         if exc is not None:
             record_error(root, exc)
@@ -275,15 +282,14 @@ class TrialRunner:
 
     def _add_usage(self, result: TrialResult) -> None:
         """The agent's own tokens and cost, in the try that counts and over every try; the simulated
-        user's and judge's are left out."""
+        user's and judge's are left out, and so is a model call that wraps another (counted once)."""
         for span in result.spans:
-            # Any: these keys hold what the instrumentation wrote (ints, model names), read as written.
-            attributes: Mapping[str, Any] = span.attributes or {}
+            attributes = genai_attributes(span)
             if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT:
                 continue
             if attributes.get(A.CACHE_HIT) is True:
                 result.cache_hits += 1
-            if attributes.get(A.ROLE):
+            if attributes.get(A.ROLE) or attributes.get(A.WRAPS_MODEL_CALL):
                 continue
             tokens_in: int = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS) or 0
             tokens_out: int = attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS) or 0
@@ -296,6 +302,14 @@ class TrialRunner:
                 result.input_tokens += tokens_in
                 result.output_tokens += tokens_out
                 result.cost_usd = _plus(result.cost_usd, spent)
+
+
+def genai_attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    """A span's attributes as the store reads them: other instrumentations' names derived (see
+    ``agenteval_exporters.conventions``). Any: they hold what the instrumentation wrote, read as written."""
+    attributes: Mapping[str, Any] = span.attributes or {}
+    scope = span.instrumentation_scope
+    return attributes if scope is not None and scope.name in OWN_SCOPES else derived(attributes)
 
 
 def _plus(total: float | None, spent: float | None) -> float | None:
@@ -323,13 +337,14 @@ def _raised_in(spans: list[ReadableSpan], exc: BaseException | None) -> str | No
 
 
 def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
-    """The agent's last model call's first finish reason, and the waits on rate limits inside its model calls
-    (recorded as they happen, so a call the timeout cut off counts too); one pass over the spans."""
-    last: Mapping[str, Any] | None = None  # a tuple of str and an int where they are set
+    """The agent's last model call's first finish reason (a wrapper's and its request's agree), and the waits
+    on rate limits inside its model calls (recorded as they happen, so a call the timeout cut off counts too);
+    one pass over the spans, other instrumentations' names read as the store reads them."""
+    last: Mapping[str, Any] | None = None
     last_end = -1
     waits = 0
     for span in spans:
-        attributes: Mapping[str, Any] = span.attributes or {}
+        attributes = genai_attributes(span)
         if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_CHAT or attributes.get(A.ROLE):
             continue
         waits += attributes.get(A.RATE_LIMIT_WAITS) or 0

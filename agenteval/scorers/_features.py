@@ -12,6 +12,8 @@ from typing import Any
 
 from agenteval_instrumentation import attributes as A
 
+from ..store._views import COUNTED_MODEL_CALL
+
 FEATURES_SQL = """
 WITH t AS (SELECT experiment_id, trial_id, case_id, attempt, trace_id, failure_type, reply, replies FROM {trials}),
 s AS (
@@ -39,7 +41,7 @@ tools AS (
 models AS (
     SELECT trial_id, count(*) AS model_calls,
            sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens
-    FROM s WHERE operation = 'chat' GROUP BY trial_id
+    FROM s WHERE {counted_model_call} GROUP BY trial_id
 ),
 retrievals AS (
     SELECT trial_id,
@@ -77,7 +79,9 @@ NO_REPLIES = "NULL::VARCHAR[] AS replies"
 
 def features_sql(trials: str, spans: str) -> str:
     """The feature query over the relations named (or subqueries given) for trials and spans."""
-    return FEATURES_SQL.format(trials=trials, spans=spans, runner_scope=A.RUNNER_SCOPE)
+    return FEATURES_SQL.format(
+        trials=trials, spans=spans, runner_scope=A.RUNNER_SCOPE, counted_model_call=COUNTED_MODEL_CALL
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,12 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from agenteval_exporters import spans_to_batch
 
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, case_from_snapshot
+from ..errors import UsageError
 from ..run._collect import TrialCollector, collector_for
+from ..run._export import send_pass
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._snapshots import save_figures
@@ -47,6 +50,8 @@ class RescoreResult:
     content capture off (those trials keep their earlier scores)."""
     figures_seconds: float = 0.0
     """Saving the experiment's figures for reports afterwards (see ``agenteval.store._snapshots``)."""
+    otlp: ex.OTLPExport | None = None
+    """With ``otlp=True``: the evaluation spans sent to the backend, and those it refused."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -64,14 +69,17 @@ def rescore(
     on_batch: Callable[[int, int], None] = lambda done, total: None,
     judge: str | None = None,
     judge_base_url: str | None = None,
+    otlp: bool = False,
 ) -> RescoreResult:
     """Score the experiment's current trials again and append the scores as a new pass.
 
     With no ``scorers``: the built-ins plus the scorers the run added. With ``scorers`` (Scorer objects,
     built-in names or ``MODULE:ATTR``): only those. ``judge`` (``PROVIDER/MODEL``) grades the stored replies
     with the LLM judge, which then decides whether an answer is right; without it, a run's judge is not called
-    again and its scores stand.
+    again and its scores stand. ``otlp=True`` also sends the new scores to the OTLP
+    backend the standard ``OTEL_EXPORTER_OTLP_*`` variables name, as a run does (see ``agenteval.run._export``).
     """
+    exporter = _otlp_exporter() if otlp else None
     experiment = ex.find(store, experiment_id)
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
@@ -110,6 +118,10 @@ def rescore(
         on_batch(done, total_trials)
     if collector is not None:
         collector.close(experiment.experiment_id)
+    sent = None
+    if exporter is not None:
+        counts = send_pass(store, experiment.experiment_id, pass_id, exporter)
+        sent = ex.OTLPExport(counts.sent, counts.failed)
     seconds = time.perf_counter() - started
     save_figures(store, experiment.experiment_id)  # reports read these instead of judging every trial again
     return RescoreResult(
@@ -121,6 +133,7 @@ def rescore(
         seconds,
         dict(not_scored),
         time.perf_counter() - started - seconds,
+        sent,
     )
 
 
@@ -140,6 +153,18 @@ def _judge_spans_collected(experiment_id: str) -> TrialCollector:
     collector = collector_for(sdk_provider())
     collector.open(experiment_id)
     return collector
+
+
+def _otlp_exporter() -> SpanExporter:
+    from ..tracing import otlp_exporter_from_env
+
+    exporter = otlp_exporter_from_env()
+    if exporter is None:
+        raise UsageError(
+            "--otlp sends the scores to the OTLP backend that OTEL_EXPORTER_OTLP_ENDPOINT (or "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) names; neither is set"
+        )
+    return exporter
 
 
 def _answered_trials(experiment_id: str) -> str:

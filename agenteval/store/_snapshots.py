@@ -86,11 +86,11 @@ GROUP BY ALL ORDER BY spans DESC, operation
 """
 """Latency of the agent's own spans by operation (the runner's root spans are the trials, reported apart)."""
 
-TOKENS_BY_ROLE = """
+TOKENS_BY_ROLE = f"""
 SELECT coalesce(role, 'agent') AS role, count(*) AS model_calls,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        coalesce(response_model, request_model) AS model
-FROM spans WHERE experiment_id = {experiment} AND operation = 'chat' GROUP BY ALL ORDER BY role, model
+FROM spans WHERE experiment_id = {{experiment}} AND {views.COUNTED_MODEL_CALL} GROUP BY ALL ORDER BY role, model
 """
 
 FIGURE_TABLES = {"scorer_figures": SCORER_FIGURES, "span_latency": SPAN_LATENCY, "tokens_by_role": TOKENS_BY_ROLE}

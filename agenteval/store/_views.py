@@ -28,6 +28,13 @@ OLD_USAGE_MARKER = f"input_tokens{ALL_TRIES}"
 """Absent (null) in rows written before the usage was split: their usage columns held every try."""
 
 
+COUNTED_MODEL_CALL = "operation = 'chat' AND wraps_model_call IS NOT TRUE"
+"""The spans table's model calls whose usage counts: one per actual model request. A model-call span with
+another beneath it (an SDK's own span, another instrumentation's) is a wrapper of that request, flagged
+``wraps_model_call`` where the child started (see ``agenteval_exporters.conventions``); spans written before
+the flag existed count as they did."""
+
+
 def raw_table(table: str) -> str:
     """The view that shows a stored table's rows as written."""
     return HISTORY.get(table, table)

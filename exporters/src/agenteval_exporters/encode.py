@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from agenteval_instrumentation.text import storable, storable_text
 
 from .ablation import FALLBACKS, enabled
+from .conventions import OWN_SCOPES, derived
 from .schema import PARTITION_COLUMN, SPAN_SCHEMA, TYPED_ATTRIBUTES
 
 # Benchmarks only (see .ablation): False forces the plain path of each shortcut.
@@ -200,7 +201,8 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     if not spans:
         return _empty_batch()
     fields = _span_fields(spans)
-    contexts, attributes = fields["context"], fields["attributes"]
+    contexts = fields["context"]
+    attributes = _readable_attributes(fields["attributes"], fields["scope_name"])
     ends: Sequence[int | None]
     starts, ends = fields["start_time"], fields["end_time"]
     if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
@@ -225,6 +227,14 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     columns.update(_typed_columns(attributes))
     columns["resource"], columns["service_name"] = _resource_columns(fields["resource"])
     return _to_batch(columns)
+
+
+def _readable_attributes(attributes: Sequence[Any], scopes: Sequence[str | None]) -> Sequence[Any]:
+    """The attribute dicts, with the GenAI names derived for spans of other instrumentations (see
+    :mod:`.conventions`); agenteval's own spans, the common case, are counted past in C."""
+    if sum(map(scopes.count, OWN_SCOPES)) == len(scopes):
+        return attributes
+    return [a if s in OWN_SCOPES else derived(a) for a, s in zip(attributes, scopes, strict=True)]
 
 
 def _first_reasons(reasons: list[Any]) -> list[Any]:
@@ -324,11 +334,19 @@ def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Arr
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
         if arrow_type == pa.string():
             return pa.array([None if v is None else storable(v if isinstance(v, str) else str(v)) for v in values])
+        if pa.types.is_boolean(arrow_type):
+            return pa.array([v if isinstance(v, bool) else None for v in values], type=arrow_type)
         limit = 2 ** (arrow_type.bit_width - 1)
         return pa.array(
             [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],
             type=arrow_type,
         )
+
+
+def _sample_value(arrow_type: pa.DataType) -> Any:
+    if pa.types.is_boolean(arrow_type):
+        return True
+    return 1 if pa.types.is_integer(arrow_type) else "x"
 
 
 def sample_spans() -> list[ReadableSpan]:
@@ -343,9 +361,7 @@ def sample_spans() -> list[ReadableSpan]:
     provider = TracerProvider(resource=Resource({"service.name": "agenteval-warm-up"}), shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("agenteval.warm_up")
-    typed: dict[str, Any] = {
-        key: 1 if pa.types.is_integer(SPAN_SCHEMA.field(name).type) else "x" for name, key in TYPED_ATTRIBUTES.items()
-    }
+    typed: dict[str, Any] = {key: _sample_value(SPAN_SCHEMA.field(name).type) for name, key in TYPED_ATTRIBUTES.items()}
     typed[_FINISH_REASONS] = ("stop",)
     with tracer.start_as_current_span("warm-up", kind=SpanKind.CLIENT, attributes=typed) as root:
         root.add_event("warm-up", {"n": 1})

@@ -12,10 +12,10 @@ import pyarrow as pa
 
 from agenteval_instrumentation import attributes as A
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The span table's version, bumped when a column is added; files of older versions still read
 (readers union by name). 2: ``role``. 3 and 4 changed only the store's other tables, whose version
-was shared then; those tables are versioned by the ``agenteval`` distribution now."""
+was shared then; those tables are versioned by the ``agenteval`` distribution now. 5: ``wraps_model_call``."""
 
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"
@@ -77,6 +77,7 @@ SPAN_SCHEMA = pa.schema(
         unique_field("trial_id", pa.string()),
         pa.field("attempt", pa.int32()),
         pa.field("role", pa.string()),
+        pa.field("wraps_model_call", pa.bool_()),
         document_field("attributes"),
         document_field("events"),
         pa.field("resource", pa.string()),
@@ -100,8 +101,10 @@ TYPED_ATTRIBUTES: dict[str, str] = {
     "trial_id": A.TRIAL_ID,
     "attempt": A.TRIAL_ATTEMPT,
     "role": A.ROLE,
+    "wraps_model_call": A.WRAPS_MODEL_CALL,
 }
-"""Span column -> the attribute it is read from. ``finish_reason`` holds the first reason."""
+"""Span column -> the attribute it is read from. ``finish_reason`` holds the first reason. For spans of other
+instrumentations the attribute may have been derived from another name (see :mod:`.conventions`)."""
 
 PARTITION_COLUMN = "experiment_id"
 """Spans with an experiment id go under ``experiment_id=<id>/``, others under ``date=YYYY-MM-DD/``."""

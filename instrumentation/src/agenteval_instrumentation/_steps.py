@@ -14,6 +14,7 @@ from opentelemetry.trace import Span, SpanKind
 
 from . import attributes as A
 from . import capture
+from . import messages as M
 from ._binding import Binder
 from .responses import ResponseInfo, read_response, reply_text
 
@@ -33,6 +34,8 @@ class Step:
     kind: SpanKind = SpanKind.INTERNAL
     input_attribute: str = A.INPUT
     output_attribute: str = A.OUTPUT
+    follows_streams: bool = False
+    """Whether a returned SDK stream is followed to its end (see ``_returned``): model calls only."""
 
     def __init__(self, fn: Callable[..., Any], name: str, capture_content: bool | None) -> None:
         self.name = name
@@ -101,6 +104,7 @@ class ToolStep(Step):
 class LLMStep(Step):
     operation = A.OPERATION_CHAT
     kind = SpanKind.CLIENT
+    follows_streams = True
     input_attribute = A.GEN_AI_INPUT_MESSAGES
     output_attribute = A.GEN_AI_OUTPUT_MESSAGES
 
@@ -133,9 +137,11 @@ class LLMStep(Step):
         model = self._call_model(bound)
         if model:
             attributes[A.GEN_AI_REQUEST_MODEL] = model
-        if capturing and bound is not None:
-            messages = bound["messages"] if "messages" in bound else bound
-            attributes[self.input_attribute] = capture.to_json(self.input_attribute, messages)
+        if bound is None:
+            return attributes
+        attributes.update(M.request_attributes(bound))
+        if capturing:
+            attributes.update(request_content(bound))
         return attributes
 
     def end_attributes(self, span: Span, result: Any, capturing: bool) -> dict[str, Any]:
@@ -143,24 +149,69 @@ class LLMStep(Step):
         text = result if isinstance(result, str) else info.text
         return self.response_attributes(span, info, text, result, capturing)
 
-    def stream_end_attributes(self, span: Span, stream: Any, capturing: bool) -> dict[str, Any]:
-        return self.response_attributes(span, stream.info, stream.text(), stream.chunks, capturing)
-
     def response_attributes(
         self, span: Span, info: ResponseInfo, text: str | None, raw: Any, capturing: bool
     ) -> dict[str, Any]:
         attributes = _usage_attributes(info)
-        if info.model and not self.model and not self.model_from_call:
+        if info.model and getattr(span, "name", None) == self.operation:  # named by no model yet
             span.update_name(f"{self.operation} {info.model}")
         already = getattr(span, "attributes", None) or {}
+        if already.get(A.WRAPS_MODEL_CALL):  # the request's own span beneath records its usage
+            attributes.pop(A.GEN_AI_USAGE_INPUT_TOKENS, None)
+            attributes.pop(A.GEN_AI_USAGE_OUTPUT_TOKENS, None)
         attributes = {k: v for k, v in attributes.items() if k not in already}
         if capturing:
-            if text is not None:
-                message = assistant_message(text, info.finish_reasons[0] if info.finish_reasons else None)
-                attributes[self.output_attribute] = capture.to_json(self.output_attribute, [message])
-            else:
-                attributes[self.output_attribute] = capture.to_json(self.output_attribute, raw)
+            reason = info.finish_reasons[0] if info.finish_reasons else None
+            messages = M.output_messages(raw) if text is None or not isinstance(raw, str) else None
+            if messages is None:
+                messages = [M.reply_message(text if text is not None else _as_text(raw), reason)]
+            attributes[self.output_attribute] = capture.to_json(self.output_attribute, messages)
         return attributes
+
+    def stream_end_attributes(self, span: Span, stream: Any, capturing: bool) -> dict[str, Any]:
+        info = stream.info
+        attributes = self.response_attributes(span, info, stream.text(), None, False)
+        if capturing:
+            reason = info.finish_reasons[0] if info.finish_reasons else None
+            text = stream.text()
+            if stream.message.has_structure or text is not None:
+                messages = stream.message.messages(text, reason)
+            else:
+                messages = [M.reply_message(_as_text(stream.chunks), reason)]
+            attributes[self.output_attribute] = capture.to_json(self.output_attribute, messages)
+        return attributes
+
+
+def request_content(bound: dict[str, Any]) -> dict[str, Any]:
+    """A model call's content attributes from its arguments: the input messages (``messages``, a Responses
+    API ``input`` or a ``prompt``; otherwise the arguments as one user message), the system instructions and
+    the tools offered."""
+    attributes: dict[str, Any] = {}
+    conversation = next((bound[k] for k in ("messages", "input", "prompt") if k in bound), None)
+    messages = M.input_messages(conversation) if conversation is not None else None
+    if messages is None:
+        messages = [user_message(bound)]
+    attributes[A.GEN_AI_INPUT_MESSAGES] = capture.to_json(A.GEN_AI_INPUT_MESSAGES, messages)
+    system = M.system_instructions(bound.get("system", bound.get("instructions")))
+    if system is not None:
+        attributes[A.GEN_AI_SYSTEM_INSTRUCTIONS] = capture.to_json(A.GEN_AI_SYSTEM_INSTRUCTIONS, system)
+    tools = M.tool_definitions(bound.get("tools"))
+    if tools is not None:
+        attributes[A.GEN_AI_TOOL_DEFINITIONS] = capture.to_json(A.GEN_AI_TOOL_DEFINITIONS, tools)
+    return attributes
+
+
+def user_message(bound: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as one user message: a lone string as its text, anything else as JSON text."""
+    values = list(bound.values())
+    if len(values) == 1 and isinstance(values[0], str):
+        return {"role": "user", "parts": [M.text_part(values[0])]}
+    return {"role": "user", "parts": [M.text_part(_as_text(bound))]}
+
+
+def _as_text(value: Any) -> str:
+    """A value that is not a message, as bounded JSON text (the text of a message part)."""
+    return value if isinstance(value, str) else capture.to_json(A.OUTPUT, value)
 
 
 class AgentStep(Step):
@@ -172,12 +223,29 @@ class AgentStep(Step):
         super().__init__(fn, name, capture_content)
         self.static_attributes[A.GEN_AI_AGENT_NAME] = name
 
+    def start_attributes(self, bound: dict[str, Any] | None, capturing: bool) -> dict[str, Any]:
+        attributes = dict(self.static_attributes)
+        if capturing and bound is not None:
+            conversation = bound.get("messages")
+            messages = M.input_messages(conversation) if conversation is not None else None
+            if messages is None:
+                messages = [user_message({k: v for k, v in bound.items() if k != "messages"} or bound)]
+            attributes[self.input_attribute] = capture.to_json(self.input_attribute, messages)
+        return attributes
+
     def end_attributes(self, span: Span, result: Any, capturing: bool) -> dict[str, Any]:
         if not capturing:
             return {}
         text = reply_text(result)
-        value = [assistant_message(text)] if text is not None else result
-        return {self.output_attribute: capture.to_json(self.output_attribute, value)}
+        messages = [M.reply_message(text if text is not None else _as_text(result))]
+        return {self.output_attribute: capture.to_json(self.output_attribute, messages)}
+
+
+QUERY_PARAMETERS = ("query", "q", "question", "text", "search")
+"""Parameter names whose value a ``@retriever`` records as ``gen_ai.retrieval.query.text``."""
+
+SCORE_KEYS = ("score", "relevance_score", "similarity", "distance")
+"""Keys (or attributes) a ``@retriever`` reads a document's score from, in this order."""
 
 
 class RetrieverStep(Step):
@@ -187,22 +255,34 @@ class RetrieverStep(Step):
         super().__init__(fn, name, capture_content)
         self.id_keys = (id_key,) if id_key else DOCUMENT_ID_KEYS
 
+    def start_attributes(self, bound: dict[str, Any] | None, capturing: bool) -> dict[str, Any]:
+        attributes = super().start_attributes(bound, capturing)
+        if capturing and bound:
+            query = next((bound[p] for p in QUERY_PARAMETERS if isinstance(bound.get(p), str)), None)
+            if query is None:
+                strings = [v for v in bound.values() if isinstance(v, str)]
+                query = strings[0] if len(strings) == 1 else None
+            if query is not None:
+                attributes[A.GEN_AI_RETRIEVAL_QUERY_TEXT] = capture.to_text(A.GEN_AI_RETRIEVAL_QUERY_TEXT, query)
+        return attributes
+
     def end_attributes(self, span: Span, result: Any, capturing: bool) -> dict[str, Any]:
         attributes = super().end_attributes(span, result, capturing)
         already = getattr(span, "attributes", None) or {}
         if A.RETRIEVAL_DOCUMENT_IDS not in already:
-            ids = document_ids(result, self.id_keys)
-            if ids is not None:
-                attributes[A.RETRIEVAL_DOCUMENT_IDS] = ids
+            documents = retrieved_documents(result, self.id_keys)
+            if documents is not None:
+                attributes.update(document_attributes(documents))
         return attributes
 
 
-def assistant_message(text: str, finish_reason: str | None = None) -> dict[str, Any]:
-    """An output message in the GenAI conventions' shape."""
-    message: dict[str, Any] = {"role": "assistant", "parts": [{"type": "text", "content": text}]}
-    if finish_reason:
-        message["finish_reason"] = finish_reason
-    return message
+def document_attributes(documents: Sequence[tuple[str, float | None]]) -> dict[str, Any]:
+    """The ids (agenteval's column) and the conventions' ``gen_ai.retrieval.documents`` of a retrieval."""
+    listed = [{"id": i} if s is None else {"id": i, "score": s} for i, s in documents]
+    return {
+        A.RETRIEVAL_DOCUMENT_IDS: [i for i, _ in documents],
+        A.GEN_AI_RETRIEVAL_DOCUMENTS: capture.to_json(A.GEN_AI_RETRIEVAL_DOCUMENTS, listed),
+    }
 
 
 def _usage_attributes(info: ResponseInfo) -> dict[str, Any]:
@@ -220,8 +300,9 @@ def _usage_attributes(info: ResponseInfo) -> dict[str, Any]:
     return attributes
 
 
-def document_ids(result: Any, keys: Sequence[str]) -> list[str] | None:
-    """Ids of the documents a retriever returned: strings as they are, else each item's id key."""
+def retrieved_documents(result: Any, keys: Sequence[str]) -> list[tuple[str, float | None]] | None:
+    """Ids and scores of the documents a retriever returned: strings are ids themselves, ``(id, score)``
+    pairs give both, dicts and objects their id key and score key."""
     if isinstance(result, dict):
         for key in ("documents", "results", "hits"):
             if isinstance(result.get(key), (list, tuple)):
@@ -229,12 +310,35 @@ def document_ids(result: Any, keys: Sequence[str]) -> list[str] | None:
                 break
     if not isinstance(result, (list, tuple)):
         return None
-    ids = []
+    found = []
     for item in result:
         doc_id = _item_id(item, keys)
         if doc_id is not None:
-            ids.append(doc_id)
-    return ids
+            found.append((doc_id, _item_score(item)))
+    return found
+
+
+def document_ids(result: Any, keys: Sequence[str]) -> list[str] | None:
+    """Ids of the documents a retriever returned (see :func:`retrieved_documents`)."""
+    found = retrieved_documents(result, keys)
+    return None if found is None else [doc_id for doc_id, _ in found]
+
+
+def _item_score(item: Any) -> float | None:
+    if isinstance(item, (tuple, list)):
+        score = item[1] if len(item) > 1 else None
+    else:
+        score = next(
+            (
+                v
+                for k in SCORE_KEYS
+                if (v := item.get(k) if isinstance(item, dict) else getattr(item, k, None)) is not None
+            ),
+            None,
+        )
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return None
+    return float(score) if score == score else None
 
 
 def _item_id(item: Any, keys: Sequence[str]) -> str | None:

@@ -22,7 +22,9 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from . import attributes as A
 from . import capture
+from ._returned import Recorder, follow, returned_stream
 from ._steps import Step, error_type
+from .messages import StreamedMessage
 from .responses import ResponseInfo, chunk_text, read_chunk_into
 from .version import __version__
 
@@ -99,43 +101,59 @@ def record_error(span: Span, exc: BaseException) -> None:
 
 
 def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    follows = step.follows_streams
+
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         span, capturing = _start(step, args, kwargs)
         if not _traced(span):
             return fn(*args, **kwargs)
-        token = context_api.attach(trace.set_span_in_context(span))
+        ctx = trace.set_span_in_context(span)
+        token = context_api.attach(ctx)
+        ends = True
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             record_error(span, exc)
             raise
         else:
+            if follows and (kind := returned_stream(result)) is not None:
+                ends = False  # the stream's consumption ends it (see _returned)
+                return follow(result, kind, Recorder(span, step, _Stream(capturing), ctx))
             _succeed(span, step, result, capturing)
             return result
         finally:
             context_api.detach(token)
-            span.end()
+            if ends:
+                span.end()
 
     return wrapper
 
 
 def _coroutine_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+    follows = step.follows_streams
+
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         span, capturing = _start(step, args, kwargs)
         if not _traced(span):
             return await fn(*args, **kwargs)
-        token = context_api.attach(trace.set_span_in_context(span))
+        ctx = trace.set_span_in_context(span)
+        token = context_api.attach(ctx)
+        ends = True
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
             record_error(span, exc)
             raise
         else:
+            if follows and (kind := returned_stream(result)) is not None:
+                ends = False
+                return follow(result, kind, Recorder(span, step, _Stream(capturing), ctx))
             _succeed(span, step, result, capturing)
             return result
         finally:
             context_api.detach(token)
-            span.end()
+            if ends:
+                span.end()
 
     return wrapper
 
@@ -151,6 +169,7 @@ class _Stream:
         "count",
         "first_ms",
         "info",
+        "message",
         "started",
         "text_size",
         "texts",
@@ -167,6 +186,7 @@ class _Stream:
         self.all_text = True
         self.closed_early = False
         self.info = ResponseInfo()
+        self.message = StreamedMessage()
 
     def add(self, chunk: Any) -> None:
         if self.count == 0:
@@ -178,6 +198,7 @@ class _Stream:
                 return
             if len(self.chunks) < capture.config.max_items:
                 self.chunks.append(chunk)
+            self.message.add(chunk, self.text_size <= capture.config.max_length)
             text = chunk_text(chunk)
             if text is None:
                 self.all_text = self.all_text and _is_metadata(chunk)

@@ -1,4 +1,8 @@
-"""Span attribute names: the OpenTelemetry GenAI semantic conventions (v1.41) and agenteval's own.
+"""Span attribute names: the OpenTelemetry GenAI semantic conventions and agenteval's own.
+
+The GenAI names follow the conventions' own repository, ``open-telemetry/semantic-conventions-genai``
+release v0.1.0; names older releases and other instrumentations use are read too (see
+``agenteval_exporters.conventions``).
 
 Every module that reads or writes a span attribute takes its name from here.
 """
@@ -35,6 +39,43 @@ GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 """The messages a model or agent returned, as JSON text."""
 
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+"""Instructions given apart from the messages (Anthropic's ``system``, the Responses API's ``instructions``),
+as JSON text: a list of parts."""
+
+GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+"""The tools offered to the model, as JSON text: ``[{"type": "function", "name", "description", "parameters"}]``."""
+
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+"""The sampling temperature asked for."""
+
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+"""The top-p sampling setting asked for."""
+
+GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
+"""The top-k sampling setting asked for."""
+
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+"""The most tokens the model may generate (``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``)."""
+
+GEN_AI_REQUEST_FREQUENCY_PENALTY = "gen_ai.request.frequency_penalty"
+"""The frequency penalty asked for."""
+
+GEN_AI_REQUEST_PRESENCE_PENALTY = "gen_ai.request.presence_penalty"
+"""The presence penalty asked for."""
+
+GEN_AI_REQUEST_SEED = "gen_ai.request.seed"
+"""The seed asked for."""
+
+GEN_AI_REQUEST_CHOICE_COUNT = "gen_ai.request.choice.count"
+"""How many choices were asked for (a ``choice_count`` argument)."""
+
+GEN_AI_REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
+"""The sequences that stop generation."""
+
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+"""Whether the response was asked for as a stream."""
+
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 """The name of the agent an ``invoke_agent`` span runs."""
 
@@ -55,6 +96,28 @@ GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 """The tool's result, as JSON text."""
+
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"
+"""The text a retrieval searched for."""
+
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
+"""The documents a retrieval returned, in rank order, as JSON text: ``[{"id": ..., "score": ...}]`` (ids and
+scores only; the documents' text is not recorded)."""
+
+GEN_AI_EVALUATION_RESULT = "gen_ai.evaluation.result"
+"""The name of the event that carries one evaluation of a trial (one scorer's score)."""
+
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+"""The evaluation's name: the scorer."""
+
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+"""The score, 0 to 1."""
+
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+"""The score as a label: ``pass``, ``fail`` or ``error`` for pass/fail scorers, ``scored`` for continuous ones."""
+
+GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+"""Why the scorer gave that score."""
 
 ERROR_TYPE = "error.type"
 """The qualified class name of the exception that ended the operation."""
@@ -94,7 +157,26 @@ OUTPUT = "agenteval.output"
 """A retriever's (or other step's) return value, as JSON text."""
 
 RETRIEVAL_DOCUMENT_IDS = "agenteval.retrieval.document_ids"
-"""Ids of the documents a retrieval returned, in rank order."""
+"""Ids of the documents a retrieval returned, in rank order (what scorers read; written beside
+:data:`GEN_AI_RETRIEVAL_DOCUMENTS`, and derived from it for spans of other instrumentations)."""
+
+WRAPS_MODEL_CALL = "agenteval.model_call.wraps"
+"""True on a model-call span with another model-call span beneath it (an SDK's or another instrumentation's
+own span for the same request). Usage is counted once, on the innermost: this span records none, and counts
+as no model call of its own."""
+
+DERIVED = "agenteval.derived"
+"""On a span of another instrumentation (OpenInference, OpenLLMetry, older GenAI names): the GenAI names the
+exporter derived from its attributes and added beside them."""
+
+TRIAL_OUTCOME = "agenteval.trial.outcome"
+"""On a trial's root span sent over OTLP: ``passed``, ``wrong`` or ``failed``."""
+
+TRIAL_FAILURE_TYPE = "agenteval.trial.failure_type"
+"""On a trial's root span sent over OTLP: the failure type, when the trial failed."""
+
+TRIAL_INFRASTRUCTURE = "agenteval.trial.infrastructure"
+"""On a trial's root span sent over OTLP: whether its failure was an infrastructure failure."""
 
 STREAM_CHUNKS = "agenteval.stream.chunks"
 """How many chunks a streamed call produced."""

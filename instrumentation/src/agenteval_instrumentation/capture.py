@@ -143,6 +143,12 @@ def _to_json(attribute: str, value: Any) -> str:
         return json.dumps(PLACEHOLDER)
 
 
+def to_text(attribute: str, text: str) -> str:
+    """``text`` as it may be recorded as a plain string attribute: through the redactor, secrets masked,
+    cut at ``max_string``."""
+    return _recordable(attribute, text, config.max_string)
+
+
 def _shrink(value: Any) -> str:
     """Cap harder until the text fits ``max_length``; the result is still whole JSON."""
     max_string, max_items = config.max_string, config.max_items

@@ -13,8 +13,16 @@ from typing import Any, TypeVar, overload
 
 from opentelemetry import trace
 
-from . import attributes as A
-from ._steps import AgentStep, LLMStep, RetrieverStep, Step, ToolStep, _tool_call_id, llm_response_attributes
+from ._steps import (
+    AgentStep,
+    LLMStep,
+    RetrieverStep,
+    Step,
+    ToolStep,
+    _tool_call_id,
+    document_attributes,
+    llm_response_attributes,
+)
 from ._wrap import instrument
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,11 +140,13 @@ def set_llm_response(
         span.set_attributes(llm_response_attributes(model, input_tokens, output_tokens, finish_reasons, response_id))
 
 
-def set_retrieved_documents(document_ids: Sequence[str]) -> None:
-    """Set the ids of the retrieved documents on the current span (inside a ``@retriever``)."""
+def set_retrieved_documents(document_ids: Sequence[str], scores: Sequence[float | None] | None = None) -> None:
+    """Set the ids (and scores, in the same order) of the retrieved documents on the current span (inside a
+    ``@retriever``): ``agenteval.retrieval.document_ids`` and ``gen_ai.retrieval.documents``."""
     span = trace.get_current_span()
     if span.is_recording():
-        span.set_attribute(A.RETRIEVAL_DOCUMENT_IDS, [str(i) for i in document_ids])
+        listed = list(scores) if scores is not None else [None] * len(document_ids)
+        span.set_attributes(document_attributes([(str(i), s) for i, s in zip(document_ids, listed, strict=False)]))
 
 
 @contextlib.contextmanager

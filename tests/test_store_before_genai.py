@@ -1,0 +1,40 @@
+"""A store written before the GenAI message shapes (tests/data/store-before-genai, by commit 42cfd87: provider
+message shapes, no finish_reason, retrieval ids under the older name only, no wraps_model_call column) still
+reports what that code reported, and rescoring it gives the scores it gave."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agenteval.analysis import build_report
+from agenteval.scorers import rescore
+from agenteval.store import Store
+
+OLD = Path(__file__).parent / "data" / "store-before-genai"
+EXPECTED = json.loads((OLD / "expected.json").read_text())
+
+
+@pytest.fixture
+def store(tmp_path):
+    shutil.copytree(OLD, tmp_path / "store")
+    return Store(tmp_path / "store")
+
+
+def as_json(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+@pytest.mark.parametrize("experiment_id", sorted(EXPECTED))
+def test_an_older_store_reports_and_rescores_as_it_did(store, experiment_id):
+    expected = EXPECTED[experiment_id]
+    assert as_json(build_report(store, experiment_id).to_dict()) == expected["report"]
+    result = rescore(store, experiment_id)
+    rows = store.rows(
+        "SELECT trial_id, scorer, value, passed, reason FROM score_history WHERE pass_id = ? ORDER BY 1, 2",
+        [result.pass_id],
+    )
+    assert as_json(rows) == expected["scores"]
