@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from sdk_server import Reply
+from model_server import Reply
 
 from agenteval import agent, llm_call, retriever, tool
 from agenteval.dataset._catalog import builtin_names, load_dataset

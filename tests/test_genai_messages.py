@@ -8,7 +8,7 @@ import json
 import anthropic
 import openai
 import pytest
-from sdk_server import Reply
+from model_server import Reply
 
 from agenteval_instrumentation import agent, llm_call, retriever, set_retrieved_documents
 from agenteval_instrumentation import attributes as A

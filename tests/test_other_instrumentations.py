@@ -13,7 +13,7 @@ import sys
 import anthropic
 import openai
 import pytest
-from sdk_server import Reply
+from model_server import Reply
 
 from agenteval import llm_call
 from agenteval.analysis import build_report

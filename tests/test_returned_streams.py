@@ -11,7 +11,7 @@ import json
 import anthropic
 import openai
 import pytest
-from sdk_server import Reply
+from model_server import Reply
 
 from agenteval import llm_call
 from agenteval.dataset import Case, Dataset
