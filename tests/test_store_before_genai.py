@@ -5,6 +5,7 @@ reports what that code reported, and rescoring it gives the scores it gave."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -29,11 +30,18 @@ def as_json(value):
 
 
 def as_reported_then(now, then):
-    """``now`` cut to the fields ``then`` had: a report may gain fields, never change the old ones."""
+    """``now`` cut to the fields ``then`` had (a report may gain fields, never change the old ones), with rows
+    that tie in their sort order in the order ``then`` has them (that code left ties in any order; sort orders
+    now break them), and sums of money equal within 1e-12 (they are summed with compensation now)."""
     if isinstance(then, dict) and isinstance(now, dict):
         return {key: as_reported_then(now.get(key), value) for key, value in then.items()}
     if isinstance(then, list) and isinstance(now, list) and len(now) == len(then):
+        if all(isinstance(row, dict) for row in then):
+            by_text = {json.dumps(as_reported_then(n, t), sort_keys=True): n for n, t in zip(now, then, strict=True)}
+            now = [by_text.get(json.dumps(t, sort_keys=True), n) for n, t in zip(now, then, strict=True)]
         return [as_reported_then(n, t) for n, t in zip(now, then, strict=True)]
+    if isinstance(then, float) and isinstance(now, float) and math.isclose(now, then, rel_tol=1e-12):
+        return then
     return now
 
 
