@@ -106,9 +106,13 @@ def save(store: Store, experiment: Experiment) -> None:
 
 
 def find(
-    store: Store, experiment_id: str | None = None, status: str | tuple[str, ...] | None = None
+    store: Store,
+    experiment_id: str | None = None,
+    status: str | tuple[str, ...] | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> Experiment | None:
-    """An experiment by id (a unique prefix is enough), or the newest one, optionally with a ``status``."""
+    """An experiment by id (a unique prefix is enough), or the newest one, optionally with a ``status``;
+    ``con``: a connection of the store's already open."""
     sql = "SELECT * FROM experiments WHERE true"
     params: list[Any] = []
     if experiment_id:
@@ -118,7 +122,8 @@ def find(
         statuses = (status,) if isinstance(status, str) else status
         sql += f" AND status IN ({', '.join('?' for _ in statuses)})"
         params.extend(statuses)
-    rows = store.rows(sql + " ORDER BY started_at DESC", params)
+    sql += " ORDER BY started_at DESC"
+    rows = store.rows(sql, params) if con is None else fetch(con, sql, params)
     if experiment_id and len(rows) > 1 and not any(r["experiment_id"] == experiment_id for r in rows):
         raise ValueError(f"experiment id {experiment_id!r} is ambiguous: {', '.join(r['experiment_id'] for r in rows)}")
     exact = [r for r in rows if r["experiment_id"] == experiment_id]

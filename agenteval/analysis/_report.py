@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 from typing import Any
+
+import duckdb
 
 from agenteval_instrumentation import attributes as A
 
@@ -301,11 +304,16 @@ def _outcomes(summary: dict[str, Any]) -> Outcomes:
 
 def build_report(store: Store, experiment_id: str | None = None) -> Report:
     """The report of an experiment (the newest by default)."""
-    experiment = ex.find(store, experiment_id)
+    with contextlib.closing(store.connect()) as opened:
+        return _report(store, experiment_id, opened)
+
+
+def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConnection) -> Report:
+    experiment = ex.find(store, experiment_id, con=opened)
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
     eid = experiment.experiment_id
-    with judged_connection(store, eid) as con:
+    with judged_connection(store, eid, con=opened) as con:
         cases = ex.fetch(con, PER_CASE)
         scorers = ex.fetch(con, "SELECT * FROM scorer_figures")
         span_latency = ex.fetch(con, "SELECT * FROM span_latency")

@@ -100,17 +100,22 @@ ORDER = {"scorer_figures": "scorer", "span_latency": "spans DESC, operation", "t
 
 
 @contextlib.contextmanager
-def judged_connection(store: Store, experiment_id: str, *, save: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+def judged_connection(
+    store: Store, experiment_id: str, *, save: bool = False, con: duckdb.DuckDBPyConnection | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection over the store holding the experiment's judged trials as ``judged``, and its
     ``scorer_figures``, ``span_latency`` and ``tokens_by_role``: read from the snapshot of the store as it
-    is now, or computed. ``save``: a writer's call, which saves what it computed as the current snapshot."""
-    con = store.connect()
+    is now, or computed. ``save``: a writer's call, which saves what it computed as the current snapshot.
+    ``con``: a connection of the store's already open (opening one costs tens of ms), which the caller closes."""
+    opened = con or store.connect()
     try:
         with contextlib.ExitStack() as computed:
-            open_figures(store, experiment_id, con, computed, save=save)
-            yield con
+            open_figures(store, experiment_id, opened, computed, save=save)
+            yield opened
+            _detach(opened)
     finally:
-        con.close()
+        if con is None:
+            opened.close()
 
 
 def open_figures(
