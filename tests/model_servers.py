@@ -135,24 +135,26 @@ class Request:
     def messages(self) -> list[dict[str, Any]]:
         return list(self.body.get("messages") or [])
 
+    def user_texts(self) -> list[str]:
+        """The texts of the user messages, in order, in either API's shape (a turn of tool results alone has none)."""
+        return [t for m in self.messages if m.get("role") == "user" and (t := _text(m.get("content"))) is not None]
+
     def last_user_text(self) -> str:
-        """The text of the last user message, in either API's shape."""
-        for message in reversed(self.messages):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
-            if texts:
-                return "".join(texts)
-        return ""
+        return (self.user_texts() or [""])[-1]
 
     def system_text(self) -> str:
         if self.api == ANTHROPIC:
             system = self.body.get("system") or ""
             return system if isinstance(system, str) else "".join(b.get("text", "") for b in system)
         return "".join(m.get("content") or "" for m in self.messages if m.get("role") in ("system", "developer"))
+
+
+def _text(content: Any) -> str | None:
+    """A message's text: its content as a string, or its text blocks joined; None when it has no text block."""
+    if isinstance(content, str):
+        return content
+    texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+    return "".join(texts) if texts else None
 
 
 Responder = Callable[[Request], Reply]
@@ -553,7 +555,7 @@ class CaseResponder:
         self.overrides = overrides or {}
 
     def __call__(self, request: Request) -> Reply:
-        question = _first_user_text(request)
+        question = (request.user_texts() or [""])[0]
         if question in self.overrides:
             found = self.overrides[question]
             return dataclasses.replace(found) if isinstance(found, Reply) else found(request)
@@ -568,16 +570,6 @@ class CaseResponder:
             if calls:
                 return Reply(tool_calls=calls)
         return text(case.expected_output or "Done.")
-
-
-def _first_user_text(request: Request) -> str:
-    for message in request.messages:
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def _answered_tools(request: Request) -> bool:
