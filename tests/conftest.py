@@ -58,7 +58,7 @@ def _no_model_api_reached(monkeypatch):
 
 @pytest.fixture
 def model_server():
-    """A loopback server speaking the OpenAI and Anthropic APIs (tests/model_servers.py)."""
+    """A loopback server speaking the OpenAI (chat, Responses) and Anthropic APIs (tests/model_servers.py)."""
     from model_servers import ModelServer
 
     with ModelServer() as server:
@@ -123,13 +123,3 @@ def receiver():
     yield server
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-def sdk_server():
-    """A loopback server speaking the OpenAI and Anthropic APIs (see tests/model_server.py)."""
-    from model_server import ModelServer
-
-    server = ModelServer().start()
-    yield server
-    server.stop()

@@ -1,13 +1,16 @@
-"""Loopback servers that speak the OpenAI chat-completions API and the Anthropic Messages API, plain and
-streamed (server-sent events in each API's own event format), so that the real SDK clients run against them.
+"""A loopback server that speaks the OpenAI APIs (chat completions and Responses) and the Anthropic Messages
+API, plain and streamed (server-sent events in each API's own event format), so that the real SDK clients run
+against it and build their real response and stream objects.
 
-Each request is answered by the next scripted :class:`Reply` (or by a responder function of the request):
-text, tool calls, errors with the providers' real bodies and headers (429 with and without ``Retry-After``,
-quota, 5xx, 529 overloaded), a reply held past the client's timeout, a reply cut by the length limit, a
-stream dropped half-way. The server counts the requests in flight, so a limiter's concurrency can be watched
-from the other side. Real HTTP on 127.0.0.1, an ephemeral port; nothing leaves the machine.
+Each request is answered by the next scripted :class:`Reply` or, once the script is used up, by the responder,
+a function of the :class:`Request` (for callers whose order is not known): text, tool calls, errors with the
+providers' real bodies and headers (429 with and without ``Retry-After``, quota, 5xx, 529 overloaded), a reply
+held past the client's timeout, a reply cut by the length limit, a stream dropped half-way. The server counts
+the requests in flight, so a limiter's concurrency can be watched from the other side. Real HTTP on 127.0.0.1,
+an ephemeral port; nothing leaves the machine.
 
-The benchmarks import it too.
+It imports nothing but the standard library: the benchmarks and the Phoenix screenshot (in Phoenix's own
+environment) import it too.
 """
 
 from __future__ import annotations
@@ -24,16 +27,33 @@ OPENAI = "openai"
 ANTHROPIC = "anthropic"
 
 
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asks for."""
+
+    name: str
+    arguments: dict[str, Any] | str
+    """An object, or JSON text sent as it is: malformed text stays malformed."""
+    id: str | None = None
+    """None: the server numbers it, in the API's own style."""
+
+    def json(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
 @dataclasses.dataclass
 class Reply:
     """One scripted answer. ``status`` other than 200 sends ``error`` as the provider's error body."""
 
     text: str = ""
-    tool_calls: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    """(name, arguments as JSON text, sent as they are: malformed text stays malformed)."""
-    finish: str = "stop"
-    """In OpenAI's words: ``stop``, ``length``, ``tool_calls``; sent in Anthropic's to Anthropic clients."""
-    usage: tuple[int, int] = (12, 7)
+    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    finish: str | None = None
+    """In OpenAI's chat words (``stop``, ``length``, ``tool_calls``), sent in each API's own; None: ``tool_calls``
+    when there are tool calls, else ``stop``."""
+    input_tokens: int = 12
+    output_tokens: int = 7
+    model: str | None = None
+    """None: the model the request asked for."""
     status: int = 200
     error: dict[str, Any] | None = None
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -42,16 +62,18 @@ class Reply:
     hold_seconds: float = 30.0
     drop_after: int | None = None
     """Streamed: close the connection after this many events, without finishing the message."""
-    model: str | None = None
+
+    @property
+    def finish_reason(self) -> str:
+        return self.finish or ("tool_calls" if self.tool_calls else "stop")
 
 
 def text(value: str, **options: Any) -> Reply:
     return Reply(text=value, **options)
 
 
-def tool_call(name: str, arguments: dict[str, Any] | str, **options: Any) -> Reply:
-    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return Reply(tool_calls=[(name, raw)], finish="tool_calls", **options)
+def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None, **options: Any) -> Reply:
+    return Reply(tool_calls=[ToolCall(name, arguments, call_id)], **options)
 
 
 def truncated(value: str = "The answer is") -> Reply:
@@ -113,18 +135,12 @@ class Request:
     def messages(self) -> list[dict[str, Any]]:
         return list(self.body.get("messages") or [])
 
+    def user_texts(self) -> list[str]:
+        """The texts of the user messages, in order, in either API's shape (a turn of tool results alone has none)."""
+        return [t for m in self.messages if m.get("role") == "user" and (t := _text(m.get("content"))) is not None]
+
     def last_user_text(self) -> str:
-        """The text of the last user message, in either API's shape."""
-        for message in reversed(self.messages):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
-            if texts:
-                return "".join(texts)
-        return ""
+        return (self.user_texts() or [""])[-1]
 
     def system_text(self) -> str:
         if self.api == ANTHROPIC:
@@ -133,15 +149,23 @@ class Request:
         return "".join(m.get("content") or "" for m in self.messages if m.get("role") in ("system", "developer"))
 
 
+def _text(content: Any) -> str | None:
+    """A message's text: its content as a string, or its text blocks joined; None when it has no text block."""
+    if isinstance(content, str):
+        return content
+    texts = [b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+    return "".join(texts) if texts else None
+
+
 Responder = Callable[[Request], Reply]
 
 
 class ModelServer(ThreadingHTTPServer):
-    """Answers ``/v1/chat/completions`` (OpenAI) and ``/v1/messages`` (Anthropic) from a script.
+    """Answers ``/v1/chat/completions`` and ``/v1/responses`` (OpenAI) and ``/v1/messages`` (Anthropic).
 
     ``script(...)`` queues replies, used in order; when the queue is empty, ``responder`` answers (by
     default: the text "ok"). ``requests`` lists what was received; ``in_flight`` and ``max_in_flight``
-    count requests being answered at once."""
+    count requests being answered at once. Use it as a context manager: it serves from a thread of its own."""
 
     daemon_threads = True
     request_queue_size = 1024
@@ -202,6 +226,17 @@ class ModelServer(ThreadingHTTPServer):
         return next(self._ids)
 
 
+Event = tuple[str | None, Any]
+"""A server-sent event: its name (None: none sent) and its data (an object sent as JSON, or text)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Route:
+    api: str
+    plain: Callable[[Reply, dict[str, Any], int], dict[str, Any]]
+    events: Callable[[Reply, dict[str, Any], int], Iterator[Event]]
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: ModelServer
     protocol_version = "HTTP/1.1"
@@ -215,8 +250,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
-        api = ANTHROPIC if self.path.rstrip("/").endswith("/messages") else OPENAI
-        request = Request(api, self.path, body, {k.lower(): v for k, v in self.headers.items()})
+        route = _route(self.path)
+        if route is None:
+            self.send_error(404)
+            return
+        request = Request(route.api, self.path, body, {k.lower(): v for k, v in self.headers.items()})
         with self.server.lock:
             self.server.in_flight += 1
             self.server.max_in_flight = max(self.server.max_in_flight, self.server.in_flight)
@@ -226,11 +264,11 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.hold is not None:
                 reply.hold.wait(reply.hold_seconds)
             if reply.error is not None:
-                self._error(api, reply)
+                self._error(route.api, reply)
             elif request.stream:
-                self._stream(api, reply, body)
+                self._stream(reply, route.events(reply, body, self.server.next_id()))
             else:
-                self._json(200, _message(api, reply, body, self.server.next_id()), reply.headers)
+                self._json(200, route.plain(reply, body, self.server.next_id()), reply.headers)
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
@@ -252,17 +290,12 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = _error_body(api, reply.error["kind"], reply.status)
         self._json(status, payload, reply.headers)
 
-    def _stream(self, api: str, reply: Reply, body: dict[str, Any]) -> None:
+    def _stream(self, reply: Reply, events: Iterator[Event]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        events = (
-            _anthropic_events(reply, body, self.server.next_id())
-            if api == ANTHROPIC
-            else _openai_chunks(reply, body, self.server.next_id())
-        )
         for count, (event, data) in enumerate(events):
             if reply.drop_after is not None and count >= reply.drop_after:
                 # The connection goes without the last chunk: the client sees an incomplete body.
@@ -279,60 +312,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def _route(path: str) -> _Route | None:
+    """The API a request's path is for, and how it answers (a base URL may carry a prefix or a query)."""
+    path = path.split("?")[0].rstrip("/")
+    return next((route for suffix, route in ROUTES.items() if path.endswith(suffix)), None)
+
+
 def _model(reply: Reply, body: dict[str, Any]) -> str:
     return reply.model or str(body.get("model") or "loopback-model")
-
-
-ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
-
-
-def _message(api: str, reply: Reply, body: dict[str, Any], number: int) -> dict[str, Any]:
-    prompt, completion = reply.usage
-    if api == ANTHROPIC:
-        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-        for index, (name, arguments) in enumerate(reply.tool_calls):
-            content.append(
-                {"type": "tool_use", "id": f"toolu_{number}_{index}", "name": name, "input": _input(arguments)}
-            )
-        return {
-            "id": f"msg_{number}",
-            "type": "message",
-            "role": "assistant",
-            "model": _model(reply, body),
-            "content": content,
-            "stop_reason": ANTHROPIC_STOP.get(reply.finish, reply.finish),
-            "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion},
-        }
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {"id": f"call_{number}_{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(reply.tool_calls)
-        ]
-    return {
-        "id": f"chatcmpl-{number}",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": _model(reply, body),
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    }
-
-
-def _input(arguments: str) -> Any:
-    """Anthropic sends tool input as an object; text that is not JSON is sent as a string, as a broken model's is."""
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments
 
 
 def _pieces(value: str, size: int = 8) -> list[str]:
     return [value[i : i + size] for i in range(0, len(value), size)] or [""]
 
 
-def _openai_chunks(reply: Reply, body: dict[str, Any], number: int) -> Iterator[tuple[str | None, Any]]:
+def _call_id(call: ToolCall, prefix: str, number: int, index: int) -> str:
+    return call.id or f"{prefix}_{number}_{index}"
+
+
+def _chat_completion(reply: Reply, body: dict[str, Any], number: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": _call_id(c, "call", number, i),
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.json()},
+            }
+            for i, c in enumerate(reply.tool_calls)
+        ]
+    choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": _model(reply, body),
+        "choices": [choice],
+        "usage": _chat_usage(reply),
+    }
+
+
+def _chat_usage(reply: Reply) -> dict[str, int]:
+    total = reply.input_tokens + reply.output_tokens
+    return {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens, "total_tokens": total}
+
+
+def _chat_chunks(reply: Reply, body: dict[str, Any], number: int) -> Iterator[Event]:
     base = {"id": f"chatcmpl-{number}", "object": "chat.completion.chunk", "created": 1_700_000_000}
     base["model"] = _model(reply, body)
 
@@ -342,31 +367,99 @@ def _openai_chunks(reply: Reply, body: dict[str, Any], number: int) -> Iterator[
     yield None, chunk({"role": "assistant", "content": ""})
     for piece in _pieces(reply.text) if reply.text else []:
         yield None, chunk({"content": piece})
-    for index, (name, arguments) in enumerate(reply.tool_calls):
-        call = {"index": index, "id": f"call_{number}_{index}", "type": "function"}
-        yield None, chunk({"tool_calls": [{**call, "function": {"name": name, "arguments": ""}}]})
-        for piece in _pieces(arguments):
+    for index, call in enumerate(reply.tool_calls):
+        first = {"index": index, "id": _call_id(call, "call", number, index), "type": "function"}
+        yield None, chunk({"tool_calls": [{**first, "function": {"name": call.name, "arguments": ""}}]})
+        for piece in _pieces(call.json()):
             yield None, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield None, chunk({}, reply.finish)
+    yield None, chunk({}, reply.finish_reason)
     if (body.get("stream_options") or {}).get("include_usage"):
-        prompt, completion = reply.usage
-        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        yield None, {**base, "choices": [], "usage": usage}
+        yield None, {**base, "choices": [], "usage": _chat_usage(reply)}
     yield None, "[DONE]"
 
 
-def _anthropic_events(reply: Reply, body: dict[str, Any], number: int) -> Iterator[tuple[str | None, Any]]:
-    prompt, completion = reply.usage
-    message = {
+def _response(reply: Reply, body: dict[str, Any], number: int) -> dict[str, Any]:
+    """A Responses API response object, complete, or incomplete when cut by the length limit."""
+    output: list[dict[str, Any]] = []
+    if reply.text:
+        content = [{"type": "output_text", "text": reply.text, "annotations": []}]
+        message = {"type": "message", "id": f"msg_{number}", "status": "completed", "role": "assistant"}
+        output.append({**message, "content": content})
+    for index, call in enumerate(reply.tool_calls):
+        call_id = _call_id(call, "call", number, index)
+        item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": call.name}
+        output.append({**item, "arguments": call.json(), "status": "completed"})
+    cut = reply.finish_reason == "length"
+    usage = {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    return {
+        "id": f"resp_{number}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "model": _model(reply, body),
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            **usage,
+            "total_tokens": reply.input_tokens + reply.output_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _response_events(reply: Reply, body: dict[str, Any], number: int) -> Iterator[Event]:
+    final = _response(reply, body, number)
+    started = {**final, "status": "in_progress", "output": [], "usage": None}
+    sequence = itertools.count()
+    yield "response.created", {"type": "response.created", "response": started, "sequence_number": next(sequence)}
+    for piece in _pieces(reply.text) if reply.text else []:
+        delta = {"type": "response.output_text.delta", "item_id": f"msg_{number}", "output_index": 0}
+        yield delta["type"], {**delta, "content_index": 0, "delta": piece, "sequence_number": next(sequence)}
+    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    yield kind, {"type": kind, "response": final, "sequence_number": next(sequence)}
+
+
+ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _anthropic_stop(reply: Reply) -> str:
+    return ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
+
+
+def _message(reply: Reply, body: dict[str, Any], number: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    for index, call in enumerate(reply.tool_calls):
+        block = {"type": "tool_use", "id": _call_id(call, "toolu", number, index), "name": call.name}
+        content.append({**block, "input": _input(call.arguments)})
+    return {
         "id": f"msg_{number}",
         "type": "message",
         "role": "assistant",
         "model": _model(reply, body),
-        "content": [],
-        "stop_reason": None,
+        "content": content,
+        "stop_reason": _anthropic_stop(reply),
         "stop_sequence": None,
-        "usage": {"input_tokens": prompt, "output_tokens": 1},
+        "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
     }
+
+
+def _input(arguments: dict[str, Any] | str) -> Any:
+    """Anthropic sends tool input as an object; text that is not JSON is sent as a string, as a broken model's is."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def _message_events(reply: Reply, body: dict[str, Any], number: int) -> Iterator[Event]:
+    message = {**_message(reply, body, number), "content": [], "stop_reason": None}
+    message["usage"] = {"input_tokens": reply.input_tokens, "output_tokens": 1}
     yield "message_start", {"type": "message_start", "message": message}
     index = 0
     if reply.text:
@@ -379,17 +472,26 @@ def _anthropic_events(reply: Reply, body: dict[str, Any], number: int) -> Iterat
             yield "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
         yield "content_block_stop", {"type": "content_block_stop", "index": 0}
         index = 1
-    for offset, (name, arguments) in enumerate(reply.tool_calls):
-        block = {"type": "tool_use", "id": f"toolu_{number}_{offset}", "name": name, "input": {}}
+    for offset, call in enumerate(reply.tool_calls):
+        block = {"type": "tool_use", "id": _call_id(call, "toolu", number, offset), "name": call.name, "input": {}}
         yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
-        for piece in _pieces(arguments):
+        for piece in _pieces(call.json()):
             delta = {"type": "input_json_delta", "partial_json": piece}
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
         index += 1
-    stop = {"stop_reason": ANTHROPIC_STOP.get(reply.finish, reply.finish), "stop_sequence": None}
-    yield "message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": completion}}
+    stop = {"stop_reason": _anthropic_stop(reply), "stop_sequence": None}
+    usage = {"output_tokens": reply.output_tokens}
+    yield "message_delta", {"type": "message_delta", "delta": stop, "usage": usage}
     yield "message_stop", {"type": "message_stop"}
+
+
+ROUTES = {
+    "/chat/completions": _Route(OPENAI, _chat_completion, _chat_chunks),
+    "/responses": _Route(OPENAI, _response, _response_events),
+    "/messages": _Route(ANTHROPIC, _message, _message_events),
+}
+"""What each path's suffix answers."""
 
 
 def _error_body(api: str, kind: str, status: int) -> tuple[int, dict[str, Any]]:
@@ -453,7 +555,7 @@ class CaseResponder:
         self.overrides = overrides or {}
 
     def __call__(self, request: Request) -> Reply:
-        question = _first_user_text(request)
+        question = (request.user_texts() or [""])[0]
         if question in self.overrides:
             found = self.overrides[question]
             return dataclasses.replace(found) if isinstance(found, Reply) else found(request)
@@ -461,22 +563,13 @@ class CaseResponder:
         if case is None:
             return text("I don't know.")
         if not _answered_tools(request):
-            calls = [(c["tool"], json.dumps(c["args"])) for c in (case.metadata or {}).get("check", []) if "args" in c]
+            checks = (case.metadata or {}).get("check", [])
+            calls = [ToolCall(c["tool"], json.dumps(c["args"])) for c in checks if "args" in c]
             if not calls and case.expected_tools:
-                calls = [(name, json.dumps(_arguments_for(name, case.input))) for name in case.expected_tools]
+                calls = [ToolCall(name, _arguments_for(name, case.input)) for name in case.expected_tools]
             if calls:
-                return Reply(tool_calls=calls, finish="tool_calls")
+                return Reply(tool_calls=calls)
         return text(case.expected_output or "Done.")
-
-
-def _first_user_text(request: Request) -> str:
-    for message in request.messages:
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 def _answered_tools(request: Request) -> bool:

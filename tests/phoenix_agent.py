@@ -1,7 +1,7 @@
 """The small decorated agent the Phoenix test (and the README's screenshot) sends to Phoenix: a retrieval, an
 OpenAI model call that asks for a tool, the tool, a second call that answers, and an Anthropic call whose SDK
-traces itself. ``python tests/phoenix_agent.py MODEL_SERVER_URL STORE`` runs it once over one case, with the
-OTLP variables of its environment, and prints the run's OTLP counts as JSON."""
+traces itself. ``python tests/phoenix_agent.py OPENAI_URL ANTHROPIC_URL STORE`` (a tests/model_servers.py server's)
+runs it once over one case, with the OTLP variables of its environment, and prints the run's OTLP counts as JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 import json
 import sys
 
-from model_server import Reply
+import model_servers as ms
 
 TOOLS = [
     {
@@ -22,15 +22,18 @@ TOOLS = [
     }
 ]
 
+MODEL = "test-model-2026"
+"""The model that answers, whatever the agent asks for (the screenshot clicks on its spans by name)."""
+
 REPLIES = [
-    Reply(text="", tool_calls=[("call_1", "add", {"a": 2, "b": 2})], input_tokens=20, output_tokens=5),
-    Reply(text="4", input_tokens=30, output_tokens=1),
-    Reply(text="yes", input_tokens=7, output_tokens=1),
+    ms.tool_call("add", {"a": 2, "b": 2}, call_id="call_1", input_tokens=20, output_tokens=5, model=MODEL),
+    ms.text("4", input_tokens=30, output_tokens=1, model=MODEL),
+    ms.text("yes", input_tokens=7, output_tokens=1, model=MODEL),
 ]
 """What the model server answers, in order, for one run of the agent."""
 
 
-def main(model_url: str, store: str) -> None:
+def main(openai_url: str, anthropic_url: str, store: str) -> None:
     # Imported here: the screenshot script reads REPLIES from Phoenix's environment, which has no agenteval.
     import anthropic
     import openai
@@ -39,8 +42,8 @@ def main(model_url: str, store: str) -> None:
     from agenteval.dataset import Case, Dataset
     from agenteval.run import evaluate
 
-    client = openai.OpenAI(base_url=f"{model_url}/v1", api_key="k", max_retries=0)
-    claude = anthropic.Anthropic(base_url=model_url, api_key="k", max_retries=0)  # traces itself
+    client = openai.OpenAI(base_url=openai_url, api_key="k", max_retries=0)
+    claude = anthropic.Anthropic(base_url=anthropic_url, api_key="k", max_retries=0)  # traces itself
 
     @retriever
     def search(query: str):
@@ -80,4 +83,4 @@ def main(model_url: str, store: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

@@ -56,8 +56,8 @@ def wait_for(url: str, seconds: float = 240) -> None:
 
 def main(output: str) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
-    from model_server import ModelServer
-    from phoenix_agent import REPLIES
+    from model_servers import ModelServer
+    from phoenix_agent import MODEL, REPLIES
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="phoenix-shot-"))
@@ -75,38 +75,37 @@ def main(output: str) -> None:
     phoenix = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "phoenix_launcher.py")], cwd=work, env=env, stdout=log, stderr=log
     )
-    models = ModelServer().start()
     try:
-        wait_for(f"{base}/v1/projects")
-        models.replies += REPLIES
-        run_env = {
-            **os.environ,
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{base}/v1/traces",
-            "OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=agenteval",
-        }
-        subprocess.run(
-            [AGENTEVAL_PYTHON, str(ROOT / "tests" / "phoenix_agent.py"), models.url, str(work / "store")],
-            env=run_env,
-            check=True,
-        )
-        for _ in range(240):
-            spans = get(f"{base}/v1/projects/agenteval/spans?limit=100")["data"] if _project(base) else []
-            if len(spans) >= 8:
-                break
-            time.sleep(0.5)
-        root = next(s for s in spans if s["parent_id"] is None)
-        project = _project(base)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(f"{base}/projects/{project}/traces/{root['context']['trace_id']}", wait_until="networkidle")
-            page.get_by_text("execute_tool add").first.wait_for(timeout=60_000)
-            page.get_by_text("chat test-model-2026", exact=True).nth(1).click()  # the call that answers after the tool
-            page.wait_for_timeout(2000)  # the span's panel renders after the click
-            page.screenshot(path=output)
-            browser.close()
+        with ModelServer().script(*REPLIES) as models:
+            wait_for(f"{base}/v1/projects")
+            run_env = {
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{base}/v1/traces",
+                "OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=agenteval",
+            }
+            urls = [models.openai_url, models.anthropic_url]
+            subprocess.run(
+                [AGENTEVAL_PYTHON, str(ROOT / "tests" / "phoenix_agent.py"), *urls, str(work / "store")],
+                env=run_env,
+                check=True,
+            )
+            for _ in range(240):
+                spans = get(f"{base}/v1/projects/agenteval/spans?limit=100")["data"] if _project(base) else []
+                if len(spans) >= 8:
+                    break
+                time.sleep(0.5)
+            root = next(s for s in spans if s["parent_id"] is None)
+            project = _project(base)
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.goto(f"{base}/projects/{project}/traces/{root['context']['trace_id']}", wait_until="networkidle")
+                page.get_by_text("execute_tool add").first.wait_for(timeout=60_000)
+                page.get_by_text(f"chat {MODEL}", exact=True).nth(1).click()  # the call that answers after the tool
+                page.wait_for_timeout(2000)  # the span's panel renders after the click
+                page.screenshot(path=output)
+                browser.close()
     finally:
-        models.stop()
         phoenix.terminate()
         phoenix.wait(timeout=60)
         log.close()

@@ -4,9 +4,9 @@ the built-in scorers judge it, and rescoring the stored spans reproduces every s
 
 from __future__ import annotations
 
+import model_servers as ms
 import openai
 import pytest
-from model_server import Reply
 
 from agenteval import agent, llm_call, retriever, tool
 from agenteval.dataset._catalog import builtin_names, load_dataset
@@ -25,11 +25,11 @@ def scores(store, experiment_id, pass_id=None):
 
 
 @pytest.mark.parametrize("name", builtin_names())
-def test_a_builtin_dataset_scores_through_genai_spans_and_rescoring_reproduces(name, tmp_path, sdk_server):
+def test_a_builtin_dataset_scores_through_genai_spans_and_rescoring_reproduces(name, tmp_path, model_server):
     dataset = load_dataset(name, cases=40 if name == "arithmetic" else None)
     cases = {c.input: c for c in dataset}
-    client = openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="k", max_retries=0)
-    sdk_server.respond = lambda body: Reply(text=cases[body["messages"][-1]["content"]].expected_output or "unknown")
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    model_server.responder = lambda request: ms.text(cases[request.last_user_text()].expected_output or "unknown")
     tools = {}
 
     def tool_named(tool_name):

@@ -1,14 +1,14 @@
 """Messages in the GenAI conventions' shape, from the real OpenAI and Anthropic SDK objects: the clients
-call a loopback server that speaks their APIs (tests/sdk_server.py), plain and streamed."""
+call a loopback server that speaks their APIs (tests/model_servers.py), plain and streamed."""
 
 from __future__ import annotations
 
 import json
 
 import anthropic
+import model_servers as ms
 import openai
 import pytest
-from model_server import Reply
 
 from agenteval_instrumentation import agent, llm_call, retriever, set_retrieved_documents
 from agenteval_instrumentation import attributes as A
@@ -29,14 +29,16 @@ TOOLS_ANTHROPIC = [
 
 
 @pytest.fixture
-def oai(sdk_server):
-    return openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="test-key", max_retries=0)
+def oai(model_server):
+    return openai.OpenAI(base_url=model_server.openai_url, api_key="test-key", max_retries=0)
 
 
 @pytest.fixture
-def claude(sdk_server):
-    # The SDK's own spans are left out here; tests/test_counted_once.py has them on.
-    return anthropic.Anthropic(base_url=sdk_server.url, api_key="test-key", max_retries=0, open_telemetry=False)
+def claude(model_server):
+    # The SDK's own spans are left out here; tests/test_other_instrumentations.py has them on.
+    return anthropic.Anthropic(
+        base_url=model_server.anthropic_url, api_key="test-key", max_retries=0, open_telemetry=False
+    )
 
 
 def chat_span(spans):
@@ -48,8 +50,8 @@ def attr_json(span, name):
     return json.loads(span.attributes[name])
 
 
-def test_openai_tool_call_conversation_in_genai_shape(spans, oai, sdk_server):
-    sdk_server.replies.append(Reply(text="", tool_calls=[("call_9", "add", {"a": 2, "b": 2})]))
+def test_openai_tool_call_conversation_in_genai_shape(spans, oai, model_server):
+    model_server.script(ms.tool_call("add", {"a": 2, "b": 2}, call_id="call_9", input_tokens=11))
 
     @llm_call(provider="openai")
     def chat(messages, tools, temperature, model="gpt-4o-mini"):
@@ -97,13 +99,13 @@ def test_openai_tool_call_conversation_in_genai_shape(spans, oai, sdk_server):
         }
     ]
     assert span.attributes[A.GEN_AI_REQUEST_TEMPERATURE] == 0.2
-    assert span.attributes[A.GEN_AI_RESPONSE_ID] == "chatcmpl-loopback"
+    assert span.attributes[A.GEN_AI_RESPONSE_ID] == "chatcmpl-1"  # the server numbers its responses
     assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
     assert span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 11
 
 
-def test_a_streamed_openai_tool_call_is_stored_assembled(spans, oai, sdk_server):
-    sdk_server.replies.append(Reply(text="", tool_calls=[("call_7", "add", {"a": 20, "b": 22})]))
+def test_a_streamed_openai_tool_call_is_stored_assembled(spans, oai, model_server):
+    model_server.script(ms.tool_call("add", {"a": 20, "b": 22}, call_id="call_7", output_tokens=3))
 
     @llm_call(model="gpt-4o-mini", provider="openai")
     def chat(messages):
@@ -121,7 +123,7 @@ def test_a_streamed_openai_tool_call_is_stored_assembled(spans, oai, sdk_server)
     assert span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
 
 
-def test_openai_responses_api_plain_and_streamed(spans, oai, sdk_server):
+def test_openai_responses_api_plain_and_streamed(spans, oai, model_server):
     @llm_call(model="gpt-4o", provider="openai")
     def respond(input, instructions):
         return oai.responses.create(model="gpt-4o", input=input, instructions=instructions)
@@ -130,7 +132,7 @@ def test_openai_responses_api_plain_and_streamed(spans, oai, sdk_server):
     def respond_streamed(input):
         yield from oai.responses.create(model="gpt-4o", input=input, stream=True)
 
-    sdk_server.replies.append(Reply(text="Paris"))
+    model_server.script(ms.text("Paris"))
     response = respond("Capital of France?", "Answer in one word.")
     assert response.output_text == "Paris"
     span = chat_span(spans)
@@ -141,10 +143,10 @@ def test_openai_responses_api_plain_and_streamed(spans, oai, sdk_server):
     assert attr_json(span, A.GEN_AI_OUTPUT_MESSAGES) == [
         {"role": "assistant", "parts": [{"type": "text", "content": "Paris"}], "finish_reason": "stop"}
     ]
-    assert span.attributes[A.GEN_AI_RESPONSE_ID] == "resp_loopback"
+    assert span.attributes[A.GEN_AI_RESPONSE_ID] == "resp_1"
 
     spans.clear()
-    sdk_server.replies.append(Reply(text="Rome"))
+    model_server.script(ms.text("Rome"))
     list(respond_streamed([{"role": "user", "content": [{"type": "input_text", "text": "Capital of Italy?"}]}]))
     span = chat_span(spans)
     assert attr_json(span, A.GEN_AI_INPUT_MESSAGES)[0]["parts"] == [{"type": "text", "content": "Capital of Italy?"}]
@@ -153,8 +155,8 @@ def test_openai_responses_api_plain_and_streamed(spans, oai, sdk_server):
     ]
 
 
-def test_anthropic_tool_use_and_tool_result_blocks(spans, claude, sdk_server):
-    sdk_server.replies.append(Reply(text="Let me add.", tool_calls=[("toolu_2", "add", {"a": 3, "b": 4})]))
+def test_anthropic_tool_use_and_tool_result_blocks(spans, claude, model_server):
+    model_server.script(ms.tool_call("add", {"a": 3, "b": 4}, call_id="toolu_2", text="Let me add."))
 
     @llm_call(provider="anthropic")
     def chat(messages, system, tools, max_tokens, model="claude-test"):
@@ -197,8 +199,10 @@ def test_anthropic_tool_use_and_tool_result_blocks(spans, claude, sdk_server):
     assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
 
 
-def test_a_streamed_anthropic_tool_call_is_stored_assembled(spans, claude, sdk_server):
-    sdk_server.replies.append(Reply(text="Sure.", tool_calls=[("toolu_5", "add", {"a": 30, "b": 12})]))
+def test_a_streamed_anthropic_tool_call_is_stored_assembled(spans, claude, model_server):
+    model_server.script(
+        ms.tool_call("add", {"a": 30, "b": 12}, call_id="toolu_5", text="Sure.", input_tokens=11, output_tokens=3)
+    )
 
     @llm_call(model="claude-test", provider="anthropic")
     def chat(messages):

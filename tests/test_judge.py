@@ -31,7 +31,9 @@ def is_judge(request: ms.Request) -> bool:
 
 
 def grade(score: float, passed: bool, reasoning: str = "matches the expected answer") -> ms.Reply:
-    return ms.tool_call("grade", {"score": score, "passed": passed, "reasoning": reasoning}, usage=(200, 30))
+    return ms.tool_call(
+        "grade", {"score": score, "passed": passed, "reasoning": reasoning}, input_tokens=200, output_tokens=30
+    )
 
 
 def responder(judge, agent=None):
@@ -40,7 +42,11 @@ def responder(judge, agent=None):
     def respond(request):
         if is_judge(request):
             return judge(request)
-        return agent(request) if agent else ms.text(replies.get(request.last_user_text(), "?"), usage=(20, 5))
+        return (
+            agent(request)
+            if agent
+            else ms.text(replies.get(request.last_user_text(), "?"), input_tokens=20, output_tokens=5)
+        )
 
     return respond
 

@@ -46,7 +46,8 @@ def raised(m: Model, **options) -> BaseException:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_a_reply_reads_the_same_from_either_provider(model_server, api, stream, spans):
     model_server.script(
-        ms.tool_call("calculator", {"expression": "2 + 2"}, usage=(30, 9)), ms.text("It is 4.", usage=(41, 5))
+        ms.tool_call("calculator", {"expression": "2 + 2"}, input_tokens=30, output_tokens=9),
+        ms.text("It is 4.", input_tokens=41, output_tokens=5),
     )
     m = model(model_server, api, stream=stream)
     tools = [{"name": "calculator", "description": "Arithmetic.", "parameters": {"type": "object"}}]

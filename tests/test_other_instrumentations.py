@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import anthropic
+import model_servers as ms
 import openai
 import pytest
-from model_server import Reply
 
 from agenteval import llm_call
 from agenteval.analysis import build_report
@@ -63,10 +63,10 @@ def uninstrument():
         instrumentor.uninstrument()
 
 
-def test_the_anthropic_sdks_own_span_is_not_counted_twice(tmp_path, sdk_server):
-    client = anthropic.Anthropic(base_url=sdk_server.url, api_key="k", max_retries=0)  # its own tracing on
+def test_the_anthropic_sdks_own_span_is_not_counted_twice(tmp_path, model_server):
+    client = anthropic.Anthropic(base_url=model_server.anthropic_url, api_key="k", max_retries=0)  # its own tracing on
     assert client.open_telemetry["traces"]["enabled"]
-    sdk_server.replies.append(Reply(text="4", input_tokens=4689, output_tokens=12))
+    model_server.script(ms.text("4", input_tokens=4689, output_tokens=12))
 
     @llm_call(provider="anthropic")
     def chat(question):
@@ -88,14 +88,14 @@ def test_the_anthropic_sdks_own_span_is_not_counted_twice(tmp_path, sdk_server):
     assert_rescoring_reproduces(store, experiment)
 
 
-def test_the_official_openai_instrumentation_under_llm_call(tmp_path, sdk_server, provider, uninstrument):
+def test_the_official_openai_instrumentation_under_llm_call(tmp_path, model_server, provider, uninstrument):
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     uninstrument(instrumentor)
-    client = openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="k", max_retries=0)
-    sdk_server.replies.append(Reply(text="4", input_tokens=30, output_tokens=2))
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    model_server.script(ms.text("4", input_tokens=30, output_tokens=2))
 
     @llm_call(provider="openai")
     def chat(question):
@@ -111,7 +111,7 @@ def test_the_official_openai_instrumentation_under_llm_call(tmp_path, sdk_server
 
 
 def test_openinference_spans_fill_the_typed_columns_without_any_agenteval_decorator(
-    tmp_path, sdk_server, provider, uninstrument
+    tmp_path, model_server, provider, uninstrument
 ):
     from openinference.instrumentation import OITracer, TraceConfig
     from openinference.instrumentation.openai import OpenAIInstrumentor
@@ -120,9 +120,11 @@ def test_openinference_spans_fill_the_typed_columns_without_any_agenteval_decora
     instrumentor.instrument(tracer_provider=provider)
     uninstrument(instrumentor)
     tracer = OITracer(provider.get_tracer("my-agent"), TraceConfig())
-    client = openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="k", max_retries=0)
-    sdk_server.replies.append(Reply(text="", tool_calls=[("call_1", "add", {"a": 2, "b": 2})], input_tokens=20))
-    sdk_server.replies.append(Reply(text="4", input_tokens=25, output_tokens=1))
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    model_server.script(
+        ms.tool_call("add", {"a": 2, "b": 2}, input_tokens=20, output_tokens=3, model="test-model-2026"),
+        ms.text("4", input_tokens=25, output_tokens=1, model="test-model-2026"),
+    )
 
     @tracer.tool(name="add")
     def add(a: int, b: int) -> int:
@@ -183,14 +185,16 @@ def test_openinference_spans_fill_the_typed_columns_without_any_agenteval_decora
     assert_rescoring_reproduces(store, experiment)
 
 
-def test_openinference_around_the_self_tracing_anthropic_sdk_counts_once(tmp_path, sdk_server, provider, uninstrument):
+def test_openinference_around_the_self_tracing_anthropic_sdk_counts_once(
+    tmp_path, model_server, provider, uninstrument
+):
     from openinference.instrumentation.anthropic import AnthropicInstrumentor
 
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     uninstrument(instrumentor)
-    client = anthropic.Anthropic(base_url=sdk_server.url, api_key="k", max_retries=0)
-    sdk_server.replies.append(Reply(text="4", input_tokens=50, output_tokens=5))
+    client = anthropic.Anthropic(base_url=model_server.anthropic_url, api_key="k", max_retries=0)
+    model_server.script(ms.text("4", input_tokens=50, output_tokens=5))
 
     def agent(question: str) -> str:
         reply = client.messages.create(
@@ -221,7 +225,7 @@ from agenteval.run import evaluate
 from agenteval.store import Store
 
 OpenAIInstrumentor().instrument()
-client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="k", max_retries=0)
+client = openai.OpenAI(base_url=sys.argv[1], api_key="k", max_retries=0)
 
 @tool
 def lookup(question: str) -> str:
@@ -243,11 +247,11 @@ print(json.dumps({
 """
 
 
-def test_openllmetry_spans_are_read(tmp_path, sdk_server):
+def test_openllmetry_spans_are_read(tmp_path, model_server):
     # In a process of its own: OpenLLMetry's uninstrument() leaves its stream proxies in place.
-    sdk_server.replies.append(Reply(text="4", input_tokens=8, output_tokens=1))
+    model_server.script(ms.text("4", input_tokens=8, output_tokens=1))
     done = subprocess.run(
-        [sys.executable, "-c", OPENLLMETRY_AGENT, sdk_server.url, str(tmp_path / "s")],
+        [sys.executable, "-c", OPENLLMETRY_AGENT, model_server.openai_url, str(tmp_path / "s")],
         capture_output=True,
         text=True,
         timeout=120,

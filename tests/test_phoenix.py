@@ -84,12 +84,13 @@ def phoenix(tmp_path_factory):
         log.close()
 
 
-def _run(sdk_server, store, env):
+def _run(model_server, store, env):
     """The small run, in a process of its own: agenteval installs its provider there, whose resource reads
     OTEL_RESOURCE_ATTRIBUTES (the project Phoenix files the spans under)."""
-    sdk_server.replies += REPLIES
+    model_server.script(*REPLIES)
+    urls = [model_server.openai_url, model_server.anthropic_url]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "phoenix_agent.py"), sdk_server.url, str(store)],
+        [sys.executable, str(ROOT / "tests" / "phoenix_agent.py"), *urls, str(store)],
         env=env,
         capture_output=True,
         text=True,
@@ -100,7 +101,7 @@ def _run(sdk_server, store, env):
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
-def test_phoenix_shows_the_run(phoenix, sdk_server, tmp_path, monkeypatch, protocol):
+def test_phoenix_shows_the_run(phoenix, model_server, tmp_path, monkeypatch, protocol):
     project = f"agenteval-{protocol.split('/')[0]}"
     endpoint = f"{phoenix['base']}/v1/traces" if protocol == "http/protobuf" else phoenix["grpc"]
     env = {
@@ -109,7 +110,7 @@ def test_phoenix_shows_the_run(phoenix, sdk_server, tmp_path, monkeypatch, proto
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": protocol,
         "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={project}",
     }
-    assert _run(sdk_server, tmp_path / "s", env) == {"spans_sent": 8, "spans_failed": 0}
+    assert _run(model_server, tmp_path / "s", env) == {"spans_sent": 8, "spans_failed": 0}
 
     url = f"{phoenix['base']}/v1/projects/{project}/spans?limit=100"
     spans = wait_until(lambda: len(found := _spans(url)) == 8 and found, f"8 spans in Phoenix's {project}")

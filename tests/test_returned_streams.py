@@ -9,9 +9,9 @@ import gc
 import json
 
 import anthropic
+import model_servers as ms
 import openai
 import pytest
-from model_server import Reply
 
 from agenteval import llm_call
 from agenteval.dataset import Case, Dataset
@@ -21,8 +21,8 @@ from agenteval_instrumentation import attributes as A
 
 
 @pytest.fixture
-def oai(sdk_server):
-    return openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="test-key", max_retries=0)
+def oai(model_server):
+    return openai.OpenAI(base_url=model_server.openai_url, api_key="test-key", max_retries=0)
 
 
 def chats(spans):
@@ -34,8 +34,8 @@ def output_text(span):
     return "".join(p.get("content", "") for p in message["parts"] if p["type"] == "text"), message
 
 
-def test_a_returned_openai_stream_is_followed_to_its_end(spans, oai, sdk_server):
-    sdk_server.replies.append(Reply(text="Four.", finish="length", input_tokens=9, output_tokens=2))
+def test_a_returned_openai_stream_is_followed_to_its_end(spans, oai, model_server):
+    model_server.script(ms.text("Four.", finish="length", input_tokens=9, output_tokens=2, model="test-model-2026"))
 
     @llm_call(provider="openai")
     def chat(messages):
@@ -58,8 +58,9 @@ def test_a_returned_openai_stream_is_followed_to_its_end(spans, oai, sdk_server)
     assert A.STREAM_CLOSED_EARLY not in span.attributes
 
 
-def test_a_returned_async_openai_stream(spans, sdk_server):
-    client = openai.AsyncOpenAI(base_url=f"{sdk_server.url}/v1", api_key="test-key", max_retries=0)
+def test_a_returned_async_openai_stream(spans, model_server):
+    client = openai.AsyncOpenAI(base_url=model_server.openai_url, api_key="test-key", max_retries=0)
+    model_server.script(ms.text("4"))
 
     @llm_call(provider="openai", model="gpt-4o")
     async def chat(messages):
@@ -76,9 +77,11 @@ def test_a_returned_async_openai_stream(spans, sdk_server):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_returned_anthropic_stream_with_a_tool_call(spans, sdk_server, mode):
-    sdk_server.replies.append(Reply(text="On it.", tool_calls=[("toolu_1", "add", {"a": 1, "b": 2})]))
-    kwargs = {"base_url": sdk_server.url, "api_key": "k", "max_retries": 0, "open_telemetry": False}
+def test_a_returned_anthropic_stream_with_a_tool_call(spans, model_server, mode):
+    model_server.script(
+        ms.tool_call("add", {"a": 1, "b": 2}, call_id="toolu_1", text="On it.", input_tokens=11, output_tokens=3)
+    )
+    kwargs = {"base_url": model_server.anthropic_url, "api_key": "k", "max_retries": 0, "open_telemetry": False}
     request = {
         "model": "claude-test",
         "max_tokens": 32,
@@ -112,9 +115,9 @@ def test_a_returned_anthropic_stream_with_a_tool_call(spans, sdk_server, mode):
     assert (span.attributes[A.GEN_AI_USAGE_INPUT_TOKENS], span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS]) == (11, 3)
 
 
-def test_a_returned_stream_manager_records_the_accumulated_message(spans, sdk_server):
-    client = anthropic.Anthropic(base_url=sdk_server.url, api_key="k", max_retries=0, open_telemetry=False)
-    sdk_server.replies.append(Reply(text="Hello there", input_tokens=7, output_tokens=4))
+def test_a_returned_stream_manager_records_the_accumulated_message(spans, model_server):
+    client = anthropic.Anthropic(base_url=model_server.anthropic_url, api_key="k", max_retries=0, open_telemetry=False)
+    model_server.script(ms.text("Hello there", input_tokens=7, output_tokens=4))
 
     @llm_call(provider="anthropic")
     def chat(messages):
@@ -129,12 +132,12 @@ def test_a_returned_stream_manager_records_the_accumulated_message(spans, sdk_se
     assert span.attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
 
 
-def test_the_span_ends_when_the_consumer_stops_early_or_never_reads(spans, oai, sdk_server):
+def test_the_span_ends_when_the_consumer_stops_early_or_never_reads(spans, oai, model_server):
     @llm_call(provider="openai", model="gpt-4o")
     def chat():
         return oai.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}], stream=True)
 
-    sdk_server.replies.append(Reply(text="a long answer"))
+    model_server.script(ms.text("a long answer"))
     with chat() as stream:
         next(iter(stream))
     (closed,) = chats(spans)
@@ -150,9 +153,9 @@ def test_the_span_ends_when_the_consumer_stops_early_or_never_reads(spans, oai, 
     assert never.attributes[A.STREAM_CHUNKS] == 0
 
 
-def test_a_returned_stream_cut_by_the_length_limit_fails_the_trial_as_truncated(tmp_path, sdk_server):
-    client = openai.OpenAI(base_url=f"{sdk_server.url}/v1", api_key="k", max_retries=0)
-    sdk_server.replies.append(Reply(text="The answer is a very", finish="length"))
+def test_a_returned_stream_cut_by_the_length_limit_fails_the_trial_as_truncated(tmp_path, model_server):
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    model_server.script(ms.truncated("The answer is a very"))
 
     @llm_call(provider="openai", model="gpt-4o")
     def chat(question):

@@ -61,16 +61,16 @@ def play(request):
     if is_simulator(request):
         transcript = request.last_user_text().split("The conversation so far:")[1]
         if "lamp" in transcript.lower():
-            return ms.text("It still flickers.", usage=(50, 6))  # never satisfied: max_turns ends it
+            return ms.text("It still flickers.", input_tokens=50, output_tokens=6)  # never satisfied: max_turns ends it
         if "order number" in transcript.lower() and "42" not in transcript:
-            return ms.text("It is order 42.", usage=(50, 6))
-        return ms.text("[DONE]", usage=(50, 2))
+            return ms.text("It is order 42.", input_tokens=50, output_tokens=6)
+        return ms.text("[DONE]", input_tokens=50, output_tokens=2)
     question = request.last_user_text()
     if "42" in question:
-        return ms.text("A replacement kettle is on its way.", usage=(20, 8))
+        return ms.text("A replacement kettle is on its way.", input_tokens=20, output_tokens=8)
     if "kettle" in question.lower():
-        return ms.text("Sorry! What is your order number?", usage=(20, 8))
-    return ms.text("4" if "2 + 2" in question else "Have you tried another bulb?", usage=(20, 8))
+        return ms.text("Sorry! What is your order number?", input_tokens=20, output_tokens=8)
+    return ms.text("4" if "2 + 2" in question else "Have you tried another bulb?", input_tokens=20, output_tokens=8)
 
 
 @pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])

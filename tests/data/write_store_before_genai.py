@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import anthropic
-from model_server import ModelServer, Reply
+import model_servers as ms
 
 from agenteval import agent, llm_call, retriever, tool
 from agenteval.analysis import build_report
@@ -26,11 +26,18 @@ from agenteval.store import Store, compact
 
 target = Path(sys.argv[1])
 shutil.rmtree(target, ignore_errors=True)
-server = ModelServer().start()
 dataset = load_dataset("rag")
 cases = {c.input: c for c in dataset}
-server.respond = lambda body: Reply(text=cases[body["messages"][-1]["content"]].expected_output or "unknown")
-claude = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+
+
+def answer(request: ms.Request) -> ms.Reply:
+    """What the server that wrote the store answered: its model and token counts are in expected.json."""
+    expected = cases[request.last_user_text()].expected_output or "unknown"
+    return ms.text(expected, input_tokens=11, output_tokens=3, model="test-model-2026")
+
+
+server = ms.ModelServer(answer)
+claude = anthropic.Anthropic(base_url=server.anthropic_url, api_key="k", max_retries=0)
 
 
 @retriever
@@ -55,7 +62,8 @@ def oracle(question: str) -> str:
     return chat([{"role": "user", "content": question}]).content[0].text
 
 
-evaluate(oracle, dataset, attempts=1, store=target, progress="none", concurrency=1)
+with server:
+    evaluate(oracle, dataset, attempts=1, store=target, progress="none", concurrency=1)
 evaluate("mock", "arithmetic", cases=20, attempts=2, store=target, progress="none", agent_options={"wrong_rate": 0.3})
 compact(Store(target))
 store = Store(target)
@@ -69,4 +77,3 @@ for row in store.rows("SELECT experiment_id FROM experiments ORDER BY started_at
     )
     expected[experiment_id] = {"report": report, "scores": scores}
 (target / "expected.json").write_text(json.dumps(expected, indent=1, sort_keys=True, default=str))
-server.stop()
