@@ -2,8 +2,8 @@
 API shows what a person would see: model calls with parsed messages and tool calls, tools with their
 arguments, agents with input and output, a retrieval, tokens counted once, and the evaluation results.
 
-Phoenix runs from its own environment (its dependencies are many and pinned): ``.venv-phoenix``, which
-.ci/run creates, or the Python named by ``AGENTEVAL_PHOENIX_PYTHON``.
+Phoenix runs from its own environment (its dependencies are many and pinned): ``.venv-phoenix``, which the
+first run of this test makes, or the Python named by ``AGENTEVAL_PHOENIX_PYTHON``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from waiting import wait_until
 from agenteval_instrumentation import attributes as A
 
 ROOT = Path(__file__).resolve().parent.parent
-PHOENIX_PYTHON = os.environ.get("AGENTEVAL_PHOENIX_PYTHON", str(ROOT / ".venv-phoenix" / "bin" / "python"))
 pytestmark = pytest.mark.heavy
 
 
@@ -53,12 +52,24 @@ def _up(url: str) -> bool:
         return False
 
 
+def phoenix_python() -> str:
+    """Phoenix's own environment (its dependencies are many and pinned, so not the test extra): the Python
+    ``AGENTEVAL_PHOENIX_PYTHON`` names, or ``.venv-phoenix``, made here the first time (a few minutes, from
+    PyPI), so the README's test command needs nothing set up beforehand."""
+    given = os.environ.get("AGENTEVAL_PHOENIX_PYTHON")
+    if given:
+        assert Path(given).exists(), f"AGENTEVAL_PHOENIX_PYTHON={given}: no such Python"
+        return given
+    python = ROOT / ".venv-phoenix" / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "arize-phoenix"], check=True)
+    return str(python)
+
+
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
-    assert Path(PHOENIX_PYTHON).exists(), (
-        f"Phoenix's environment is missing ({PHOENIX_PYTHON}): python3 -m venv .venv-phoenix && "
-        ".venv-phoenix/bin/pip install arize-phoenix (as .ci/run does), or set AGENTEVAL_PHOENIX_PYTHON"
-    )
+    python = phoenix_python()
     workdir = tmp_path_factory.mktemp("phoenix")
     http, grpc = _free_port(), _free_port()
     env = {
@@ -71,7 +82,7 @@ def phoenix(tmp_path_factory):
     }
     log = open(workdir / "phoenix.log", "w")
     server = subprocess.Popen(
-        [PHOENIX_PYTHON, str(ROOT / "tests" / "phoenix_launcher.py")], cwd=workdir, env=env, stdout=log, stderr=log
+        [python, str(ROOT / "tests" / "phoenix_launcher.py")], cwd=workdir, env=env, stdout=log, stderr=log
     )
     base = f"http://127.0.0.1:{http}"
     try:
