@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from phoenix_agent import REPLIES
+from real_parts import environment
 from waiting import wait_until
 
 from agenteval_instrumentation import attributes as A
@@ -52,24 +53,9 @@ def _up(url: str) -> bool:
         return False
 
 
-def phoenix_python() -> str:
-    """Phoenix's own environment (its dependencies are many and pinned, so not the test extra): the Python
-    ``AGENTEVAL_PHOENIX_PYTHON`` names, or ``.venv-phoenix``, made here the first time (a few minutes, from
-    PyPI), so the README's test command needs nothing set up beforehand."""
-    given = os.environ.get("AGENTEVAL_PHOENIX_PYTHON")
-    if given:
-        assert Path(given).exists(), f"AGENTEVAL_PHOENIX_PYTHON={given}: no such Python"
-        return given
-    python = ROOT / ".venv-phoenix" / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "arize-phoenix"], check=True)
-    return str(python)
-
-
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
-    python = phoenix_python()
+    python = environment("phoenix", "arize-phoenix", override="AGENTEVAL_PHOENIX_PYTHON")
     workdir = tmp_path_factory.mktemp("phoenix")
     http, grpc = _free_port(), _free_port()
     env = {

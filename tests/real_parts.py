@@ -1,0 +1,25 @@
+"""Real parts that live in environments of their own (their dependencies are many, pinned, or large), made
+the first time a test needs them, so the README's test command needs nothing set up beforehand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def environment(name: str, *packages: str, override: str | None = None) -> str:
+    """The Python of ``.venv-<name>`` at the checkout's root, made with ``packages`` from PyPI when missing;
+    or the Python the environment variable ``override`` names."""
+    given = os.environ.get(override) if override else None
+    if given:
+        assert Path(given).exists(), f"{override}={given}: no such Python"
+        return given
+    python = ROOT / f".venv-{name}" / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    return str(python)
