@@ -65,7 +65,7 @@ def test_the_guide_s_pandas_and_pyarrow_code_reads_every_row_and_column(workdir,
 
 
 def test_the_guide_s_polars_code_reads_every_span_and_column(workdir, monkeypatch):
-    (code,) = [b for b in blocks("python") if "import polars" in b]
+    (code,) = [b for b in blocks("python") if "import polars" in b and "SPAN_SCHEMA" in b]
     monkeypatch.chdir(workdir)
     spans_total, _, _ = counts(workdir / ".agenteval")
     scope: dict = {}
