@@ -401,7 +401,19 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
 @click.option("--sample-seed", type=int, show_default="0")
 @click.option("--cases", type=click.IntRange(min=1), help="How many cases a generated dataset (arithmetic) has.")
-@click.option("--name", help="A name for the experiment.")
+@click.option("--name", help="A name for the experiment (with --shard, the shards' shared id is derived from it).")
+@click.option(
+    "--experiment",
+    "experiment_id",
+    metavar="ID",
+    help="The new experiment's id, instead of a generated one; every shard of one run gives the same.",
+)
+@click.option(
+    "--shard",
+    metavar="K/N",
+    help="Run the K-th of N disjoint slices of the experiment (its cases, split by id), as one job of many; "
+    "report and gate judge it once all N have completed.",
+)
 @click.option(
     "--agent-option",
     "agent_options",
@@ -445,6 +457,8 @@ def run(
     sample_seed: int | None,
     cases: int | None,
     name: str | None,
+    experiment_id: str | None,
+    shard: str | None,
     agent_options: tuple[str, ...],
     resume: str | None,
     retry_failed: str | None,
@@ -507,6 +521,8 @@ def run(
             simulator_base_url=simulator_base_url,
             skip_simulated=skip_simulated,
             cache=True if cache == STORE_CACHE else cache,
+            shard=shard,
+            experiment_id=experiment_id,
         )
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)

@@ -121,9 +121,23 @@ def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
     return found
 
 
-def _status_warning(role: str, experiment: ex.Experiment, cases_run: int, planned: int) -> list[ComparisonWarning]:
+def _status_warning(
+    store: Store, role: str, experiment: ex.Experiment, cases_run: int, planned: int
+) -> list[ComparisonWarning]:
     if experiment.status == ex.COMPLETED:
         return []
+    if experiment.options.get("shard"):
+        eid = experiment.experiment_id
+        unfinished = [s for s in ex.shard_progress(store, eid, {}) if s.status != ex.COMPLETED]
+        return [
+            ComparisonWarning(
+                INCOMPLETE,
+                f"the {role} {eid} is {experiment.status}, not completed: shard(s) "
+                + ", ".join(f"{s.shard} ({s.status})" for s in unfinished)
+                + f" have not completed. Run each with --experiment {eid} --shard K/N (or continue one with "
+                f"agenteval run --resume {eid} --shard K/N)",
+            )
+        ]
     return [
         ComparisonWarning(
             INCOMPLETE,
@@ -173,8 +187,8 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
     b, figures_b, summary_b = _run(store, candidate.experiment_id)
     shared = sorted(set(a) & set(b))
     warnings = [
-        *_status_warning("baseline", baseline, len(a), figures_a["planned_cases"]),
-        *_status_warning("candidate", candidate, len(b), figures_b["planned_cases"]),
+        *_status_warning(store, "baseline", baseline, len(a), figures_a["planned_cases"]),
+        *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
         *_unshared_warning(a, b, len(shared)),
     ]

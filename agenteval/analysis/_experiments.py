@@ -131,6 +131,63 @@ def find(
     return Experiment.from_row(chosen) if chosen else None
 
 
+SHARD_RECORDS = """
+SELECT * FROM experiment_history WHERE experiment_id = ? AND json_extract_string(options, '$.shard') IS NOT NULL
+QUALIFY row_number() OVER (PARTITION BY json_extract_string(options, '$.shard') ORDER BY updated_at DESC) = 1
+ORDER BY json_extract_string(options, '$.shard')
+"""
+
+
+def shard_records(store: Store, experiment_id: str) -> list[Experiment]:
+    """The newest record of each shard that has run of a sharded experiment (see ``agenteval.run._shards``)."""
+    return [Experiment.from_row(row) for row in store.rows(SHARD_RECORDS, [experiment_id])]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardProgress:
+    """Where one shard of an experiment run in shards stands."""
+
+    shard: str
+    """``K/N``."""
+    status: str
+    """Its newest record's status, or ``not started``."""
+    trials: int
+    """Its trials in the store, counted by the cases it holds."""
+
+
+NOT_STARTED = "not started"
+
+
+def shard_progress(store: Store, experiment_id: str, trials_by_case: dict[str, int]) -> list[ShardProgress]:
+    """Each of the N shards of an experiment run in shards (none for one that was not), from the shards'
+    records and ``trials_by_case`` (trials in the store per case id)."""
+    from ..run._shards import Shard, shard_of
+
+    records = {e.options["shard"]: e for e in shard_records(store, experiment_id)}
+    if not records:
+        return []
+    count = Shard.parse(next(iter(records))).count
+    trials = [0] * (count + 1)
+    for case_id, n in trials_by_case.items():
+        trials[shard_of(case_id, count)] += n
+    shards = [str(Shard(k, count)) for k in range(1, count + 1)]
+    return [
+        ShardProgress(s, records[s].status if s in records else NOT_STARTED, trials[k])
+        for k, s in enumerate(shards, start=1)
+    ]
+
+
+def find_shard(store: Store, experiment_id: str, shard: str) -> Experiment | None:
+    """The newest record of one shard (``K/N``) of an experiment, or None when that shard never ran."""
+    return next((e for e in shard_records(store, experiment_id) if e.options.get("shard") == shard), None)
+
+
+def find_exact(store: Store, experiment_id: str) -> Experiment | None:
+    """The experiment with this very id (not a prefix), or None."""
+    rows = store.rows("SELECT * FROM experiments WHERE experiment_id = ?", [experiment_id])
+    return Experiment.from_row(rows[0]) if rows else None
+
+
 EXPERIMENT_LIST = """
 SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at, e.error,
        count(t.trial_id) AS trials,
@@ -225,6 +282,12 @@ class Summary(Figures):
     """The command that resumes an interrupted run."""
     otlp: OTLPExport | None = None
     """The run's OTLP export, when the standard variables named a backend."""
+    shard: str | None = None
+    """``K/N`` when this run was one shard of the experiment; ``status`` is then this shard's own."""
+    shards: list[ShardProgress] = dataclasses.field(default_factory=list)
+    """Every shard of the experiment, with its status and trials so far (empty when it is not run in shards)."""
+    experiment_status: str | None = None
+    """The experiment's status over all its shards (``partial`` while some have not run)."""
 
 
 def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

@@ -237,6 +237,8 @@ class Report:
     """Agent cost of every try, rate-limited ones included."""
     worst_cases: list[CaseOutcomes]
     """The cases with the lowest pass rate, most failures first among equals."""
+    shards: list[ex.ShardProgress] = dataclasses.field(default_factory=list)
+    """Each shard of an experiment run in shards, with its status and trials (empty otherwise)."""
     conversations: list[Conversation] = dataclasses.field(default_factory=list)
     """Conversations with simulated users (at most :data:`CONVERSATIONS_SHOWN`, first attempts first)."""
 
@@ -360,6 +362,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         cost_usd_all_tries=summary["cost_usd_all_tries"],
         worst_cases=[CaseOutcomes(**{field: c[field] for field in CASE_OUTCOME_FIELDS}) for c in worst],
         conversations=[_conversation(row) for row in conversations],
+        shards=ex.shard_progress(store, eid, {c["case_id"]: c["attempts"] for c in cases}),
     )
 
 

@@ -13,6 +13,7 @@ from ..analysis._power import PowerTable
 from ..dataset._audit import AuditReport, Judging
 from ..dataset._cases import DIFFICULTIES
 from ..dataset._catalog import CatalogEntry
+from ._report_formats import shards_line
 from ._tables import rich_table
 from ._text_safety import visible
 
@@ -105,8 +106,9 @@ def _usage(summary: Summary, suffix: str = "") -> str:
 
 def run_summary(summary: Summary) -> str:
     """The few lines printed at the end of a run."""
+    shard = f" shard {summary.shard}" if summary.shard else ""
     lines = [
-        f"experiment {summary.experiment_id} ({summary.status}) · dataset {summary.dataset} · "
+        f"experiment {summary.experiment_id}{shard} ({summary.status}) · dataset {summary.dataset} · "
         f"agent version {summary.version}"
     ]
     if summary.trials and summary.pass_rate is not None:
@@ -134,6 +136,10 @@ def run_summary(summary: Summary) -> str:
         )
     if summary.otlp is not None:
         lines.append(f"OTLP: {summary.otlp.spans_sent} spans sent, {summary.otlp.spans_failed} failed")
+    if summary.shards:
+        lines.append(
+            f"shard {summary.shard}; the experiment is {summary.experiment_status}: " + shards_line(summary.shards)
+        )
     if summary.resume:
         lines.append(f"interrupted; continue with: {summary.resume}")
     lines.append(f"full report: {summary.report}")

@@ -8,12 +8,14 @@ and the terminal view builds rich ``Text`` objects, never markup.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
+    from ..analysis._experiments import ShardProgress
     from ..analysis._report import CategoryPassRate, Outcomes, Report
 
 
@@ -29,6 +31,11 @@ def ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.1f} ms"
 
 
+def shards_line(shards: Sequence[ShardProgress]) -> str:
+    """Each shard of an experiment run in shards: its status and trials, on one line."""
+    return ", ".join(f"{s.shard} {s.status} ({s.trials} trials)" for s in shards)
+
+
 def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     """The report as titled tables of text: what every format but JSON renders."""
     e, o = report.experiment, report.outcomes
@@ -38,6 +45,7 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         ["dataset", f"{e.dataset} (content {e.dataset_hash})"],
         ["agent", f"{e.agent} · version {e.version}"],
         ["status", f"{e.status} · {report.trials} trials of {report.cases} cases"],
+        *([["shards", shards_line(report.shards)]] if report.shards else []),
         *([["error", e.error]] if e.error else []),
         [
             "environment",

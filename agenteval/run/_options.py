@@ -68,6 +68,8 @@ class RunOptions:
     """Cases with a simulated user are left out (reported as not run) when no simulator is given."""
     cache: str | None = None
     """The response cache's folder (``--cache``), for development."""
+    shard: str | None = None
+    """``K/N``: this run is the K-th of N disjoint slices of the experiment (see ``agenteval.run._shards``)."""
 
     def __post_init__(self) -> None:
         if self.attempts < 1:

@@ -51,7 +51,7 @@ from ._environment import environment
 from ._export import OTLPForwarder, judged_root, outcome_attributes
 from ._failures import register_plugins
 from ._models import RunModels, check_agent_and_model, own_agent
-from ._options import RunOptions
+from ._options import RunOptions, changed_on_resume
 from ._plan import (
     RunRefused,
     check_resumable,
@@ -64,6 +64,7 @@ from ._plan import (
 from ._prices import load_prices
 from ._progress import Progress
 from ._scheduler import run_all
+from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
@@ -102,6 +103,8 @@ async def evaluate_async(
     simulator_base_url: str | None = None,
     skip_simulated: bool | None = None,
     cache: bool | str | Path | None = None,
+    shard: str | None = None,
+    experiment_id: str | None = None,
 ) -> ex.Experiment:
     """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
 
@@ -124,6 +127,11 @@ async def evaluate_async(
     is right. ``simulate_users`` plays the cases' simulated users with a model; without one such cases are
     refused, unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated model
     requests from disk, for development. These are recorded with the experiment, never an API key.
+
+    Spread over machines: ``shard="K/N"`` runs the K-th of N disjoint slices of the experiment (its cases, split
+    by a hash of their ids), all shards writing one experiment whose id is ``experiment_id`` or derived from
+    ``name``; resume one shard with ``resume=ID, shard="K/N"``. ``experiment_id`` also names a run that is not
+    sharded.
 
     What it sets up in the process: when no OpenTelemetry SDK TracerProvider is installed, it installs one
     as the global provider (service name ``$OTEL_SERVICE_NAME`` or ``agenteval``), since the agent's spans
@@ -155,6 +163,7 @@ async def evaluate_async(
             ("simulate_users", simulate_users),
             ("simulator_base_url", recordable_url(simulator_base_url)),
             ("skip_simulated", skip_simulated),
+            ("shard", None if shard is None else str(Shard.parse(shard))),
             (
                 "cache",
                 None
@@ -169,7 +178,19 @@ async def evaluate_async(
     # Plugins that cannot be loaded are said before anything is written.
     register_plugins()
     run = _Run.prepare(
-        target, agent, dataset, given, scorers, name, resume, retry_failed, user_simulator, prices, progress, urls
+        target,
+        agent,
+        dataset,
+        given,
+        scorers,
+        name,
+        resume,
+        retry_failed,
+        user_simulator,
+        prices,
+        progress,
+        urls,
+        None if experiment_id is None else checked_experiment_id(experiment_id),
     )
     try:
         with run.lease:
@@ -296,19 +317,21 @@ class _Run:
         prices_file: str | Path | None,
         progress: str,
         urls: dict[str, str | None],
+        experiment_id: str | None = None,
     ) -> _Run:
         """Check everything and plan the trials (see :mod:`._plan`), then take the experiment's lease and,
         for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
         if retry_failed not in (None, "infra", "all"):
             raise UsageError("retry_failed must be 'infra' or 'all'")
         options = RunOptions(**given, scorers=scorer_specs(scorers))
+        shard = Shard.parse(options.shard) if options.shard else None
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous: ex.Experiment | None = None
             lease: Lease
             if resume:
                 if store.root.exists():
                     store.ensure()  # a store that cannot be written is said before its lease is taken
-                previous, lease = _resumable(store, resume if isinstance(resume, str) else None)
+                previous, lease = _resumable(store, resume if isinstance(resume, str) else None, shard)
                 on_failure.callback(lease.release)
                 options = resumed_options(previous, given)
                 dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
@@ -328,6 +351,8 @@ class _Run:
             on_failure.callback(agent.release)
             user_simulator = user_simulator or models.simulator
             chosen = chosen_cases(dataset, options)
+            if shard is not None:
+                chosen = shard.cases(chosen)
             chosen, skipped = _simulated_cases_checked(chosen, user_simulator is not None, options.skip_simulated)
             prices = load_prices(prices_file)
             # A resumed run's extra scorers come back by their recorded specs, beside any given again.
@@ -340,8 +365,9 @@ class _Run:
                 done = ex.done_trials(store, experiment.experiment_id)
                 plans = missing_trials(done, chosen, options.attempts, retry_failed)
             else:
+                experiment_id = _new_experiment_id(store, experiment_id, name, shard)
                 experiment = ex.Experiment(
-                    experiment_id=ex.new_experiment_id(),
+                    experiment_id=experiment_id,
                     name=name,
                     dataset_name=dataset.name,
                     dataset_hash=dataset.hash,
@@ -353,9 +379,12 @@ class _Run:
                     environment={**environment(agent.source_file), "agent": agent.provenance},
                     prices=prices,
                 )
+                if shard is not None:
+                    _check_joins_its_shards(store, experiment, shard)
                 store.ensure()  # everything checked; a store that cannot be written is said before anything runs
-                lease = experiment_lease(store.root, experiment.experiment_id)
-                lease.acquire()  # a new id: no other process can hold it
+                lease = _lease(store, experiment.experiment_id, shard)
+                if not lease.acquire():  # another process runs this very shard (a new id is never held)
+                    raise RunRefused(f"shard {shard} of {experiment.experiment_id} is running ({lease.holder()})")
                 on_failure.callback(lease.release)
                 plans = new_trials(chosen, options.attempts)
                 store.write("cases", _cases_table(experiment.experiment_id, chosen))
@@ -436,7 +465,7 @@ class _Run:
                 self.progress.finish()
                 recorded = self._record_end(status, failure)
                 if unsaved is not None and (failure is unsaved or isinstance(failure, OSError)):
-                    raise _store_write_failed(self.store, self.experiment.experiment_id, unsaved, recorded) from unsaved
+                    raise _store_write_failed(self.store, self._resume_command(), unsaved, recorded) from unsaved
         if self.stopping_now:
             raise StopNow(self._stopped_at_once())
         if status == ex.COMPLETED:
@@ -669,9 +698,7 @@ class _Run:
                 signal.signal(sig, handler)
 
     def _stopped_at_once(self) -> str:
-        return "stopped at once; what finished is saved; continue with: " + resume_command(
-            self.experiment.experiment_id
-        )
+        return "stopped at once; what finished is saved; continue with: " + self._resume_command()
 
     def _stop_soon(self) -> None:
         self.stop.set()  # first: once the note is out, another Ctrl-C is a second one
@@ -693,9 +720,27 @@ class _Run:
                 **({"not_run_simulated": len(self.skipped)} if self.skipped else {}),
             },
             report=f"agenteval report {self.experiment.experiment_id}",
-            resume=resume_command(self.experiment.experiment_id) if self.experiment.status == ex.INTERRUPTED else None,
+            resume=self._resume_command() if self.experiment.status == ex.INTERRUPTED else None,
             otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
+            **self._shards_now(),
         )
+
+    def _shards_now(self) -> dict[str, Any]:
+        """For a shard's run: the shard, every shard's progress, and the experiment's combined status."""
+        shard = self.options.shard
+        if not shard:
+            return {}
+        eid = self.experiment.experiment_id
+        counts = self.store.rows("SELECT case_id, count(*) AS n FROM trials WHERE experiment_id = ? GROUP BY 1", [eid])
+        combined = ex.find_exact(self.store, eid)
+        return {
+            "shard": shard,
+            "shards": ex.shard_progress(self.store, eid, {row["case_id"]: row["n"] for row in counts}),
+            "experiment_status": combined.status if combined is not None else None,
+        }
+
+    def _resume_command(self) -> str:
+        return resume_command(self.experiment.experiment_id, self.options.shard)
 
 
 def _uncancel_current_task() -> None:
@@ -737,17 +782,17 @@ def _is_root_of(span: Any, trace_id: str | None) -> bool:
     )
 
 
-def resume_command(experiment_id: str) -> str:
-    """The command that continues an interrupted or failed run."""
-    return f"agenteval run --resume {experiment_id}"
+def resume_command(experiment_id: str, shard: str | None = None) -> str:
+    """The command that continues an interrupted or failed run (one shard of it, with ``shard``)."""
+    return f"agenteval run --resume {experiment_id}" + (f" --shard {shard}" if shard else "")
 
 
-def _store_write_failed(store: Store, experiment_id: str, error: OSError, recorded: bool) -> StoreNotWritable:
+def _store_write_failed(store: Store, resume: str, error: OSError, recorded: bool) -> StoreNotWritable:
     status = "its status is saved as failed" if recorded else "its status could not be saved (it still says running)"
     return StoreNotWritable(
         f"the run stopped: the store at {store.root} could not be written ({error}). The trials saved before are "
         f"intact and {status}; free space or fix the store's permissions, then run "
-        f"`{resume_command(experiment_id)}` to run the rest"
+        f"`{resume}` to run the rest"
     )
 
 
@@ -789,17 +834,74 @@ def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
     )
 
 
-def _resumable(store: Store, experiment_id: str | None) -> tuple[ex.Experiment, Lease]:
-    """The experiment to resume, and its lease, now held by this process."""
-    # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
-    found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING, ex.FAILED))
-    if found is None:
+def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> tuple[ex.Experiment, Lease]:
+    """The experiment (or, with ``shard``, the shard's record) to resume, and its lease, now held by this process."""
+    if shard is not None:
+        if not experiment_id:
+            raise UsageError(f"--resume with --shard {shard} needs the experiment's id: --resume ID --shard {shard}")
+        found = ex.find_shard(store, experiment_id, str(shard))
+        what = f"no shard {shard} of experiment {experiment_id}"
+    else:
+        # A run killed with SIGKILL never recorded "interrupted": its newest row still says "running".
+        found = ex.find(store, experiment_id, None if experiment_id else (ex.INTERRUPTED, ex.RUNNING, ex.FAILED))
         what = f"no experiment {experiment_id}" if experiment_id else "no interrupted experiment"
+        if found is not None and found.options.get("shard"):
+            raise UsageError(
+                f"{found.experiment_id} runs in shards: resume one with --resume {found.experiment_id} --shard K/N"
+            )
+    if found is None:
         raise RunRefused(f"cannot resume: there is {what} in {store.root}")
-    lease = experiment_lease(store.root, found.experiment_id)
+    lease = _lease(store, found.experiment_id, shard)
     if not lease.acquire():  # its run is alive: two processes would run the same trials
         raise RunRefused(
             f"cannot resume {found.experiment_id}: it is still running ({lease.holder()}); "
             "wait for it to finish, or stop it (Ctrl-C) and resume it then"
         )
     return found, lease
+
+
+def _lease(store: Store, experiment_id: str, shard: Shard | None) -> Lease:
+    return experiment_lease(store.root, shard.lease_name(experiment_id) if shard else experiment_id)
+
+
+def _new_experiment_id(store: Store, given: str | None, name: str | None, shard: Shard | None) -> str:
+    """The id a new run records: given, derived from the name every shard shares, or new."""
+    if given is None and shard is not None:
+        if not name:
+            raise UsageError(
+                f"--shard {shard} needs an experiment every shard shares: --experiment ID, or --name NAME "
+                "(the id is derived from it)"
+            )
+        given = shared_experiment_id(name)
+    if given is None:
+        return ex.new_experiment_id()
+    if shard is None and ex.find_exact(store, given) is not None:
+        raise RunRefused(f"experiment {given} exists already: resume it with --resume {given}, or give another id")
+    return given
+
+
+def _check_joins_its_shards(store: Store, experiment: ex.Experiment, shard: Shard) -> None:
+    """A shard joins the other shards of its experiment only if it runs what they run."""
+    if ex.find_shard(store, experiment.experiment_id, str(shard)) is not None:
+        raise RunRefused(
+            f"shard {shard} of {experiment.experiment_id} has run already: continue it with "
+            f"--resume {experiment.experiment_id} --shard {shard}"
+        )
+    for other in ex.shard_records(store, experiment.experiment_id):
+        other_shard = Shard.parse(other.options.get("shard") or "1/1")
+        if other_shard.count != shard.count:
+            raise RunRefused(
+                f"{experiment.experiment_id} runs in {other_shard.count} shards, not {shard.count}: give --shard K/"
+                f"{other_shard.count}"
+            )
+        if (other.version, other.dataset_hash) != (experiment.version, experiment.dataset_hash):
+            raise RunRefused(
+                f"shard {other_shard} of {experiment.experiment_id} ran another agent or dataset (version "
+                f"{other.version}, dataset hash {other.dataset_hash[:12]}): every shard must run the same"
+            )
+        ran = {k: v for k, v in other.options.items() if k != "shard"}
+        changed = changed_on_resume(ran, {k: v for k, v in experiment.options.items() if k != "shard"})
+        if changed:
+            raise RunRefused(
+                f"shard {other_shard} of {experiment.experiment_id} ran with other options: {'; '.join(changed)}"
+            )

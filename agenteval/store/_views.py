@@ -56,11 +56,39 @@ def stored_trials(read: str) -> str:
     return f"SELECT * REPLACE ({', '.join(replaced)}) FROM {read}"
 
 
+SHARD_OF = "json_extract_string(options, '$.shard')"
+"""An experiment row's shard (``K/N``) when its run was one of N slices (``--shard``), else null."""
+
+
 def latest_experiments(experiment_id: str | None = None) -> str:
-    """Each experiment's newest row: a status change appends a row."""
+    """Each experiment's newest row: a status change appends a row. An experiment run in shards has a newest
+    row per shard; its status combines theirs: ``failed`` if one failed, else ``running`` or ``interrupted``
+    if one is, else ``partial`` while fewer than N shards have run, else ``completed``; it started when its
+    first shard did and ended when its last did."""
     return f"""
-SELECT * FROM experiment_history WHERE {only(experiment_id)}
-QUALIFY row_number() OVER (PARTITION BY experiment_id ORDER BY updated_at DESC) = 1
+WITH per_shard AS (
+    SELECT *, {SHARD_OF} AS shard_of FROM experiment_history WHERE {only(experiment_id)}
+    QUALIFY row_number() OVER (PARTITION BY experiment_id, shard_of ORDER BY updated_at DESC) = 1
+), combined AS (
+    SELECT experiment_id,
+           CASE WHEN bool_or(status = 'failed') THEN 'failed'
+                WHEN bool_or(status = 'running') THEN 'running'
+                WHEN bool_or(status = 'interrupted') THEN 'interrupted'
+                WHEN count(*) < max(TRY_CAST(split_part(shard_of, '/', 2) AS INTEGER)) THEN 'partial'
+                ELSE 'completed' END AS shards_status,
+           min(started_at) AS shards_started_at,
+           CASE WHEN bool_and(ended_at IS NOT NULL) THEN max(ended_at) END AS shards_ended_at,
+           any_value(error) FILTER (WHERE status = 'failed') AS shards_error
+    FROM per_shard WHERE shard_of IS NOT NULL GROUP BY experiment_id
+)
+SELECT p.* EXCLUDE (shard_of) REPLACE (
+    coalesce(c.shards_status, p.status) AS status,
+    CASE WHEN c.experiment_id IS NULL THEN p.started_at ELSE c.shards_started_at END AS started_at,
+    CASE WHEN c.experiment_id IS NULL THEN p.ended_at ELSE c.shards_ended_at END AS ended_at,
+    CASE WHEN c.experiment_id IS NULL THEN p.error ELSE c.shards_error END AS error
+)
+FROM per_shard p LEFT JOIN combined c USING (experiment_id)
+QUALIFY row_number() OVER (PARTITION BY p.experiment_id ORDER BY p.updated_at DESC) = 1
 """
 
 

@@ -1,0 +1,147 @@
+"""One experiment run as N shards by any scheduler: real processes, one store, every trial exactly once; report
+and gate see one experiment and refuse to judge it while a shard is missing; a killed shard resumes alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from waiting import wait_until
+
+from agenteval.analysis import build_report
+from agenteval.dataset import load_dataset
+from agenteval.run._shards import Shard, shard_of, shared_experiment_id
+from agenteval.store import Store
+
+CASES, ATTEMPTS = 40, 2
+RUN = [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--agent", "mock"]
+SIZE = ["--cases", str(CASES), "--attempts", str(ATTEMPTS)]
+
+
+def agenteval(store: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def start_shard(store: Path, shard: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    command = [*RUN, *SIZE, "--name", "nightly", "--shard", shard, "--json", *extra]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trial_keys(store: Path, experiment_id: str) -> list[tuple[str, int]]:
+    rows = Store(store).rows(
+        "SELECT case_id, attempt FROM trial_history WHERE experiment_id = ? ORDER BY 1, 2", [experiment_id]
+    )
+    return [(r["case_id"], r["attempt"]) for r in rows]
+
+
+def every_trial() -> list[tuple[str, int]]:
+    cases = load_dataset("arithmetic", cases=CASES).cases
+    return sorted((c.id, attempt) for c in cases for attempt in range(1, ATTEMPTS + 1))
+
+
+def test_the_split_is_disjoint_complete_and_the_same_everywhere():
+    cases = load_dataset("arithmetic", cases=CASES).cases
+    for count in (1, 2, 3, 7):
+        shards = [Shard(k, count).cases(cases) for k in range(1, count + 1)]
+        assert sorted(c.id for part in shards for c in part) == sorted(c.id for c in cases)
+    # A hash of the id, not Python's salted hash(): any process, any machine, any day.
+    assert shard_of("arithmetic-0001", 4) == 3 and shard_of("hard-injection-3", 4) == 1
+    assert shared_experiment_id("nightly") == "nightly-2a3b62b53ddb"
+
+
+def test_two_shard_processes_at_once_write_one_experiment_with_every_trial_once(tmp_path):
+    store = tmp_path / "store"
+    children = [start_shard(store, "1/2"), start_shard(store, "2/2")]
+    outputs = [child.communicate(timeout=180) for child in children]
+    assert [child.returncode for child in children] == [0, 0], outputs
+    summaries = [json.loads(out) for out, _ in outputs]
+    experiment_id = shared_experiment_id("nightly")
+    assert {s["experiment_id"] for s in summaries} == {experiment_id}
+    assert trial_keys(store, experiment_id) == every_trial()
+    (row,) = Store(store).rows("SELECT status, name FROM experiments")
+    assert row == {"status": "completed", "name": "nightly"}
+    report = build_report(Store(store), experiment_id)
+    assert [(s.shard, s.status) for s in report.shards] == [("1/2", "completed"), ("2/2", "completed")]
+    assert sum(s.trials for s in report.shards) == report.trials == CASES * ATTEMPTS
+    # Each shard wrote its own cases, so the experiment's snapshot holds every case once.
+    cases = Store(store).rows("SELECT case_id, count(*) AS n FROM cases GROUP BY 1")
+    assert len(cases) == CASES and {c["n"] for c in cases} == {1}
+    baseline = json.loads(agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, "--json").stdout)
+    gate = agenteval(store, "gate", "--baseline", baseline["experiment_id"], "--candidate", experiment_id)
+    assert gate.stdout.startswith("gate: no regression (exit 0)")
+
+
+def test_a_missing_shard_makes_the_experiment_partial_and_the_gate_refuses(tmp_path):
+    store = tmp_path / "store"
+    agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, "--shard", "1/3", "--experiment", "x")
+    (row,) = Store(store).rows("SELECT status FROM experiments")
+    assert row["status"] == "partial"
+    baseline = json.loads(agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, "--json").stdout)
+    gate = agenteval(store, "gate", "--baseline", baseline["experiment_id"], "--candidate", "x", check=False)
+    assert gate.returncode == 3
+    assert "shard(s) 2/3 (not started), 3/3 (not started) have not completed" in gate.stdout
+    report = agenteval(store, "report", "x").stdout
+    assert "1/3 completed" in report and "2/3 not started" in report
+
+
+def test_a_killed_shard_resumes_alone_and_every_trial_is_there_once(tmp_path):
+    store = tmp_path / "store"
+    slowly = ["--agent-option", "latency=0.05"]  # the agent's options are part of its version: the same for both
+    first = start_shard(store, "1/2", *slowly)
+    assert first.wait(timeout=180) == 0
+    slow = start_shard(store, "2/2", *slowly, "--concurrency", "1")  # how fast may differ between shards
+
+    def trials_published() -> int:
+        return sum(pq.read_metadata(f).num_rows for f in (store / "trials").rglob("part-*.parquet"))
+
+    wait_until(lambda: trials_published() > len(every_trial()) // 2 + 4, "the second shard to publish trials")
+    os.kill(slow.pid, signal.SIGKILL)
+    slow.wait()
+    experiment_id = shared_experiment_id("nightly")
+    (row,) = Store(store).rows("SELECT status FROM experiments")
+    assert row["status"] == "running"  # the killed shard's record still says so
+    resumed = agenteval(store, "run", "--resume", experiment_id, "--shard", "2/2", "--json", "--concurrency", "8")
+    assert json.loads(resumed.stdout)["experiment_status"] == "completed"
+    assert trial_keys(store, experiment_id) == every_trial()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--shard", "1/2"], 2, "--shard 1/2 needs an experiment every shard shares"),
+        (["--shard", "3/2", "--name", "n"], 2, "K must be from 1 to N"),
+        (["--shard", "half", "--name", "n"], 2, "expected K/N"),
+        (["--shard", "1/2", "--experiment", "bad/id"], 2, "an id is letters, digits"),
+    ],
+)
+def test_options_that_cannot_work_say_so(tmp_path, args, code, says):
+    done = agenteval(tmp_path / "store", "run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, *args, check=False)
+    assert done.returncode == code and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_shard_joins_only_a_run_of_the_same_shape(tmp_path):
+    store = tmp_path / "store"
+    shard = ["run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, "--experiment", "x"]
+    agenteval(store, *shard, "--shard", "1/2")
+    again = agenteval(store, *shard, "--shard", "1/2", check=False)
+    assert again.returncode == 1 and "has run already: continue it with --resume x --shard 1/2" in again.stderr
+    other_count = agenteval(store, *shard, "--shard", "2/3", check=False)
+    assert other_count.returncode == 1 and "runs in 2 shards, not 3" in other_count.stderr
+    other_options = agenteval(store, *shard, "--shard", "2/2", "--agent-option", "wrong_rate=0.5", check=False)
+    assert other_options.returncode == 1 and "ran another agent or dataset" in other_options.stderr
+    whole = agenteval(store, "run", "--resume", "x", check=False)
+    assert whole.returncode == 2 and "runs in shards: resume one with --resume x --shard K/N" in whole.stderr
+    taken = agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", "--experiment", "x", check=False)
+    assert taken.returncode == 1 and "experiment x exists already" in taken.stderr
