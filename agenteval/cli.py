@@ -400,7 +400,11 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
 @click.option("--sample-seed", type=int, show_default="0")
-@click.option("--cases", type=click.IntRange(min=1), help="How many cases a generated dataset (arithmetic) has.")
+@click.option(
+    "--cases",
+    type=click.IntRange(min=1),
+    help="How many cases the generated dataset (arithmetic) has; for another dataset use --sample.",
+)
 @click.option("--name", help="A name for the experiment (with --shard, the shards' shared id is derived from it).")
 @click.option(
     "--experiment",
