@@ -892,6 +892,12 @@ def plugins_command(fmt: str) -> None:
     rows = check_plugins()
     columns = [field.name for field in dataclasses.fields(PluginStatus)]
     click.echo(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt))
+    if not rows:  # on stderr: the table stays a table for whatever reads it
+        click.echo(
+            "no plugins installed: a distribution adds one with an entry point in agenteval.scorers, "
+            "agenteval.providers or agenteval.failures (see the Plugins guide)",
+            err=True,
+        )
     for row in rows:
         if not row.loads:  # the table may be piped elsewhere; the problem stays in sight
             click.echo(f"warning: {visible(row.note or '')}", err=True)
