@@ -177,7 +177,7 @@ class Dashboard:
         )
 
     async def record(self, request: Request) -> Response:
-        form = await request.form()
+        form = request.state.form  # read and checked by the guard (_security.Guard)
         field = {key: str(form.get(key) or "") for key in ("experiment_id", "trial_id", "verdict", "note", "reviewer")}
         try:
             from starlette.concurrency import run_in_threadpool
@@ -224,7 +224,7 @@ class Dashboard:
         found = self._case_file(request)
         if found is None:
             return PlainTextResponse("no such case file", status_code=404)
-        form = await request.form()
+        form = request.state.form  # read and checked by the guard (_security.Guard)
         try:
             found.decide(
                 str(form.get("case_id") or ""),

@@ -106,6 +106,7 @@ class Guard:
             return _secured(PlainTextResponse("a token is required: open the link the dashboard printed", 401))
         if request.method not in ("GET", "HEAD"):
             form = await request.form()
+            request.state.form = form  # the body is read once: the page handler takes the form from here
             request.state.form_csrf = str(form.get(CSRF_FIELD) or "")
             refused = self._same_origin(request)
             if refused:
