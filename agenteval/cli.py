@@ -857,7 +857,9 @@ def power(
 
 @main.command()
 @store_option
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; off loopback needs --token.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on; off loopback needs --token."
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
 @click.option(
     "--token",

@@ -17,7 +17,7 @@ from agenteval.run import evaluate
 PAYLOAD = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 """What the injected agent says, and what its cases' ids and questions carry: none of it may run."""
 
-INJECTED_AGENT = f'''
+INJECTED_AGENT = f"""
 from agenteval import tool
 
 
@@ -29,7 +29,7 @@ def fetch_review(product: str) -> str:
 async def answer(question: str) -> str:
     fetch_review(question)
     return {PAYLOAD!r} + " 4"
-'''
+"""
 
 START_WAIT_SECONDS = 60.0
 """How long the server may take to say where it listens (a bound on a wait, not an assertion on speed)."""
@@ -64,7 +64,11 @@ def dashboard(store: str, *options: str) -> Iterator[str]:
     """Run `agenteval dashboard --port 0` on ``store`` and yield the address it printed; stopped on exit."""
     command = [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", store, "--port", "0", *options]
     process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert process.stderr is not None
     try:

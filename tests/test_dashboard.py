@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from urllib.parse import quote
 
 import httpx
@@ -255,10 +256,41 @@ def test_generated_cases_are_accepted_or_rejected_and_the_accepted_download(runs
         page = client.get("/review/cases/0").text
         assert page.count('class="decide"') == 3 and "<script>window" not in page
         csrf = client.cookies["agenteval_csrf"]
-        for case_id, decision in (("generated-0001", "accept"), ("generated-0002", "reject"), ("generated-0003", "accept")):
+        for case_id, decision in (
+            ("generated-0001", "accept"),
+            ("generated-0002", "reject"),
+            ("generated-0003", "accept"),
+        ):
             form = {"csrf_token": csrf, "case_id": case_id, "decision": decision}
             assert client.post("/review/cases/0", data=form).status_code == 303
         client.post("/review/cases/0", data={"csrf_token": csrf, "case_id": "generated-0003", "decision": "reject"})
         accepted = client.get("/review/cases/0/accepted.jsonl").text
     assert [json.loads(line)["id"] for line in accepted.splitlines()] == ["generated-0001"]
     assert len((tmp_path / "generated.jsonl.review.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_running_experiment_shows_its_progress_while_the_run_writes(runs, site, tmp_path):
+    store = runs["store"]
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--store", store, "--dataset", "arithmetic"]
+    command += ["--agent", "mock", "--cases", "300", "--attempts", "1", "--concurrency", "1", "--quiet"]
+    command += ["--agent-option", "latency=0.05", "--name", "slow-and-running"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = None
+        for _ in range(600):  # bounded: until the run has written some trials, or it ended
+            listed = get(site, "/", params={"text": "slow-and-running"}).text
+            found = re.search(r'<progress max="300" value="(\d+)">', listed)
+            if found and int(found.group(1)) > 0:
+                seen = listed
+                break
+            if run.poll() is not None:
+                break
+            time.sleep(0.1)  # a pause between looks, not a timing assertion
+        assert seen is not None, "the running experiment never showed its progress"
+        assert '<span class="status running">running</span>' in seen
+        eid = re.search(r'value="([^"]+)" aria-label', seen).group(1)
+        running = get(site, f"/experiments/{eid}").text
+        assert '<meta http-equiv="refresh"' in running
+    finally:
+        run.terminate()
+        run.wait(timeout=60)

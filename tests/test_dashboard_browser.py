@@ -23,7 +23,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 WATCH = """
 window.__violations = [];
-document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));
+document.addEventListener('securitypolicyviolation',
+    (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));
 """
 """Planted before any page script: a Content-Security-Policy violation on the page is recorded."""
 

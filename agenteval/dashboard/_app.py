@@ -29,6 +29,7 @@ from ..render._report_formats import category_plot, failure_plot, interval, late
 from ..store import Store
 from . import _queries as q
 from . import _review as review
+from ._review import CaseFile
 from ._security import CSRF_FIELD, Guard, same_site_path
 
 HERE = Path(__file__).parent
@@ -56,7 +57,7 @@ class Dashboard:
 
     def __init__(self, store: Store, case_files: list[Path]) -> None:
         self.store = store
-        self.case_files = [review.CaseFile(Path(p)) for p in case_files]
+        self.case_files = [CaseFile(Path(p)) for p in case_files]
         self.env = _environment()
 
     def page(self, request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -74,9 +75,7 @@ class Dashboard:
         params = request.query_params
         filters = {key: params.get(key) or None for key in ("dataset", "status", "text")}
         rows = q.experiments(self.store, **filters)
-        return self.page(
-            request, "experiments.html", rows=rows, filters=filters, choices=q.filter_choices(self.store)
-        )
+        return self.page(request, "experiments.html", rows=rows, filters=filters, choices=q.filter_choices(self.store))
 
     def pick(self, request: Request) -> Response:
         picked = request.query_params.getlist("pick")
@@ -107,7 +106,14 @@ class Dashboard:
         descending = params.get("order") == "desc"
         filters = {key: params.get(key) or None for key in ("category", "outcome", "scorer")}
         page = q.case_page(
-            self.store, eid, page=_int(params.get("page"), 1), sort=sort, descending=descending, **filters
+            self.store,
+            eid,
+            page=_int(params.get("page"), 1),
+            sort=sort,
+            descending=descending,
+            category=filters["category"],
+            outcome=filters["outcome"],
+            scorer=filters["scorer"],
         )
 
         def link(**changes: Any) -> str:
@@ -203,7 +209,7 @@ class Dashboard:
             headers={"Content-Disposition": 'attachment; filename="labels.jsonl"'},
         )
 
-    def _case_file(self, request: Request) -> review.CaseFile | None:
+    def _case_file(self, request: Request) -> CaseFile | None:
         index = _int(request.path_params.get("index"), -1)
         return self.case_files[index] if 0 <= index < len(self.case_files) else None
 
@@ -265,7 +271,7 @@ def create_app(
     requests); ``token``: what every request must present (required off loopback)."""
     store.require()
     for path in case_files or []:
-        review.CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
+        CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
     pages = Dashboard(store, list(case_files or []))
     routes = [
         Route("/", pages.experiments),
@@ -285,4 +291,3 @@ def create_app(
     ]
     guard = Guard(host, token)
     return Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)])
-

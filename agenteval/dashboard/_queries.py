@@ -196,10 +196,13 @@ def case_page(
         sql = CASE_TABLE.format(where=" AND ".join(where), having=" AND ".join(having), order=order)
         page = max(page, 1)
         rows = fetch(con, sql, [*params, size, (page - 1) * size])
-        categories = [r[0] for r in con.execute(
-            "SELECT DISTINCT coalesce(category, 'uncategorized') FROM cases WHERE experiment_id = ? ORDER BY 1",
-            [experiment_id],
-        ).fetchall()]
+        categories = [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT coalesce(category, 'uncategorized') FROM cases WHERE experiment_id = ? ORDER BY 1",
+                [experiment_id],
+            ).fetchall()
+        ]
         scorers = [r[0] for r in con.execute("SELECT scorer FROM scorer_figures").fetchall()]
     total = rows[0]["matching"] if rows else 0
     return CasePage(rows, total, page, max(1, math.ceil(total / size)), categories, scorers)
@@ -240,11 +243,15 @@ def trial(store: Store, experiment_id: str, trial_id: str) -> TrialView | None:
     with contextlib.closing(store.connect(read_only=True)) as con:
         found = fetch(con, _one_trial(experiment_id, trial_id))
         if not found:
-            found = fetch(con, "SELECT * FROM trial_history WHERE experiment_id = ? AND trial_id = ?", [experiment_id, trial_id])
+            found = fetch(
+                con, "SELECT * FROM trial_history WHERE experiment_id = ? AND trial_id = ?", [experiment_id, trial_id]
+            )
         if not found:
             return None
         row = found[0]
-        cases = fetch(con, "SELECT * FROM cases WHERE experiment_id = ? AND case_id = ?", [experiment_id, row["case_id"]])
+        cases = fetch(
+            con, "SELECT * FROM cases WHERE experiment_id = ? AND case_id = ?", [experiment_id, row["case_id"]]
+        )
         cond = "trial_id = " + sql_string(trial_id)
         current = {(s["scorer"], s["pass_id"]) for s in fetch(con, current_scores(experiment_id, cond))}
         scores = fetch(
@@ -282,7 +289,9 @@ def _texts(messages: Any) -> list[tuple[str, str]]:
         return []
 
 
-def _conversation(row: dict[str, Any], case: dict[str, Any] | None, spans: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _conversation(
+    row: dict[str, Any], case: dict[str, Any] | None, spans: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
     """Every user message and reply: the root span's messages when it recorded them (simulated users), else the
     case's turns or input, and the trial's reply."""
     for span in spans:

@@ -23,9 +23,7 @@ def require_extra() -> None:
     """Raise :class:`MissingExtra`, naming the extra, unless Starlette, Jinja2 and uvicorn are installed."""
     missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise MissingExtra(
-            f"the dashboard needs {', '.join(missing)}: pip install 'agenteval[dashboard]'"
-        )
+        raise MissingExtra(f"the dashboard needs {', '.join(missing)}: pip install 'agenteval[dashboard]'")
 
 
 def serve(

@@ -18,7 +18,16 @@ __all__, __getattr__, __dir__ = lazy_exports(
     {
         "._compact": ("CompactionResult", "compact"),
         "._doctor": ("DoctorReport", "UnreadableFile", "doctor"),
-        "._schemas": ("CASES", "EXPERIMENTS", "REVIEWS", "SCORES", "TABLE_VERSIONS", "TABLES", "TABLES_VERSION", "TRIALS"),
+        "._schemas": (
+            "CASES",
+            "EXPERIMENTS",
+            "REVIEWS",
+            "SCORES",
+            "TABLE_VERSIONS",
+            "TABLES",
+            "TABLES_VERSION",
+            "TRIALS",
+        ),
         "._store": ("NoStore", "NotReadOnly", "Store", "StoreBusy", "StoreNotWritable"),
     },
 )
