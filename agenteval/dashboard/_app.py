@@ -6,6 +6,7 @@ from :mod:`agenteval.analysis` (the report, the comparison, the gate) or :mod:`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -96,25 +97,27 @@ class Dashboard:
 
     def experiment(self, request: Request) -> Response:
         eid = request.path_params["experiment_id"]
-        try:
-            report = build_report(self.store, eid)
-        except ValueError:
-            return self.not_found(request, f"no experiment {eid!r} in this store")
-        eid = report.experiment.id
         params = request.query_params
         sort = params.get("sort") or "case"
         descending = params.get("order") == "desc"
         filters = {key: params.get(key) or None for key in ("category", "outcome", "scorer")}
-        page = q.case_page(
-            self.store,
-            eid,
-            page=_int(params.get("page"), 1),
-            sort=sort,
-            descending=descending,
-            category=filters["category"],
-            outcome=filters["outcome"],
-            scorer=filters["scorer"],
-        )
+        with contextlib.closing(self.store.connect()) as con:  # one connection for the report and the cases
+            try:
+                report = build_report(self.store, eid, con=con)
+            except ValueError:
+                return self.not_found(request, f"no experiment {eid!r} in this store")
+            eid = report.experiment.id
+            page = q.case_page(
+                self.store,
+                eid,
+                page=_int(params.get("page"), 1),
+                sort=sort,
+                descending=descending,
+                category=filters["category"],
+                outcome=filters["outcome"],
+                scorer=filters["scorer"],
+                con=con,
+            )
 
         def link(**changes: Any) -> str:
             merged = {"sort": sort, "order": "desc" if descending else "asc", **filters, "page": page.page, **changes}
