@@ -16,6 +16,7 @@ import duckdb
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
@@ -91,7 +92,7 @@ class Dashboard:
                 choices=q.filter_choices(self.store),
                 message=f"pick exactly two experiments to compare ({len(picked)} picked)",
             )
-        started = {row.experiment_id: str(row.started_at) for row in q.experiments(self.store)}
+        started = {r["experiment_id"]: str(r["started_at"]) for r in self.store.rows(q.STARTED)}
         older, newer = sorted(picked, key=lambda eid: (started.get(eid, ""), eid))  # the older is the baseline
         return RedirectResponse(f"/compare/{quote(older, safe='')}/{quote(newer, safe='')}", status_code=303)
 
@@ -189,8 +190,6 @@ class Dashboard:
         form = request.state.form  # read and checked by the guard (_security.Guard)
         field = {key: str(form.get(key) or "") for key in ("experiment_id", "trial_id", "verdict", "note", "reviewer")}
         try:
-            from starlette.concurrency import run_in_threadpool
-
             await run_in_threadpool(
                 review.record_verdict,
                 self.store,

@@ -71,6 +71,8 @@ WHERE (? IS NULL OR e.dataset_name = ?) AND (? IS NULL OR e.status = ?)
 ORDER BY e.started_at DESC
 """
 
+STARTED = "SELECT experiment_id, started_at FROM experiments"
+
 FIGURES_BY_CASE = """
 SELECT case_id, count(*) AS attempts, count(*) FILTER (WHERE passed) AS passes,
        count(*) FILTER (WHERE outcome = 'wrong') AS wrong, count(*) FILTER (WHERE outcome = 'failed') AS failed,

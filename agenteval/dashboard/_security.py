@@ -3,8 +3,8 @@
 - Bound to a loopback address, it answers local requests; bound to any other address it requires the token
   given with ``--token`` on every request (``Authorization: Bearer``, ``?token=`` once, then a cookie), compared
   in constant time.
-- ``Host`` must name the address it serves (or ``localhost``): a page on another site cannot reach it through
-  DNS rebinding.
+- On loopback, ``Host`` must name it (``127.0.0.1``, ``localhost`` or ``[::1]`` at its port): a page on another
+  site cannot reach it through DNS rebinding.
 - Writes (POST) must come from its own pages: a per-session CSRF token (a cookie, repeated in each form) that
   must match, an ``Origin`` that is its own when the browser sends one, and ``Sec-Fetch-Site`` same-origin.
 - Every response forbids inline script and any source but itself (Content-Security-Policy), framing, and
@@ -68,14 +68,16 @@ class Guard:
 
     def __init__(self, host: str, token: str | None) -> None:
         self.token = token
-        shown = f"[{host.strip('[]')}]" if ":" in host else host
-        self.names = {shown, "localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else {shown}
+        # Off loopback the names people reach it by are not known here (0.0.0.0, a proxy); the token guards it
+        # there, and a rebound name cannot present it: cookies belong to the name the browser used.
+        self.names = {"localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else None
 
-    def hosts(self, request: Request) -> set[str]:
-        """The ``Host`` values that name this server: its names at the port it listens on (``--port 0`` too)."""
+    def _host_ok(self, request: Request) -> bool:
+        """On loopback, whether ``Host`` names this server at the port it listens on (``--port 0`` too)."""
+        if self.names is None:
+            return True
         server = request.scope.get("server")
-        port = server[1] if server else None
-        return {f"{name}:{port}" for name in self.names}
+        return request.headers.get("host") in {f"{name}:{server[1] if server else ''}" for name in self.names}
 
     def _token_ok(self, request: Request) -> bool:
         if self.token is None:
@@ -89,7 +91,7 @@ class Guard:
     def _same_origin(self, request: Request) -> str | None:
         """Why a write is refused as cross-site, or None."""
         origin = request.headers.get("origin")
-        if origin is not None and origin not in {f"http://{host}" for host in self.hosts(request)}:
+        if origin is not None and origin != f"http://{request.headers.get('host')}":
             return f"origin {origin} is not this dashboard"
         site = request.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
@@ -101,7 +103,7 @@ class Guard:
         return None
 
     async def __call__(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if request.headers.get("host") not in self.hosts(request):
+        if not self._host_ok(request):
             return _secured(PlainTextResponse("unknown Host", status_code=421))
         if not self._token_ok(request):
             return _secured(PlainTextResponse("a token is required: open the link the dashboard printed", 401))
