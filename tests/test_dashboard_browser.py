@@ -20,6 +20,8 @@ pytestmark = pytest.mark.heavy
 
 CHROMIUM = "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS_SHOTS = {"experiments", "experiment", "trial", "compare", "review", "sql"}
+"""The screenshots the README and docs/dashboard.md show."""
 
 WATCH = """
 window.__violations = [];
@@ -68,7 +70,7 @@ def page(browser):
 def shoot(page, tmp_path: Path, name: str) -> None:
     path = tmp_path / f"dashboard-{name}.png"
     page.screenshot(path=str(path), full_page=False)
-    if os.environ.get("AGENTEVAL_DOCS_SCREENSHOTS") == "1":
+    if os.environ.get("AGENTEVAL_DOCS_SCREENSHOTS") == "1" and name in DOCS_SHOTS:
         shutil.copy(path, DOCS / path.name)
 
 
@@ -157,5 +159,5 @@ def test_injected_replies_and_case_ids_never_run(runs, site, page, tmp_path):
     page.goto(site + "/sql?q=" + "SELECT reply, case_id FROM trials WHERE reply LIKE '%script%'")
     assert page.locator("#sql-result tbody tr").count() == 3
     page.goto(site + "/review")
-    shoot(page, tmp_path, "injected")
+    shoot(page, tmp_path, "review")
     clean(page)
