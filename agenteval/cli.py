@@ -882,7 +882,7 @@ def dashboard(store: str | None, host: str, port: int, token: str | None, case_f
     def ready(address: str) -> None:
         click.echo(f"agenteval dashboard at {address} (Ctrl+C stops it)", err=True)
 
-    serve(existing_store(store), host=host, port=port, token=token, case_files=case_files, on_ready=ready)
+    serve(store, host=host, port=port, token=token, case_files=case_files, on_ready=ready)
 
 
 @main.command()

@@ -294,3 +294,16 @@ def test_a_running_experiment_shows_its_progress_while_the_run_writes(runs, site
     finally:
         run.terminate()
         run.wait(timeout=60)
+
+
+def test_without_the_extra_the_command_names_it(runs):
+    """A process in which uvicorn cannot be imported (as where the extra is not installed)."""
+    blocked = "import sys; sys.modules['uvicorn'] = None; from agenteval.cli import main; main()"
+    missing = subprocess.run(
+        [sys.executable, "-c", blocked, "dashboard", "--store", runs["store"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "pip install 'agenteval[dashboard]'" in missing.stderr
+    assert "Traceback" not in missing.stderr
