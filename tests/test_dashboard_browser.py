@@ -20,7 +20,7 @@ pytestmark = pytest.mark.heavy
 
 CHROMIUM = "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-DOCS_SHOTS = {"experiments", "experiment", "trial", "compare", "review", "sql"}
+DOCS_SHOTS = {"experiments", "experiment", "trial", "compare", "review", "sql", "injected"}
 """The screenshots the README and docs/dashboard.md show."""
 
 WATCH = """
@@ -153,6 +153,7 @@ def test_injected_replies_and_case_ids_never_run(runs, site, page, tmp_path):
     page.locator("#case-table a.try").first.click()
     reply = page.locator(".turn.assistant pre.reply").inner_text()
     assert reply.startswith("<script>window.__pwned = 1</script><img src=x")
+    shoot(page, tmp_path, "injected")
     for details in page.locator(".timeline details").all():
         details.locator("summary").click()
     assert page.locator("img").count() == 0
