@@ -56,7 +56,7 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
     opened = context.new_page()
     opened.add_init_script(WATCH)
     problems: list[str] = []

@@ -50,7 +50,7 @@ def _environment() -> Environment:
     env.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
     env.filters["usd"] = lambda v: "–" if v is None else f"${v:,.4f}"
     env.filters["signed"] = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
-    env.filters["ts"] = lambda v: "–" if v is None else str(v)[:19]
+    env.filters["ts"] = lambda v: "–" if v is None else str(v)[:16]  # to the minute, UTC
     return env
 
 
