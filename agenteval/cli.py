@@ -217,9 +217,9 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @format_option
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
-    """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as
-    reports give them) and experiment_history, trial_history, score_history (every row as written). One statement:
-    SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
+    """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores, reviews (current,
+    as reports give them) and experiment_history, trial_history, score_history, review_history (every row as
+    written). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
     from .render._tables import render
 
     click.echo(render(existing_store(store).query(query, read_only=True), fmt))
@@ -857,6 +857,36 @@ def power(
     from .render._console import power_view
 
     Console().print(power_view(table))
+
+
+@main.command()
+@store_option
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on; off loopback needs --token."
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
+@click.option(
+    "--token",
+    envvar="AGENTEVAL_DASHBOARD_TOKEN",
+    help="A secret every visitor must present (required off loopback) [env: AGENTEVAL_DASHBOARD_TOKEN].",
+)
+@click.option(
+    "--review-cases",
+    "case_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="A file written by `agenteval generate` whose cases to accept or reject (repeatable).",
+)
+def dashboard(store: str | None, host: str, port: int, token: str | None, case_files: tuple[str, ...]) -> None:
+    """Serve a local web app over the store: experiments, an experiment's cases and plots, a trial's conversation,
+    scores and span timeline, comparisons and the gate, human review, and read-only SQL. Needs
+    `pip install 'agenteval[dashboard]'`."""
+    from .dashboard import serve
+
+    def ready(address: str) -> None:
+        click.echo(f"agenteval dashboard at {address} (Ctrl+C stops it)", err=True)
+
+    serve(store, host=host, port=port, token=token, case_files=case_files, on_ready=ready)
 
 
 @main.command()
