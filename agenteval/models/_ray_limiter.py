@@ -10,7 +10,9 @@ them back: the limit recovers as the other calls succeed (additive increase), ne
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import socket
 from typing import Any
 
 from ._limiter import AdaptiveLimiter
@@ -23,10 +25,13 @@ class LimiterHost:
         self._limiters: dict[str, AdaptiveLimiter] = {}
         self._waiting: dict[int, asyncio.Task[Any]] = {}
         self._granted: dict[int, tuple[str, int]] = {}
+        self._callers: dict[str, set[str]] = {}
 
-    async def acquire(self, key: str, token: int) -> float:
-        """Wait for a place under ``key``'s limiter; the seconds waited (-1 when the wait was abandoned)."""
+    async def acquire(self, key: str, token: int, caller: str = "") -> float:
+        """Wait for a place under ``key``'s limiter for ``caller`` (a worker process); the seconds waited (-1 when
+        the wait was abandoned)."""
         limiter = self._limiters.setdefault(key, AdaptiveLimiter())
+        self._callers.setdefault(key, set()).add(caller)
         task = asyncio.current_task()
         assert task is not None
         self._waiting[token] = task
@@ -54,9 +59,16 @@ class LimiterHost:
         else:
             await self.release(token, "other")
 
-    async def limits(self) -> dict[str, list[int]]:
-        """Every model's limits so far, in order: how the cluster's concurrency fell and recovered."""
-        return {key: list(limiter.limits) for key, limiter in self._limiters.items()}
+    async def limits(self) -> dict[str, dict[str, Any]]:
+        """Per model: its ``limits`` so far, in order (how the cluster's concurrency fell and recovered), and the
+        number of worker processes (``callers``) whose calls it limited."""
+        return {
+            key: {"limits": list(limiter.limits), "callers": len(self._callers.get(key, ()))}
+            for key, limiter in self._limiters.items()
+        }
+
+
+_CALLER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class ClusterLimiter:
@@ -70,7 +82,7 @@ class ClusterLimiter:
         """A place; returns the token that holds it (given back to :meth:`release`) and the seconds waited."""
         token = secrets.randbits(62)
         try:
-            waited = await self.host.acquire.remote(self.key, token)
+            waited = await self.host.acquire.remote(self.key, token, _CALLER)
         except asyncio.CancelledError:
             self.host.abandon.remote(token)
             raise

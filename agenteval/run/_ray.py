@@ -21,15 +21,18 @@ limiter per model for the whole cluster. Progress moves on the driver as tasks f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import os
+import re
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..render._text_safety import visible
 from ._plan import trial_id
 from ._scheduler import TICK_SECONDS
 from ._trial import TrialPlan
@@ -46,6 +49,8 @@ MAX_RETRIES = 3
 CHUNKS_PER_CPU = 4
 """Tasks per CPU of the cluster: enough for a lost node to cost little and for fast nodes to take more."""
 MAX_CHUNK = 1000
+LIMITS_TIMEOUT = 10.0
+"""Seconds the driver waits for the limiter actor's figures at the end of the run."""
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 
 
@@ -62,9 +67,22 @@ def require_ray() -> Any:
 
 def chunks(plans: Sequence[TrialPlan], cpus: int, concurrency: int) -> list[list[TrialPlan]]:
     """The trials cut into tasks: about :data:`CHUNKS_PER_CPU` per CPU, each at least ``concurrency`` trials
-    (a task runs that many at once) and at most :data:`MAX_CHUNK`."""
+    (a task runs that many at once) and at most :data:`MAX_CHUNK`. A case's attempts stay in one task, in order,
+    as they run in a local run (an agent that remembers what it was asked, like the mock, answers alike)."""
     size = max(concurrency, min(MAX_CHUNK, math.ceil(len(plans) / (max(cpus, 1) * CHUNKS_PER_CPU))))
-    return [list(plans[i : i + size]) for i in range(0, len(plans), size)]
+    out: list[list[TrialPlan]] = [[]]
+    for case_plans in _by_case(plans):
+        if out[-1] and len(out[-1]) + len(case_plans) > size:
+            out.append([])
+        out[-1].extend(case_plans)
+    return [chunk for chunk in out if chunk]
+
+
+def _by_case(plans: Sequence[TrialPlan]) -> list[list[TrialPlan]]:
+    groups: dict[str, list[TrialPlan]] = {}
+    for plan in plans:
+        groups.setdefault(plan.case.id, []).append(plan)
+    return list(groups.values())
 
 
 @dataclasses.dataclass
@@ -100,6 +118,35 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
     return ChunkDone(rows, cache_hits, f"{socket.gethostname()}:{os.getpid()}", node)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@contextlib.contextmanager
+def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
+    """The cluster's messages to the driver (a task failed and will be retried, a node died) shown as the run's
+    notes, one line each and made safe for a terminal, instead of printed raw on standard output, where they
+    would land in the middle of ``--json``. Ray prints them from a thread through ``print_to_stdstream``."""
+    from ray._private import worker
+
+    loop = asyncio.get_running_loop()
+    printing = getattr(worker, "print_to_stdstream", None)
+
+    def to_notes(data: dict[str, Any], ignore_prefix: bool) -> None:
+        for line in data.get("lines", []):
+            first = ANSI.sub("", str(line)).strip().splitlines()[:1]
+            if first:
+                loop.call_soon_threadsafe(note, "ray: " + visible(first[0]))
+
+    if printing is None:  # a Ray that prints otherwise: its messages keep their own way
+        yield
+        return
+    worker.print_to_stdstream = to_notes
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = printing
+
+
 class RayExecutor:
     """Trials as Ray tasks on the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local cluster)."""
 
@@ -121,7 +168,8 @@ class RayExecutor:
                 configure_logging=False,
             )
         try:
-            await self._run(run)
+            with _cluster_messages_to(run.progress.note):
+                await self._run(run)
         finally:
             if connected_here:
                 ray.shutdown()
@@ -131,29 +179,44 @@ class RayExecutor:
         assert run.recipe is not None and run.sink is not None
         if not run.plans:
             return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         from ..models._ray_limiter import LimiterHost
 
         name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
-        # Owned by the driver: it ends with the run, or with the driver if that dies.
-        host = ray.remote(LimiterHost).options(name=name, namespace=NAMESPACE, num_cpus=0).remote()
+        # Owned by the driver, so it ends with the run (or the driver); on the driver's node where it can be, so
+        # a lost worker node does not take it along; restarted (its limits afresh) should its process die.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        host = (
+            ray.remote(LimiterHost)
+            .options(
+                name=name,
+                namespace=NAMESPACE,
+                num_cpus=0,
+                scheduling_strategy=here,
+                max_restarts=-1,
+                max_task_retries=-1,
+            )
+            .remote()
+        )
         recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
         task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        pending: dict[asyncio.Future[ChunkDone], Any] = {}
+        pending: dict[asyncio.Future[Any], Any] = {}
         for chunk in chunks(run.plans, cpus, run.options.concurrency):
             ref = task.remote(recipe, chunk)
             pending[asyncio.wrap_future(ref.future())] = ref
         tasks = len(pending)
-        stopper = asyncio.ensure_future(run.stop.wait())
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
         committed: set[tuple[str, int]] = set()
         workers: set[str] = set()
         nodes: set[str] = set()
         try:
             while pending:
-                done, _ = await asyncio.wait([*pending, stopper], timeout=TICK_SECONDS, return_when="FIRST_COMPLETED")
+                done, _ = await asyncio.wait({*pending, stopper}, timeout=TICK_SECONDS, return_when="FIRST_COMPLETED")
                 for finished in done - {stopper}:
                     del pending[finished]
-                    result = finished.result()  # a task's own error (not a lost worker) fails the run
+                    result: ChunkDone = finished.result()  # a task's own error (not a lost worker) fails the run
                     rows = [row for row in result.rows if (row["case_id"], row["attempt"]) not in committed]
                     committed.update((row["case_id"], row["attempt"]) for row in rows)
                     run.commit(rows, result.cache_hits)
@@ -168,8 +231,10 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             for finished in pending:
                 finished.cancel()
-            ray.kill(host)
+            try:
+                run.limits.update(ray.get(host.limits.remote(), timeout=LIMITS_TIMEOUT))
+            finally:
+                ray.kill(host)
         run.counts["ray_tasks"] = tasks
         run.counts["ray_worker_processes"] = len(workers)
         run.counts["ray_nodes"] = len(nodes)
-        run.progress.note(f"ray: {tasks} tasks ran on {len(workers)} worker processes, {len(nodes)} nodes")

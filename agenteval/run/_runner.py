@@ -312,6 +312,8 @@ class _Run:
     winding_down: bool = False
     """The trials are over and what finished is being saved: a second signal waits for that to end."""
     executor: Executor = dataclasses.field(default_factory=LocalExecutor)
+    limits: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """A cluster's shared model limiters at the end of the run (see ``agenteval.models._ray_limiter``)."""
     recipe: RunRecipe | None = None
     """How a worker elsewhere makes this run again (set by :meth:`prepare`)."""
 
@@ -818,6 +820,7 @@ class _Run:
             report=f"agenteval report {self.experiment.experiment_id}",
             resume=self._resume_command() if self.experiment.status == ex.INTERRUPTED else None,
             otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
+            limits=self.limits,
             **self._shards_now(),
         )
 
