@@ -15,10 +15,12 @@ import pytest
 from ray_cluster import BIN, LoopbackRayCluster
 from waiting import wait_until
 
+from agenteval.dataset import load_dataset
+from agenteval.errors import UsageError
+from agenteval.run import evaluate
+from agenteval.run._plan import new_trials
+from agenteval.run._ray import MAX_CHUNK, chunks
 from agenteval.store import Store
-
-pytestmark = pytest.mark.heavy
-
 
 NODE_A, NODE_B = 6401, 6402
 """Worker nodes' node-manager ports: how a node's raylet is found to be killed."""
@@ -66,6 +68,7 @@ def loopback_only(cluster: LoopbackRayCluster) -> None:
     assert os.stat(cluster.netns).st_ino != os.stat("/proc/self/ns/net").st_ino
 
 
+@pytest.mark.heavy
 def test_every_trial_once_and_the_figures_of_a_local_run(cluster, tmp_path):
     loopback_only(cluster)
     options = [*MOCK, "--cases", "60", "--agent-option", "wrong_rate=0.2", "--agent-option", "fail_rate=0.1"]
@@ -96,6 +99,7 @@ def test_every_trial_once_and_the_figures_of_a_local_run(cluster, tmp_path):
     assert per_store["ray"] == per_store["local"] and per_store["ray"]["passes"] == 1
 
 
+@pytest.mark.heavy
 def test_a_worker_node_killed_mid_run_and_every_trial_once(cluster, tmp_path):
     cluster.add_node(2, NODE_B)
     store = tmp_path / "store"
@@ -118,6 +122,7 @@ def test_a_worker_node_killed_mid_run_and_every_trial_once(cluster, tmp_path):
     assert summary["status"] == "completed" and summary["trials"] == 300 and summary["this_run"]["trials"] == 300
 
 
+@pytest.mark.heavy
 def test_one_limiter_per_model_for_the_whole_cluster(cluster, tmp_path):
     server = cluster.popen(
         [sys.executable, str(HERE / "model_server_process.py"), "120", "0.05"],
@@ -147,3 +152,22 @@ def test_one_limiter_per_model_for_the_whole_cluster(cluster, tmp_path):
     assert limiter["limits"][:5] == [32, 16, 8, 4, 2]  # halved once per burst of 429s, cluster-wide
     keys = trial_keys(tmp_path / "store", summary["experiment_id"])
     assert len(keys) == 48 and set(keys.values()) == {1}
+
+
+def test_tasks_hold_whole_cases_every_trial_once_within_bounds():
+    plans = new_trials(load_dataset("arithmetic", cases=500).cases, 3)
+    for cpus, concurrency in ((1, 4), (3, 8), (64, 4), (2, 2000)):
+        cut = chunks(plans, cpus, concurrency)
+        assert [plan for chunk in cut for plan in chunk] == plans  # all, once, in order
+        cases = [{plan.case.id for plan in chunk} for chunk in cut]
+        assert sum(map(len, cases)) == 500  # no case split between two tasks
+        assert all(len(chunk) <= max(concurrency, MAX_CHUNK) + 2 for chunk in cut)
+        assert all(len(chunk) >= min(concurrency, len(plans)) - 2 for chunk in cut[:-1])
+
+
+def test_a_ray_address_needs_the_ray_executor_and_executors_are_named(tmp_path):
+    with pytest.raises(UsageError, match="--ray-address goes with --executor ray"):
+        evaluate("mock", "arithmetic", cases=3, store=tmp_path / "s", progress="none", ray_address="127.0.0.1:1")
+    with pytest.raises(UsageError, match="--executor 'spark'"):
+        evaluate("mock", "arithmetic", cases=3, store=tmp_path / "s", progress="none", executor="spark")
+    assert not (tmp_path / "s").exists()  # refused before anything was written

@@ -5,6 +5,7 @@ saves) is the same whichever executes it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -67,5 +68,8 @@ class RunRecipe:
     user_simulator: UserSimulator | None
     pass_id: str
     """The run's scoring pass: every worker's scores belong to the one pass."""
+    cwd: str = dataclasses.field(default_factory=os.getcwd)
+    """The driver's working folder: a worker runs its task there when it has it (a shared file system), so an agent
+    named by a relative ``FILE.py`` path is found as the driver found it."""
     limiters: str | None = None
     """The name of the cluster's limiter actor, once the executor made it."""

@@ -108,14 +108,30 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
         use_limiters(lambda key: ClusterLimiter(host, key))
     # New ids for every try of the task: spans an earlier, lost try published never join this one's.
     fresh = [dataclasses.replace(plan, trial_id=trial_id()) for plan in plans]
-    run = _Run.for_worker(recipe, fresh)
-    try:
-        rows, cache_hits = asyncio.run(run.run_chunk())
-    finally:
-        run.agent.release()
-        use_limiters(None)
+    with _working_folder(recipe.cwd):
+        run = _Run.for_worker(recipe, fresh)
+        try:
+            rows, cache_hits = asyncio.run(run.run_chunk())
+        finally:
+            run.agent.release()
+            use_limiters(None)
     node = ray.get_runtime_context().get_node_id()
     return ChunkDone(rows, cache_hits, f"{socket.gethostname()}:{os.getpid()}", node)
+
+
+@contextlib.contextmanager
+def _working_folder(path: str) -> Iterator[None]:
+    """Run in ``path`` when this node has it; stay where the worker is otherwise."""
+    before = os.getcwd()
+    try:
+        os.chdir(path)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
