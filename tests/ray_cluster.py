@@ -12,6 +12,7 @@ namespace with :meth:`LoopbackRayCluster.popen`. Nothing it opens can be reached
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,7 @@ class LoopbackRayCluster:
         self.head_cpus = head_cpus
         # Short: Ray's unix sockets live under it, and a socket's path is limited to 107 bytes.
         self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        (self.temp / "auth_token").write_text(secrets.token_hex(32))
         self.holder: subprocess.Popen[bytes] | None = None
         self.nodes: dict[int, int] = {}
         """node manager port -> CPUs, for each worker node added."""
@@ -64,7 +66,7 @@ class LoopbackRayCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("the network namespace's loopback did not come up")
             time.sleep(0.05)
-        self._ray("start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}", f"--temp-dir={self.temp}")
+        self._ray("start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}")
         return self
 
     def add_node(self, cpus: int, node_manager_port: int) -> None:
@@ -91,13 +93,19 @@ class LoopbackRayCluster:
         self.nodes.pop(node_manager_port, None)
         return len(victims)
 
+    @property
+    def env(self) -> dict[str, str]:
+        # Token authentication on, with a token of this cluster's own: Ray turns it on by itself when it finds a
+        # token (~/.ray/auth_token, which a local ray.init may have written), and then refuses nodes without it.
+        return {**os.environ, **ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.temp / "auth_token")}
+
     def popen(self, command: list[str], **options: object) -> subprocess.Popen[str]:
         """``command`` started inside the cluster's namespace (a driver, a loopback server)."""
-        env = {**os.environ, **ENV, **dict(options.pop("env", {}) or {})}  # type: ignore[call-overload]
+        env = {**self.env, **dict(options.pop("env", {}) or {})}  # type: ignore[call-overload]
         return subprocess.Popen(["nsenter", f"--net={self.netns}", *command], env=env, text=True, **options)  # type: ignore[call-overload]
 
     def run(self, command: list[str], timeout: float = 120, **options: object) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **ENV}
+        env = self.env
         return subprocess.run(
             ["nsenter", f"--net={self.netns}", *command],
             env=env,
@@ -108,17 +116,11 @@ class LoopbackRayCluster:
         )
 
     def _ray(self, *args: str) -> None:
-        done = self.run(
-            [
-                str(BIN / "ray"),
-                *args,
-                "--node-ip-address=127.0.0.1",
-                "--include-dashboard=false",
-                "--disable-usage-stats",
-            ]
-            if args[1] == "--head"
-            else [str(BIN / "ray"), *args, "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-        )
+        head = ["--include-dashboard=false"] if "--head" in args else []
+        # Every node in the cluster's own temporary folder: a node without one reads /tmp/ray, where another
+        # cluster's session (and its authentication token) may be.
+        common = [f"--temp-dir={self.temp}", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        done = self.run([str(BIN / "ray"), *args, *head, *common])
         if done.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
