@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def commit_rate(rows: int = 20_000) -> float:
 
 
 def main() -> None:
+    # A SIGTERM ends the benchmark through its ``with`` blocks, so the cluster it started is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--repeats", type=int, default=3)
