@@ -111,7 +111,7 @@ def test_a_worker_node_killed_mid_run_and_every_trial_once(cluster, tmp_path):
     )
 
     def busy_on_b() -> bool:
-        return cluster.busy_workers(NODE_B, "run_chunk") > 0 and any((store / "spans").rglob("*.parquet"))
+        return cluster.busy_workers(NODE_B, "run_chunk") > 0 and any((store / "spans").rglob("part-*.parquet"))
 
     wait_until(busy_on_b, "a task running on node B after trials were saved", timeout=120)
     loopback_only(cluster)  # with the driver and every node at work
@@ -171,3 +171,33 @@ def test_a_ray_address_needs_the_ray_executor_and_executors_are_named(tmp_path):
     with pytest.raises(UsageError, match="--executor 'spark'"):
         evaluate("mock", "arithmetic", cases=3, store=tmp_path / "s", progress="none", executor="spark")
     assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+@pytest.mark.heavy
+def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
+    driver = cluster.popen(
+        agenteval_run(store, *options, "--executor", "ray", "--ray-address", cluster.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    driver.kill()  # SIGKILL: no status recorded, its lease dropped with it, its tasks ended by Ray
+    driver.communicate()
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    assert row["status"] == "running"
+    done = len(trial_keys(store, row["experiment_id"]))
+    assert 0 < done < 200
+    resumed = finished(
+        cluster.popen(
+            agenteval_run(
+                store, "--resume", row["experiment_id"], "--executor", "ray", "--ray-address", cluster.address
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    )
+    keys = trial_keys(store, row["experiment_id"])
+    assert len(keys) == 200 and set(keys.values()) == {1}
+    assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
 from ._plan import trial_id
 from ._scheduler import TICK_SECONDS
@@ -52,6 +52,10 @@ MAX_CHUNK = 1000
 LIMITS_TIMEOUT = 10.0
 """Seconds the driver waits for the limiter actor's figures at the end of the run."""
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
+
+
+class ClusterFailed(AgentevalError):
+    """A task failed on the cluster for good: its own error, or its worker lost more often than Ray retries."""
 
 
 def require_ray() -> Any:
@@ -163,6 +167,21 @@ def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
         worker.print_to_stdstream = printing
 
 
+def _result(finished: asyncio.Future[Any], run: _Run) -> ChunkDone:
+    """A task's result; a task that failed for good fails the run, saying how to run the rest."""
+    try:
+        result: ChunkDone = finished.result()
+    except AgentevalError:  # the task's own, such as an agent of another version on its node
+        raise
+    except Exception as exc:
+        first = visible(ANSI.sub("", str(exc)).strip().splitlines()[0] if str(exc).strip() else "")
+        raise ClusterFailed(
+            f"a task of the run failed on the Ray cluster ({type(exc).__name__}: {first}). The trials committed "
+            f"so far are kept; run `{run._resume_command()}` to run the rest"
+        ) from exc
+    return result
+
+
 class RayExecutor:
     """Trials as Ray tasks on the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local cluster)."""
 
@@ -232,7 +251,7 @@ class RayExecutor:
                 done, _ = await asyncio.wait({*pending, stopper}, timeout=TICK_SECONDS, return_when="FIRST_COMPLETED")
                 for finished in done - {stopper}:
                     del pending[finished]
-                    result: ChunkDone = finished.result()  # a task's own error (not a lost worker) fails the run
+                    result = _result(finished, run)
                     rows = [row for row in result.rows if (row["case_id"], row["attempt"]) not in committed]
                     committed.update((row["case_id"], row["attempt"]) for row in rows)
                     run.commit(rows, result.cache_hits)
