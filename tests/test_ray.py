@@ -39,6 +39,12 @@ def agenteval_run(store: Path, *args: str) -> list[str]:
     return [str(BIN / "agenteval"), "run", "--store", str(store), "--json", *args]
 
 
+def start_driver(cluster: LoopbackRayCluster, store: Path, *args: str, **options) -> subprocess.Popen:
+    """``agenteval run ... --executor ray`` in the cluster's namespace."""
+    command = agenteval_run(store, *args, "--executor", "ray", "--ray-address", cluster.address)
+    return cluster.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+
+
 def finished(child: subprocess.Popen, timeout: float = 300) -> dict:
     out, err = child.communicate(timeout=timeout)
     assert child.returncode == 0, out + err
@@ -72,13 +78,7 @@ def loopback_only(cluster: LoopbackRayCluster) -> None:
 def test_every_trial_once_and_the_figures_of_a_local_run(cluster, tmp_path):
     loopback_only(cluster)
     options = [*MOCK, "--cases", "60", "--agent-option", "wrong_rate=0.2", "--agent-option", "fail_rate=0.1"]
-    spread = finished(
-        cluster.popen(
-            agenteval_run(tmp_path / "ray", *options, "--executor", "ray", "--ray-address", cluster.address),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-    )
+    spread = finished(start_driver(cluster, tmp_path / "ray", *options))
     local = json.loads(
         subprocess.run(agenteval_run(tmp_path / "local", *options), capture_output=True, text=True, check=True).stdout
     )
@@ -104,11 +104,7 @@ def test_a_worker_node_killed_mid_run_and_every_trial_once(cluster, tmp_path):
     cluster.add_node(2, NODE_B)
     store = tmp_path / "store"
     options = [*MOCK, "--cases", "150", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.2"]
-    driver = cluster.popen(
-        agenteval_run(store, *options, "--executor", "ray", "--ray-address", cluster.address),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    driver = start_driver(cluster, store, *options)
 
     def busy_on_b() -> bool:
         return cluster.busy_workers(NODE_B, "run_chunk") > 0 and any((store / "spans").rglob("part-*.parquet"))
@@ -134,14 +130,7 @@ def test_one_limiter_per_model_for_the_whole_cluster(cluster, tmp_path):
         options = ["--dataset", "arithmetic", "--cases", "48", "--attempts", "1", "--concurrency", "8"]
         model = ["--model", "openai/test-model", "--base-url", f"http://127.0.0.1:{port}/v1"]
         summary = finished(
-            cluster.popen(
-                agenteval_run(
-                    tmp_path / "store", *options, *model, "--executor", "ray", "--ray-address", cluster.address
-                ),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env={"OPENAI_API_KEY": "test-key"},
-            )
+            start_driver(cluster, tmp_path / "store", *options, *model, env={"OPENAI_API_KEY": "test-key"})
         )
     finally:
         seen, _ = server.communicate(timeout=60)
@@ -177,11 +166,7 @@ def test_a_ray_address_needs_the_ray_executor_and_executors_are_named(tmp_path):
 def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
     store = tmp_path / "store"
     options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
-    driver = cluster.popen(
-        agenteval_run(store, *options, "--executor", "ray", "--ray-address", cluster.address),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    driver = start_driver(cluster, store, *options)
     wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
     driver.kill()  # SIGKILL: no status recorded, its lease dropped with it, its tasks ended by Ray
     driver.communicate()
@@ -189,15 +174,7 @@ def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
     assert row["status"] == "running"
     done = len(trial_keys(store, row["experiment_id"]))
     assert 0 < done < 200
-    resumed = finished(
-        cluster.popen(
-            agenteval_run(
-                store, "--resume", row["experiment_id"], "--executor", "ray", "--ray-address", cluster.address
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-    )
+    resumed = finished(start_driver(cluster, store, "--resume", row["experiment_id"]))
     keys = trial_keys(store, row["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
