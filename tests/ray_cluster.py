@@ -104,7 +104,7 @@ class LoopbackRayCluster:
         env = {**self.env, **dict(options.pop("env", {}) or {})}  # type: ignore[call-overload]
         return subprocess.Popen(["nsenter", f"--net={self.netns}", *command], env=env, text=True, **options)  # type: ignore[call-overload]
 
-    def run(self, command: list[str], timeout: float = 120, **options: object) -> subprocess.CompletedProcess[str]:
+    def run(self, command: list[str], timeout: float = 300, **options: object) -> subprocess.CompletedProcess[str]:
         env = self.env
         return subprocess.run(
             ["nsenter", f"--net={self.netns}", *command],

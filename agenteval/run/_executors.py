@@ -13,6 +13,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..analysis._experiments import Experiment
+    from ..dataset._cases import Dataset
     from ..scorers import Scorer
     from ._options import RunOptions
     from ._runner import _Run
@@ -68,6 +69,8 @@ class RunRecipe:
     user_simulator: UserSimulator | None
     pass_id: str
     """The run's scoring pass: every worker's scores belong to the one pass."""
+    dataset: Dataset | None = None
+    """The whole dataset, for the reference agent (``--model``), whose tools read it."""
     cwd: str = dataclasses.field(default_factory=os.getcwd)
     """The driver's working folder: a worker runs its task there when it has it (a shared file system), so an agent
     named by a relative ``FILE.py`` path is found as the driver found it."""

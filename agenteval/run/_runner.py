@@ -420,6 +420,7 @@ class _Run:
                 urls,
                 user_simulator if user_simulator is not models.simulator else None,
                 run.pass_id,
+                dataset if options.model else None,
             )
             on_failure.pop_all()
             return run
@@ -432,7 +433,12 @@ class _Run:
         store = Store(recipe.store)
         options = recipe.options
         register_plugins()
-        dataset = _worker_dataset(options.dataset, options.cases, options.sample_seed)
+        experiment = recipe.experiment
+        # The reference agent's tools read the whole dataset (shipped with the recipe); nothing else needs more
+        # than the task's own cases.
+        dataset = recipe.dataset or Dataset(
+            experiment.dataset_name, options.dataset, experiment.dataset_hash, [plan.case for plan in plans]
+        )
         models = RunModels.build(options, dataset, recipe.urls, store.root)
         agent = models.agent if models.agent is not None else own_agent(recipe.agent, options)
         if agent.version != recipe.experiment.version:
@@ -846,12 +852,6 @@ def _uncancel_current_task() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-
-
-@functools.lru_cache(maxsize=4)
-def _worker_dataset(ref: str, cases: int | None, seed: int) -> Dataset:
-    """The run's dataset in a worker (the reference agent's tools read it), loaded once per process."""
-    return load_dataset(ref, cases=cases, seed=seed)
 
 
 def _listed(case_ids: Sequence[str], shown: int = 5) -> str:
