@@ -266,10 +266,10 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             for finished in pending:
                 finished.cancel()
-            try:
+            # The figures are for the summary: their loss must not hide why the run ended.
+            with contextlib.suppress(Exception):
                 run.limits.update(ray.get(host.limits.remote(), timeout=LIMITS_TIMEOUT))
-            finally:
-                ray.kill(host)
+            ray.kill(host)
         run.counts["ray_tasks"] = tasks
         run.counts["ray_worker_processes"] = len(workers)
         run.counts["ray_nodes"] = len(nodes)
