@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -176,5 +177,25 @@ def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
     assert 0 < done < 200
     resumed = finished(start_driver(cluster, store, "--resume", row["experiment_id"]))
     keys = trial_keys(store, row["experiment_id"])
+    assert len(keys) == 200 and set(keys.values()) == {1}
+    assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+@pytest.mark.heavy
+def test_ctrl_c_on_the_driver_stops_the_tasks_and_the_run_resumes(cluster, tmp_path):
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
+    driver = start_driver(cluster, store, *options)
+    wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=120)
+    summary = json.loads(out)
+    assert (
+        summary["status"] == "interrupted" and summary["resume"] == f"agenteval run --resume {summary['experiment_id']}"
+    )
+    done = len(trial_keys(store, summary["experiment_id"]))
+    assert summary["this_run"]["trials"] == done < 200  # what it committed, nothing more
+    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
+    keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
