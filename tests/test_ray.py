@@ -5,6 +5,7 @@ whole cluster. One cluster serves the module (starting one takes seconds)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -199,3 +200,26 @@ def test_ctrl_c_on_the_driver_stops_the_tasks_and_the_run_resumes(cluster, tmp_p
     keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+def test_the_cluster_limiter_loses_no_place_to_abandoned_calls():
+    from agenteval.models._limiter import DEFAULT_INITIAL
+    from agenteval.models._ray_limiter import LimiterHost
+
+    async def scenario():
+        host = LimiterHost()
+        for token in range(DEFAULT_INITIAL):  # every place taken
+            assert await host.acquire("m", token, "worker-1") == 0.0
+        waiting = asyncio.ensure_future(host.acquire("m", 100, "worker-2"))
+        await asyncio.sleep(0)
+        await host.abandon(100)  # its trial timed out while it waited
+        assert await waiting == -1.0
+        await host.abandon(0)  # granted, then abandoned: the place comes back
+        assert await host.acquire("m", 101, "worker-2") == 0.0
+        await host.release(101, "throttled")  # a 429 halves the cluster's limit
+        await host.release(101, "ok")  # a token given back twice counts once
+        figures = await host.limits()
+        assert figures == {"m": {"limits": [DEFAULT_INITIAL, DEFAULT_INITIAL // 2], "callers": 2}}
+        assert host._limiters["m"].active == DEFAULT_INITIAL - 1
+
+    asyncio.run(scenario())
