@@ -163,7 +163,11 @@ class LoopbackRayCluster:
         shutil.rmtree(self.temp, ignore_errors=True)
 
     def __enter__(self) -> LoopbackRayCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # a head that half started is stopped too
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
