@@ -419,6 +419,17 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     "report and gate judge it once all N have completed.",
 )
 @click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    help="How trials run: on this process (local, the default) or as tasks on a Ray cluster (ray; pip install "
+    "'agenteval[ray]'), each writing to the store, which every node must reach.",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster to run on (HOST:PORT), with --executor ray; default $RAY_ADDRESS, else a local one.",
+)
+@click.option(
     "--agent-option",
     "agent_options",
     multiple=True,
@@ -463,6 +474,8 @@ def run(
     name: str | None,
     experiment_id: str | None,
     shard: str | None,
+    executor: str | None,
+    ray_address: str | None,
     agent_options: tuple[str, ...],
     resume: str | None,
     retry_failed: str | None,
@@ -527,6 +540,8 @@ def run(
             cache=True if cache == STORE_CACHE else cache,
             shard=shard,
             experiment_id=experiment_id,
+            executor=executor,
+            ray_address=ray_address,
         )
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)

@@ -292,6 +292,9 @@ class Summary(Figures):
     """Every shard of the experiment, with its status and trials so far (empty when it is not run in shards)."""
     experiment_status: str | None = None
     """The experiment's status over all its shards (``partial`` while some have not run)."""
+    limits: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """With ``--executor ray``: each model's cluster-wide limiter, its ``limits`` in order (how concurrency fell on
+    429s and recovered) and how many worker processes' calls it limited (``callers``)."""
 
 
 def counts(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

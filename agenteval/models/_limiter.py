@@ -17,10 +17,19 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 DEFAULT_INITIAL = 32
 DEFAULT_MAXIMUM = 256
 """The most places a model's limiter grows to; its first limit is :data:`DEFAULT_INITIAL`."""
+
+
+class Limiter(Protocol):
+    """What a model call needs of a limiter: a place before the request, given back with what happened."""
+
+    async def acquire(self) -> tuple[int, float]: ...
+
+    def release(self, generation: int, outcome: str) -> None: ...
 
 
 @dataclasses.dataclass(eq=False)
@@ -108,17 +117,34 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-_limiters: dict[str, AdaptiveLimiter] = {}
+_limiters: dict[str, Limiter] = {}
 _limiters_lock = threading.Lock()
 
 
-def limiter_for(key: str) -> AdaptiveLimiter:
+def _own_limiter(key: str) -> Limiter:
+    return AdaptiveLimiter()
+
+
+_make_limiter: Callable[[str], Limiter] = _own_limiter
+
+
+def limiter_for(key: str) -> Limiter:
     """The process's one limiter for ``key`` (provider, base URL and model)."""
     with _limiters_lock:
         found = _limiters.get(key)
         if found is None:
-            found = _limiters[key] = AdaptiveLimiter()
+            found = _limiters[key] = _make_limiter(key)
         return found
+
+
+def use_limiters(make: Callable[[str], Limiter] | None) -> None:
+    """Where this process's limiters come from from now on: ``make(key)``, or (None) one
+    :class:`AdaptiveLimiter` per key in this process. A cluster's worker uses limiters shared by the whole
+    cluster (``agenteval.run._ray``), so that every worker backs off together when a model says 429."""
+    global _make_limiter
+    with _limiters_lock:
+        _limiters.clear()
+        _make_limiter = make or _own_limiter
 
 
 _waiting = 0

@@ -27,7 +27,7 @@ from ..errors import AgentevalError
 from ..run._failures import RATE_LIMITED, RETRIED, StreamEndedEarly, provider_error
 from . import _anthropic, _openai
 from ._cache import ResponseCache
-from ._limiter import AdaptiveLimiter, limiter_for, waiting
+from ._limiter import Limiter, limiter_for, waiting
 from ._names import ModelName, effective_base_url, parse_model_name, recordable_url
 from ._request import Message, ModelRequest
 from ._retry import Retry, RetryPolicy
@@ -90,7 +90,7 @@ class Model:
         retry: RetryPolicy | None = None,
         stream: bool = False,
         cache: ResponseCache | str | os.PathLike[str] | None = None,
-        limiter: AdaptiveLimiter | None = None,
+        limiter: Limiter | None = None,
         params: dict[str, Any] | None = None,
     ) -> None:
         self.name = parse_model_name(name)

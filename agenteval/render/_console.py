@@ -134,6 +134,19 @@ def run_summary(summary: Summary) -> str:
         lines.append(
             f"  not run: {not_run} case(s) with a simulated user (--skip-simulated; --simulate-users runs them)"
         )
+    tasks = summary.this_run.get("ray_tasks")
+    if tasks:
+        lines.append(
+            f"ray: {tasks} tasks on {summary.this_run.get('ray_worker_processes', 0)} worker processes, "
+            f"{summary.this_run.get('ray_nodes', 0)} nodes"
+        )
+    for model, limiter in summary.limits.items():
+        limits = limiter.get("limits", [])
+        if len(limits) > 1:  # it moved: 429s lowered the cluster's concurrency
+            lines.append(
+                f"  {visible(model)}: the cluster's concurrency went {' → '.join(map(str, limits[:8]))}"
+                f"{' …' if len(limits) > 8 else ''} (one limiter for {limiter.get('callers', 0)} worker processes)"
+            )
     if summary.otlp is not None:
         lines.append(f"OTLP: {summary.otlp.spans_sent} spans sent, {summary.otlp.spans_failed} failed")
     if summary.shards:

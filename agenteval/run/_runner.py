@@ -49,6 +49,7 @@ from ..store._lease import Lease, experiment_lease
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
+from ._executors import Executor, LocalExecutor, RunRecipe, executor_for
 from ._export import OTLPForwarder, judged_root, outcome_attributes
 from ._failures import register_plugins
 from ._models import RunModels, check_agent_and_model, own_agent
@@ -106,6 +107,8 @@ async def evaluate_async(
     cache: bool | str | Path | None = None,
     shard: str | None = None,
     experiment_id: str | None = None,
+    executor: str | None = None,
+    ray_address: str | None = None,
 ) -> ex.Experiment:
     """Run ``agent`` over ``dataset`` and return the experiment (id, status, summary).
 
@@ -133,6 +136,11 @@ async def evaluate_async(
     by a hash of their ids), all shards writing one experiment whose id is ``experiment_id`` or derived from
     ``name``; resume one shard with ``resume=ID, shard="K/N"``. ``experiment_id`` also names a run that is not
     sharded.
+
+    ``executor`` chooses how the trials run: ``"local"`` (the default) on this process's event loop, ``"ray"`` as
+    tasks on the Ray cluster at ``ray_address`` (or ``$RAY_ADDRESS``, or a local one started for the run), each
+    writing its trials' spans and scores straight to the store, which must be one every node reaches (see
+    :mod:`agenteval.run._ray`). ``concurrency`` is then per task.
 
     What it sets up in the process: when no OpenTelemetry SDK TracerProvider is installed, it installs one
     as the global provider (service name ``$OTEL_SERVICE_NAME`` or ``agenteval``), since the agent's spans
@@ -178,6 +186,7 @@ async def evaluate_async(
     urls = {"model": base_url, "judge": judge_base_url, "simulator": simulator_base_url}
     # Plugins that cannot be loaded are said before anything is written.
     register_plugins()
+    chosen_executor = executor_for(executor, ray_address)
     run = _Run.prepare(
         target,
         agent,
@@ -192,6 +201,7 @@ async def evaluate_async(
         progress,
         urls,
         None if experiment_id is None else checked_experiment_id(experiment_id),
+        chosen_executor,
     )
     try:
         with run.lease:
@@ -302,6 +312,11 @@ class _Run:
     """A second signal came: the run stops at once (after saving what finished) and says how to resume."""
     winding_down: bool = False
     """The trials are over and what finished is being saved: a second signal waits for that to end."""
+    executor: Executor = dataclasses.field(default_factory=LocalExecutor)
+    limits: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """A cluster's shared model limiters at the end of the run (see ``agenteval.models._ray_limiter``)."""
+    recipe: RunRecipe | None = None
+    """How a worker elsewhere makes this run again (set by :meth:`prepare`)."""
 
     @classmethod
     def prepare(
@@ -319,6 +334,7 @@ class _Run:
         progress: str,
         urls: dict[str, str | None],
         experiment_id: str | None = None,
+        executor: Executor | None = None,
     ) -> _Run:
         """Check everything and plan the trials (see :mod:`._plan`), then take the experiment's lease and,
         for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
@@ -395,11 +411,63 @@ class _Run:
                 store, experiment, agent, plans, options, engine, user_simulator, Progress.create(progress), lease
             )
             run.models, run.skipped = models, skipped
+            run.executor = executor or LocalExecutor()
+            run.recipe = RunRecipe(
+                str(store.root),
+                experiment,
+                options,
+                agent_spec,
+                [*options.scorers, *scorers] if previous else scorers,
+                urls,
+                user_simulator if user_simulator is not models.simulator else None,
+                run.pass_id,
+                dataset if options.model else None,
+            )
             on_failure.pop_all()
             return run
 
-    async def execute(self) -> ex.Experiment:
-        ex.save(self.store, self.experiment)
+    @classmethod
+    def for_worker(cls, recipe: RunRecipe, plans: list[TrialPlan]) -> _Run:
+        """The run again, in a cluster's worker, around ``plans``: the agent, models and scorers loaded here,
+        the experiment and options as the driver decided them. Nothing is checked again but the agent's version
+        (a worker with another copy of the agent's file would mix two agents in one experiment)."""
+        store = Store(recipe.store)
+        options = recipe.options
+        register_plugins()
+        experiment = recipe.experiment
+        # The reference agent's tools read the whole dataset (shipped with the recipe); nothing else needs more
+        # than the task's own cases.
+        dataset = recipe.dataset or Dataset(
+            experiment.dataset_name, options.dataset, experiment.dataset_hash, [plan.case for plan in plans]
+        )
+        models = RunModels.build(options, dataset, recipe.urls, store.root)
+        agent = models.agent if models.agent is not None else own_agent(recipe.agent, options)
+        if agent.version != recipe.experiment.version:
+            agent.release()
+            raise RunRefused(
+                f"the agent {agent.spec} on this worker is version {agent.version}, the run's is "
+                f"{recipe.experiment.version}: every node must have the same agent"
+            )
+        loaded = load_scorers(recipe.scorers)
+        engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded)
+        eid = recipe.experiment.experiment_id
+        run = cls(
+            store,
+            recipe.experiment,
+            agent,
+            plans,
+            options,
+            engine,
+            recipe.user_simulator or models.simulator,
+            Progress.create("none"),
+            experiment_lease(store.root, eid),  # never taken: the driver holds the run's lease
+        )
+        run.models, run.pass_id = models, recipe.pass_id
+        return run
+
+    def _open(self, keep_trials: bool = False) -> tuple[TrialCollector, TrialRunner]:
+        """The parts that run, collect and save trials: the collector on the SDK provider, the OTLP export, the
+        store's writers (``keep_trials``: trial rows kept for a driver, see :class:`StoreSink`), the runner."""
         provider = sdk_provider()
         collector = self.collector = collector_for(provider)
         # The run's spans also go to the OTLP backend the standard variables name, sent by the run itself once
@@ -407,7 +475,7 @@ class _Run:
         otlp = otlp_exporter_from_env()
         self.otlp = OTLPForwarder(otlp) if otlp is not None else None
         collector.open(self.experiment.experiment_id, self.store.root)
-        self.sink = StoreSink(self.store)
+        self.sink = StoreSink(self.store, keep_trials)
         runner = TrialRunner(
             self.agent,
             self.experiment.experiment_id,
@@ -417,6 +485,53 @@ class _Run:
             user_simulator=self.user_simulator,
             on_rate_limit=self.progress.waiting,
         )
+        return collector, runner
+
+    async def run_trials(self, runner: TrialRunner) -> None:
+        """Run :attr:`plans` on this event loop, ``concurrency`` at a time, scoring and saving as they finish."""
+        await run_all(
+            self.plans,
+            runner.run,
+            self.pending,
+            self._save_finished,
+            self.stop,
+            self.options.concurrency,
+            self._say_loop_blocked,
+        )
+
+    async def run_chunk(self) -> tuple[list[dict[str, Any]], int]:
+        """In a cluster's worker: run :attr:`plans`, publish their spans and scores, and return their trial rows
+        (for the driver to publish: its writing them is their commit) and the model calls the cache answered."""
+        collector, runner = self._open(keep_trials=True)
+        try:
+            await self.run_trials(runner)
+        finally:
+            runner.close()
+            unsaved = await self._close(collector)
+            await self._close_models()
+        if unsaved is not None:
+            raise unsaved
+        assert self.sink is not None
+        return self.sink.kept, self.counts["cache_hits"]
+
+    def commit(self, rows: list[dict[str, Any]], cache_hits: int) -> None:
+        """Trial rows a worker ran, scored and whose spans and scores it published: counted and handed to the
+        trials writer (published at the next flush)."""
+        assert self.sink is not None
+        self.counts["cache_hits"] += cache_hits
+        for row in rows:
+            self._count(row["outcome"], bool(row["infrastructure"]))
+        self.sink.add(None, JUDGEMENT_SCHEMA.empty_table(), rows)
+
+    def _count(self, outcome: str, infrastructure: bool) -> None:
+        self.counts[outcome] += 1
+        if infrastructure:
+            self.counts["infrastructure"] += 1
+        self.progress.advance(outcome, infrastructure)
+
+    async def execute(self) -> ex.Experiment:
+        ex.save(self.store, self.experiment)
+        collector, runner = self._open()
         self.progress.start(len(self.plans), self.experiment.experiment_id)
         if self.skipped:
             self.progress.note(
@@ -433,15 +548,7 @@ class _Run:
         failure: BaseException | None = None
         with self._signals(), _long_lived_objects_frozen():
             try:
-                await run_all(
-                    self.plans,
-                    runner.run,
-                    self.pending,
-                    self._save_finished,
-                    self.stop,
-                    self.options.concurrency,
-                    self._say_loop_blocked,
-                )
+                await self.executor.run(self, runner)
             except asyncio.CancelledError:  # stopped at once: what finished can resume
                 status = ex.INTERRUPTED
                 if not self.stopping_now:
@@ -549,12 +656,9 @@ class _Run:
         for result in results:
             outcome = outcomes[result.plan.trial_id]
             trial_rows.append(self._trial_row(result, outcome))
-            self.counts[outcome] += 1
             if result.cache_hits:
                 self.counts["cache_hits"] += result.cache_hits
-            if result.failure and result.failure.infrastructure:
-                self.counts["infrastructure"] += 1
-            self.progress.advance(outcome, bool(result.failure and result.failure.infrastructure))
+            self._count(outcome, bool(result.failure and result.failure.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         self.sink.add(spans_batch, scores, trial_rows)
         if self.otlp is not None:
@@ -723,6 +827,7 @@ class _Run:
             report=f"agenteval report {self.experiment.experiment_id}",
             resume=self._resume_command() if self.experiment.status == ex.INTERRUPTED else None,
             otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
+            limits=self.limits,
             **self._shards_now(),
         )
 

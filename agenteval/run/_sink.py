@@ -24,14 +24,19 @@ _INT64 = range(-(2**63), 2**63)
 
 
 class StoreSink:
-    """The span, score and trial writers of one store for one run."""
+    """The span, score and trial writers of one store for one run.
 
-    def __init__(self, store: Store) -> None:
+    ``keep_trials``: trial rows are kept in :attr:`kept` instead of written. A cluster's worker publishes its
+    trials' spans and scores itself and hands the rows to the driver, whose writing them is the trials' commit
+    (see ``agenteval.run._ray``)."""
+
+    def __init__(self, store: Store, keep_trials: bool = False) -> None:
         # Writers, not the span exporter: the exporter logs write errors (as an SDK exporter must), a run
         # has to stop on them, and record why.
         self.spans = store.writer("spans", flush_interval=NEVER)
         self.scores = store.writer("scores", flush_interval=NEVER)
-        self.trials = store.writer("trials", flush_interval=NEVER)
+        self.trials = None if keep_trials else store.writer("trials", flush_interval=NEVER)
+        self.kept: list[dict[str, Any]] = []
 
     def add(self, spans: pa.RecordBatch | None, scores: pa.Table, trial_rows: list[dict[str, Any]]) -> None:
         """Hand over a micro-batch: the trials' spans, their scores, and their rows (published by :meth:`flush`)."""
@@ -39,7 +44,11 @@ class StoreSink:
             self.spans.append(spans)
         for batch in scores.to_batches():
             self.scores.append(batch)
-        if trial_rows:
+        if not trial_rows:
+            return
+        if self.trials is None:
+            self.kept.extend(trial_rows)
+        else:
             self.trials.append(trial_batch(trial_rows))
 
     def flush(self) -> None:
@@ -47,13 +56,15 @@ class StoreSink:
         storage error (the rows are kept for the next try)."""
         self.spans.flush()
         self.scores.flush()
-        self.trials.flush()
+        if self.trials is not None:
+            self.trials.flush()
 
     def close(self, before: Callable[[], None] = lambda: None) -> OSError | None:
         """Run ``before`` (the last micro-batch), flush and close every writer: each step is tried, so one
         that fails (a full disk) leaves the others to save what they can. Returns the first storage error."""
         first: OSError | None = None
-        for step in (before, self.flush, self.spans.close, self.scores.close, self.trials.close):
+        closing = (self.spans.close, self.scores.close) + ((self.trials.close,) if self.trials is not None else ())
+        for step in (before, self.flush, *closing):
             try:
                 step()
             except OSError as exc:

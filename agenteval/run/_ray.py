@@ -1,0 +1,275 @@
+"""``--executor ray``: a run's trials as tasks on a Ray cluster, each writing straight to the shared store.
+
+The driver (the process that ran ``agenteval run``) plans the run, holds its lease and records its status as a
+local run does; it cuts the planned trials into chunks and submits each as a Ray task. A task makes the run again
+in its worker (``_Run.for_worker``), gives its trials fresh ids, runs them ``concurrency`` at a time, scores them,
+and publishes their spans and scores to the store itself, through writers of its own (file names are unique, so
+workers never collide). It returns its trial rows, and the driver publishes them: a trial row is the trial's
+commit, and only the driver writes them.
+
+Exactly once, as ``--resume`` has it: a task lost with its worker or node is run again by Ray (``max_retries``);
+what the lost attempt published has no trial row (the row was still to come), so it is as invisible as the spans
+of a trial a killed local run never finished, and the retry's trials carry new ids. Ray hands the driver one
+result per task however often it ran, and the driver keeps at most one row per (case, attempt), the key resume
+reads, dropping any other deterministically (the first committed stays). A driver that dies leaves the run as a
+killed local run does: ``--resume`` (with either executor) runs what has no row.
+
+Rate limits are shared: one :class:`agenteval.models._ray_limiter.LimiterHost` actor per run holds one AIMD
+limiter per model for the whole cluster. Progress moves on the driver as tasks finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import socket
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AgentevalError, UsageError
+from ..render._text_safety import visible
+from ._plan import trial_id
+from ._scheduler import TICK_SECONDS
+from ._trial import TrialPlan
+
+if TYPE_CHECKING:
+    from ._executors import RunRecipe
+    from ._runner import _Run
+    from ._trial import TrialRunner
+
+NAMESPACE = "agenteval"
+"""The Ray namespace of the driver and its limiter actor."""
+MAX_RETRIES = 3
+"""How often Ray runs a task again whose worker process or node was lost."""
+CHUNKS_PER_CPU = 4
+"""Tasks per CPU of the cluster: enough for a lost node to cost little and for fast nodes to take more."""
+MAX_CHUNK = 1000
+LIMITS_TIMEOUT = 10.0
+"""Seconds the driver waits for the limiter actor's figures at the end of the run."""
+"""The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
+
+
+class ClusterFailed(AgentevalError):
+    """A task failed on the cluster for good: its own error, or its worker lost more often than Ray retries."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or an error naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(
+            "--executor ray needs Ray: pip install 'agenteval[ray]' (on the driver and on every node)"
+        ) from None
+    return ray
+
+
+def chunks(plans: Sequence[TrialPlan], cpus: int, concurrency: int) -> list[list[TrialPlan]]:
+    """The trials cut into tasks: about :data:`CHUNKS_PER_CPU` per CPU, each at least ``concurrency`` trials
+    (a task runs that many at once) and at most :data:`MAX_CHUNK`. A case's attempts stay in one task, in order,
+    as they run in a local run (an agent that remembers what it was asked, like the mock, answers alike)."""
+    size = max(concurrency, min(MAX_CHUNK, math.ceil(len(plans) / (max(cpus, 1) * CHUNKS_PER_CPU))))
+    out: list[list[TrialPlan]] = [[]]
+    for case_plans in _by_case(plans):
+        if out[-1] and len(out[-1]) + len(case_plans) > size:
+            out.append([])
+        out[-1].extend(case_plans)
+    return [chunk for chunk in out if chunk]
+
+
+def _by_case(plans: Sequence[TrialPlan]) -> list[list[TrialPlan]]:
+    groups: dict[str, list[TrialPlan]] = {}
+    for plan in plans:
+        groups.setdefault(plan.case.id, []).append(plan)
+    return list(groups.values())
+
+
+@dataclasses.dataclass
+class ChunkDone:
+    """What a task hands back: its trials' rows (to publish), the model calls its cache answered, where it ran."""
+
+    rows: list[dict[str, Any]]
+    cache_hits: int
+    worker: str
+    node: str
+
+
+def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
+    """The Ray task: run ``plans`` in this worker, publish their spans and scores, return their rows."""
+    import ray
+
+    from ..models._limiter import use_limiters
+    from ..models._ray_limiter import ClusterLimiter
+    from ._runner import _Run
+
+    if recipe.limiters is not None:
+        host = ray.get_actor(recipe.limiters, namespace=NAMESPACE)
+        use_limiters(lambda key: ClusterLimiter(host, key))
+    # New ids for every try of the task: spans an earlier, lost try published never join this one's.
+    fresh = [dataclasses.replace(plan, trial_id=trial_id()) for plan in plans]
+    with _working_folder(recipe.cwd):
+        run = _Run.for_worker(recipe, fresh)
+        try:
+            rows, cache_hits = asyncio.run(run.run_chunk())
+        finally:
+            run.agent.release()
+            use_limiters(None)
+    node = ray.get_runtime_context().get_node_id()
+    return ChunkDone(rows, cache_hits, f"{socket.gethostname()}:{os.getpid()}", node)
+
+
+@contextlib.contextmanager
+def _working_folder(path: str) -> Iterator[None]:
+    """Run in ``path`` when this node has it; stay where the worker is otherwise."""
+    before = os.getcwd()
+    try:
+        os.chdir(path)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@contextlib.contextmanager
+def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
+    """The cluster's messages to the driver (a task failed and will be retried, a node died) shown as the run's
+    notes, one line each and made safe for a terminal, instead of printed raw on standard output, where they
+    would land in the middle of ``--json``. Ray prints them from a thread through ``print_to_stdstream``."""
+    from ray._private import worker
+
+    loop = asyncio.get_running_loop()
+    printing = getattr(worker, "print_to_stdstream", None)
+
+    def to_notes(data: dict[str, Any], ignore_prefix: bool) -> None:
+        for line in data.get("lines", []):
+            first = ANSI.sub("", str(line)).strip().splitlines()[:1]
+            if first:
+                loop.call_soon_threadsafe(note, "ray: " + visible(first[0]))
+
+    if printing is None:  # a Ray that prints otherwise: its messages keep their own way
+        yield
+        return
+    worker.print_to_stdstream = to_notes
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = printing
+
+
+def _result(finished: asyncio.Future[Any], run: _Run) -> ChunkDone:
+    """A task's result; a task that failed for good fails the run, saying how to run the rest."""
+    try:
+        result: ChunkDone = finished.result()
+    except AgentevalError:  # the task's own, such as an agent of another version on its node
+        raise
+    except Exception as exc:
+        first = visible(ANSI.sub("", str(exc)).strip().splitlines()[0] if str(exc).strip() else "")
+        raise ClusterFailed(
+            f"a task of the run failed on the Ray cluster ({type(exc).__name__}: {first}). The trials committed "
+            f"so far are kept; run `{run._resume_command()}` to run the rest"
+        ) from exc
+    return result
+
+
+class RayExecutor:
+    """Trials as Ray tasks on the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local cluster)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+        self.ray = require_ray()  # said before anything is written
+
+    async def run(self, run: _Run, runner: TrialRunner) -> None:
+        ray = self.ray
+        connected_here = not ray.is_initialized()
+        if connected_here:
+            ray.init(
+                address=self.address or os.environ.get("RAY_ADDRESS"),
+                namespace=NAMESPACE,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        try:
+            with _cluster_messages_to(run.progress.note):
+                await self._run(run)
+        finally:
+            if connected_here:
+                ray.shutdown()
+
+    async def _run(self, run: _Run) -> None:
+        ray = self.ray
+        assert run.recipe is not None and run.sink is not None
+        if not run.plans:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ..models._ray_limiter import LimiterHost
+
+        name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
+        # Owned by the driver, so it ends with the run (or the driver); on the driver's node where it can be, so
+        # a lost worker node does not take it along; restarted (its limits afresh) should its process die.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        host = (
+            ray.remote(LimiterHost)
+            .options(
+                name=name,
+                namespace=NAMESPACE,
+                num_cpus=0,
+                scheduling_strategy=here,
+                max_restarts=-1,
+                max_task_retries=-1,
+            )
+            .remote()
+        )
+        recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
+        task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        pending: dict[asyncio.Future[Any], Any] = {}
+        for chunk in chunks(run.plans, cpus, run.options.concurrency):
+            ref = task.remote(recipe, chunk)
+            pending[asyncio.wrap_future(ref.future())] = ref
+        tasks = len(pending)
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
+        committed: set[tuple[str, int]] = set()
+        workers: set[str] = set()
+        nodes: set[str] = set()
+        try:
+            while pending:
+                done, _ = await asyncio.wait({*pending, stopper}, timeout=TICK_SECONDS, return_when="FIRST_COMPLETED")
+                for finished in done - {stopper}:
+                    del pending[finished]
+                    result = _result(finished, run)
+                    rows = [row for row in result.rows if (row["case_id"], row["attempt"]) not in committed]
+                    committed.update((row["case_id"], row["attempt"]) for row in rows)
+                    run.commit(rows, result.cache_hits)
+                    workers.add(result.worker)
+                    nodes.add(result.node)
+                run.sink.flush()
+                if stopper.done():  # the unfinished tasks' trials have no row: --resume runs them
+                    break
+        finally:
+            stopper.cancel()
+            for ref in pending.values():
+                ray.cancel(ref, force=True)
+            for finished in pending:
+                finished.cancel()
+            # The figures are for the summary: their loss must not hide why the run ended.
+            with contextlib.suppress(Exception):
+                run.limits.update(ray.get(host.limits.remote(), timeout=LIMITS_TIMEOUT))
+            ray.kill(host)
+        run.counts["ray_tasks"] = tasks
+        run.counts["ray_worker_processes"] = len(workers)
+        run.counts["ray_nodes"] = len(nodes)

@@ -1,0 +1,187 @@
+"""A real Ray cluster on this machine for the tests and benchmarks, reachable on loopback only.
+
+Ray binds its servers to every address (``*``) and advertises the machine's outward one whatever
+``--node-ip-address`` says, so the cluster runs inside a network namespace of its own whose only interface is
+loopback (``unshare --net``; root, as on the project's machines and CI): a head node, worker nodes added with
+:meth:`LoopbackRayCluster.add_node`, and the driver (``agenteval run --executor ray``) started in the same
+namespace with :meth:`LoopbackRayCluster.popen`. Nothing it opens can be reached from outside the namespace, and
+:meth:`LoopbackRayCluster.listeners` shows what listens there. Every process of the namespace is ended by
+:meth:`LoopbackRayCluster.stop` (they are this cluster's and nobody else's).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+BIN = Path(sys.executable).parent
+PORT = 6379
+"""The head's port, inside the namespace: no other process can hold it there."""
+ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # A node that stops answering is declared dead after about 3 s instead of 30 s: its tasks are retried sooner.
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "1000",
+}
+
+
+class LoopbackRayCluster:
+    """A head node (``head_cpus`` CPUs for tasks) in a loopback-only network namespace."""
+
+    def __init__(self, head_cpus: int = 1) -> None:
+        self.head_cpus = head_cpus
+        # Short: Ray's unix sockets live under it, and a socket's path is limited to 107 bytes.
+        self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        (self.temp / "auth_token").write_text(secrets.token_hex(32))
+        self.holder: subprocess.Popen[bytes] | None = None
+        self.nodes: dict[int, int] = {}
+        """node manager port -> CPUs, for each worker node added."""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{PORT}"
+
+    @property
+    def netns(self) -> str:
+        assert self.holder is not None
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    def start(self) -> LoopbackRayCluster:
+        if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+            raise RuntimeError("the Ray tests need unshare and nsenter (util-linux)")
+        # The namespace lives as long as this process: every node and driver joins it with nsenter.
+        self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 86400"])
+        deadline = time.monotonic() + 10
+        while "127.0.0.1" not in self.run(["ip", "-o", "addr"]).stdout:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the network namespace's loopback did not come up")
+            time.sleep(0.05)
+        self._ray("start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}")
+        return self
+
+    def add_node(self, cpus: int, node_manager_port: int) -> None:
+        """A worker node (a raylet and its worker processes) with ``cpus`` CPUs for tasks."""
+        self._ray(
+            "start", f"--address={self.address}", f"--num-cpus={cpus}", f"--node-manager-port={node_manager_port}"
+        )
+        self.nodes[node_manager_port] = cpus
+
+    def busy_workers(self, node_manager_port: int, task: str) -> int:
+        """How many of a worker node's worker processes are running ``task`` (Ray titles them ``ray::TASK``)."""
+        raylets = [p for p in self.processes() if f"--node_manager_port={node_manager_port}" in _cmdline(p)]
+        return sum(_cmdline(c).startswith(f"ray::{task}") for r in raylets for c in _children(r))
+
+    def kill_node(self, node_manager_port: int) -> int:
+        """SIGKILL a worker node's raylet and every process under it (its workers); how many were killed."""
+        raylet = [p for p in self.processes() if f"--node_manager_port={node_manager_port}" in _cmdline(p)]
+        victims = [p for r in raylet for p in [r, *_children(r, recursive=True)]]
+        for process in victims:
+            try:
+                process.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        self.nodes.pop(node_manager_port, None)
+        return len(victims)
+
+    @property
+    def env(self) -> dict[str, str]:
+        # Token authentication on, with a token of this cluster's own: Ray turns it on by itself when it finds a
+        # token (~/.ray/auth_token, which a local ray.init may have written), and then refuses nodes without it.
+        return {**os.environ, **ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.temp / "auth_token")}
+
+    def popen(self, command: list[str], **options: object) -> subprocess.Popen[str]:
+        """``command`` started inside the cluster's namespace (a driver, a loopback server)."""
+        env = {**self.env, **dict(options.pop("env", {}) or {})}  # type: ignore[call-overload]
+        return subprocess.Popen(["nsenter", f"--net={self.netns}", *command], env=env, text=True, **options)  # type: ignore[call-overload]
+
+    def run(self, command: list[str], timeout: float = 300, **options: object) -> subprocess.CompletedProcess[str]:
+        env = self.env
+        return subprocess.run(
+            ["nsenter", f"--net={self.netns}", *command],
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+            **options,  # type: ignore[arg-type]
+        )
+
+    def _ray(self, *args: str) -> None:
+        head = ["--include-dashboard=false"] if "--head" in args else []
+        # Every node in the cluster's own temporary folder: a node without one reads /tmp/ray, where another
+        # cluster's session (and its authentication token) may be.
+        common = [f"--temp-dir={self.temp}", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        done = self.run([str(BIN / "ray"), *args, *head, *common])
+        if done.returncode != 0:
+            raise RuntimeError(f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process in the cluster's namespace but its holder."""
+        assert self.holder is not None
+        inode = os.stat(self.netns).st_ino
+        found = []
+        for process in psutil.process_iter():
+            if process.pid == self.holder.pid:
+                continue
+            try:
+                if os.stat(f"/proc/{process.pid}/ns/net").st_ino == inode:
+                    found.append(process)
+            except OSError:
+                continue
+        return found
+
+    def listeners(self) -> list[str]:
+        """The local addresses of the namespace's listening TCP sockets (``ss -ltn``)."""
+        out = self.run(["ss", "-ltnH"]).stdout
+        return [line.split()[3] for line in out.splitlines() if line.strip()]
+
+    def addresses(self) -> list[str]:
+        """The namespace's interface addresses (``ip -o addr``): loopback's only."""
+        out = self.run(["ip", "-o", "addr"]).stdout
+        return [line.split()[3] for line in out.splitlines() if line.strip()]
+
+    def stop(self) -> None:
+        if self.holder is None:
+            return
+        for process in self.processes():
+            try:
+                process.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        self.holder.kill()
+        self.holder.wait()
+        self.holder = None
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+    def __enter__(self) -> LoopbackRayCluster:
+        try:
+            return self.start()
+        except BaseException:  # a head that half started is stopped too
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _children(process: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+    try:
+        return process.children(recursive=recursive)
+    except psutil.Error:
+        return []

@@ -1,0 +1,225 @@
+"""``--executor ray`` on a real Ray cluster: a head and worker nodes on this machine, in a network namespace whose
+only interface is loopback (tests/ray_cluster.py). Every trial exactly once and the same figures as a local run;
+a worker node killed mid-run and the run still complete with every trial once; one rate limiter per model for the
+whole cluster. One cluster serves the module (starting one takes seconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ray_cluster import BIN, LoopbackRayCluster
+from waiting import wait_until
+
+from agenteval.dataset import load_dataset
+from agenteval.errors import UsageError
+from agenteval.run import evaluate
+from agenteval.run._plan import new_trials
+from agenteval.run._ray import MAX_CHUNK, chunks
+from agenteval.store import Store
+
+NODE_A, NODE_B = 6401, 6402
+"""Worker nodes' node-manager ports: how a node's raylet is found to be killed."""
+MOCK = ["--dataset", "arithmetic", "--agent", "mock"]
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LoopbackRayCluster(head_cpus=1) as started:
+        started.add_node(2, NODE_A)
+        yield started
+
+
+def agenteval_run(store: Path, *args: str) -> list[str]:
+    return [str(BIN / "agenteval"), "run", "--store", str(store), "--json", *args]
+
+
+def start_driver(cluster: LoopbackRayCluster, store: Path, *args: str, **options) -> subprocess.Popen:
+    """``agenteval run ... --executor ray`` in the cluster's namespace."""
+    command = agenteval_run(store, *args, "--executor", "ray", "--ray-address", cluster.address)
+    return cluster.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+
+
+def finished(child: subprocess.Popen, timeout: float = 300) -> dict:
+    out, err = child.communicate(timeout=timeout)
+    assert child.returncode == 0, out + err
+    return json.loads(out)
+
+
+def trial_keys(store: Path, experiment_id: str) -> dict[tuple[str, int], int]:
+    rows = Store(store).rows(
+        "SELECT case_id, attempt, count(*) AS n FROM trials WHERE experiment_id = ? GROUP BY ALL", [experiment_id]
+    )
+    return {(row["case_id"], row["attempt"]): row["n"] for row in rows}
+
+
+def the_same_figures(summary: dict) -> dict:
+    names = ("trials", "passed", "wrong", "failed", "failures_by_type", "pass_rate", "pass_rate_ci95", "cases")
+    usage = ("input_tokens", "output_tokens", "cost_usd")
+    return {name: summary[name] for name in (*names, *usage)}
+
+
+def loopback_only(cluster: LoopbackRayCluster) -> None:
+    """The namespace has loopback only, and nothing listens on any other address."""
+    assert sorted(cluster.addresses()) == ["127.0.0.1/8", "::1/128"]
+    listening = cluster.listeners()
+    assert listening, "the cluster listens on nothing?"
+    loopback = ("127.", "[::1]", "[::ffff:127.", "*:", "0.0.0.0:", "[::]:")  # wildcards reach loopback only here
+    assert [address for address in listening if not address.startswith(loopback)] == []
+    assert os.stat(cluster.netns).st_ino != os.stat("/proc/self/ns/net").st_ino
+
+
+@pytest.mark.heavy
+def test_every_trial_once_and_the_figures_of_a_local_run(cluster, tmp_path):
+    loopback_only(cluster)
+    options = [*MOCK, "--cases", "60", "--agent-option", "wrong_rate=0.2", "--agent-option", "fail_rate=0.1"]
+    spread = finished(start_driver(cluster, tmp_path / "ray", *options))
+    local = json.loads(
+        subprocess.run(agenteval_run(tmp_path / "local", *options), capture_output=True, text=True, check=True).stdout
+    )
+    keys = trial_keys(tmp_path / "ray", spread["experiment_id"])
+    assert len(keys) == 60 * 3 and set(keys.values()) == {1}
+    assert spread["status"] == "completed" and spread["this_run"]["trials"] == 180
+    assert the_same_figures(spread) == the_same_figures(local)
+    assert spread["this_run"]["ray_worker_processes"] >= 2  # spread over the nodes' workers, not one process
+    # Count in, count out: every trial's spans and scores reached the store, as many as a local run writes,
+    # all in the run's one scoring pass.
+    per_store = {}
+    for name in ("ray", "local"):
+        (row,) = Store(tmp_path / name).rows(
+            "SELECT (SELECT count(*) FROM spans s WHERE s.trial_id IN (SELECT trial_id FROM trials)) AS spans,"
+            " (SELECT count(*) FROM scores) AS scores, (SELECT count(DISTINCT pass_id) FROM scores) AS passes"
+        )
+        per_store[name] = row
+    assert per_store["ray"] == per_store["local"] and per_store["ray"]["passes"] == 1
+
+
+@pytest.mark.heavy
+def test_a_worker_node_killed_mid_run_and_every_trial_once(cluster, tmp_path):
+    cluster.add_node(2, NODE_B)
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "150", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.2"]
+    driver = start_driver(cluster, store, *options)
+
+    def busy_on_b() -> bool:
+        return cluster.busy_workers(NODE_B, "run_chunk") > 0 and any((store / "spans").rglob("part-*.parquet"))
+
+    wait_until(busy_on_b, "a task running on node B after trials were saved", timeout=120)
+    loopback_only(cluster)  # with the driver and every node at work
+    assert cluster.kill_node(NODE_B) >= 2  # its raylet and a worker at least
+    summary = finished(driver)
+    keys = trial_keys(store, summary["experiment_id"])
+    assert len(keys) == 150 * 2 and set(keys.values()) == {1}
+    assert summary["status"] == "completed" and summary["trials"] == 300 and summary["this_run"]["trials"] == 300
+
+
+@pytest.mark.heavy
+def test_one_limiter_per_model_for_the_whole_cluster(cluster, tmp_path):
+    server = cluster.popen(
+        [sys.executable, str(HERE / "model_server_process.py"), "120", "0.05"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        port = int(server.stdout.readline())
+        options = ["--dataset", "arithmetic", "--cases", "48", "--attempts", "1", "--concurrency", "8"]
+        model = ["--model", "openai/test-model", "--base-url", f"http://127.0.0.1:{port}/v1"]
+        summary = finished(
+            start_driver(cluster, tmp_path / "store", *options, *model, env={"OPENAI_API_KEY": "test-key"})
+        )
+    finally:
+        seen, _ = server.communicate(timeout=60)
+    served = json.loads(seen.splitlines()[-1])
+    assert served["rate_limited"] == 120
+    (limiter,) = summary["limits"].values()  # one limiter for the one model
+    assert limiter["callers"] >= 2  # the calls of several worker processes went through it
+    assert limiter["limits"][:5] == [32, 16, 8, 4, 2]  # halved once per burst of 429s, cluster-wide
+    keys = trial_keys(tmp_path / "store", summary["experiment_id"])
+    assert len(keys) == 48 and set(keys.values()) == {1}
+
+
+def test_tasks_hold_whole_cases_every_trial_once_within_bounds():
+    plans = new_trials(load_dataset("arithmetic", cases=500).cases, 3)
+    for cpus, concurrency in ((1, 4), (3, 8), (64, 4), (2, 2000)):
+        cut = chunks(plans, cpus, concurrency)
+        assert [plan for chunk in cut for plan in chunk] == plans  # all, once, in order
+        cases = [{plan.case.id for plan in chunk} for chunk in cut]
+        assert sum(map(len, cases)) == 500  # no case split between two tasks
+        assert all(len(chunk) <= max(concurrency, MAX_CHUNK) + 2 for chunk in cut)
+        assert all(len(chunk) >= min(concurrency, len(plans)) - 2 for chunk in cut[:-1])
+
+
+def test_a_ray_address_needs_the_ray_executor_and_executors_are_named(tmp_path):
+    with pytest.raises(UsageError, match="--ray-address goes with --executor ray"):
+        evaluate("mock", "arithmetic", cases=3, store=tmp_path / "s", progress="none", ray_address="127.0.0.1:1")
+    with pytest.raises(UsageError, match="--executor 'spark'"):
+        evaluate("mock", "arithmetic", cases=3, store=tmp_path / "s", progress="none", executor="spark")
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+@pytest.mark.heavy
+def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
+    driver = start_driver(cluster, store, *options)
+    wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    driver.kill()  # SIGKILL: no status recorded, its lease dropped with it, its tasks ended by Ray
+    driver.communicate()
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    assert row["status"] == "running"
+    done = len(trial_keys(store, row["experiment_id"]))
+    assert 0 < done < 200
+    resumed = finished(start_driver(cluster, store, "--resume", row["experiment_id"]))
+    keys = trial_keys(store, row["experiment_id"])
+    assert len(keys) == 200 and set(keys.values()) == {1}
+    assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+@pytest.mark.heavy
+def test_ctrl_c_on_the_driver_stops_the_tasks_and_the_run_resumes(cluster, tmp_path):
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
+    driver = start_driver(cluster, store, *options)
+    wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=120)
+    summary = json.loads(out)
+    assert (
+        summary["status"] == "interrupted" and summary["resume"] == f"agenteval run --resume {summary['experiment_id']}"
+    )
+    done = len(trial_keys(store, summary["experiment_id"]))
+    assert summary["this_run"]["trials"] == done < 200  # what it committed, nothing more
+    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
+    keys = trial_keys(store, summary["experiment_id"])
+    assert len(keys) == 200 and set(keys.values()) == {1}
+    assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+def test_the_cluster_limiter_loses_no_place_to_abandoned_calls():
+    from agenteval.models._limiter import DEFAULT_INITIAL
+    from agenteval.models._ray_limiter import LimiterHost
+
+    async def scenario():
+        host = LimiterHost()
+        for token in range(DEFAULT_INITIAL):  # every place taken
+            assert await host.acquire("m", token, "worker-1") == 0.0
+        waiting = asyncio.ensure_future(host.acquire("m", 100, "worker-2"))
+        await asyncio.sleep(0)
+        await host.abandon(100)  # its trial timed out while it waited
+        assert await waiting == -1.0
+        await host.abandon(0)  # granted, then abandoned: the place comes back
+        assert await host.acquire("m", 101, "worker-2") == 0.0
+        await host.release(101, "throttled")  # a 429 halves the cluster's limit
+        await host.release(101, "ok")  # a token given back twice counts once
+        figures = await host.limits()
+        assert figures == {"m": {"limits": [DEFAULT_INITIAL, DEFAULT_INITIAL // 2], "callers": 2}}
+        assert host._limiters["m"].active == DEFAULT_INITIAL - 1
+
+    asyncio.run(scenario())
