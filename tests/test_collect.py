@@ -81,7 +81,8 @@ def test_collected_traces_read_through_the_views_with_parents_attributes_and_eve
     collector.stop()
     store = Store(collector.store)
     (summary,) = store.rows(
-        "SELECT count(*) AS spans, count(DISTINCT trace_id) AS traces, count(*) FILTER (parent_span_id IS NULL) AS roots, "
+        "SELECT count(*) AS spans, count(DISTINCT trace_id) AS traces, "
+        "count(*) FILTER (parent_span_id IS NULL) AS roots, "
         "sum(input_tokens) AS input_tokens, count(*) FILTER (status_code = 'ERROR') AS errors, "
         "min(service_name) AS service FROM spans"
     )
@@ -93,7 +94,8 @@ def test_collected_traces_read_through_the_views_with_parents_attributes_and_eve
     )
     assert orphans == []
     (chat,) = store.rows(
-        "SELECT kind, operation, provider, request_model, output_tokens, finish_reason, attributes->>'temperature' AS t, "
+        "SELECT kind, operation, provider, request_model, output_tokens, finish_reason, "
+        "attributes->>'temperature' AS t, "
         "attributes->>'streamed' AS streamed FROM spans WHERE name = 'chat gpt-4o-mini' AND input_tokens = 100"
     )
     assert chat == {
