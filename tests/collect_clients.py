@@ -86,3 +86,62 @@ def json_request(spans: Sequence[dict], service: str = "json-client") -> bytes:
             ]
         }
     ).encode()
+
+
+def synthetic_spans(count: int, seed: int, service: str = "load", first: int = 0) -> list[ReadableSpan]:
+    """``count`` SDK spans made directly (no tracer, so a client process spends its time sending, not tracing):
+    traces of 4 spans, ids unique per ``seed``, the attributes of a model call."""
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    resource = Resource({"service.name": service})
+    scope = InstrumentationScope("agenteval_instrumentation")
+    spans = []
+    for n in range(first, first + count):
+        trace_id = (seed << 64) | (n // 4 + 1)
+        span_id = (seed << 40) | (n + 1)
+        root = (seed << 40) | (n - n % 4 + 1)
+        context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(1))
+        parent = None if n % 4 == 0 else SpanContext(trace_id, root, is_remote=False)
+        spans.append(
+            ReadableSpan(
+                name="chat gpt-4o-mini",
+                context=context,
+                parent=parent,
+                resource=resource,
+                attributes={
+                    A.GEN_AI_OPERATION_NAME: "chat",
+                    A.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+                    A.GEN_AI_USAGE_INPUT_TOKENS: n,
+                    "client": seed,
+                },
+                kind=SpanKind.CLIENT,
+                start_time=1_700_000_000_000_000_000 + n,
+                end_time=1_700_000_000_000_000_000 + n + 1_000,
+                instrumentation_scope=scope,
+            )
+        )
+    return spans
+
+
+def send_spans(endpoint: str, count: int, seed: int, protocol: str = "http/protobuf", batch: int = 512) -> list[int]:
+    """Export ``count`` spans in batches with the real OTLP exporter until one export fails; the span ids the
+    collector acknowledged. Runs in a client process."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        exporter: object = GrpcExporter(endpoint=endpoint, insecure=True, timeout=10)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=endpoint, timeout=10)
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    acknowledged: list[int] = []
+    for start in range(0, count, batch):  # made batch by batch: memory stays flat however many are sent
+        chunk = synthetic_spans(min(batch, count - start), seed, first=start)
+        if exporter.export(chunk) != SpanExportResult.SUCCESS:  # type: ignore[attr-defined]
+            break
+        acknowledged += [span.context.span_id for span in chunk]
+    exporter.shutdown()  # type: ignore[attr-defined]
+    return acknowledged

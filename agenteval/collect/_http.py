@@ -72,7 +72,8 @@ class HttpReceiver(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], intake: Intake, token: str | None, max_body_bytes: int) -> None:
         self.intake, self.token, self.max_body_bytes = intake, token, max_body_bytes
         self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
+        self.connections_lock = threading.Condition()
+        self.busy = 0  # requests being answered: close() lets them send their answer
         super().__init__(address, _Handler)
 
     @property
@@ -89,11 +90,13 @@ class HttpReceiver(ThreadingHTTPServer):
             self.connections.discard(request)
         super().shutdown_request(request)
 
-    def close(self) -> None:
-        """Stop accepting, then end the connections still open (idle ones wait for a next request)."""
+    def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let requests in progress send their answer (up to ``grace`` seconds), then end the
+        connections still open (idle ones would wait for a next request)."""
         self.shutdown()
         self.server_close()
         with self.connections_lock:
+            self.connections_lock.wait_for(lambda: self.busy == 0, grace)
             for connection in list(self.connections):
                 try:
                     connection.shutdown(socket.SHUT_RDWR)
@@ -111,6 +114,16 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("agenteval collect: %s " + format, self.address_string(), *args)
 
     def do_POST(self) -> None:
+        with self.server.connections_lock:
+            self.server.busy += 1
+        try:
+            self._post()
+        finally:
+            with self.server.connections_lock:
+                self.server.busy -= 1
+                self.server.connections_lock.notify_all()
+
+    def _post(self) -> None:
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
         self._json = content_type == JSON
         try:
