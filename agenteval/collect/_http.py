@@ -206,7 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _read_chunked(self, limit: int) -> bytes:
-        chunks, total = [], 0
+        chunks: list[bytes] = []
+        total = 0
         while True:
             line = self.rfile.readline(1024).split(b";")[0].strip()
             try:

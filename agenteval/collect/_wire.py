@@ -20,6 +20,7 @@ import struct
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 _PACKAGE = "agenteval.otlp_wire"
@@ -122,11 +123,14 @@ def any_value(raw: bytes) -> Any:
         return raw[1] != 0
     elif tag == _DOUBLE_TAG and size == 9:
         return _DOUBLE.unpack_from(raw, 1)[0]
-    return _message_value(AnyValue.FromString(raw))
+    try:
+        return _message_value(AnyValue.FromString(raw))
+    except DecodeError as exc:  # not a ValueError: callers catch ValueError for any value that is not one
+        raise ValueError(f"an attribute value is not an OTLP AnyValue ({exc})") from None
 
 
 def _message_value(value: AnyValue) -> Any:
-    """The general case, through the generated class (DecodeError is a ValueError)."""
+    """The general case, through the generated class."""
     kind = value.WhichOneof("value")
     if kind is None:
         return None

@@ -218,10 +218,9 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
         return _empty_batch()
     fields = _span_fields(spans)
     contexts = fields["context"]
-    ends: Sequence[int | None]
     starts, ends = fields["start_time"], fields["end_time"]
     if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
-        ends = [start if end is None else end for start, end in zip(starts, ends, strict=True)]
+        ends = tuple(start if end is None else end for start, end in zip(starts, ends, strict=True))
     resources, service_names = _resource_columns(fields["resource"])
     return columns_to_batch(
         trace_ids=_hex_column(list(map(itemgetter(0), contexts)), 16),
