@@ -117,7 +117,7 @@ def grpc_client(target: str, body: bytes, requests: int, start: multiprocessing.
                     time.sleep(1)
 
 
-def run_once(protocol: str, body: bytes, spans: int, clients: int) -> tuple[float, float, int]:
+def run_once(protocol: str, body: bytes, spans: int, clients: int, warm_up: float) -> tuple[float, float, int]:
     """Seconds from the first request to the last span published, the collector's CPU seconds (its process:
     the clients are others), and the requests it refused as busy."""
     store = Path(tempfile.mkdtemp())
@@ -134,7 +134,7 @@ def run_once(protocol: str, body: bytes, spans: int, clients: int) -> tuple[floa
         processes = [context.Process(target=client, args=(target, body, requests, start)) for _ in range(clients)]
         for process in processes:
             process.start()
-        time.sleep(1.0)  # the clients connect and wait at the start line (not timed)
+        time.sleep(warm_up)  # the clients start, connect and wait at the start line (not timed)
         began, cpu = time.perf_counter(), time.process_time()
         start.set()
         for process in processes:
@@ -157,11 +157,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
+    parser.add_argument("--warm-up", type=float, default=1.0, help="seconds for the clients to start (not timed)")
     options = parser.parse_args()
     body = request_body()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
     for protocol in options.protocols:
-        runs = [run_once(protocol, body, spans, options.clients) for _ in range(options.repeats)]
+        runs = [run_once(protocol, body, spans, options.clients, options.warm_up) for _ in range(options.repeats)]
         times = [r[0] for r in runs]
         rate = spans / statistics.median(times)
         low, high = spans / max(times), spans / min(times)

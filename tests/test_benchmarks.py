@@ -70,3 +70,13 @@ def test_bench_decorators_peers_measures_agenteval_and_each_installed_peer(tmp_p
             assert row(lines, name) is not None, (name, lines)
         else:
             assert any(line.startswith(f"{name}: not installed") and INSTALL_HINT in line for line in lines), lines
+
+
+def test_bench_collect_sends_over_http_and_grpc_and_counts_every_span(tmp_path):
+    lines = run_benchmark(
+        tmp_path, "bench_collect.py", "--spans", "2048", "--repeats", "1", "--clients", "1", "--warm-up", "0"
+    )
+    for protocol in ("http", "grpc"):
+        measured = row(lines, protocol)
+        assert measured is not None and re.match(rf"{protocol} +[\d,]+ spans/s .* the 100,000 spans/s target", measured)
+    assert sum("collector CPU" in line for line in lines) == 2, lines
