@@ -81,6 +81,33 @@ class _Columns:
         self.rejected = 0
         self.reason: str | None = None
 
+    def add(
+        self,
+        ids: tuple[bytes, bytes, bytes],
+        name: str,
+        kind: str,
+        times: tuple[int, int],
+        status: tuple[str, str | None],
+        attributes: dict[str, Any],
+        events: list[dict[str, Any]] | None,
+        where: tuple[str | None, str, str | None],
+    ) -> None:
+        """One span, validated (``where``: its scope name, resource JSON and service name)."""
+        self.trace_ids.append(ids[0])
+        self.span_ids.append(ids[1])
+        self.parent_span_ids.append(ids[2])
+        self.names.append(name)
+        self.kinds.append(kind)
+        self.starts.append(times[0])
+        self.ends.append(times[1])
+        self.status_codes.append(status[0])
+        self.status_messages.append(status[1] or None)
+        self.scope_names.append(where[0])
+        self.attributes.append(attributes)
+        self.events.append(events)
+        self.resources.append(where[1])
+        self.service_names.append(where[2])
+
     def reject(self, where: str, exc: Exception) -> None:
         self.rejected += 1
         if self.reason is None:
@@ -238,21 +265,17 @@ def _add_protobuf_span(columns: _Columns, span: Any, scope: str | None, resource
         raise RejectedSpan(f"status.code {status.code} is not a StatusCode")
     attributes = attribute_values(span.attributes)
     event_dicts = _event_dicts(span.events) if span.events else None
-    # Appended only once nothing can raise, so the columns stay aligned.
-    columns.trace_ids.append(trace_id)
-    columns.span_ids.append(span_id)
-    columns.parent_span_ids.append(parent)
-    columns.names.append(span.name)
-    columns.kinds.append(kind)
-    columns.starts.append(start)
-    columns.ends.append(end)
-    columns.status_codes.append(code)
-    columns.status_messages.append(status.message or None)
-    columns.scope_names.append(scope)
-    columns.attributes.append(attributes)
-    columns.events.append(event_dicts)
-    columns.resources.append(resource)
-    columns.service_names.append(service)
+    # Added only once nothing can raise, so the columns stay aligned.
+    columns.add(
+        (trace_id, span_id, parent),
+        span.name,
+        kind,
+        (start, end),
+        (code, status.message),
+        attributes,
+        event_dicts,
+        (scope, resource, service),
+    )
 
 
 def _service(resource: Mapping[str, Any]) -> str | None:
@@ -352,20 +375,16 @@ def _add_json_span(columns: _Columns, span: Any, scope: str | None, resource: st
         raise RejectedSpan("status.message is not a string")
     attributes = _json_attributes(_field(span, "attributes"))
     events = _json_events(_field(span, "events"))
-    columns.trace_ids.append(trace_id)
-    columns.span_ids.append(span_id)
-    columns.parent_span_ids.append(parent)
-    columns.names.append(name)
-    columns.kinds.append(kind)
-    columns.starts.append(start)
-    columns.ends.append(end)
-    columns.status_codes.append(code)
-    columns.status_messages.append(message or None)
-    columns.scope_names.append(scope)
-    columns.attributes.append(attributes)
-    columns.events.append(events)
-    columns.resources.append(resource)
-    columns.service_names.append(service)
+    columns.add(
+        (trace_id, span_id, parent),
+        name,
+        kind,
+        (start, end),
+        (code, message),
+        attributes,
+        events,
+        (scope, resource, service),
+    )
 
 
 _HEX = re.compile(r"[0-9a-fA-F]*")
