@@ -167,7 +167,10 @@ def main() -> None:
     body = request_body()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
     for protocol in options.protocols:
-        runs = [run_once(protocol, body, spans, options.clients, options.warm_up, options.decoders) for _ in range(options.repeats)]
+        runs = [
+            run_once(protocol, body, spans, options.clients, options.warm_up, options.decoders)
+            for _ in range(options.repeats)
+        ]
         times = [r[0] for r in runs]
         rate = spans / statistics.median(times)
         low, high = spans / max(times), spans / min(times)

@@ -355,7 +355,7 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path, collector):
 
 def test_decoding_in_worker_processes_stores_the_same_rows_and_answers_the_same(tmp_path):
     spans = agent_spans(10)
-    with Collector(tmp_path / "pooled", port=0, grpc_port=0, decoders=2) as pooled:
+    with Collector(tmp_path / "pooled", port=0, grpc_port=0, decoders=1) as pooled:
         assert HttpExporter(endpoint=pooled.http_endpoint).export(spans) == SpanExportResult.SUCCESS
         grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{pooled.grpc_port}", insecure=True)
         assert grpc_exporter.export(spans) == SpanExportResult.SUCCESS
