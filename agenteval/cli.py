@@ -991,35 +991,15 @@ def doctor(store: str | None, dry_run: bool) -> None:
     show_default=True,
     help="Largest request in bytes, compressed or not (413 past it).",
 )
-@click.option(
-    "--decoders",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Decode requests in this many worker processes (for cores to spare; 0: in the collector).",
-)
 @store_option
 def collect(
-    host: str,
-    port: int,
-    grpc_port: int,
-    no_grpc: bool,
-    token: str | None,
-    max_body: int,
-    decoders: int,
-    store: str | None,
+    host: str, port: int, grpc_port: int, no_grpc: bool, token: str | None, max_body: int, store: str | None
 ) -> None:
     """Receive OTLP traces (HTTP and gRPC) into the store until SIGTERM or Ctrl-C, then write every span received."""
     from .collect import Collector
 
     collector = Collector(
-        store,
-        host=host,
-        port=port,
-        grpc_port=None if no_grpc else grpc_port,
-        token=token,
-        max_body_bytes=max_body,
-        decoders=decoders,
+        store, host=host, port=port, grpc_port=None if no_grpc else grpc_port, token=token, max_body_bytes=max_body
     )
     collector.start()
     grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""

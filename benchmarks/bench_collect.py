@@ -8,7 +8,6 @@ spans are production-shaped: an agent turn, a model call with usage, two tool ca
 service resource, no experiment. The target, from the issue: at least 100,000 spans/s over HTTP protobuf.
 
     python benchmarks/bench_collect.py [--spans 204800] [--repeats 5] [--clients 2] [--protocols http grpc]
-                                       [--decoders N]
 
 The collector shares the machine's cores with the clients; on the project's 2-core machine class, that is
 the set-up a deployment beside its agents would see.
@@ -118,9 +117,7 @@ def grpc_client(target: str, body: bytes, requests: int, start: multiprocessing.
                     time.sleep(1)
 
 
-def run_once(
-    protocol: str, body: bytes, spans: int, clients: int, warm_up: float, decoders: int
-) -> tuple[float, float, int]:
+def run_once(protocol: str, body: bytes, spans: int, clients: int, warm_up: float) -> tuple[float, float, int]:
     """Seconds from the first request to the last span published, the collector's CPU seconds (its process:
     the clients are others), and the requests it refused as busy."""
     store = Path(tempfile.mkdtemp())
@@ -129,7 +126,7 @@ def run_once(
     start = context.Event()
     try:
         grpc_port = 0 if protocol == "grpc" else None
-        collector = Collector(store, port=0, grpc_port=grpc_port, decoders=decoders).start()
+        collector = Collector(store, port=0, grpc_port=grpc_port).start()
         target, client = (
             (f"127.0.0.1:{collector.grpc_port}", grpc_client)
             if protocol == "grpc"
@@ -161,28 +158,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
-    parser.add_argument("--decoders", type=int, default=0, help="decoding worker processes (0: in the collector)")
     parser.add_argument("--warm-up", type=float, default=1.0, help="seconds for the clients to start (not timed)")
     options = parser.parse_args()
     body = request_body()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
     for protocol in options.protocols:
-        runs = [
-            run_once(protocol, body, spans, options.clients, options.warm_up, options.decoders)
-            for _ in range(options.repeats)
-        ]
+        runs = [run_once(protocol, body, spans, options.clients, options.warm_up) for _ in range(options.repeats)]
         times = [r[0] for r in runs]
         rate = spans / statistics.median(times)
         low, high = spans / max(times), spans / min(times)
         cpu = statistics.median(r[1] for r in runs) / spans * 1e6
         print(
             f"{protocol:5} {rate:>10,.0f} spans/s ({low:,.0f}-{high:,.0f})  {rate / TARGET:.2f}x the {TARGET:,} "
-            f"spans/s target  (median of {options.repeats}, {spans:,} spans, {options.clients} client processes, "
-            f"{options.decoders} decoder processes)"
+            f"spans/s target  (median of {options.repeats}, {spans:,} spans, {options.clients} client processes)"
         )
         print(
-            f"      collector CPU {cpu:.2f} µs/span (its process's threads, decoders not counted; "
-            f"{1e6 / cpu:,.0f} spans per CPU-second); "
+            f"      collector CPU {cpu:.2f} µs/span (all its threads; {1e6 / cpu:,.0f} spans per CPU-second); "
             f"requests refused as busy: {sum(r[2] for r in runs)}"
         )
 

@@ -351,20 +351,3 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path, collector):
     )
     assert done.returncode == 2
     assert done.stderr.startswith(f"Error: agenteval collect: cannot listen on 127.0.0.1:{collector.http_port}")
-
-
-def test_decoding_in_worker_processes_stores_the_same_rows_and_answers_the_same(tmp_path):
-    spans = agent_spans(10)
-    with Collector(tmp_path / "pooled", port=0, grpc_port=0, decoders=1) as pooled:
-        assert HttpExporter(endpoint=pooled.http_endpoint).export(spans) == SpanExportResult.SUCCESS
-        grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{pooled.grpc_port}", insecure=True)
-        assert grpc_exporter.export(spans) == SpanExportResult.SUCCESS
-        status, _, body = post(pooled.http_endpoint, b"\xff garbage")
-        assert status == 400 and "not an OTLP ExportTraceServiceRequest" in error_status(body).message
-        bad = {"traceId": TRACE_ID, "spanId": "abcd", "name": "x"}
-        status, _, body = post(pooled.http_endpoint, json_request([bad]), "application/json")
-        assert status == 200 and json.loads(body)["partialSuccess"]["rejectedSpans"] == "1"
-    with Collector(tmp_path / "plain", port=0, grpc_port=None) as plain:
-        HttpExporter(endpoint=plain.http_endpoint).export(spans)
-    pooled_rows = list(map(comparable, stored(tmp_path / "pooled")))
-    assert pooled_rows[::2] == pooled_rows[1::2] == list(map(comparable, stored(tmp_path / "plain")))

@@ -25,7 +25,6 @@ import pyarrow as pa
 from agenteval_exporters import ParquetSpanExporter
 
 from ._decode import Decoded, PayloadError
-from ._decoders import DecoderPool
 from ._settings import DEFAULT_MAX_QUEUED_SPANS
 
 logger = logging.getLogger(__name__)
@@ -55,14 +54,8 @@ class CollectStats:
 class Intake:
     """The bounded queue and the writer thread. Thread-safe; one per collector."""
 
-    def __init__(
-        self,
-        exporter: ParquetSpanExporter,
-        max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
-        decoders: DecoderPool | None = None,
-    ) -> None:
+    def __init__(self, exporter: ParquetSpanExporter, max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS) -> None:
         self.exporter = exporter
-        self.decoders = decoders
         self.max_queued_spans = max_queued_spans
         self._queue: deque[pa.RecordBatch] = deque()
         self._queued = 0
@@ -82,7 +75,7 @@ class Intake:
             self._in_flight += 1
         try:
             try:
-                decoded = decode(body) if self.decoders is None else self.decoders.decode(decode, body)
+                decoded = decode(body)
             except PayloadError as exc:
                 return Answer("invalid", message=str(exc))
             with self._lock:
@@ -115,8 +108,6 @@ class Intake:
             self._lock.notify_all()
         self._writer.join()
         self.exporter.shutdown()
-        if self.decoders is not None:
-            self.decoders.close()
 
     def _write(self) -> None:
         while True:

@@ -17,7 +17,6 @@ from types import FrameType, TracebackType
 from agenteval_exporters import ParquetSpanExporter, store_path
 
 from ..errors import UsageError
-from ._decoders import DecoderPool
 from ._grpc import GrpcReceiver
 from ._http import HttpReceiver
 from ._intake import CollectStats, Intake
@@ -37,8 +36,7 @@ class Collector:
 
     Port 0 takes a free port (see :attr:`http_port` and :attr:`grpc_port` once started). Binding anything
     but loopback needs a token (``token``, else ``AGENTEVAL_COLLECT_TOKEN``), which clients send as
-    ``Authorization: Bearer TOKEN``; with a token, loopback requires it too. ``decoders=N`` decodes requests in
-    N worker processes (for machines with cores to spare; see :mod:`._decoders`).
+    ``Authorization: Bearer TOKEN``; with a token, loopback requires it too.
     """
 
     def __init__(
@@ -52,7 +50,6 @@ class Collector:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
         flush_interval: float | None = None,
-        decoders: int = 0,
     ) -> None:
         self.store = store_path(store)
         self.host = host
@@ -66,7 +63,6 @@ class Collector:
         self._max_body_bytes = max_body_bytes
         self._max_queued_spans = max_queued_spans
         self._flush_interval = flush_interval
-        self._decoders = decoders
         self._http: HttpReceiver | None = None
         self._grpc: GrpcReceiver | None = None
         self._intake: Intake | None = None
@@ -79,9 +75,7 @@ class Collector:
     def start(self) -> Collector:
         """Bind the ports and start receiving; returns once clients can connect."""
         port, grpc_port = self._ports
-        pool = DecoderPool(self._decoders) if self._decoders else None
-        exporter = ParquetSpanExporter(self.store, flush_interval=self._flush_interval)
-        intake = Intake(exporter, self._max_queued_spans, pool)
+        intake = Intake(ParquetSpanExporter(self.store, flush_interval=self._flush_interval), self._max_queued_spans)
         try:
             try:
                 self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
