@@ -82,7 +82,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
 
 def _request_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(_file())
+    pool.AddSerializedFile(_file().SerializeToString())  # in every protobuf runtime (pool.Add is not)
     descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.ExportTraceServiceRequest")
     if hasattr(message_factory, "GetMessageClass"):
         return message_factory.GetMessageClass(descriptor)
