@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 from agenteval_instrumentation._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._decode import Decoded, PayloadError, decode_json, decode_protobuf
+    from ._decode import Decoded, PayloadError
     from ._intake import CollectStats
+    from ._json import decode_json
+    from ._protobuf import decode_protobuf
     from ._server import Collector
     from ._settings import (
         BEHIND_COLLECTOR_PORT,
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "._decode": ("Decoded", "PayloadError", "decode_json", "decode_protobuf"),
+        "._decode": ("Decoded", "PayloadError"),
+        "._json": ("decode_json",),
+        "._protobuf": ("decode_protobuf",),
         "._intake": ("CollectStats",),
         "._server": ("Collector",),
         "._settings": (

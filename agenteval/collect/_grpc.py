@@ -24,8 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ..errors import AgentevalError
-from ._decode import decode_protobuf
 from ._intake import Intake
+from ._protobuf import decode_protobuf
 from ._settings import RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)

@@ -29,8 +29,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ._decode import Decoded, decode_json, decode_protobuf
+from ._decode import Decoded
 from ._intake import Answer, Intake
+from ._json import decode_json
+from ._protobuf import decode_protobuf
 from ._settings import RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)
