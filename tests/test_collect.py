@@ -8,8 +8,10 @@ import gzip
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import zlib
 
 import grpc
@@ -21,6 +23,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
+from waiting import wait_until
 
 from agenteval.collect import Collector
 from agenteval.errors import UsageError
@@ -260,6 +263,29 @@ def test_malformed_truncated_oversized_and_unknown_requests_get_their_answers(tm
         assert post(url, zlib.compress(valid), **{"Content-Encoding": "deflate"})[0] == 200
         assert post(url, b"", "application/x-protobuf")[0] == 200  # an empty request is a valid, empty export
     assert len(stored(tmp_path / "s")) == 16
+
+
+def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_path):
+    from agenteval.collect._http import HttpReceiver
+    from agenteval.collect._intake import Intake
+
+    intake = Intake(ParquetSpanExporter(tmp_path / "s"))
+    receiver = HttpReceiver(("127.0.0.1", 0), intake, None, 1 << 20, max_connections=2)
+    serving = threading.Thread(target=receiver.serve_forever, daemon=True)
+    serving.start()
+    idle = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(2)]
+    wait_until(lambda: len(receiver.connections) == 2, "two idle connections held")
+    extra = socket.create_connection(("127.0.0.1", receiver.port), timeout=10)
+    assert extra.recv(1) == b""  # closed at once
+    idle.pop().close()
+    wait_until(lambda: len(receiver.connections) == 1, "a connection let go")
+    body = encode_spans(agent_spans(1)).SerializeToString()
+    assert post(f"http://127.0.0.1:{receiver.port}/v1/traces", body)[0] == 200
+    for connection in idle + [extra]:
+        connection.close()
+    receiver.close()
+    intake.close()
+    assert len(stored(tmp_path / "s")) == 4
 
 
 def test_a_malformed_grpc_request_is_invalid_argument_and_the_server_carries_on(collector):

@@ -33,7 +33,7 @@ from ._decode import Decoded
 from ._intake import Answer, Intake
 from ._json import decode_json
 from ._protobuf import decode_protobuf
-from ._settings import RETRY_AFTER_SECONDS
+from ._settings import DEFAULT_MAX_CONNECTIONS, RETRY_AFTER_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,16 @@ class HttpReceiver(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], intake: Intake, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        intake: Intake,
+        token: str | None,
+        max_body_bytes: int,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
         self.intake, self.token, self.max_body_bytes = intake, token, max_body_bytes
+        self.max_connections = max_connections
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Condition()
         self.busy = 0  # requests being answered: close() lets them send their answer
@@ -81,6 +89,12 @@ class HttpReceiver(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """A thread per connection: past ``max_connections`` open ones, a new one is closed at once (clients
+        retry), so a client that opens connections without end cannot exhaust the process."""
+        with self.connections_lock:
+            return len(self.connections) < self.max_connections
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:

@@ -18,6 +18,8 @@ DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 """A request's largest body, compressed or not (the OpenTelemetry Collector's own default)."""
 DEFAULT_MAX_QUEUED_SPANS = 200_000
 """Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
+DEFAULT_MAX_CONNECTIONS = 256
+"""Open HTTP connections at once (a thread each); more are closed as they arrive."""
 RETRY_AFTER_SECONDS = 1
 """What a refused client is told to wait."""
 
