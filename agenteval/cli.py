@@ -9,6 +9,14 @@ from typing import Any, NoReturn
 
 import click
 
+from .collect._settings import (
+    BEHIND_COLLECTOR_PORT,
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_BODY_BYTES,
+    ENV_TOKEN,
+)
 from .errors import AgentevalError
 from .render._tables import FORMATS
 from .render._text_safety import visible
@@ -1004,6 +1012,60 @@ def doctor(store: str | None, dry_run: bool) -> None:
     )
     if dry_run:
         raise SystemExit(1)
+
+
+@main.command()
+@click.option(
+    "--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on; anything but loopback needs a token."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_HTTP_PORT,
+    show_default=True,
+    help=f"OTLP/HTTP port, POST /v1/traces (0: any free port; behind a Collector: {BEHIND_COLLECTOR_PORT}).",
+)
+@click.option(
+    "--grpc-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_GRPC_PORT,
+    show_default=True,
+    help="OTLP/gRPC port (0: any free port).",
+)
+@click.option("--no-grpc", is_flag=True, help="Receive over HTTP only (behind a Collector, which holds 4317).")
+@click.option(
+    "--token",
+    default=None,
+    help=f"Bearer token clients must send; required off loopback [default: ${ENV_TOKEN}, which keeps it out of "
+    "the process list].",
+)
+@click.option(
+    "--max-body",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_MAX_BODY_BYTES,
+    show_default=True,
+    help="Largest request in bytes, compressed or not (413 past it).",
+)
+@store_option
+def collect(
+    host: str, port: int, grpc_port: int, no_grpc: bool, token: str | None, max_body: int, store: str | None
+) -> None:
+    """Receive OTLP traces (HTTP and gRPC) into the store until SIGTERM or Ctrl-C, then write every span received."""
+    from .collect import Collector
+
+    collector = Collector(
+        store, host=host, port=port, grpc_port=None if no_grpc else grpc_port, token=token, max_body_bytes=max_body
+    )
+    collector.start()
+    grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
+    click.echo(f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {collector.store}")
+    click.echo("stop with Ctrl-C or SIGTERM: every span received is written first", err=True)
+    collector.serve()
+    stats = collector.stats()
+    click.echo(
+        f"agenteval collect: stopped; {stats.spans_written:,} spans written, {stats.spans_rejected:,} rejected, "
+        f"{stats.requests_refused:,} requests refused while busy"
+    )
 
 
 if __name__ == "__main__":

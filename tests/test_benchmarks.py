@@ -76,3 +76,13 @@ def test_bench_dashboard_fetches_every_page_of_a_small_store(tmp_path):
     lines = run_benchmark(tmp_path, "bench_dashboard.py", "--trials", "300", "--repeats", "1")
     for page in ("experiments", "experiment", "trial", "compare"):
         assert row(lines, page) is not None, page
+
+
+def test_bench_collect_sends_over_http_and_grpc_and_counts_every_span(tmp_path):
+    lines = run_benchmark(
+        tmp_path, "bench_collect.py", "--spans", "2048", "--repeats", "1", "--clients", "1", "--warm-up", "0"
+    )
+    for protocol in ("http", "grpc"):
+        measured = row(lines, protocol)
+        assert measured is not None and re.match(rf"{protocol} +[\d,]+ spans/s .* the 100,000 spans/s target", measured)
+    assert sum("collector CPU" in line for line in lines) == 2, lines

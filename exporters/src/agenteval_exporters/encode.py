@@ -160,6 +160,22 @@ def _big_endian(ids: list[int], width: int) -> bytes:
 _U64 = array.array("Q")
 
 
+def hex_id_column(ids: Sequence[bytes], width: int) -> pa.Array:
+    """Ids given as raw bytes (as OTLP sends them: ``width`` bytes each, or empty for none) as lower-case hex
+    strings, empty -> null; hexed all at once like :func:`_hex_column`. Callers check the widths."""
+    nulls = ids.count(b"")
+    raw = b"".join(ids) if not nulls else b"".join(i or bytes(width) for i in ids)
+    validity = pa.array(list(map(bool, ids)), pa.bool_()).buffers()[1] if nulls else None
+    return pa.StringArray.from_buffers(
+        len(ids), _fixed_offsets(len(ids), 2 * width), pa.py_buffer(raw.hex().encode("ascii")), validity, nulls
+    )
+
+
+def resource_json(attributes: Any) -> str:
+    """A resource's attributes as the ``resource`` column's JSON text."""
+    return _dumps(dict(attributes))
+
+
 @lru_cache(maxsize=64)
 def _fixed_offsets(count: int, step: int) -> pa.Buffer:
     return pa.py_buffer(array.array("i", range(0, step * (count + 1), step)))
@@ -202,30 +218,71 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
         return _empty_batch()
     fields = _span_fields(spans)
     contexts = fields["context"]
-    attributes = _readable_attributes(fields["attributes"], fields["scope_name"])
-    ends: Sequence[int | None]
     starts, ends = fields["start_time"], fields["end_time"]
     if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
-        ends = [start if end is None else end for start, end in zip(starts, ends, strict=True)]
+        ends = tuple(start if end is None else end for start, end in zip(starts, ends, strict=True))
+    resources, service_names = _resource_columns(fields["resource"])
+    return columns_to_batch(
+        trace_ids=_hex_column(list(map(itemgetter(0), contexts)), 16),
+        span_ids=_hex_column(list(map(itemgetter(1), contexts)), 8),
+        parent_span_ids=_hex_column([p and p[1] for p in fields["parent"]], 8),
+        names=fields["name"],
+        kinds=_enum_names(fields["kind"], _KIND_NAMES),
+        starts=starts,
+        ends=ends,
+        status_codes=_enum_names(fields["status_code"], _STATUS_NAMES),
+        status_messages=fields["status_message"],
+        scope_names=fields["scope_name"],
+        attributes=fields["attributes"],
+        events=[_event_dicts(e) if e else None for e in fields["events"]],
+        resources=resources,
+        service_names=service_names,
+    )
+
+
+def columns_to_batch(
+    *,
+    trace_ids: pa.Array,
+    span_ids: pa.Array,
+    parent_span_ids: pa.Array,
+    names: Sequence[str],
+    kinds: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    status_codes: Sequence[str],
+    status_messages: Sequence[str | None],
+    scope_names: Sequence[str | None],
+    attributes: Sequence[Any],
+    events: Sequence[list[dict[str, Any]] | None],
+    resources: Sequence[str],
+    service_names: Sequence[str | None],
+) -> pa.RecordBatch:
+    """The one mapping of spans to rows, from their fields as columns (ids already hex strings, kinds and status
+    codes as the SDK's enum names, attributes as dicts, events as ``{"name", "timestamp", "attributes"}`` lists,
+    resources as JSON text). The SDK's spans (:func:`spans_to_batch`) and spans received over OTLP
+    (``agenteval collect``) both come here, so both get the same typed columns and names derived from other
+    instrumentations' conventions."""
+    attributes = _readable_attributes(attributes, scope_names)
     columns: dict[str, Any] = {
-        "trace_id": _hex_column(list(map(itemgetter(0), contexts)), 16),
-        "span_id": _hex_column(list(map(itemgetter(1), contexts)), 8),
-        "parent_span_id": _hex_column([p and p[1] for p in fields["parent"]], 8),
-        "name": fields["name"],
-        "kind": _enum_names(fields["kind"], _KIND_NAMES),
+        "trace_id": trace_ids,
+        "span_id": span_ids,
+        "parent_span_id": parent_span_ids,
+        "name": names,
+        "kind": kinds,
         "start_time": starts,
         "end_time": ends,
         # pyarrow.compute costs ~40 µs a call at this batch size; one comprehension is cheaper.
         "duration_ms": [(end - start) / 1e6 for start, end in zip(starts, ends, strict=True)],
-        "status_code": _enum_names(fields["status_code"], _STATUS_NAMES),
-        "status_message": fields["status_message"],
-        "scope_name": fields["scope_name"],
+        "status_code": status_codes,
+        "status_message": status_messages,
+        "scope_name": scope_names,
         "finish_reason": _first_reasons(list(map(dict.get, attributes, repeat(_FINISH_REASONS)))),
         "attributes": _json_column(attributes),
-        "events": _events_column(fields["events"]),
+        "events": _events_column(events),
+        "resource": resources,
+        "service_name": service_names,
     }
     columns.update(_typed_columns(attributes))
-    columns["resource"], columns["service_name"] = _resource_columns(fields["resource"])
     return _to_batch(columns)
 
 
@@ -267,10 +324,10 @@ def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SPAN_SCHEMA)
 
 
-def _events_column(events: Sequence[Any]) -> pa.Array:
+def _events_column(events: Sequence[list[dict[str, Any]] | None]) -> pa.Array:
     if not any(events):
         return pa.array([None] * len(events), pa.string())  # not pa.nulls: see _gil_held
-    return _json_column([_event_dicts(e) if e else None for e in events])
+    return _json_column([e or None for e in events])
 
 
 def _event_dicts(events: Any) -> list[dict[str, Any]]:
@@ -281,13 +338,13 @@ def _resource_columns(resources: Sequence[Any]) -> tuple[list[str], list[str | N
     """Resource JSON and service name per span; a provider's spans share one resource, encoded once."""
     if resources.count(resources[0]) == len(resources):  # identity is checked first: C speed
         resource = resources[0]
-        return [_dumps(dict(resource.attributes))] * len(resources), [resource.attributes.get("service.name")] * len(
+        return [resource_json(resource.attributes)] * len(resources), [resource.attributes.get("service.name")] * len(
             resources
         )
     encoded: dict[int, tuple[str, str | None]] = {}
     for resource in resources:
         if id(resource) not in encoded:
-            encoded[id(resource)] = (_dumps(dict(resource.attributes)), resource.attributes.get("service.name"))
+            encoded[id(resource)] = (resource_json(resource.attributes), resource.attributes.get("service.name"))
     pairs = [encoded[id(r)] for r in resources]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 

@@ -1,0 +1,148 @@
+"""OTLP/protobuf trace requests to span columns (read through :mod:`._wire`'s messages)."""
+
+from __future__ import annotations
+
+from operator import attrgetter, lt
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from agenteval_exporters.encode import resource_json
+
+from ._decode import (
+    KINDS,
+    MAX_NANOS,
+    SPAN_ID_BYTES,
+    STATUS_CODES,
+    TRACE_ID_BYTES,
+    Decoded,
+    PayloadError,
+    RejectedSpan,
+    SpanColumns,
+    check_ids,
+    check_times,
+    service_name,
+)
+from ._wire import ExportTraceServiceRequest, attribute_values
+
+
+def decode_protobuf(body: bytes) -> Decoded:
+    """An ``ExportTraceServiceRequest`` in protobuf encoding."""
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except DecodeError as exc:
+        raise PayloadError(f"not an OTLP ExportTraceServiceRequest in protobuf encoding ({exc})") from None
+    columns = SpanColumns()
+    for r, resource_spans in enumerate(request.resource_spans):
+        try:
+            resource = attribute_values(resource_spans.resource.attributes)
+        except ValueError as exc:
+            raise PayloadError(f"resource_spans[{r}].resource.attributes: {exc}") from None
+        resource_text, service = resource_json(resource), service_name(resource)
+        for s, scope_spans in enumerate(resource_spans.scope_spans):
+            scope = scope_spans.scope.name or None
+            spans = scope_spans.spans
+            if not _add_protobuf_spans(columns, spans, scope, resource_text, service):
+                for i, span in enumerate(spans):  # something is wrong with a span: find which, keep the others
+                    try:
+                        _add_protobuf_span(columns, span, scope, resource_text, service)
+                    except ValueError as exc:  # RejectedSpan, or an attribute value that is not an AnyValue
+                        columns.reject(f"resource_spans[{r}].scope_spans[{s}].spans[{i}]", exc)
+    return columns.decoded()
+
+
+_SPAN_FIELDS = attrgetter(
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "status",
+    "attributes",
+    "events",
+)
+_STATUS_FIELDS = attrgetter("code", "message")
+_ZERO_TRACE_ID, _ZERO_SPAN_ID = bytes(TRACE_ID_BYTES), bytes(SPAN_ID_BYTES)
+_PARENT_SIZES = frozenset((0, SPAN_ID_BYTES))
+
+
+def _add_protobuf_spans(
+    columns: SpanColumns, spans: Any, scope: str | None, resource: str, service: str | None
+) -> bool:
+    """One scope's spans, a column at a time (C loops where it can); False, adding nothing, when any span is
+    invalid (:func:`_add_protobuf_span` then takes them one by one)."""
+    if not spans:
+        return True
+    fields = list(map(_SPAN_FIELDS, spans))
+    trace_ids, span_ids, parents, names, kinds, starts, ends, statuses, attributes, events = zip(*fields, strict=True)
+    codes, messages = zip(*map(_STATUS_FIELDS, statuses), strict=True)
+    valid = (
+        set(map(len, trace_ids)) == {TRACE_ID_BYTES}
+        and _ZERO_TRACE_ID not in trace_ids
+        and set(map(len, span_ids)) == {SPAN_ID_BYTES}
+        and _ZERO_SPAN_ID not in span_ids
+        and _PARENT_SIZES.issuperset(map(len, parents))
+        and KINDS.keys() >= set(kinds)
+        and STATUS_CODES.keys() >= set(codes)
+        and max(ends) <= MAX_NANOS
+        and not any(map(lt, ends, starts))
+    )
+    if not valid:
+        return False
+    try:
+        values = list(map(attribute_values, attributes))
+        event_dicts = [_event_dicts(e) if e else None for e in events]
+    except ValueError:
+        return False
+    count = len(fields)
+    columns.trace_ids += trace_ids
+    columns.span_ids += span_ids
+    columns.parent_span_ids += parents
+    columns.names += names
+    columns.kinds += map(KINDS.__getitem__, kinds)
+    columns.starts += starts
+    columns.ends += ends
+    columns.status_codes += map(STATUS_CODES.__getitem__, codes)
+    columns.status_messages += [m or None for m in messages]
+    columns.scope_names += [scope] * count
+    columns.attributes += values
+    columns.events += event_dicts
+    columns.resources += [resource] * count
+    columns.service_names += [service] * count
+    return True
+
+
+def _event_dicts(events: Any) -> list[dict[str, Any]]:
+    return [
+        {"name": event.name, "timestamp": event.time_unix_nano, "attributes": attribute_values(event.attributes)}
+        for event in events
+    ]
+
+
+def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resource: str, service: str | None) -> None:
+    trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    check_ids(trace_id, span_id, parent)
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    check_times(start, end)
+    kind = KINDS.get(span.kind)
+    if kind is None:
+        raise RejectedSpan(f"kind {span.kind} is not a SpanKind")
+    status = span.status
+    code = STATUS_CODES.get(status.code)
+    if code is None:
+        raise RejectedSpan(f"status.code {status.code} is not a StatusCode")
+    attributes = attribute_values(span.attributes)
+    event_dicts = _event_dicts(span.events) if span.events else None
+    # Added only once nothing can raise, so the columns stay aligned.
+    columns.add(
+        (trace_id, span_id, parent),
+        span.name,
+        kind,
+        (start, end),
+        (code, status.message),
+        attributes,
+        event_dicts,
+        (scope, resource, service),
+    )

@@ -1,0 +1,163 @@
+"""``Collector``: the OTLP receivers, the write queue and the store, started and stopped together.
+
+Stopping is graceful whatever asks for it (``stop()``, leaving a ``with`` block, SIGTERM or SIGINT under
+:meth:`Collector.serve`): the receivers refuse new requests (clients retry them elsewhere or later), requests
+already accepted are queued, the queue is written out, and the writer publishes its last files. Every span a
+client saw acknowledged is then in the store. A ``kill -9`` loses what was acknowledged in the last flush
+interval (about a second), as with any collector that queues in memory; what is on disk is never damaged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType, TracebackType
+
+from agenteval_exporters import ParquetSpanExporter, store_path
+
+from ..errors import UsageError
+from ._grpc import GrpcReceiver
+from ._http import HttpReceiver
+from ._intake import CollectStats, Intake
+from ._settings import (
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HOST,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUED_SPANS,
+    ENV_TOKEN,
+    is_loopback,
+)
+
+
+class Collector:
+    """OTLP receivers (HTTP, and gRPC unless ``grpc_port`` is None) writing spans into a store.
+
+    Port 0 takes a free port (see :attr:`http_port` and :attr:`grpc_port` once started). Binding anything
+    but loopback needs a token (``token``, else ``AGENTEVAL_COLLECT_TOKEN``), which clients send as
+    ``Authorization: Bearer TOKEN``; with a token, loopback requires it too.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_HTTP_PORT,
+        grpc_port: int | None = DEFAULT_GRPC_PORT,
+        token: str | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
+        flush_interval: float | None = None,
+    ) -> None:
+        self.store = store_path(store)
+        self.host = host
+        self.token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
+        if not is_loopback(host) and not self.token:
+            raise UsageError(
+                f"agenteval collect: binding {host} (not loopback) needs a token: --token or ${ENV_TOKEN}; "
+                "clients then send 'Authorization: Bearer TOKEN'"
+            )
+        self._ports = (port, grpc_port)
+        self._max_body_bytes = max_body_bytes
+        self._max_queued_spans = max_queued_spans
+        self._flush_interval = flush_interval
+        self._http: HttpReceiver | None = None
+        self._grpc: GrpcReceiver | None = None
+        self._intake: Intake | None = None
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    # Lifecycle -----------------------------------------------------------------------------------------------
+
+    def start(self) -> Collector:
+        """Bind the ports and start receiving; returns once clients can connect."""
+        port, grpc_port = self._ports
+        intake = Intake(ParquetSpanExporter(self.store, flush_interval=self._flush_interval), self._max_queued_spans)
+        try:
+            try:
+                self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
+            except OSError as exc:
+                raise UsageError(f"agenteval collect: cannot listen on {self.host}:{port} ({exc.strerror})") from None
+            if grpc_port is not None:
+                self._grpc = GrpcReceiver((self.host, grpc_port), intake, self.token, self._max_body_bytes)
+        except BaseException:
+            if self._http is not None:
+                self._http.server_close()
+            intake.close()
+            raise
+        self._intake = intake
+        thread = threading.Thread(target=self._http.serve_forever, name="agenteval-collect-http", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        if self._grpc is not None:
+            self._grpc.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop receiving and write every acknowledged span to the store. Safe to call twice."""
+        with self._lock:
+            if self._stopped.is_set() or self._intake is None:
+                self._stopped.set()
+                return
+            self._stopped.set()
+        if self._grpc is not None:
+            self._grpc.close()
+        self._intake.stop_accepting()
+        if self._http is not None:
+            self._http.close()
+        self._intake.close()
+
+    def serve(self) -> None:
+        """Run until SIGTERM or SIGINT (from the main thread), then stop gracefully."""
+        wake = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            wake.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if self._intake is None:
+                self.start()
+            while not wake.wait(0.5) and not self._stopped.is_set():
+                pass
+        finally:
+            self.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # What it is doing ----------------------------------------------------------------------------------------
+
+    @property
+    def http_port(self) -> int:
+        """The HTTP port listened on (the one picked, for port 0)."""
+        if self._http is None:
+            raise RuntimeError("the collector is not started")
+        return self._http.port
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The gRPC port listened on, or None without gRPC."""
+        return None if self._grpc is None else self._grpc.port
+
+    @property
+    def http_endpoint(self) -> str:
+        """What an OTLP/HTTP exporter is given: ``http://HOST:PORT/v1/traces``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.http_port}/v1/traces"
+
+    def stats(self) -> CollectStats:
+        """Spans received, written and rejected, and requests refused, so far."""
+        if self._intake is None:
+            return CollectStats(0, 0, 0, 0)
+        return self._intake.stats()

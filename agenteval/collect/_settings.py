@@ -1,0 +1,34 @@
+"""The collector's defaults: ports, limits, the token's environment variable. Apart from the server so that
+the command line reads them without loading gRPC or pyarrow."""
+
+from __future__ import annotations
+
+import ipaddress
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HTTP_PORT = 4318
+"""OTLP/HTTP's standard port: an OpenTelemetry SDK's default ``http/protobuf`` endpoint reaches it unchanged."""
+DEFAULT_GRPC_PORT = 4317
+"""OTLP/gRPC's standard port."""
+BEHIND_COLLECTOR_PORT = 4319
+"""The HTTP port ``collect`` takes behind an OpenTelemetry Collector, which holds 4317 and 4318 itself
+(collector-config.yaml sends to it)."""
+ENV_TOKEN = "AGENTEVAL_COLLECT_TOKEN"
+DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
+"""A request's largest body, compressed or not (the OpenTelemetry Collector's own default)."""
+DEFAULT_MAX_QUEUED_SPANS = 200_000
+"""Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
+DEFAULT_MAX_CONNECTIONS = 256
+"""Open HTTP connections at once (a thread each); more are closed as they arrive."""
+RETRY_AFTER_SECONDS = 1
+"""What a refused client is told to wait."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost`` counts; any other name does not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything

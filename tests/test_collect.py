@@ -1,0 +1,380 @@
+"""``agenteval collect``: the real OTLP exporters (HTTP protobuf, gRPC) and OTLP/JSON into a real collector on
+loopback, read back with DuckDB through the store's views; answers as the OTLP specification says to malformed,
+truncated, oversized, wrongly typed and unauthenticated requests, and the collector carries on after each."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import zlib
+
+import grpc
+import pytest
+from collect_clients import agent_spans, json_request, post
+from google.rpc import code_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.trace.export import SpanExportResult
+from waiting import wait_until
+
+from agenteval.collect import Collector
+from agenteval.errors import UsageError
+from agenteval.store import Store
+from agenteval.store._views import COUNTED_MODEL_CALL
+from agenteval_exporters import ParquetSpanExporter
+
+TRACE_ID = "5b8efff798038103d269b633813fc60c"
+SPAN_ID = "eee19b7ec3c1b174"
+
+
+@pytest.fixture
+def collector(tmp_path):
+    with Collector(tmp_path / "collected", port=0, grpc_port=0) as running:
+        yield running
+
+
+def stored(store_dir) -> list[dict]:
+    return Store(store_dir).rows("SELECT * FROM spans ORDER BY trace_id, start_time, span_id")
+
+
+def comparable(row: dict) -> dict:
+    """A span row with its JSON columns parsed (attribute order is not part of the data)."""
+    return {k: json.loads(v) if k in ("attributes", "events", "resource") and v else v for k, v in row.items()}
+
+
+# Real clients -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_the_real_exporters_spans_are_stored_as_the_in_process_exporter_stores_them(tmp_path, collector, protocol):
+    """The same SDK spans, once through ParquetSpanExporter and once over OTLP into collect: identical rows."""
+    spans = agent_spans(25)
+    local = ParquetSpanExporter(tmp_path / "local")
+    assert local.export(spans) == SpanExportResult.SUCCESS
+    local.shutdown()
+    if protocol == "grpc":
+        exporter = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True)
+    else:
+        exporter = HttpExporter(endpoint=collector.http_endpoint)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    collector.stop()
+
+    received = stored(collector.store)
+    assert len(received) == len(spans) == 100
+    assert list(map(comparable, received)) == list(map(comparable, stored(tmp_path / "local")))
+    assert collector.stats().spans_written == 100 and collector.stats().spans_rejected == 0
+    # Filed like the exporter's spans without an experiment: under their UTC start day.
+    files = list((collector.store / "spans").rglob("*.parquet"))
+    day = f"date={received[0]['start_time'].date().isoformat()}"
+    assert files and all(day in file.relative_to(collector.store).parts for file in files)
+
+
+def test_collected_traces_read_through_the_views_with_parents_attributes_and_events(collector):
+    spans = agent_spans(3)
+    exporter = HttpExporter(endpoint=collector.http_endpoint)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    collector.stop()
+    store = Store(collector.store)
+    (summary,) = store.rows(
+        "SELECT count(*) AS spans, count(DISTINCT trace_id) AS traces, "
+        "count(*) FILTER (parent_span_id IS NULL) AS roots, "
+        "sum(input_tokens) AS input_tokens, count(*) FILTER (status_code = 'ERROR') AS errors, "
+        "min(service_name) AS service FROM spans"
+    )
+    assert summary == {"spans": 12, "traces": 3, "roots": 3, "input_tokens": 303, "errors": 3, "service": "support-bot"}
+    # Every child's parent is its trace's root, found by a join on the ids as stored.
+    orphans = store.rows(
+        "SELECT c.name FROM spans c LEFT JOIN spans p ON c.parent_span_id = p.span_id AND c.trace_id = p.trace_id "
+        "WHERE c.parent_span_id IS NOT NULL AND p.span_id IS NULL"
+    )
+    assert orphans == []
+    (chat,) = store.rows(
+        "SELECT kind, operation, provider, request_model, output_tokens, finish_reason, "
+        "attributes->>'temperature' AS t, "
+        "attributes->>'streamed' AS streamed FROM spans WHERE name = 'chat gpt-4o-mini' AND input_tokens = 100"
+    )
+    assert chat == {
+        "kind": "CLIENT",
+        "operation": "chat",
+        "provider": "openai",
+        "request_model": "gpt-4o-mini",
+        "output_tokens": 7,
+        "finish_reason": "tool_calls",
+        "t": "0.25",
+        "streamed": "false",
+    }
+    events = store.rows("SELECT events FROM spans WHERE tool_name = 'lookup' ORDER BY start_time")
+    assert json.loads(events[0]["events"])[0]["attributes"] == {"key": "k0", "tries": 2}
+    (failed,) = store.rows(
+        "SELECT status_code, status_message, error_type FROM spans WHERE tool_name = 'refund' LIMIT 1"
+    )
+    assert failed == {"status_code": "ERROR", "status_message": "not allowed", "error_type": "PermissionError"}
+    (model_calls,) = store.rows(f"SELECT count(*) AS n FROM spans WHERE {COUNTED_MODEL_CALL}")
+    assert model_calls["n"] == 3
+
+
+def test_otlp_json_with_every_value_type_and_a_partial_success(collector):
+    good = {
+        "traceId": TRACE_ID.upper(),  # hex, either case
+        "spanId": SPAN_ID,
+        "parentSpanId": "",
+        "name": "chat claude",
+        "kind": 3,
+        "startTimeUnixNano": "1700000000000000000",  # 64-bit integers as strings, as the spec writes them
+        "endTimeUnixNano": 1700000000250000000,
+        "attributes": [
+            {"key": "gen_ai.request.model", "value": {"stringValue": "claude"}},
+            {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}},
+            {"key": "ratio", "value": {"doubleValue": 0.5}},
+            {"key": "ok", "value": {"boolValue": True}},
+            {"key": "tags", "value": {"arrayValue": {"values": [{"stringValue": "a"}, {"intValue": 2}]}}},
+            {"key": "nested", "value": {"kvlistValue": {"values": [{"key": "x", "value": {"stringValue": "y"}}]}}},
+            {"key": "raw", "value": {"bytesValue": "AAE="}},
+            {"key": "empty", "value": {}},
+        ],
+        "events": [{"timeUnixNano": "1700000000100000000", "name": "retry", "attributes": []}],
+        "status": {"code": 2, "message": "overloaded"},
+    }
+    child = {**good, "spanId": "1111111111111111", "parentSpanId": SPAN_ID, "name": "child", "attributes": []}
+    bad = {**good, "spanId": "abcd"}  # 2 bytes
+    status, headers, body = post(collector.http_endpoint, json_request([good, child, bad]), "application/json")
+    assert status == 200 and headers["content-type"] == "application/json"
+    answer = json.loads(body)
+    assert answer["partialSuccess"]["rejectedSpans"] == "1"
+    assert (
+        answer["partialSuccess"]["errorMessage"] == "resourceSpans[0].scopeSpans[0].spans[2]: span_id is 2 bytes, not 8"
+    )
+    collector.stop()
+    rows = sorted(stored(collector.store), key=lambda r: r["parent_span_id"] is not None)
+    assert [r["name"] for r in rows] == ["chat claude", "child"]
+    row = rows[0]
+    assert row["trace_id"] == TRACE_ID and row["parent_span_id"] is None and rows[1]["parent_span_id"] == SPAN_ID
+    assert row["duration_ms"] == 250.0 and row["kind"] == "CLIENT" and row["service_name"] == "json-client"
+    assert (row["status_code"], row["status_message"], row["request_model"], row["input_tokens"]) == (
+        "ERROR",
+        "overloaded",
+        "claude",
+        12,
+    )
+    assert json.loads(row["attributes"]) == {
+        "gen_ai.request.model": "claude",
+        "gen_ai.usage.input_tokens": 12,
+        "ratio": 0.5,
+        "ok": True,
+        "tags": ["a", 2],
+        "nested": {"x": "y"},
+        "raw": "AAE=",
+        "empty": None,
+    }
+    assert json.loads(row["events"]) == [{"name": "retry", "timestamp": 1700000000100000000, "attributes": {}}]
+    assert row["scope_name"] == "hand-built"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("traceId", 12345, "traceId is not a hex string"),
+        ("spanId", "zz" * 8, "spanId is not a hex string"),
+        ("startTimeUnixNano", "soon", "startTimeUnixNano is not an integer"),
+        ("endTimeUnixNano", 1, "end_time_unix_nano is before start_time_unix_nano"),
+        ("name", ["a"], "name is not a string"),
+        ("kind", 42, "kind is not a SpanKind"),
+        ("status", {"code": "broken"}, "status.code is not an integer"),
+        ("attributes", {"a": 1}, "attributes is not a list"),
+        ("attributes", [{"key": "n", "value": {"intValue": "many"}}], "intValue is not an integer"),
+        ("attributes", [{"key": "s", "value": {"stringValue": 3}}], "stringValue has the wrong type"),
+        ("attributes", [{"key": "s", "value": {"mystery": 3}}], "mystery is not an AnyValue field"),
+        ("events", [{"name": 3}], "events[0].name is not a string"),
+    ],
+)
+def test_a_wrongly_typed_json_field_rejects_that_span_alone_with_the_reason(collector, field, value, reason):
+    good = {"traceId": TRACE_ID, "spanId": SPAN_ID, "name": "ok", "startTimeUnixNano": 5, "endTimeUnixNano": 9}
+    status, _, body = post(collector.http_endpoint, json_request([{**good, field: value}, good]), "application/json")
+    assert status == 200
+    partial = json.loads(body)["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and reason in partial["errorMessage"], partial
+    collector.stop()
+    assert [r["name"] for r in stored(collector.store)] == ["ok"]
+
+
+def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):
+    spans = agent_spans(2)
+    request = encode_spans(spans)
+    scope_spans = request.resource_spans[0].scope_spans[0]
+    scope_spans.spans[0].trace_id = b"\x01" * 5
+    scope_spans.spans[1].span_id = bytes(8)
+    scope_spans.spans[2].end_time_unix_nano = scope_spans.spans[2].start_time_unix_nano - 1
+    status, _, body = post(collector.http_endpoint, request.SerializeToString())
+    assert status == 200
+    answer = ExportTraceServiceResponse.FromString(body)
+    assert answer.partial_success.rejected_spans == 3
+    assert (
+        answer.partial_success.error_message == "resource_spans[0].scope_spans[0].spans[0]: trace_id is 5 bytes, not 16"
+    )
+    collector.stop()
+    assert len(stored(collector.store)) == len(spans) - 3
+
+
+# Bad requests: the right answer, and the collector carries on -------------------------------------------------
+
+
+def error_status(body: bytes) -> status_pb2.Status:
+    return status_pb2.Status.FromString(body)
+
+
+def test_malformed_truncated_oversized_and_unknown_requests_get_their_answers(tmp_path):
+    valid = encode_spans(agent_spans(2)).SerializeToString()
+    with Collector(tmp_path / "s", port=0, grpc_port=None, max_body_bytes=64 * 1024) as collector:
+        url = collector.http_endpoint
+        status, _, body = post(url, b"\xff\xff\xff garbage")
+        assert status == 400 and error_status(body).code == code_pb2.INVALID_ARGUMENT
+        assert "not an OTLP ExportTraceServiceRequest" in error_status(body).message
+        status, _, body = post(url, valid[: len(valid) // 2])
+        assert status == 400 and "protobuf" in error_status(body).message
+        status, _, body = post(url, b"{not json", "application/json")
+        assert status == 400 and json.loads(body)["message"].startswith("not JSON")
+        status, _, body = post(url, b'{"resourceSpans": {"a": 1}}', "application/json")
+        assert status == 400 and json.loads(body)["message"] == "request.resourceSpans is not a list"
+        status, _, body = post(url, valid, "text/plain")
+        assert status == 415 and "Content-Type text/plain" in error_status(body).message
+        status, _, _ = post(url, valid, **{"Content-Encoding": "br"})
+        assert status == 415
+        status, _, body = post(url, b"x" * (64 * 1024 + 1))
+        assert status == 413 and error_status(body).code == code_pb2.RESOURCE_EXHAUSTED
+        bomb = gzip.compress(bytes(50 * 1024 * 1024))  # 50 MB of zeros in ~50 KB
+        assert len(bomb) < 64 * 1024
+        status, _, body = post(url, bomb, **{"Content-Encoding": "gzip"})
+        assert status == 413 and "decompresses to more than" in error_status(body).message
+        status, _, _ = post(url, b"\x1f\x8b not gzip", **{"Content-Encoding": "gzip"})
+        assert status == 400
+        status, _, _ = post(url.replace("/v1/traces", "/v1/metrics"), valid)
+        assert status == 404
+        # Still serving: compressed either way, the valid request is stored.
+        assert post(url, gzip.compress(valid), **{"Content-Encoding": "gzip"})[0] == 200
+        assert post(url, zlib.compress(valid), **{"Content-Encoding": "deflate"})[0] == 200
+        assert post(url, b"", "application/x-protobuf")[0] == 200  # an empty request is a valid, empty export
+    assert len(stored(tmp_path / "s")) == 16
+
+
+def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_path):
+    from agenteval.collect._http import HttpReceiver
+    from agenteval.collect._intake import Intake
+
+    intake = Intake(ParquetSpanExporter(tmp_path / "s"))
+    receiver = HttpReceiver(("127.0.0.1", 0), intake, None, 1 << 20, max_connections=2)
+    serving = threading.Thread(target=receiver.serve_forever, daemon=True)
+    serving.start()
+    idle = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(2)]
+    wait_until(lambda: len(receiver.connections) == 2, "two idle connections held")
+    extra = socket.create_connection(("127.0.0.1", receiver.port), timeout=10)
+    assert extra.recv(1) == b""  # closed at once
+    idle.pop().close()
+    wait_until(lambda: len(receiver.connections) == 1, "a connection let go")
+    body = encode_spans(agent_spans(1)).SerializeToString()
+    assert post(f"http://127.0.0.1:{receiver.port}/v1/traces", body)[0] == 200
+    for connection in idle + [extra]:
+        connection.close()
+    receiver.close()
+    intake.close()
+    assert len(stored(tmp_path / "s")) == 4
+
+
+def test_a_malformed_grpc_request_is_invalid_argument_and_the_server_carries_on(collector):
+    with grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}") as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        with pytest.raises(grpc.RpcError) as raised:
+            export(b"\xff\xff\xff garbage", timeout=10)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not an OTLP ExportTraceServiceRequest" in raised.value.details()
+        answer = ExportTraceServiceResponse.FromString(
+            export(encode_spans(agent_spans(1)).SerializeToString(), timeout=10)
+        )
+        assert not answer.HasField("partial_success")
+    collector.stop()
+    assert len(stored(collector.store)) == 4
+
+
+# Tokens -------------------------------------------------------------------------------------------------------
+
+
+def test_binding_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTEVAL_COLLECT_TOKEN", raising=False)
+    with pytest.raises(UsageError, match="needs a token: --token or \\$AGENTEVAL_COLLECT_TOKEN"):
+        Collector(tmp_path, host="0.0.0.0")
+    monkeypatch.setenv("AGENTEVAL_COLLECT_TOKEN", "s3cret")
+    assert Collector(tmp_path, host="0.0.0.0").token == "s3cret"  # constructed, never started: tests bind loopback
+
+
+def test_with_a_token_only_clients_that_send_it_are_heard(tmp_path):
+    spans = agent_spans(1)
+    body = encode_spans(spans).SerializeToString()
+    with Collector(tmp_path / "s", port=0, grpc_port=0, token="s3cret") as collector:
+        assert post(collector.http_endpoint, body)[0] == 401
+        assert post(collector.http_endpoint, body, Authorization="Bearer wrong")[0] == 401
+        assert post(collector.http_endpoint, body, Authorization="Basic s3cret")[0] == 401
+        refused = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, timeout=5)
+        assert refused.export(spans) == SpanExportResult.FAILURE
+        headers = {"authorization": "Bearer s3cret"}
+        http = HttpExporter(endpoint=collector.http_endpoint, headers=headers)
+        grpc_ = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, headers=headers)
+        assert http.export(spans) == grpc_.export(spans) == SpanExportResult.SUCCESS
+    assert len(stored(tmp_path / "s")) == 8
+
+
+# The command ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_the_command_receives_until_a_signal_then_writes_everything(tmp_path, stop_signal):
+    store = tmp_path / "cli-store"
+    command = [
+        sys.executable,
+        "-m",
+        "agenteval.cli",
+        "collect",
+        "--port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--store",
+        str(store),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        endpoint = line.split(" on ")[1].split(",")[0]
+        grpc_port = line.split("OTLP/gRPC on 127.0.0.1:")[1].split(";")[0]
+        spans = agent_spans(10)
+        assert HttpExporter(endpoint=endpoint).export(spans) == SpanExportResult.SUCCESS
+        grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True)
+        assert grpc_exporter.export(spans) == SpanExportResult.SUCCESS
+        process.send_signal(stop_signal)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "stopped; 80 spans written, 0 rejected" in out
+    assert len(stored(store)) == 80
+
+
+def test_a_port_in_use_is_a_one_line_error(tmp_path, collector):
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "collect", "--port", str(collector.http_port), "--no-grpc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTEVAL_STORE": str(tmp_path / "other")},
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"Error: agenteval collect: cannot listen on 127.0.0.1:{collector.http_port}")

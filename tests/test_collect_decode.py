@@ -1,0 +1,120 @@
+"""The collector's own reading of OTLP protobuf (agenteval/collect/_wire.py) against the generated classes of
+opentelemetry-proto: the same values for every kind of attribute value and encoding, fields it does not keep
+skipped, and any request the generated classes read is read."""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import pytest
+from collect_clients import agent_spans
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from agenteval.collect import PayloadError, decode_protobuf
+from agenteval.collect._wire import ExportTraceServiceRequest as WireRequest
+from agenteval.collect._wire import any_value, attribute_values
+
+
+def reference(value: AnyValue):
+    """An AnyValue as a Python value, read through the generated class."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [reference(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: reference(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return getattr(value, kind)
+
+
+VALUES = [
+    AnyValue(),
+    AnyValue(string_value=""),
+    *(AnyValue(string_value="x" * n) for n in (1, 127, 128, 129, 16383, 16384, 70000)),
+    AnyValue(string_value="héllo ✓ 日本"),
+    *(AnyValue(int_value=n) for n in (0, 1, 127, 128, 300, -1, -300, 2**63 - 1, -(2**63))),
+    AnyValue(bool_value=True),
+    AnyValue(bool_value=False),
+    *(AnyValue(double_value=d) for d in (0.0, -1.5, 1e300, math.inf, -math.inf)),
+    AnyValue(bytes_value=b"\x00\x01\xff"),
+    AnyValue(array_value=ArrayValue(values=[AnyValue(string_value="a"), AnyValue(int_value=2), AnyValue()])),
+    AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=AnyValue(array_value=ArrayValue(values=[])))])),
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=lambda v: str(v.WhichOneof("value")))
+def test_every_kind_of_value_reads_as_the_generated_class_reads_it(value):
+    assert any_value(value.SerializeToString()) == reference(value)
+    assert any_value(value.SerializeToString()) == reference(value)  # again, from the cache
+
+
+def test_non_canonical_encodings_read_as_protobuf_says():
+    # A oneof set twice: the last wins. A string then an int, and the same field repeated.
+    for raw in (b"\x0a\x01a\x0a\x01b", b"\x0a\x01a\x18\x05", b"\x18\x05\x0a\x01a", b"\x10\x01\x10\x00"):
+        assert any_value(raw) == reference(AnyValue.FromString(raw)), raw
+    assert math.isnan(any_value(AnyValue(double_value=math.nan).SerializeToString()))
+    with pytest.raises(ValueError, match="not an OTLP AnyValue"):
+        any_value(b"\x0a\x05ab")  # a string shorter than its length
+
+
+def test_attributes_and_requests_read_like_the_generated_classes():
+    request = encode_spans(agent_spans(3))
+    span = request.resource_spans[0].scope_spans[0].spans[1]
+    span.attributes.add(key="odd", value=AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="a")])))
+    span.trace_state = "vendor=1"  # fields the store does not keep are skipped
+    span.links.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    span.flags = 0x301
+    span.dropped_attributes_count = 4
+    data = request.SerializeToString()
+    wire = WireRequest.FromString(data)
+    for wire_rs, rs in zip(wire.resource_spans, request.resource_spans, strict=True):
+        assert attribute_values(wire_rs.resource.attributes) == {
+            kv.key: reference(kv.value) for kv in rs.resource.attributes
+        }
+        for wire_ss, ss in zip(wire_rs.scope_spans, rs.scope_spans, strict=True):
+            assert wire_ss.scope.name == ss.scope.name
+            for wire_span, real in zip(wire_ss.spans, ss.spans, strict=True):
+                assert attribute_values(wire_span.attributes) == {kv.key: reference(kv.value) for kv in real.attributes}
+                assert (wire_span.trace_id, wire_span.span_id, wire_span.parent_span_id, wire_span.name) == (
+                    real.trace_id,
+                    real.span_id,
+                    real.parent_span_id,
+                    real.name,
+                )
+                assert [(e.name, e.time_unix_nano) for e in wire_span.events] == [
+                    (e.name, e.time_unix_nano) for e in real.events
+                ]
+    decoded = decode_protobuf(data)
+    assert decoded.accepted == 12 and decoded.rejected == 0
+
+
+def test_a_span_with_a_corrupt_attribute_value_is_rejected_alone():
+    request = encode_spans(agent_spans(1))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    data = request.SerializeToString()
+    # The first span's first attribute value, re-encoded with a string length past its end: the outer lengths
+    # still hold (the map's value is opaque bytes to the outer message), only that value is corrupt.
+    key = spans[0].attributes[0].key.encode()
+    good = spans[0].attributes[0].value.SerializeToString()
+    corrupt = b"\x0a" + bytes([len(good) + 5]) + good[2:]
+    assert len(corrupt) == len(good) and data.count(good) >= 1
+    decoded = decode_protobuf(
+        data.replace(key + b"\x12" + bytes([len(good)]) + good, key + b"\x12" + bytes([len(good)]) + corrupt, 1)
+    )
+    assert (decoded.accepted, decoded.rejected) == (3, 1)
+    assert "not an OTLP AnyValue" in decoded.reason
+
+
+def test_a_request_the_generated_classes_refuse_is_a_payload_error():
+    bad = ExportTraceServiceRequest().SerializeToString() + b"\x0a\x05ab"  # a field longer than the message
+    with pytest.raises(Exception):  # noqa: B017 (the generated class's own error type varies by runtime)
+        ExportTraceServiceRequest.FromString(bad)
+    with pytest.raises(PayloadError, match="not an OTLP ExportTraceServiceRequest"):
+        decode_protobuf(bad)
+    assert Span.SpanKind.Name(3) == "SPAN_KIND_CLIENT"
