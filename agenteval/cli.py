@@ -121,6 +121,16 @@ STORE_CACHE = "store"
 """``--cache`` given without a folder: the store's own cache folder."""
 
 
+def trace_window_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--since`` and ``--service``: which production traces a command covers."""
+    fn = click.option("--service", metavar="NAME", help="Only traces of this service (its service.name).")(fn)
+    return click.option(
+        "--since",
+        metavar="WHEN",
+        help="Only traces started since WHEN: a day (2026-12-01), an ISO 8601 time, or an age back from now (7d, 12h).",
+    )(fn)
+
+
 def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
@@ -652,22 +662,54 @@ def judge_check_command(labels: str, judge: str, judge_base_url: str | None, sto
     "--format", "fmt", type=click.Choice(["table", "markdown", "json", "html"]), default="table", show_default=True
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of the terminal.")
+@click.option("--traces", is_flag=True, help="Report on production traces (spans outside any experiment) instead.")
+@trace_window_options
+@click.option("--prices", type=click.Path(dir_okay=False, exists=True), help="With --traces: a JSON file of prices.")
 @store_option
-def report(experiment: str | None, fmt: str, output: str | None, store: str | None) -> None:
-    """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost."""
-    from .analysis._report import build_report
-    from .render._report_formats import FORMATS, to_terminal
+def report(
+    experiment: str | None,
+    fmt: str,
+    output: str | None,
+    traces: bool,
+    since: str | None,
+    service: str | None,
+    prices: str | None,
+    store: str | None,
+) -> None:
+    """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost. With --traces,
+    on production traces: calls, failures by type, latency percentiles, tokens and cost by model and by tool."""
+    from .render import _report_formats, _traces_report
 
-    try:
-        data = build_report(existing_store(store), experiment)
-    except ValueError as exc:
-        _raise_as_one_line(exc)
+    if traces:
+        from .analysis._traces import build_traces_report
+        from .run._prices import load_prices
+        from .store._windows import parse_since
+
+        if experiment is not None:
+            raise click.UsageError("give an EXPERIMENT or --traces, not both")
+        data: Any = build_traces_report(
+            existing_store(store),
+            since=None if since is None else parse_since(since),
+            service=service,
+            prices=load_prices(prices),
+        )
+        formats, to_terminal = _traces_report.FORMATS, _traces_report.to_terminal
+    else:
+        from .analysis._report import build_report
+
+        if since is not None or service is not None or prices is not None:
+            raise click.UsageError("--since, --service and --prices go with --traces")
+        try:
+            data = build_report(existing_store(store), experiment)
+        except ValueError as exc:
+            _raise_as_one_line(exc)
+        formats, to_terminal = _report_formats.FORMATS, _report_formats.to_terminal
     if fmt == "table" and output is None:
         from rich.console import Console
 
         Console().print(to_terminal(data))
         return
-    text = FORMATS["markdown" if fmt == "table" else fmt](data)
+    text = formats["markdown" if fmt == "table" else fmt](data)
     if output:
         with open(output, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -170,7 +170,7 @@ th{font-weight:600;background:#f5f7fa}svg text{font:11px system-ui,sans-serif;fi
 """
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def html_table(header: list[str], rows: list[list[str]]) -> str:
     e = html_text
     head = "".join(f"<th>{e(h)}</th>" for h in header) if any(header) else ""
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in rows)
@@ -210,7 +210,7 @@ def _category_plot(categories: list[CategoryPassRate]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def _histogram(sample: list[float], bins: int = 30) -> str:
+def histogram(sample: list[float], bins: int = 30) -> str:
     """The trial latency distribution (from a uniform sample of trials)."""
     if not sample:
         return '<p class="note">no trials</p>'
@@ -239,7 +239,12 @@ def _histogram(sample: list[float], bins: int = 30) -> str:
 
 
 def _failure_plot(outcomes: Outcomes) -> str:
-    kinds = list(outcomes.failures_by_type.items())
+    return failure_bars(outcomes.failures_by_type)
+
+
+def failure_bars(counts: dict[str, int]) -> str:
+    """Failures by type as horizontal bars."""
+    kinds = list(counts.items())
     if not kinds:
         return '<p class="note">no failures</p>'
     e = html_text
@@ -258,25 +263,30 @@ def _failure_plot(outcomes: Outcomes) -> str:
     return "".join(parts) + "</svg>"
 
 
+def html_page(title: str, body: list[str]) -> str:
+    """A self-contained page of ``body`` (HTML already made safe) under ``title`` (plain text)."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html_text(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
 def to_html(report: Report) -> str:
     """One self-contained page: inline CSS and SVG, no script, no network access needed."""
     e = html_text
     body = [f"<h1>Report: {e(report.experiment.id)}</h1>"]
     plots = {
         "By category": _category_plot(report.categories),
-        "Latency": _histogram(report.latency.trial_sample_ms),
+        "Latency": histogram(report.latency.trial_sample_ms),
         "Failures apart from wrong answers": _failure_plot(report.outcomes),
     }
     for title, header, rows in sections(report):
         body.append(f"<h2>{e(title)}</h2>")
         if title in plots:
             body.append(plots[title])
-        body.append(_table(header, rows))
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>agenteval report {e(report.experiment.id)}</title><style>{STYLE}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n"
-    )
+        body.append(html_table(header, rows))
+    return html_page(f"agenteval report {report.experiment.id}", body)
 
 
 FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}
