@@ -575,6 +575,28 @@ def run(
     is_flag=True,
     help="Also send the new scores to the OTLP backend OTEL_EXPORTER_OTLP_ENDPOINT names, as a run does.",
 )
+@click.option(
+    "--traces", is_flag=True, help="Score production traces (spans outside any experiment) with reference-free scorers."
+)
+@trace_window_options
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --traces: the share of traces to score, chosen by trace id as OpenTelemetry's ratio sampler does.",
+)
+@click.option(
+    "--max-tool-calls", type=click.IntRange(min=0), help="With --traces: the tool-call budget of step_efficiency."
+)
+@click.option(
+    "--must-not-contain",
+    "forbidden",
+    multiple=True,
+    metavar="TEXT",
+    help="With --traces: text no reply may contain (repeatable).",
+)
+@click.option("--rubric", help="With --traces and --judge: what the judge grades replies against.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
@@ -584,14 +606,45 @@ def rescore(
     judge: str | None,
     judge_base_url: str | None,
     otlp: bool,
+    traces: bool,
+    since: str | None,
+    service: str | None,
+    sample: float,
+    max_tool_calls: int | None,
+    forbidden: tuple[str, ...],
+    rubric: str | None,
     store: str | None,
     as_json: bool,
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent; with
-    --judge, grade its stored replies with an LLM judge."""
+    --judge, grade its stored replies with an LLM judge. With --traces, score production traces with reference-free
+    scorers (tool_errors; step_efficiency with --max-tool-calls; must_not_contain with --must-not-contain; the
+    judge against --rubric): their scores go to the same scores table."""
     import dataclasses
     import json
 
+    if traces:
+        _rescore_traces(
+            experiment,
+            scorers,
+            batch_size,
+            judge,
+            judge_base_url,
+            otlp,
+            since,
+            service,
+            sample,
+            max_tool_calls,
+            forbidden,
+            rubric,
+            store,
+            as_json,
+        )
+        return
+    if since or service or sample != 1.0 or max_tool_calls is not None or forbidden or rubric:
+        raise click.UsageError(
+            "--since, --service, --sample, --max-tool-calls, --must-not-contain and --rubric go with --traces"
+        )
     from .analysis._experiments import summarize
     from .render._text_safety import visible
     from .scorers._rescore import rescore as rescore_experiment
@@ -632,6 +685,56 @@ def rescore(
             f"pass rate with the current scores: {figures.pass_rate:.1%} "
             f"(passed {figures.passed} · wrong {figures.wrong} · failed {figures.failed})"
         )
+
+
+def _rescore_traces(
+    experiment: str | None,
+    scorers: tuple[str, ...],
+    batch_size: int,
+    judge: str | None,
+    judge_base_url: str | None,
+    otlp: bool,
+    since: str | None,
+    service: str | None,
+    sample: float,
+    max_tool_calls: int | None,
+    forbidden: tuple[str, ...],
+    rubric: str | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """``rescore --traces``: online evaluation of production traces."""
+    import dataclasses
+    import json
+
+    from .scorers._traces import TracePolicy, score_traces
+    from .store._windows import parse_since
+
+    if experiment is not None:
+        raise click.UsageError("give an EXPERIMENT or --traces, not both")
+    if otlp:
+        raise click.UsageError("--otlp sends an experiment's scores; it does not go with --traces")
+    result = score_traces(
+        existing_store(store),
+        scorers=list(scorers),
+        since=None if since is None else parse_since(since),
+        service=service,
+        policy=TracePolicy(max_tool_calls, tuple(forbidden), rubric),
+        sample=sample,
+        judge=judge,
+        judge_base_url=judge_base_url,
+        batch_size=batch_size,
+    )
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(result), indent=2))
+        return
+    click.echo(
+        f"pass {result.pass_id}: {result.scores} scores for {result.sampled} of {result.traces} production traces "
+        f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s; agenteval report --traces shows them"
+    )
+    if result.not_scored:
+        skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(result.not_scored.items()))
+        click.echo(f"not scored, for want of message content (captured off): {visible(skipped)}")
 
 
 @main.command(name="judge-check")
