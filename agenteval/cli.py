@@ -1066,6 +1066,61 @@ def compact(store: str | None, wait: float | None) -> None:
         )
 
 
+@main.command(name="cases-from-traces")
+@click.option(
+    "--where",
+    required=True,
+    metavar="SQL",
+    help="A condition on the traces view, e.g. \"status = 'ERROR' AND service = 'shop'\" (read-only, as agenteval "
+    "sql runs).",
+)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The cases file (JSONL).")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+@store_option
+def cases_from_traces_command(where: str, output: str, force: bool, store: str | None) -> None:
+    """Turn the conversations of production traces matching --where into dataset cases: input or turns from the
+    trace, expected_output left empty for a person to fill, the trace id in metadata."""
+    from .dataset._from_traces import cases_from_traces
+
+    result = cases_from_traces(existing_store(store), where, output, force=force)
+    click.echo(
+        f"wrote {result.cases} cases from {result.matched} matching traces to {visible(result.path)}; fill in each "
+        "expected_output, then check the file with agenteval validate"
+    )
+    if result.without_input:
+        click.echo(
+            f"left out {len(result.without_input)} traces that recorded no input (content capture off)", err=True
+        )
+
+
+@main.command()
+@click.option("--older-than", required=True, metavar="AGE", help="Remove days that ended longer ago: 30d, 12h, 2w.")
+@click.option("--service", metavar="NAME", help="Only this service's traces.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@store_option
+@user_errors
+def prune(older_than: str, service: str | None, dry_run: bool, store: str | None) -> None:
+    """Remove production traces (and their scores) by whole days, each day's folder at once; experiments are never
+    pruned."""
+    from .store._prune import prune as prune_store
+    from .store._windows import parse_age
+
+    result = prune_store(existing_store(store), parse_age(older_than, "--older-than"), service=service, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for part in result.partitions:
+        click.echo(visible(f"{verb} {part.table}/{part.partition}: {part.files} files, {part.rows:,} rows"))
+    click.echo(
+        f"{verb} {len(result.partitions)} partition(s), {result.files} files, {result.rows:,} rows of days that ended "
+        f"before {result.cutoff:%Y-%m-%d %H:%M} UTC"
+    )
+    if result.kept_unsorted:
+        click.echo(
+            f"kept {result.kept_unsorted} files of those days written before spans had a folder per service; "
+            "prune without --service removes them",
+            err=True,
+        )
+
+
 @main.command()
 @store_option
 @click.option("--dry-run", is_flag=True, help="Only report unreadable files; move nothing.")
