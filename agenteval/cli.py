@@ -729,8 +729,9 @@ def _rescore_traces(
         click.echo(json.dumps(dataclasses.asdict(result), indent=2))
         return
     click.echo(
-        f"pass {result.pass_id}: {result.scores} scores for {result.sampled} of {result.traces} production traces "
-        f"({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s; agenteval report --traces shows them"
+        f"pass {result.pass_id}: {result.scores} scores for {result.sampled - result.failed} of {result.traces} "
+        f"production traces ({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s; {result.failed} sampled "
+        "traces ended in error and are counted by type in agenteval report --traces instead"
     )
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(result.not_scored.items()))

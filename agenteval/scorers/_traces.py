@@ -65,6 +65,9 @@ DEFAULT_RUBRIC = (
 TRACE_SCORERS: dict[str, Scorer] = {s.name: s for s in (tool_errors, step_efficiency, must_not_contain)}
 """The reference-free scorers by name; the LLM judge joins them with ``judge=``."""
 
+ANSWERED = "status IS DISTINCT FROM 'ERROR'"
+"""The traces scored: those whose root did not end in error (a trace that did has a failure type instead)."""
+
 DEFAULT_BATCH = 1000
 """Traces scored at a time; memory is bounded by this."""
 
@@ -89,7 +92,10 @@ class TraceScoreResult:
     traces: int
     """Traces in scope."""
     sampled: int
-    """Of which scored (the sample rate's share)."""
+    """Of which the sample rate chose."""
+    failed: int
+    """Of which not scored, since they ended in error (as a failed trial is not scored: its failure type says what
+    went wrong; ``agenteval report --traces`` counts them)."""
     scores: int
     scorers: list[str]
     seconds: float
@@ -196,11 +202,12 @@ class TraceScorer:
         )
         ids = [row["trace_id"] for row in rows]
         pass_id = uuid.uuid4().hex[:12]
-        total = TraceScoreResult(pass_id, 0, 0, 0, [s.name for s in self.scorers], 0.0)
+        total = TraceScoreResult(pass_id, 0, 0, 0, 0, [s.name for s in self.scorers], 0.0)
         for start in range(0, len(ids), batch_size):
             part = self._score(ids[start : start + batch_size], pass_id)
             total.traces += part.traces
             total.sampled += part.sampled
+            total.failed += part.failed
             total.scores += part.scores
             total.seconds += part.seconds
             for name, count in part.not_scored.items():
@@ -211,10 +218,10 @@ class TraceScorer:
     def _score(self, trace_ids: list[str], pass_id: str) -> TraceScoreResult:
         started = time.perf_counter()
         chosen = [t for t in trace_ids if trace_sampled(t, self.sample)]
-        result = TraceScoreResult(pass_id, len(trace_ids), 0, 0, [s.name for s in self.scorers], 0.0)
+        result = TraceScoreResult(pass_id, len(trace_ids), len(chosen), 0, 0, [s.name for s in self.scorers], 0.0)
         if chosen:
             rows, features = self._features(chosen)
-            result.sampled = len(rows)
+            result.failed = len(chosen) - len(rows)
             cases = {row["trace_id"]: trace_case(row, self.policy, self.judged) for row in rows}
             judged = self.engine.judge(features, cases)
             result.not_scored = dict(judged.not_scored)
@@ -226,12 +233,12 @@ class TraceScorer:
         listed = ", ".join(sql_string(t) for t in trace_ids)
         rows = self.store.rows(
             "SELECT trace_id, service, started_at, root_span_id, user_messages, input, output FROM traces "
-            f"WHERE trace_id IN ({listed}) ORDER BY trace_id"
+            f"WHERE trace_id IN ({listed}) AND {ANSWERED} ORDER BY trace_id"
         )
         trials = f"""(SELECT NULL::VARCHAR AS experiment_id, trace_id AS trial_id, trace_id AS case_id, 1 AS attempt,
                              trace_id, root_span_id, NULL::VARCHAR AS failure_type, output AS reply,
                              NULL::VARCHAR[] AS replies
-                      FROM traces WHERE trace_id IN ({listed}))"""
+                      FROM traces WHERE trace_id IN ({listed}) AND {ANSWERED})"""
         spans = f"(SELECT * REPLACE (trace_id AS trial_id) FROM spans WHERE {PRODUCTION} AND trace_id IN ({listed}))"
         root = f"span_id IN (SELECT root_span_id FROM {trials})"
         return rows, self.store.query(features_sql(trials, spans, root=root))
