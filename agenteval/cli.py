@@ -797,7 +797,8 @@ def report(
             service=service,
             prices=load_prices(prices),
         )
-        formats, to_terminal = _traces_report.FORMATS, _traces_report.to_terminal
+        formats: Any = _traces_report.FORMATS
+        to_terminal: Any = _traces_report.to_terminal
     else:
         from .analysis._report import build_report
 

@@ -85,7 +85,8 @@ def cases_from_traces(
             f"-o {target}: the file exists (its expected outputs may be filled in); choose another or give --force"
         )
     rows = matching_traces(store, where)
-    records, without = [], []
+    records: list[dict[str, Any]] = []
+    without: list[str] = []
     for row in rows:
         record = trace_record(row)
         if record is None:

@@ -21,6 +21,7 @@ import datetime
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -114,9 +115,9 @@ def trace_sampled(trace_id: str, rate: float) -> bool:
         return False
 
 
-def trace_case(row: dict[str, object], policy: TracePolicy, judged: bool) -> Case:
+def trace_case(row: dict[str, Any], policy: TracePolicy, judged: bool) -> Case:
     """A production trace as the case its scorers read: its user messages, no expected answer, the policy."""
-    users = [str(u) for u in row.get("user_messages") or () if u]  # type: ignore[attr-defined]
+    users = [str(u) for u in row.get("user_messages") or () if u]
     text = users[-1] if users else str(row.get("input") or "")
     return Case(
         id=str(row["trace_id"]),
@@ -229,7 +230,7 @@ class TraceScorer:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _features(self, trace_ids: list[str]) -> tuple[list[dict[str, object]], pa.Table]:
+    def _features(self, trace_ids: list[str]) -> tuple[list[dict[str, Any]], pa.Table]:
         listed = ", ".join(sql_string(t) for t in trace_ids)
         rows = self.store.rows(
             "SELECT trace_id, service, started_at, root_span_id, user_messages, input, output FROM traces "
@@ -243,7 +244,7 @@ class TraceScorer:
         root = f"span_id IN (SELECT root_span_id FROM {trials})"
         return rows, self.store.query(features_sql(trials, spans, root=root))
 
-    def _write(self, judged: Judgement, rows: list[dict[str, object]], pass_id: str) -> int:
+    def _write(self, judged: Judgement, rows: list[dict[str, Any]], pass_id: str) -> int:
         """The pass's scores, one file per (day, service) of the traces judged; returns the rows written."""
         table = judged.table
         if not table.num_rows:
@@ -264,9 +265,7 @@ class TraceScorer:
             schema=SCORES,
         )
         where = {
-            str(row["trace_id"]): production_partition(
-                row["started_at"].astimezone(datetime.UTC).date(), row["service"]
-            )  # type: ignore[attr-defined]
+            row["trace_id"]: production_partition(row["started_at"].astimezone(datetime.UTC).date(), row["service"])
             for row in rows
         }
         partitions = [where[t] for t in scores.column("trial_id").to_pylist()]
