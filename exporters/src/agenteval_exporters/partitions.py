@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy
 import pyarrow as pa
 
 from .files import partition_path
@@ -61,11 +62,16 @@ def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch
     if not ids.null_count:
         return
     rest = batch if ids.null_count == batch.num_rows else batch.filter(pc.is_null(ids))
-    days = pc.cast(rest.column("start_time"), pa.date32()).to_pylist()
-    keys = list(zip(days, rest.column("service_name").to_pylist(), strict=True))
-    first = keys[0]
-    if keys.count(first) == len(keys):  # the usual case: one service, one day
-        yield production_partition(*first), rest
+    # numpy and Python lists rather than compute kernels, which release the GIL (see encode's _gil_held note).
+    days = rest.column("start_time").to_numpy().astype("datetime64[D]")
+    services = rest.column("service_name").to_pylist()
+    first_day, first_service = days[0], services[0]
+    if (days == first_day).all() and services.count(first_service) == len(services):  # the usual case
+        yield production_partition(first_day.item(), first_service), rest
         return
-    for key in dict.fromkeys(keys):
-        yield production_partition(*key), rest.filter(pa.array([k == key for k in keys], pa.bool_()))
+    named = numpy.array(services, dtype=object)
+    for service in dict.fromkeys(services):
+        of_service = named == service if service is not None else numpy.equal(named, None)
+        for day in numpy.unique(days[of_service]):
+            mask = of_service & (days == day)
+            yield production_partition(day.item(), service), rest.filter(pa.array(mask, pa.bool_()))
