@@ -2,7 +2,8 @@
 in-process exporter with a resource naming its service, exactly what ``agenteval collect`` writes too.
 
     python production_agent.py STORE SERVICE agent N        N traces through the decorated agent, one scenario each
-    python production_agent.py STORE SERVICE past N DAYS    N traces of 3 spans each, started DAYS days ago
+    python production_agent.py STORE SERVICE past N DAYS [FILES]    N traces of 3 spans each, started DAYS days
+                                                                    ago (published as FILES files, default one)
     python production_agent.py STORE SERVICE stream N       N traces written as they go (flush every 10 ms)
 
 It prints ``ready`` once it has set up, then the traces it wrote, as a last line ``wrote <traces> <spans>``.
@@ -82,6 +83,9 @@ def main() -> None:
     for i in range(count):
         if mode == "past":
             spans += past_trace(provider, i, float(sys.argv[5]))
+            files = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+            if files > 1 and (i + 1) % max(1, count // files) == 0:
+                exporter.force_flush()
             continue
         global scenario
         scenario = SCENARIOS[i % len(SCENARIOS)]

@@ -316,7 +316,7 @@ print(*sorted(set(seen)))
 
 def test_a_reader_sees_a_pruned_day_whole_or_not_at_all(tmp_path):
     store = tmp_path / "store"
-    spans = sum(produce(store, "shop", "past", 2, "40")[1] for _ in range(40))  # one day of 40 files
+    _, spans = produce(store, "shop", "past", 80, "40", "40")  # one day of 40 files
     assert len(list((store / "spans").rglob("part-*.parquet"))) == 40
     done = tmp_path / "done"
     reader = subprocess.Popen(

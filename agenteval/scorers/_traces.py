@@ -16,6 +16,7 @@ The collector's hook is :class:`TraceScorer`: made once with the scorers and a s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import time
@@ -23,17 +24,20 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from agenteval_exporters.files import publish
 from agenteval_exporters.partitions import production_partition
 
+from ..analysis._experiments import fetch
 from ..dataset._cases import Case
 from ..errors import UsageError
+from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._schemas import SCORES
+from ..store._store import _retry_vanished
 from ..store._trace_views import PRODUCTION
-from ..store._views import sql_string
 from ._base import Scorer
 from ._builtin import _ACKNOWLEDGED, _INVENTED, _TOOL_FAILED, must_not_contain, step_efficiency
 from ._engine import Judgement, ScoringEngine
@@ -66,10 +70,13 @@ DEFAULT_RUBRIC = (
 TRACE_SCORERS: dict[str, Scorer] = {s.name: s for s in (tool_errors, step_efficiency, must_not_contain)}
 """The reference-free scorers by name; the LLM judge joins them with ``judge=``."""
 
+IN_SCOPE = "SELECT trace_id, service, started_at, root_span_id, user_messages, input, output, status FROM traces"
+"""What scoring reads of each trace in scope."""
+
 ANSWERED = "status IS DISTINCT FROM 'ERROR'"
 """The traces scored: those whose root did not end in error (a trace that did has a failure type instead)."""
 
-DEFAULT_BATCH = 1000
+DEFAULT_BATCH = DEFAULT_RESCORE_BATCH
 """Traces scored at a time; memory is bounded by this."""
 
 
@@ -185,7 +192,12 @@ class TraceScorer:
 
     def score(self, trace_ids: Iterable[str], *, pass_id: str | None = None) -> TraceScoreResult:
         """Score the sampled ones of ``trace_ids`` and append their scores (one pass, ``pass_id`` or a new one)."""
-        return self._score(list(dict.fromkeys(trace_ids)), pass_id or uuid.uuid4().hex[:12])
+        ids = list(dict.fromkeys(trace_ids))
+        with contextlib.closing(self.store.connect()) as con:
+            _run(
+                con, f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [ids]
+            )
+            return self._score(con, ids, pass_id or uuid.uuid4().hex[:12])
 
     def score_window(
         self,
@@ -195,33 +207,35 @@ class TraceScorer:
         batch_size: int = DEFAULT_BATCH,
         on_batch: Callable[[int, int], None] = lambda done, total: None,
     ) -> TraceScoreResult:
-        """Score every trace started since ``since`` (all by default) of ``service`` (all by default), as one pass."""
-        rows = self.store.rows(
-            "SELECT trace_id FROM traces WHERE started_at >= coalesce(?::TIMESTAMPTZ, '-infinity') "
-            "AND (?::VARCHAR IS NULL OR service = ?) ORDER BY started_at, trace_id",
-            [since, service, service],
-        )
-        ids = [row["trace_id"] for row in rows]
+        """Score every trace started since ``since`` (all by default) of ``service`` (all by default), as one pass,
+        ``batch_size`` traces at a time (the traces view is computed once, not per batch)."""
         pass_id = uuid.uuid4().hex[:12]
         total = TraceScoreResult(pass_id, 0, 0, 0, 0, [s.name for s in self.scorers], 0.0)
-        for start in range(0, len(ids), batch_size):
-            part = self._score(ids[start : start + batch_size], pass_id)
-            total.traces += part.traces
-            total.sampled += part.sampled
-            total.failed += part.failed
-            total.scores += part.scores
-            total.seconds += part.seconds
-            for name, count in part.not_scored.items():
-                total.not_scored[name] = total.not_scored.get(name, 0) + count
-            on_batch(min(start + batch_size, len(ids)), len(ids))
+        with contextlib.closing(self.store.connect()) as con:
+            window = "WHERE started_at >= coalesce(?::TIMESTAMPTZ, '-infinity') AND (?::VARCHAR IS NULL OR service = ?)"
+            _run(con, f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} {window}", [since, service, service])
+            ids = [
+                row[0] for row in con.execute("SELECT trace_id FROM in_scope ORDER BY started_at, trace_id").fetchall()
+            ]
+            for start in range(0, len(ids), batch_size):
+                part = self._score(con, ids[start : start + batch_size], pass_id)
+                total.traces += part.traces
+                total.sampled += part.sampled
+                total.failed += part.failed
+                total.scores += part.scores
+                total.seconds += part.seconds
+                for name, count in part.not_scored.items():
+                    total.not_scored[name] = total.not_scored.get(name, 0) + count
+                on_batch(min(start + batch_size, len(ids)), len(ids))
         return total
 
-    def _score(self, trace_ids: list[str], pass_id: str) -> TraceScoreResult:
+    def _score(self, con: duckdb.DuckDBPyConnection, trace_ids: list[str], pass_id: str) -> TraceScoreResult:
+        """Score the sampled ones of ``trace_ids``, which are in ``in_scope``."""
         started = time.perf_counter()
         chosen = [t for t in trace_ids if trace_sampled(t, self.sample)]
         result = TraceScoreResult(pass_id, len(trace_ids), len(chosen), 0, 0, [s.name for s in self.scorers], 0.0)
         if chosen:
-            rows, features = self._features(chosen)
+            rows, features = self._features(con, chosen)
             result.failed = len(chosen) - len(rows)
             cases = {row["trace_id"]: trace_case(row, self.policy, self.judged) for row in rows}
             judged = self.engine.judge(features, cases)
@@ -230,19 +244,25 @@ class TraceScorer:
         result.seconds = time.perf_counter() - started
         return result
 
-    def _features(self, trace_ids: list[str]) -> tuple[list[dict[str, Any]], pa.Table]:
-        listed = ", ".join(sql_string(t) for t in trace_ids)
-        rows = self.store.rows(
-            "SELECT trace_id, service, started_at, root_span_id, user_messages, input, output FROM traces "
-            f"WHERE trace_id IN ({listed}) AND {ANSWERED} ORDER BY trace_id"
+    @staticmethod
+    def _features(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> tuple[list[dict[str, Any]], pa.Table]:
+        _run(
+            con,
+            "CREATE OR REPLACE TEMP TABLE chosen AS SELECT * FROM in_scope "
+            f"WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) AND {ANSWERED}",
+            [trace_ids],
         )
-        trials = f"""(SELECT NULL::VARCHAR AS experiment_id, trace_id AS trial_id, trace_id AS case_id, 1 AS attempt,
-                             trace_id, root_span_id, NULL::VARCHAR AS failure_type, output AS reply,
-                             NULL::VARCHAR[] AS replies
-                      FROM traces WHERE trace_id IN ({listed}) AND {ANSWERED})"""
-        spans = f"(SELECT * REPLACE (trace_id AS trial_id) FROM spans WHERE {PRODUCTION} AND trace_id IN ({listed}))"
-        root = f"span_id IN (SELECT root_span_id FROM {trials})"
-        return rows, self.store.query(features_sql(trials, spans, root=root))
+        rows = fetch(con, "SELECT * FROM chosen ORDER BY trace_id")
+        trials = """(SELECT NULL::VARCHAR AS experiment_id, trace_id AS trial_id, trace_id AS case_id, 1 AS attempt,
+                            trace_id, root_span_id, NULL::VARCHAR AS failure_type, output AS reply,
+                            NULL::VARCHAR[] AS replies FROM chosen)"""
+        spans = (
+            f"(SELECT * REPLACE (trace_id AS trial_id) FROM spans "
+            f"WHERE {PRODUCTION} AND trace_id IN (SELECT trace_id FROM chosen))"
+        )
+        root = "span_id IN (SELECT root_span_id FROM chosen)"
+        query = features_sql(trials, spans, root=root)
+        return rows, _retry_vanished(lambda: con.sql(query).to_arrow_table())
 
     def _write(self, judged: Judgement, rows: list[dict[str, Any]], pass_id: str) -> int:
         """The pass's scores, one file per (day, service) of the traces judged; returns the rows written."""
@@ -273,6 +293,11 @@ class TraceScorer:
             mask = pa.array([p == partition for p in partitions], pa.bool_())
             publish(self.store.root, "scores", partition, scores.filter(mask))
         return count
+
+
+def _run(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any]) -> None:
+    """``sql`` on ``con``, again when a compaction swapped a file under it."""
+    _retry_vanished(lambda: con.execute(sql, parameters))
 
 
 def score_traces(

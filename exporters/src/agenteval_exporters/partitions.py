@@ -69,9 +69,8 @@ def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch
     if (days == first_day).all() and services.count(first_service) == len(services):  # the usual case
         yield production_partition(first_day.item(), first_service), rest
         return
-    named = numpy.array(services, dtype=object)
     for service in dict.fromkeys(services):
-        of_service = named == service if service is not None else numpy.equal(named, None)
+        of_service = numpy.array([value == service for value in services], dtype=bool)
         for day in numpy.unique(days[of_service]):
             mask = of_service & (days == day)
             yield production_partition(day.item(), service), rest.filter(pa.array(mask, pa.bool_()))
