@@ -201,6 +201,13 @@ def test_online_evaluation_scores_traces_into_the_scores_table(production):
     )
 
 
+def test_rows_without_an_experiment_are_refused_by_the_experiment_writer_never_dropped(tmp_path):
+    row = {"trial_id": "t", "scorer": "s", "scorer_version": "1", "pass_id": "p", "scored_at": 1}
+    with pytest.raises(ValueError, match="1 scores rows have no experiment_id"):
+        Store(tmp_path / "store").write("scores", [{**row, "experiment_id": None}, {**row, "experiment_id": "e"}])
+    assert count(tmp_path / "store", "SELECT count(*) AS n FROM score_history") == 0
+
+
 def test_the_collectors_hook_scores_a_sample_of_arriving_traces(production):
     ids = [r["trace_id"] for r in Store(production).rows("SELECT trace_id FROM traces")]
     hook = TraceScorer(Store(production), ["tool_errors"], sample=0.5)

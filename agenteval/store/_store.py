@@ -275,6 +275,10 @@ class Store:
         schema = TABLES[table]
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data
+        if table != "spans" and data.column("experiment_id").null_count:
+            # The experiment partitioner leaves such rows out: refuse rather than lose them. Production rows
+            # (a trace's scores) are published into their day and service (agenteval.scorers._traces).
+            raise ValueError(f"{data.column('experiment_id').null_count} {table} rows have no experiment_id")
         written = []
         for batch in data.to_batches():
             for partition, part in partition_by_experiment(batch):
