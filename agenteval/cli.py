@@ -228,8 +228,9 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
     """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as
-    reports give them) and experiment_history, trial_history, score_history (every row as written). One statement:
-    SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
+    reports give them), experiment_history, trial_history, score_history (every row as written), and traces,
+    trace_scores (production traces). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or
+    EXPLAIN; nothing is written."""
     from .render._tables import render
 
     click.echo(render(existing_store(store).query(query, read_only=True), fmt))
