@@ -106,9 +106,12 @@ def finish_earlier_prunes(store: Store) -> int:
     trash = store.root / PRUNING
     if not trash.is_dir():
         return 0
-    left = [p for p in trash.iterdir()]
+    left = list(trash.iterdir())
     for path in left:
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return len(left)
 
 
