@@ -355,3 +355,46 @@ def test_compaction_merges_day_partitions_while_a_writer_appends(tmp_path):
     assert sum(c.files_before for c in [*compactions, final]) > 0
     (merged,) = (store / "spans").rglob("part-*.parquet")
     assert merged.parent.relative_to(store / "spans").as_posix() == f"date={TODAY}/service=shop"
+
+
+def test_a_conversation_becomes_a_case_with_turns(tmp_path, spans):
+    """An agent given the whole conversation: its user messages become the case's turns."""
+    from agenteval_exporters import ParquetSpanExporter
+    from agenteval_instrumentation import agent
+
+    @agent
+    def support(messages: list[dict[str, str]]) -> str:
+        return "Your order ships on Monday."
+
+    conversation = [
+        {"role": "user", "content": "Where is my order?"},
+        {"role": "assistant", "content": "Which order?"},
+        {"role": "user", "content": "Number 42."},
+    ]
+    support(conversation)
+    store = tmp_path / "store"
+    exporter = ParquetSpanExporter(store)
+    exporter.export(spans.get_finished_spans())  # the real spans, through the real exporter
+    exporter.shutdown()
+    (trace,) = Store(store).rows("SELECT user_messages, input, output FROM traces")
+    assert trace == {
+        "user_messages": ["Where is my order?", "Number 42."],
+        "input": "Number 42.",
+        "output": "Your order ships on Monday.",
+    }
+    out = tmp_path / "cases.jsonl"
+    code, _ = cli(store, "cases-from-traces", "--where", "output LIKE '%Monday%'", "-o", str(out))
+    (case,) = load_file(out)
+    assert code == 0 and case.turns == ("Where is my order?", "Number 42.") and case.expected_output == ""
+    assert case.metadata["observed_output"] == "Your order ships on Monday."
+
+
+def test_untrusted_names_are_shown_safely_in_every_format(tmp_path):
+    store = tmp_path / "store"
+    produce(store, "<img src=x onerror=alert(1)>\x1b[31mred", "agent", 7)
+    page = tmp_path / "traces.html"
+    code, _ = cli(store, "report", "--traces", "--format", "html", "-o", str(page))
+    html = page.read_text()
+    assert code == 0 and "<img" not in html and "&lt;img src=x" in html and "\x1b" not in html
+    code, text = cli(store, "report", "--traces")
+    assert code == 0 and "\x1b[31m" not in text
