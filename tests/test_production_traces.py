@@ -226,6 +226,7 @@ def test_the_judge_grades_production_replies_against_a_rubric(production, model_
     def respond(request: ms.Request) -> ms.Reply:
         assert "Expected answer" not in json.dumps(request.messages)
         assert "Rubric: be polite" in json.dumps(request.messages)
+        assert "There is no expected answer" in request.system_text()
         return ms.tool_call("grade", {"score": 1.0, "passed": True, "reasoning": "polite"})
 
     model_server.responder = respond
@@ -243,6 +244,8 @@ def test_the_judge_grades_production_replies_against_a_rubric(production, model_
         "SELECT count(*) FILTER (WHERE passed) AS n FROM trace_scores WHERE scorer = 'llm_judge'"
     )
     assert judged[0]["n"] == 4
+    versions = Store(production).rows("SELECT DISTINCT scorer_version FROM trace_scores WHERE scorer = 'llm_judge'")
+    assert versions == [{"scorer_version": "rf1:openai/judge-model"}]
 
 
 def test_cases_from_traces_become_valid_cases_once_filled(production, tmp_path):

@@ -185,7 +185,9 @@ class TraceScorer:
             from ..models._model import Model
             from ._judge import llm_judge
 
-            chosen = [s for s in chosen if s.name != "llm_judge"] + [llm_judge(Model(judge, base_url=judge_base_url))]
+            chosen = [s for s in chosen if s.name != "llm_judge"] + [
+                llm_judge(Model(judge, base_url=judge_base_url), reference_free=True)
+            ]
         self.judged = any(s.name == "llm_judge" for s in chosen)
         self.scorers = chosen
         self.engine = ScoringEngine(chosen)
