@@ -764,7 +764,12 @@ def judge_check_command(labels: str, judge: str, judge_base_url: str | None, sto
 @main.command()
 @click.argument("experiment", required=False)
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "markdown", "json", "html"]), default="table", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "text", "markdown", "json", "html"]),
+    default="table",
+    show_default=True,
+    help="table (or text): tables for the terminal; markdown, json, or html (one self-contained page).",
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of the terminal.")
 @click.option("--traces", is_flag=True, help="Report on production traces (spans outside any experiment) instead.")
@@ -810,6 +815,7 @@ def report(
         except ValueError as exc:
             _raise_as_one_line(exc)
         formats, to_terminal = _report_formats.FORMATS, _report_formats.to_terminal
+    fmt = "table" if fmt == "text" else fmt
     if fmt == "table" and output is None:
         from rich.console import Console
 

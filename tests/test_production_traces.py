@@ -144,7 +144,7 @@ def test_report_traces_command_formats(production, tmp_path):
     html = page.read_text()
     assert code == 0 and html.startswith("<!doctype html>") and "<svg" in html and "<script" not in html
     assert "Failures by type" in html and "tool_error" in html
-    code, text = cli(production, "report", "--traces")
+    code, text = cli(production, "report", "--traces", "--format", "text")
     assert code == 0 and "Production traces: all services" in text
     code, text = cli(production, "report", "--traces", "--since", "last tuesday")
     assert code == 2 and "--since 'last tuesday'" in text
