@@ -5,6 +5,7 @@ in-process exporter with a resource naming its service, exactly what ``agenteval
     python production_agent.py STORE SERVICE past N DAYS [FILES]    N traces of 3 spans each, started DAYS days
                                                                     ago (published as FILES files, default one)
     python production_agent.py STORE SERVICE stream N       N traces written as they go (flush every 10 ms)
+    python production_agent.py STORE SERVICE past-stream N DAYS     the same, started DAYS days ago
 
 It prints ``ready`` once it has set up, then the traces it wrote, as a last line ``wrote <traces> <spans>``.
 """
@@ -74,13 +75,16 @@ def assistant(question: str) -> str:
 
 def main() -> None:
     store, service, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    exporter = ParquetSpanExporter(store, flush_interval=0.01 if mode == "stream" else 3600)
+    exporter = ParquetSpanExporter(store, flush_interval=0.01 if mode in ("stream", "past-stream") else 3600)
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     set_tracer_provider(provider)
     print("ready", flush=True)
     spans = 0
     for i in range(count):
+        if mode == "past-stream":
+            spans += past_trace(provider, i, float(sys.argv[5]))
+            continue
         if mode == "past":
             spans += past_trace(provider, i, float(sys.argv[5]))
             files = int(sys.argv[6]) if len(sys.argv) > 6 else 1

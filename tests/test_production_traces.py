@@ -16,6 +16,7 @@ from pathlib import Path
 import model_servers as ms
 import pytest
 from click.testing import CliRunner
+from waiting import wait_until
 
 from agenteval import evaluate
 from agenteval.analysis._traces import build_traces_report
@@ -339,6 +340,25 @@ def test_a_reader_sees_a_pruned_day_whole_or_not_at_all(tmp_path):
     assert result.rows == spans
     assert {int(n) for n in out.split()} <= {spans, 0}  # never part of the day
     assert count(store, "SELECT count(*) AS n FROM spans") == 0
+
+
+def test_prune_while_a_writer_publishes_into_the_day_loses_nothing_it_did_not_count(tmp_path):
+    """Late spans of an old day arriving while it is pruned: each either went with a prune, which counted it, or
+    is in the store after; none is lost on the way."""
+    store = tmp_path / "store"
+    writer = subprocess.Popen(
+        [sys.executable, AGENT, str(store), "shop", "past-stream", "600", "40"], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout.readline().strip() == "ready"
+    wait_until(lambda: (store / "spans").is_dir(), "the writer's first file")
+    pruned = 0
+    while writer.poll() is None:
+        pruned += prune(Store(store), datetime.timedelta(days=30)).rows
+    out, _ = writer.communicate(timeout=120)
+    _, _, spans = out.strip().splitlines()[-1].split()
+    assert pruned + count(store, "SELECT count(*) AS n FROM spans") == int(spans) == 1800
+    pruned += prune(Store(store), datetime.timedelta(days=30)).rows  # what arrived after the last one
+    assert pruned == 1800 and count(store, "SELECT count(*) AS n FROM spans") == 0
 
 
 def test_compaction_merges_day_partitions_while_a_writer_appends(tmp_path):

@@ -91,14 +91,18 @@ def _measure(table: str, root: Path, folder: Path) -> PrunedPartition:
     return PrunedPartition(table, folder.relative_to(root).as_posix(), len(files), rows, size)
 
 
-def _remove(store: Store, folder: Path) -> None:
-    """Move ``folder`` out of every glob in one rename, then delete it."""
+def _remove(store: Store, table: str, folder: Path) -> PrunedPartition:
+    """Move ``folder`` out of every glob in one rename, measure what it held then (a writer may have published
+    into it until the rename), and delete it."""
     trash = store.root / PRUNING
     trash.mkdir(exist_ok=True)
     away = trash / uuid.uuid4().hex
     os.replace(folder, away)
     fsync_dir(folder.parent)
+    removed = _measure(table, away, away)
+    removed.partition = folder.relative_to(store.root / table).as_posix()
     shutil.rmtree(away, ignore_errors=True)
+    return removed
 
 
 def finish_earlier_prunes(store: Store) -> int:
@@ -148,10 +152,11 @@ def prune(
                     result.kept_unsorted += sum(1 for p in day_folder.glob("*.parquet"))
                 if not target.is_dir():
                     continue
-                result.partitions.append(_measure(table, root, target))
-                if not dry_run:
-                    _remove(store, target)
-                    if service is not None:
-                        with contextlib.suppress(OSError):  # the day's last service gone: its folder too
-                            day_folder.rmdir()
+                if dry_run:
+                    result.partitions.append(_measure(table, root, target))
+                    continue
+                result.partitions.append(_remove(store, table, target))
+                if service is not None:
+                    with contextlib.suppress(OSError):  # the day's last service gone: its folder too
+                        day_folder.rmdir()
     return result
