@@ -129,6 +129,16 @@ STORE_CACHE = "store"
 """``--cache`` given without a folder: the store's own cache folder."""
 
 
+def trace_window_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--since`` and ``--service``: which production traces a command covers."""
+    fn = click.option("--service", metavar="NAME", help="Only traces of this service (its service.name).")(fn)
+    return click.option(
+        "--since",
+        metavar="WHEN",
+        help="Only traces started since WHEN: a day (2026-12-01), an ISO 8601 time, or an age back from now (7d, 12h).",
+    )(fn)
+
+
 def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
@@ -226,8 +236,9 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
     """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores, reviews (current,
-    as reports give them) and experiment_history, trial_history, score_history, review_history (every row as
-    written). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
+    as reports give them), experiment_history, trial_history, score_history, review_history (every row as
+    written), and traces, trace_scores (production traces). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE,
+    SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
     from .render._tables import render
 
     click.echo(render(existing_store(store).query(query, read_only=True), fmt))
@@ -592,6 +603,28 @@ def run(
     is_flag=True,
     help="Also send the new scores to the OTLP backend OTEL_EXPORTER_OTLP_ENDPOINT names, as a run does.",
 )
+@click.option(
+    "--traces", is_flag=True, help="Score production traces (spans outside any experiment) with reference-free scorers."
+)
+@trace_window_options
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --traces: the share of traces to score, chosen by trace id as OpenTelemetry's ratio sampler does.",
+)
+@click.option(
+    "--max-tool-calls", type=click.IntRange(min=0), help="With --traces: the tool-call budget of step_efficiency."
+)
+@click.option(
+    "--must-not-contain",
+    "forbidden",
+    multiple=True,
+    metavar="TEXT",
+    help="With --traces: text no reply may contain (repeatable).",
+)
+@click.option("--rubric", help="With --traces and --judge: what the judge grades replies against.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def rescore(
@@ -601,14 +634,45 @@ def rescore(
     judge: str | None,
     judge_base_url: str | None,
     otlp: bool,
+    traces: bool,
+    since: str | None,
+    service: str | None,
+    sample: float,
+    max_tool_calls: int | None,
+    forbidden: tuple[str, ...],
+    rubric: str | None,
     store: str | None,
     as_json: bool,
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent; with
-    --judge, grade its stored replies with an LLM judge."""
+    --judge, grade its stored replies with an LLM judge. With --traces, score production traces with reference-free
+    scorers (tool_errors; step_efficiency with --max-tool-calls; must_not_contain with --must-not-contain; the
+    judge against --rubric): their scores go to the same scores table."""
     import dataclasses
     import json
 
+    if traces:
+        _rescore_traces(
+            experiment,
+            scorers,
+            batch_size,
+            judge,
+            judge_base_url,
+            otlp,
+            since,
+            service,
+            sample,
+            max_tool_calls,
+            forbidden,
+            rubric,
+            store,
+            as_json,
+        )
+        return
+    if since or service or sample != 1.0 or max_tool_calls is not None or forbidden or rubric:
+        raise click.UsageError(
+            "--since, --service, --sample, --max-tool-calls, --must-not-contain and --rubric go with --traces"
+        )
     from .analysis._experiments import summarize
     from .render._text_safety import visible
     from .scorers._rescore import rescore as rescore_experiment
@@ -651,6 +715,57 @@ def rescore(
         )
 
 
+def _rescore_traces(
+    experiment: str | None,
+    scorers: tuple[str, ...],
+    batch_size: int,
+    judge: str | None,
+    judge_base_url: str | None,
+    otlp: bool,
+    since: str | None,
+    service: str | None,
+    sample: float,
+    max_tool_calls: int | None,
+    forbidden: tuple[str, ...],
+    rubric: str | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """``rescore --traces``: online evaluation of production traces."""
+    import dataclasses
+    import json
+
+    from .scorers._traces import TracePolicy, score_traces
+    from .store._windows import parse_since
+
+    if experiment is not None:
+        raise click.UsageError("give an EXPERIMENT or --traces, not both")
+    if otlp:
+        raise click.UsageError("--otlp sends an experiment's scores; it does not go with --traces")
+    result = score_traces(
+        existing_store(store),
+        scorers=list(scorers),
+        since=None if since is None else parse_since(since),
+        service=service,
+        policy=TracePolicy(max_tool_calls, tuple(forbidden), rubric),
+        sample=sample,
+        judge=judge,
+        judge_base_url=judge_base_url,
+        batch_size=batch_size,
+    )
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(result), indent=2))
+        return
+    click.echo(
+        f"pass {result.pass_id}: {result.scores} scores for {result.sampled - result.failed} of {result.traces} "
+        f"production traces ({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s; {result.failed} sampled "
+        "traces ended in error and are counted by type in agenteval report --traces instead"
+    )
+    if result.not_scored:
+        skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(result.not_scored.items()))
+        click.echo(f"not scored, for want of message content (captured off): {visible(skipped)}")
+
+
 @main.command(name="judge-check")
 @click.argument("labels", type=click.Path(dir_okay=False, exists=True))
 @click.option("--judge", required=True, metavar="PROVIDER/MODEL", help="The judge to measure.")
@@ -676,25 +791,64 @@ def judge_check_command(labels: str, judge: str, judge_base_url: str | None, sto
 @main.command()
 @click.argument("experiment", required=False)
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "markdown", "json", "html"]), default="table", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "text", "markdown", "json", "html"]),
+    default="table",
+    show_default=True,
+    help="table (or text): tables for the terminal; markdown, json, or html (one self-contained page).",
 )
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of the terminal.")
+@click.option("--traces", is_flag=True, help="Report on production traces (spans outside any experiment) instead.")
+@trace_window_options
+@click.option("--prices", type=click.Path(dir_okay=False, exists=True), help="With --traces: a JSON file of prices.")
 @store_option
-def report(experiment: str | None, fmt: str, output: str | None, store: str | None) -> None:
-    """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost."""
-    from .analysis._report import build_report
-    from .render._report_formats import FORMATS, to_terminal
+def report(
+    experiment: str | None,
+    fmt: str,
+    output: str | None,
+    traces: bool,
+    since: str | None,
+    service: str | None,
+    prices: str | None,
+    store: str | None,
+) -> None:
+    """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost. With --traces,
+    on production traces: calls, failures by type, latency percentiles, tokens and cost by model and by tool."""
+    from .render import _report_formats, _traces_report
 
-    try:
-        data = build_report(existing_store(store), experiment)
-    except ValueError as exc:
-        _raise_as_one_line(exc)
+    if traces:
+        from .analysis._traces import build_traces_report
+        from .run._prices import load_prices
+        from .store._windows import parse_since
+
+        if experiment is not None:
+            raise click.UsageError("give an EXPERIMENT or --traces, not both")
+        data: Any = build_traces_report(
+            existing_store(store),
+            since=None if since is None else parse_since(since),
+            service=service,
+            prices=load_prices(prices),
+        )
+        formats: Any = _traces_report.FORMATS
+        to_terminal: Any = _traces_report.to_terminal
+    else:
+        from .analysis._report import build_report
+
+        if since is not None or service is not None or prices is not None:
+            raise click.UsageError("--since, --service and --prices go with --traces")
+        try:
+            data = build_report(existing_store(store), experiment)
+        except ValueError as exc:
+            _raise_as_one_line(exc)
+        formats, to_terminal = _report_formats.FORMATS, _report_formats.to_terminal
+    fmt = "table" if fmt == "text" else fmt
     if fmt == "table" and output is None:
         from rich.console import Console
 
         Console().print(to_terminal(data))
         return
-    text = FORMATS["markdown" if fmt == "table" else fmt](data)
+    text = formats["markdown" if fmt == "table" else fmt](data)
     if output:
         with open(output, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -980,6 +1134,61 @@ def compact(store: str | None, wait: float | None) -> None:
         click.echo(
             f"left {result.partitions_skipped} partition(s) as they were: a file could not be read; "
             "run agenteval doctor to set unreadable files aside",
+            err=True,
+        )
+
+
+@main.command(name="cases-from-traces")
+@click.option(
+    "--where",
+    required=True,
+    metavar="SQL",
+    help="A condition on the traces view, e.g. \"status = 'ERROR' AND service = 'shop'\" (read-only, as agenteval "
+    "sql runs).",
+)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The cases file (JSONL).")
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+@store_option
+def cases_from_traces_command(where: str, output: str, force: bool, store: str | None) -> None:
+    """Turn the conversations of production traces matching --where into dataset cases: input or turns from the
+    trace, expected_output left empty for a person to fill, the trace id in metadata."""
+    from .dataset._from_traces import cases_from_traces
+
+    result = cases_from_traces(existing_store(store), where, output, force=force)
+    click.echo(
+        f"wrote {result.cases} cases from {result.matched} matching traces to {visible(result.path)}; fill in each "
+        "expected_output, then check the file with agenteval validate"
+    )
+    if result.without_input:
+        click.echo(
+            f"left out {len(result.without_input)} traces that recorded no input (content capture off)", err=True
+        )
+
+
+@main.command()
+@click.option("--older-than", required=True, metavar="AGE", help="Remove days that ended longer ago: 30d, 12h, 2w.")
+@click.option("--service", metavar="NAME", help="Only this service's traces.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@store_option
+@user_errors
+def prune(older_than: str, service: str | None, dry_run: bool, store: str | None) -> None:
+    """Remove production traces (and their scores) by whole days, each day's folder at once; experiments are never
+    pruned."""
+    from .store._prune import prune as prune_store
+    from .store._windows import parse_age
+
+    result = prune_store(existing_store(store), parse_age(older_than, "--older-than"), service=service, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for part in result.partitions:
+        click.echo(visible(f"{verb} {part.table}/{part.partition}: {part.files} files, {part.rows:,} rows"))
+    click.echo(
+        f"{verb} {len(result.partitions)} partition(s), {result.files} files, {result.rows:,} rows of days that ended "
+        f"before {result.cutoff:%Y-%m-%d %H:%M} UTC"
+    )
+    if result.kept_unsorted:
+        click.echo(
+            f"kept {result.kept_unsorted} files of those days written before spans had a folder per service; "
+            "prune without --service removes them",
             err=True,
         )
 

@@ -138,9 +138,9 @@ def test_partitioned_by_experiment_else_by_date(make_tracer, tmp_path):
         with tracer.start_as_current_span("step", attributes=attributes):
             pass
     exporter.force_flush()
-    folders = sorted(p.parent.name for p in data_files(tmp_path / "store"))
+    folders = sorted(str(p.parent.relative_to(tmp_path / "store" / "spans")) for p in data_files(tmp_path / "store"))
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    assert folders == sorted([f"date={today}", "experiment_id=exp%20b%2F1", "experiment_id=exp-a"])
+    assert folders == sorted([f"date={today}/service=test-svc", "experiment_id=exp%20b%2F1", "experiment_id=exp-a"])
     ids = sorted(str(r["experiment_id"]) for r in read_spans(tmp_path / "store"))
     assert ids == ["None", "exp b/1", "exp-a"]
 

@@ -52,6 +52,8 @@ def test_empty_store_has_every_view_with_its_columns(tmp_path):
         "score_history",
         "scores",
         "spans",
+        "trace_scores",
+        "traces",
         "trial_history",
         "trials",
     ]

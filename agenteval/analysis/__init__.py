@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         build_report,
     )
     from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
+    from ._traces import TracesReport, build_traces_report
 
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -49,6 +50,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "TokenUse",
             "build_report",
         ),
+        "._traces": ("TracesReport", "build_traces_report"),
         "._stats": ("clustered_mean", "interval95", "paired_difference", "pass_at_k", "pass_hat_k"),
     },
 )

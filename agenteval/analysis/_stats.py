@@ -44,6 +44,18 @@ def interval95(mean: float, standard_error: float) -> tuple[float, float]:
     return max(0.0, mean - Z95 * standard_error), min(1.0, mean + Z95 * standard_error)
 
 
+def wilson95(count: int, total: int) -> tuple[float, float] | None:
+    """The Wilson 95% interval of the rate ``count / total`` of independent events (traces, each its own unit):
+    unlike the normal one it does not shrink to nothing at a rate of 0 or 1. None without events."""
+    if total <= 0:
+        return None
+    rate, z2 = count / total, Z95 * Z95
+    centre = (rate + z2 / (2 * total)) / (1 + z2 / total)
+    half = Z95 * math.sqrt(rate * (1 - rate) / total + z2 / (4 * total * total)) / (1 + z2 / total)
+    low = 0.0 if count == 0 else max(0.0, centre - half)
+    return low, 1.0 if count == total else min(1.0, centre + half)
+
+
 NORMAL = NormalDist()
 
 

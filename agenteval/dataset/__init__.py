@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from ._audit import AuditReport, audit
     from ._cases import Case, Dataset, DatasetError, Problem, load_file
     from ._catalog import builtin_names, catalog, load_dataset
+    from ._from_traces import CasesFromTraces, cases_from_traces
     from ._sampling import sample_cases
 
 __all__, __getattr__, __dir__ = lazy_exports(
@@ -15,6 +16,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
     {
         "._audit": ("AuditReport", "audit"),
         "._cases": ("Case", "Dataset", "DatasetError", "Problem", "load_file"),
+        "._from_traces": ("CasesFromTraces", "cases_from_traces"),
         "._catalog": ("builtin_names", "catalog", "load_dataset"),
         "._sampling": ("sample_cases",),
     },

@@ -170,7 +170,7 @@ th{font-weight:600;background:#f5f7fa}svg text{font:11px system-ui,sans-serif;fi
 """
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def html_table(header: list[str], rows: list[list[str]]) -> str:
     e = html_text
     head = "".join(f"<th>{e(h)}</th>" for h in header) if any(header) else ""
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in rows)
@@ -211,7 +211,7 @@ def category_plot(categories: list[CategoryPassRate]) -> str:
 
 
 def latency_histogram(sample: list[float], bins: int = 30) -> str:
-    """The trial latency distribution (from a uniform sample of trials)."""
+    """A latency distribution (from a uniform sample of trials or traces)."""
     if not sample:
         return '<p class="note">no trials</p>'
     low, high = sample[0], sample[-1]
@@ -239,7 +239,13 @@ def latency_histogram(sample: list[float], bins: int = 30) -> str:
 
 
 def failure_plot(outcomes: Outcomes) -> str:
-    kinds = list(outcomes.failures_by_type.items())
+    """An experiment's failures by type as horizontal bars."""
+    return failure_bars(outcomes.failures_by_type)
+
+
+def failure_bars(counts: dict[str, int]) -> str:
+    """Failures by type as horizontal bars."""
+    kinds = list(counts.items())
     if not kinds:
         return '<p class="note">no failures</p>'
     e = html_text
@@ -258,6 +264,15 @@ def failure_plot(outcomes: Outcomes) -> str:
     return "".join(parts) + "</svg>"
 
 
+def html_page(title: str, body: list[str]) -> str:
+    """A self-contained page of ``body`` (HTML already made safe) under ``title`` (plain text)."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html_text(title)}</title><style>{STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
 def to_html(report: Report) -> str:
     """One self-contained page: inline CSS and SVG, no script, no network access needed."""
     e = html_text
@@ -271,12 +286,8 @@ def to_html(report: Report) -> str:
         body.append(f"<h2>{e(title)}</h2>")
         if title in plots:
             body.append(plots[title])
-        body.append(_table(header, rows))
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>agenteval report {e(report.experiment.id)}</title><style>{STYLE}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n"
-    )
+        body.append(html_table(header, rows))
+    return html_page(f"agenteval report {report.experiment.id}", body)
 
 
 FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}

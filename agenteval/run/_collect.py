@@ -26,7 +26,7 @@ from agenteval_instrumentation import attributes as A
 class TrialTag:
     """The ids stamped on every span started inside one trial."""
 
-    experiment_id: str
+    experiment_id: str | None
     case_id: str
     trial_id: str
     attempt: int
@@ -41,6 +41,8 @@ class TrialTag:
         }
         if self.role:
             out[A.ROLE] = self.role
+        if self.experiment_id is None:  # a production trace judged online: its spans stay outside experiments
+            del out[A.EXPERIMENT_ID]
         return out
 
 

@@ -9,6 +9,7 @@ importing it. Plugins add matchers through the ``agenteval.failures`` entry-poin
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import datetime
 import email.utils
@@ -247,6 +248,10 @@ def provider_error(exc: BaseException) -> ProviderError | None:
     return None
 
 
+TRUNCATED = ("length", "max_tokens")
+"""Finish reasons that say the model stopped at its token limit."""
+
+
 def classify(
     exc: BaseException | None,
     *,
@@ -281,8 +286,47 @@ def classify(
         if raised_in == "chat":
             return Failure(LLM_ERROR, False, message)
         return Failure(AGENT_ERROR, False, message)
-    if last_finish_reason in ("length", "max_tokens"):
+    if last_finish_reason in TRUNCATED:
         return Failure(OUTPUT_TRUNCATED, False, "the model's last output stopped at its token limit")
     if not reply or not reply.strip():
         return Failure(EMPTY_OUTPUT, False, "the agent returned an empty reply")
     return None
+
+
+def recorded_exception(error_type: str | None, message: str | None, http_status: int | None = None) -> Exception:
+    """A stand-in for an exception known only from its record on a span (``error.type``, the status message, an
+    ``http.response.status_code``): a class of the recorded name, under the built-in or agenteval exception of that
+    name when there is one, so the matchers read it as they would have read the original."""
+    module, _, name = (error_type or "Exception").rpartition(".")
+    name = name if name.isidentifier() else "Exception"
+    own = {cls.__name__: cls for cls in (MaxStepsExceeded, InvalidModelOutput, StreamEndedEarly)}
+    builtin = getattr(builtins, name, None)
+    base = own.get(name) or (builtin if isinstance(builtin, type) and issubclass(builtin, Exception) else Exception)
+    text = message or ""
+    if text.startswith(f"{name}: "):  # the status message starts with the type, as record_error writes it
+        text = text[len(name) + 2 :]
+    body = {"__module__": module or "builtins", "__init__": Exception.__init__, "__str__": Exception.__str__}
+    stand_in = type(name, (base,), body)
+    exc: Exception = stand_in(text)
+    if http_status is not None:
+        exc.status_code = http_status  # type: ignore[attr-defined]
+    return exc
+
+
+def classify_recorded(
+    status: str | None,
+    error_type: str | None,
+    message: str | None,
+    *,
+    raised_in: str | None = None,
+    http_status: int | None = None,
+    finish_reason: str | None = None,
+    reply: str | None = None,
+) -> Failure | None:
+    """The failure of a run of an agent known from its spans (a production trace), by :func:`classify`: its root's
+    status, error type and message, the operation of the span that raised, and its last finish reason and reply.
+    A trace with no recorded reply (content capture off, or no conversation) is judged by its status alone."""
+    exc = recorded_exception(error_type, message, http_status) if status == "ERROR" else None
+    if exc is None and reply is None and finish_reason not in TRUNCATED:
+        return None
+    return classify(exc, raised_in=raised_in, last_finish_reason=finish_reason, reply=reply)

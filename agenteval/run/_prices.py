@@ -47,3 +47,23 @@ def cost(prices: Prices, model: str | None, input_tokens: int | None, output_tok
     if price is None:
         return None
     return ((input_tokens or 0) * price["input"] + (output_tokens or 0) * price["output"]) / 1e6
+
+
+def prices_sql(prices: Prices, models: str) -> str:
+    """SQL: each model of the relation ``models`` (a ``model`` column) with its ``input`` and ``output`` price per
+    million tokens by :func:`price_for`'s rule, in equi-joins: the model's own name, else the longest of its
+    ``-``-separated prefixes that has a price. Models without one are left out."""
+    if not prices:
+        return "SELECT NULL::VARCHAR AS model, NULL::DOUBLE AS input, NULL::DOUBLE AS output WHERE false"
+    rows = ", ".join(
+        f"('{name.replace(chr(39), chr(39) * 2)}', {float(p['input'])!r}, {float(p['output'])!r})"
+        for name, p in prices.items()
+    )
+    return f"""
+SELECT c.model, arg_max(pr.input, length(pr.name)) AS input, arg_max(pr.output, length(pr.name)) AS output
+FROM (SELECT model, unnest(list_transform(range(len(string_split(model, '-')), 0, -1),
+                                          lambda i: array_to_string(string_split(model, '-')[1:i], '-'))) AS name
+      FROM (SELECT DISTINCT model FROM {models} WHERE model IS NOT NULL)) c
+JOIN (VALUES {rows}) pr(name, input, output) USING (name)
+GROUP BY c.model
+"""

@@ -17,12 +17,16 @@ from ._builtin import (
 from ._features import ToolCall, TrialFeatures
 from ._loading import load_scorers
 from ._rescore import RescoreResult, rescore
+from ._traces import TracePolicy, TraceScorer, TraceScoreResult, score_traces, tool_errors
 
 __all__ = [
     "BUILTIN_SCORERS",
     "RescoreResult",
     "Score",
     "Scorer",
+    "TracePolicy",
+    "TraceScoreResult",
+    "TraceScorer",
     "ToolCall",
     "TrialFeatures",
     "answer_match",
@@ -33,8 +37,10 @@ __all__ = [
     "reply_length",
     "rescore",
     "retrieval_recall",
+    "score_traces",
     "scorer",
     "step_efficiency",
+    "tool_errors",
     "tool_error_handling",
     "tool_use",
     "trajectory_order",

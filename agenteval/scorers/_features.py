@@ -26,7 +26,7 @@ roots AS (
                from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
                          '[{{"parts": [{{"content": "VARCHAR"}}]}}]'),
                lambda m: m.parts[1].content) AS replies
-    FROM s WHERE scope_name = '{runner_scope}'
+    FROM s WHERE {root}
 ),
 tools AS (
     SELECT trial_id,
@@ -77,10 +77,15 @@ NO_REPLIES = "NULL::VARCHAR[] AS replies"
 """The trials' ``replies`` column when rescoring: the store keeps no copy beside the spans."""
 
 
-def features_sql(trials: str, spans: str) -> str:
-    """The feature query over the relations named (or subqueries given) for trials and spans."""
+def features_sql(trials: str, spans: str, root: str | None = None) -> str:
+    """The feature query over the relations named (or subqueries given) for trials and spans. A trial's root span,
+    whose output messages are its replies, is the runner's; ``root`` is another condition on the spans for it (a
+    production trace's root, see :mod:`agenteval.scorers._traces`)."""
     return FEATURES_SQL.format(
-        trials=trials, spans=spans, runner_scope=A.RUNNER_SCOPE, counted_model_call=COUNTED_MODEL_CALL
+        trials=trials,
+        spans=spans,
+        root=root or f"scope_name = '{A.RUNNER_SCOPE}'",
+        counted_model_call=COUNTED_MODEL_CALL,
     )
 
 

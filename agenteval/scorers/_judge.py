@@ -33,6 +33,14 @@ unless it contradicts the expected answer) and satisfies the rubric. When the ex
 reply passes only if it says the answer is not known or not available instead of inventing one.
 Record your grade by calling the grade tool: score from 0 (wrong) to 1 (fully right), passed true or false, \
 and a one or two sentence reasoning."""
+REFERENCE_FREE_VERSION = "rf1"
+REFERENCE_FREE_PROMPT = """You grade an AI assistant's reply to a user. There is no expected answer: you are given \
+the conversation and a rubric of what a good reply must do.
+Judge whether the reply satisfies the rubric, from what the conversation shows; a confident claim the conversation \
+gives no ground for does not satisfy it.
+Record your grade by calling the grade tool: score from 0 (fails the rubric) to 1 (fully meets it), passed true or \
+false, and a one or two sentence reasoning."""
+"""The judge's instructions for replies without an expected answer (production traces): the rubric alone."""
 RETRY_NOTE = "Your grade could not be read. Call the grade tool once, with score, passed and reasoning."
 GRADE_TOOL: dict[str, Any] = {
     "name": GRADE,
@@ -96,8 +104,9 @@ def read_grade(arguments: Any) -> tuple[float, bool, str] | None:
 class LLMJudge:
     """Grades one trial with ``model``; the scorer's coroutine."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, system_prompt: str = SYSTEM_PROMPT) -> None:
         self.model = model
+        self.system_prompt = system_prompt
 
     async def __call__(self, case: Case, trial: TrialFeatures) -> Score:
         return await self.grade(case, trial.replies)
@@ -105,7 +114,7 @@ class LLMJudge:
     async def grade(self, case: Case, replies: tuple[str, ...]) -> Score:
         """The judge's score of ``replies`` to ``case``: a pass or a fail, or an error score."""
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": grading_prompt(case, replies)},
         ]
         unreadable = ""
@@ -134,12 +143,15 @@ class LLMJudge:
         return grade, ""
 
 
-def llm_judge(model: Model, *, concurrency: int = DEFAULT_JUDGE_CONCURRENCY) -> Scorer:
-    """The LLM judge as a scorer: pass/fail, named ``llm_judge``, versioned by its prompt and model."""
-    judge = LLMJudge(model)
+def llm_judge(model: Model, *, concurrency: int = DEFAULT_JUDGE_CONCURRENCY, reference_free: bool = False) -> Scorer:
+    """The LLM judge as a scorer: pass/fail, named ``llm_judge``, versioned by its prompt and model.
+    ``reference_free``: graded against the rubric alone (:data:`REFERENCE_FREE_PROMPT`), for replies that have no
+    expected answer."""
+    judge = LLMJudge(model, REFERENCE_FREE_PROMPT if reference_free else SYSTEM_PROMPT)
+    version = REFERENCE_FREE_VERSION if reference_free else PROMPT_VERSION
     return Scorer(
         NAME,
-        version=f"{PROMPT_VERSION}:{model.name}",
+        version=f"{version}:{model.name}",
         when=grades,
         coroutine=judge,
         concurrency=concurrency,

@@ -120,7 +120,7 @@ def _workspace_homes(root: Path) -> tuple[Path, Path]:
 @dataclasses.dataclass
 class _Manifest:
     table: str
-    partition: str  # the partition folder's name
+    partition: str  # the partition folder, relative to the table's (``date=.../service=...`` when nested)
     merged: list[str]  # the files merged, by name
     result: str  # the merged file's name in the partition
 
@@ -167,6 +167,20 @@ def _remove_workspace(workspace: Path) -> None:
 # Compaction.
 
 
+def partition_folders(table_root: Path) -> list[Path]:
+    """The folders of a table that hold a partition's files: ``experiment_id=<id>/``, or nested as production
+    spans and their scores are (``date=<day>/service=<name>/``). A folder holding files beside sub-folders (a
+    day of spans written before services had folders of their own, with newer ones beside) is left as it is:
+    swapping it would hide its sub-folders for a moment."""
+    found = []
+    for path, folders, files in os.walk(table_root):
+        folders.sort()
+        here = Path(path)
+        if here != table_root and not folders and any(f.endswith(".parquet") for f in files):
+            found.append(here)
+    return sorted(found)
+
+
 def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]:
     """Merge ``folder``'s files into one; returns (files merged, rows). The caller holds the
     store's compaction lock."""
@@ -185,7 +199,7 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     # and memory is bounded by a row group, not by the partition.
     staged = replacement / f"{name}{STAGED_SUFFIX}"
     rows = write_parquet(staged, _row_groups(files, schema), schema)
-    manifest = _Manifest(table, folder.name, [f.name for f in files], name)
+    manifest = _Manifest(table, folder.relative_to(store.root / table).as_posix(), [f.name for f in files], name)
     manifest.save(workspace)
     if beside:  # out of every glob over the store: the merged file may take its final name here
         os.replace(staged, replacement / name)
@@ -253,7 +267,7 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
         root = store.root / table
         if not root.is_dir():
             continue
-        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for folder in partition_folders(root):
             try:
                 merged, rows = compact_partition(store, table, folder)
             except (pa.ArrowException, OSError) as exc:

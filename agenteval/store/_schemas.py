@@ -92,9 +92,10 @@ TRIALS = _schema(
 SCORES = _schema(
     "scores",
     [
-        pa.field("experiment_id", pa.string(), nullable=False),
+        # Null for a score of a production trace, whose trial_id is then the trace's id (agenteval.scorers._traces).
+        pa.field("experiment_id", pa.string()),
         pa.field("trial_id", pa.string(), nullable=False),
-        pa.field("case_id", pa.string(), nullable=False),
+        pa.field("case_id", pa.string()),
         pa.field("scorer", pa.string(), nullable=False),
         pa.field("scorer_version", pa.string(), nullable=False),
         pa.field("pass_id", pa.string(), nullable=False),

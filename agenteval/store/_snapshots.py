@@ -38,7 +38,7 @@ from agenteval_exporters.schema import PARTITION_COLUMN
 from agenteval_instrumentation import attributes as A
 
 from . import _views as views
-from ._store import Store, sql_string
+from ._store import Store, _retry_vanished, sql_string
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,18 @@ def open_figures(
     if save and _save(con, store, experiment_id, current):
         return False
     scratch = Path(computed.enter_context(tempfile.TemporaryDirectory(prefix="agenteval-figures-")))
-    _compute_into(con, experiment_id, scratch)
-    _attach(con, scratch)
+
+    def compute() -> Path:
+        # A fresh folder each try: a compaction of another process (a shard) swapping files under the query
+        # makes it fail part way, and the retry reads the files as they are now.
+        attempt = Path(tempfile.mkdtemp(dir=scratch))
+        for kind in ("VIEW", "TABLE"):  # what a try that failed part way left
+            with contextlib.suppress(duckdb.CatalogException):
+                con.execute(f"DROP {kind} IF EXISTS current_scores")
+        _compute_into(con, experiment_id, attempt)
+        return attempt
+
+    _attach(con, _retry_vanished(compute))
     return False
 
 

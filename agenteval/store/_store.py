@@ -22,6 +22,7 @@ from agenteval_exporters.writer import PartitionedWriter
 from ..errors import AgentevalError
 from ._lease import store_lease
 from ._schemas import TABLES, schema_file
+from ._trace_views import trace_views
 from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
 
 QUERY_RETRIES = 8
@@ -201,7 +202,8 @@ class Store:
 
     def connect(self, database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
-        what reports give) and ``experiment_history``, ``trial_history``, ``score_history`` (every row as written).
+        what reports give), ``experiment_history``, ``trial_history``, ``score_history`` (every row as written), and
+        ``traces``, ``trace_scores`` (production traces: spans without an experiment, and their scores).
 
         Nothing is created: a missing store or table gives empty views with every column. The default connection
         is the caller's to use (temporary tables, any file); it first finishes a compaction killed half way.
@@ -220,7 +222,7 @@ class Store:
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
-        views = {raw_table(table): self._stored_sql(table, con) for table in TABLES} | CURRENT_VIEWS
+        views = {raw_table(table): self._stored_sql(table, con) for table in TABLES} | CURRENT_VIEWS | trace_views()
         for name, sql in views.items():
             # Creating the view binds it, which opens the files to union their columns.
             _retry_vanished(functools.partial(con.execute, f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}"))
@@ -273,6 +275,10 @@ class Store:
         schema = TABLES[table]
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data
+        if table != "spans" and data.column("experiment_id").null_count:
+            # The experiment partitioner leaves such rows out: refuse rather than lose them. Production rows
+            # (a trace's scores) are published into their day and service (agenteval.scorers._traces).
+            raise ValueError(f"{data.column('experiment_id').null_count} {table} rows have no experiment_id")
         written = []
         for batch in data.to_batches():
             for partition, part in partition_by_experiment(batch):

@@ -5,10 +5,12 @@ Apart from the exporter so that readers of a store (reports, queries) get these 
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy
 import pyarrow as pa
 
 from .files import partition_path
@@ -37,14 +39,38 @@ def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.Rec
         yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
 
 
+DATE_KEY = "date"
+SERVICE_KEY = "service"
+UNKNOWN_SERVICE = "unknown_service"
+"""The folder of spans whose resource names no ``service.name`` (OpenTelemetry's own default for a missing name)."""
+
+
+def production_partition(day: datetime.date | str, service: str | None) -> str:
+    """``date=YYYY-MM-DD/service=NAME``: where production spans (no experiment) of one UTC day and one
+    service go, and their scores. Retention (``agenteval prune``) removes whole ``date=`` folders."""
+    text = day if isinstance(day, str) else day.isoformat()
+    return f"{partition_path(DATE_KEY, text)}/{partition_path(SERVICE_KEY, service or UNKNOWN_SERVICE)}"
+
+
 def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
-    """``experiment_id=<id>`` for spans of an experiment, ``date=YYYY-MM-DD`` (UTC start) for others."""
+    """``experiment_id=<id>`` for spans of an experiment; ``date=YYYY-MM-DD/service=NAME`` (UTC start, the
+    resource's ``service.name``) for others: production traces."""
     import pyarrow.compute as pc
 
     yield from partition_by_experiment(batch)
     ids = batch.column(PARTITION_COLUMN)
-    if ids.null_count:
-        rest = batch.filter(pc.is_null(ids))
-        days = pc.cast(rest.column("start_time"), pa.date32())
-        for day in pc.unique(days).to_pylist():
-            yield partition_path("date", day.isoformat()), rest.filter(pc.equal(days, pa.scalar(day, pa.date32())))
+    if not ids.null_count:
+        return
+    rest = batch if ids.null_count == batch.num_rows else batch.filter(pc.is_null(ids))
+    # numpy and Python lists rather than compute kernels, which release the GIL (see encode's _gil_held note).
+    days = rest.column("start_time").to_numpy().astype("datetime64[D]")
+    services = rest.column("service_name").to_pylist()
+    first_day, first_service = days[0], services[0]
+    if (days == first_day).all() and services.count(first_service) == len(services):  # the usual case
+        yield production_partition(first_day.item(), first_service), rest
+        return
+    for service in dict.fromkeys(services):
+        of_service = numpy.array([value == service for value in services], dtype=bool)
+        for day in numpy.unique(days[of_service]):
+            mask = of_service & (days == day)
+            yield production_partition(day.item(), service), rest.filter(pa.array(mask, pa.bool_()))

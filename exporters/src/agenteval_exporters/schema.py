@@ -107,4 +107,4 @@ TYPED_ATTRIBUTES: dict[str, str] = {
 instrumentations the attribute may have been derived from another name (see :mod:`.conventions`)."""
 
 PARTITION_COLUMN = "experiment_id"
-"""Spans with an experiment id go under ``experiment_id=<id>/``, others under ``date=YYYY-MM-DD/``."""
+"""Spans with an experiment id go under ``experiment_id=<id>/``, others under ``date=YYYY-MM-DD/service=NAME/``."""

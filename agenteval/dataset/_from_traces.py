@@ -1,0 +1,102 @@
+"""Production traces as dataset cases: each matching trace's conversation becomes a case whose expected answer a
+person fills in ("every bug report is a potential eval case")."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..errors import UsageError
+from ..store import Store
+from ..store._store import NotReadOnly
+from ._cases import parse_case
+
+WHERE_OPTION = "--where"
+
+CANDIDATES = """
+SELECT trace_id, service, started_at, user_messages, input, output, status, error_type
+FROM traces WHERE ({where}) ORDER BY started_at, trace_id
+"""
+
+
+@dataclasses.dataclass
+class CasesFromTraces:
+    """What ``cases-from-traces`` wrote: cases, and matching traces left out for want of an input."""
+
+    path: str
+    cases: int
+    matched: int
+    without_input: list[str] = dataclasses.field(default_factory=list)
+    """Trace ids of matching traces that recorded no user message or input (content capture off)."""
+
+
+def trace_record(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A case (as a dataset line) from a ``traces`` row: its user messages as ``input`` (one) or ``turns``
+    (several), ``expected_output`` empty for a person to fill, the trace kept in ``metadata``; None without input."""
+    users = [u for u in row.get("user_messages") or [] if u and u.strip()]
+    if not users and row.get("input") and str(row["input"]).strip():
+        users = [str(row["input"])]
+    if not users:
+        return None
+    started = row["started_at"]
+    metadata = {
+        "trace_id": row["trace_id"],
+        "service": row["service"],
+        "started_at": started.astimezone(datetime.UTC).isoformat() if started else None,
+        "observed_output": row.get("output"),
+        "status": row.get("status"),
+        "error_type": row.get("error_type"),
+    }
+    record: dict[str, Any] = {"id": f"trace-{row['trace_id']}"}
+    record.update({"input": users[0]} if len(users) == 1 else {"turns": users})
+    record["expected_output"] = ""
+    record["metadata"] = {key: value for key, value in metadata.items() if value is not None}
+    return record
+
+
+def matching_traces(store: Store, where: str) -> list[dict[str, Any]]:
+    """The ``traces`` rows matching the SQL condition ``where``, read-only as ``agenteval sql`` reads (one read
+    statement on a locked connection); a condition that is not one is a :class:`UsageError` naming the option."""
+    if not where.strip():
+        raise UsageError(f"{WHERE_OPTION}: give a SQL condition on the traces view, e.g. \"status = 'ERROR'\"")
+    try:
+        return store.query(CANDIDATES.format(where=where), read_only=True).to_pylist()
+    except (NotReadOnly, duckdb.Error) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{WHERE_OPTION} {where!r}: {message}") from None
+
+
+def cases_from_traces(
+    store: Store, where: str, output: str | os.PathLike[str], *, force: bool = False
+) -> CasesFromTraces:
+    """Write the conversations of production traces matching ``where`` (a SQL condition on the ``traces`` view) to
+    ``output`` as JSONL dataset cases, each checked by the dataset format's own rules; refuses to overwrite a file
+    (cases people filled in) unless ``force``."""
+    import json
+
+    target = Path(output)
+    if target.exists() and not force:
+        raise UsageError(
+            f"-o {target}: the file exists (its expected outputs may be filled in); choose another or give --force"
+        )
+    rows = matching_traces(store, where)
+    records: list[dict[str, Any]] = []
+    without: list[str] = []
+    for row in rows:
+        record = trace_record(row)
+        if record is None:
+            without.append(row["trace_id"])
+            continue
+        parse_case(record, len(records) + 1)  # a case this writes is one the dataset format accepts
+        records.append(record)
+    staged = target.with_name(f".{target.name}.partial")
+    with open(staged, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(staged, target)
+    return CasesFromTraces(str(target), len(records), len(rows), without)

@@ -1,0 +1,143 @@
+"""Rendering a report on production traces in the formats of an experiment's report (terminal tables, markdown,
+JSON, one self-contained HTML page in the same style). Trace ids, services, tool names and failure messages are
+untrusted text, shown through :mod:`agenteval.render._text_safety` as the experiment report shows its own."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import TYPE_CHECKING, Any
+
+from ._report_formats import failure_bars, html_page, html_table, interval, latency_histogram, ms, pct
+from ._tables import markdown_table
+from ._text_safety import html_text, markdown_cell
+
+if TYPE_CHECKING:  # the analysis brings in DuckDB
+    from ..analysis._traces import TracesReport
+
+MESSAGE_SHOWN = 120
+
+
+def _money(value: float | None) -> str:
+    return "–" if value is None else f"${value:.4f}"
+
+
+def _when(value: datetime.datetime | None) -> str:
+    return "–" if value is None else value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def title(report: TracesReport) -> str:
+    window = report.window
+    scope = f"service {window.service}" if window.service else "all services"
+    return f"Production traces: {scope}" + (f", since {_when(window.since)}" if window.since else "")
+
+
+def sections(report: TracesReport) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report as titled tables of text: what every format but JSON renders."""
+    w, f, lat = report.window, report.failures, report.latency
+    about = [
+        ["service", w.service or "all"],
+        ["since", _when(w.since) if w.since else "the first trace in the store"],
+        ["traces started", f"{_when(w.first_started_at)} to {_when(w.last_started_at)}"],
+        ["calls", str(report.calls)],
+        ["cost", _money(report.cost_usd)],
+    ]
+    failures = [
+        ["failed", f"{f.failed} of {f.calls}", pct(f.rate), interval(f.ci95)],
+        ["  of which infrastructure", str(f.infrastructure), pct(f.infrastructure / f.calls if f.calls else None), ""],
+    ] + [
+        [f"  {kind}", str(n), pct(n / f.calls if f.calls else None), ""] for kind, n in report.failures_by_type.items()
+    ]
+    latency = [["trace", ms(lat.p50_ms), ms(lat.p90_ms), ms(lat.p95_ms), ms(lat.p99_ms), str(report.calls)]]
+    spans = [[s.operation, ms(s.p50_ms), "", ms(s.p95_ms), "", str(s.spans)] for s in report.spans]
+    services = [
+        [s.service, str(s.calls), str(s.failed), pct(s.failure_rate), interval(s.ci95), ms(s.p50_ms), ms(s.p95_ms)]
+        for s in report.services
+    ]
+    models = [
+        [m.model or "–", str(m.model_calls), str(m.input_tokens or 0), str(m.output_tokens or 0), _money(m.cost_usd)]
+        for m in report.models
+    ]
+    tools = [
+        [
+            t.tool or "–",
+            str(t.calls),
+            str(t.errors),
+            ms(t.p50_ms),
+            ms(t.p95_ms),
+            str(t.model_calls),
+            str(t.input_tokens),
+            str(t.output_tokens),
+            _money(t.cost_usd),
+        ]
+        for t in report.tools
+    ]
+    scorers = [
+        [
+            s.scorer,
+            "continuous (mean)" if s.continuous else "pass/fail",
+            pct(s.mean if s.continuous else s.pass_rate),
+            str(s.scored),
+            str(s.errors),
+        ]
+        for s in report.scorers
+    ]
+    latest = [
+        [_when(x.started_at), x.service, x.trace_id, x.failure_type, x.message[:MESSAGE_SHOWN]]
+        for x in report.latest_failures
+    ]
+    return [
+        ("Traces", ["", ""], about),
+        ("Failures by type (the classifier of trials)", ["", "traces", "share", "95% CI"], failures),
+        ("Latency", ["of", "p50", "p90", "p95", "p99", "count"], latency + spans),
+        ("By service", ["service", "calls", "failed", "share", "95% CI", "p50", "p95"], services),
+        ("Tokens and cost by model", ["model", "calls", "input", "output", "cost"], models),
+        (
+            "Tools (model calls beneath a tool's spans count for it)",
+            ["tool", "calls", "errors", "p50", "p95", "model calls", "input", "output", "cost"],
+            tools,
+        ),
+        ("Online evaluation (current scores)", ["scorer", "kind", "pass rate / mean", "scored", "errors"], scorers),
+        ("Latest failures", ["started", "service", "trace", "type", "message"], latest),
+    ]
+
+
+def to_markdown(report: TracesReport) -> str:
+    out = [f"# {markdown_cell(title(report))}"]
+    for heading, header, rows in sections(report):
+        out += ["", f"## {markdown_cell(heading)}", "", markdown_table(header, rows)]
+    return "\n".join(out) + "\n"
+
+
+def to_json(report: TracesReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
+
+
+def to_terminal(report: TracesReport) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    from ._tables import rich_table
+
+    parts: list[Any] = [Text(title(report))]
+    parts += [rich_table(header, rows, title=heading) for heading, header, rows in sections(report)]
+    parts.append(Text("Figures come from DuckDB over the store; agenteval sql shows the traces view behind them."))
+    return Group(*parts)
+
+
+def to_html(report: TracesReport) -> str:
+    """One self-contained page in the experiment report's style: inline CSS and SVG, no script."""
+    body = [f"<h1>{html_text(title(report))}</h1>"]
+    plots = {
+        "Failures by type (the classifier of trials)": failure_bars(report.failures_by_type),
+        "Latency": latency_histogram(report.latency.sample_ms),
+    }
+    for heading, header, rows in sections(report):
+        body.append(f"<h2>{html_text(heading)}</h2>")
+        if heading in plots:
+            body.append(plots[heading])
+        body.append(html_table(header, rows))
+    return html_page(f"agenteval {title(report)}", body)
+
+
+FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}

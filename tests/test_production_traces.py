@@ -1,0 +1,423 @@
+"""Production traces: spans written outside any experiment by real processes (the in-process exporter, as
+``agenteval collect`` writes them), partitioned by day and service, read through the traces view, reported with the
+trials' failure classifier, scored online into the scores table, turned into dataset cases, pruned by whole days
+while a reader reads, and compacted while a writer writes. Everything is counted."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import model_servers as ms
+import pytest
+from click.testing import CliRunner
+from waiting import wait_until
+
+from agenteval import evaluate
+from agenteval.analysis._traces import build_traces_report
+from agenteval.cli import main
+from agenteval.dataset import load_file
+from agenteval.scorers._traces import TracePolicy, TraceScorer, score_traces, trace_sampled
+from agenteval.store import Store, compact
+from agenteval.store._prune import prune
+
+AGENT = str(Path(__file__).with_name("production_agent.py"))
+TODAY = datetime.datetime.now(datetime.UTC).date()
+
+EXPECTED_FAILURES = {"tool_error": 1, "max_steps_exceeded": 1, "llm_error": 1, "empty_output": 1}
+"""Per 7 traces of production_agent.py's scenarios: ok, handled, tool_error, max_steps, unreachable, empty, ok."""
+
+
+def produce(store: Path, service: str, mode: str, count: int, *extra: str) -> tuple[int, int]:
+    """Run the production agent in a process of its own; the traces and spans it wrote."""
+    done = subprocess.run(
+        [sys.executable, AGENT, str(store), service, mode, str(count), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    _, traces, spans = done.stdout.strip().splitlines()[-1].split()
+    return int(traces), int(spans)
+
+
+def cli(store: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [*args, "--store", str(store)])
+    return result.exit_code, result.output
+
+
+def count(store: Path, sql: str) -> int:
+    return Store(store).rows(sql)[0]["n"]
+
+
+@pytest.fixture
+def production(tmp_path) -> Path:
+    """A store with 14 traces of service shop and 7 of service billing, all of today."""
+    store = tmp_path / "store"
+    produce(store, "shop", "agent", 14)
+    produce(store, "billing", "agent", 7)
+    return store
+
+
+def test_production_spans_partition_by_day_and_service_and_every_span_is_read(tmp_path):
+    store = tmp_path / "store"
+    written = [produce(store, service, "agent", 7) for service in ("shop", "billing / eu")]
+    folders = sorted(str(p.relative_to(store / "spans")) for p in (store / "spans").rglob("part-*.parquet"))
+    assert {str(Path(f).parent) for f in folders} == {
+        f"date={TODAY}/service=shop",
+        f"date={TODAY}/service=billing%20%2F%20eu",  # any service name is one safe folder
+    }
+    assert count(store, "SELECT count(*) AS n FROM spans") == sum(spans for _, spans in written)
+    assert count(store, "SELECT count(*) AS n FROM traces") == sum(traces for traces, _ in written) == 14
+    services = Store(store).rows("SELECT service, count(*) AS n FROM traces GROUP BY service ORDER BY service")
+    assert [(r["service"], r["n"]) for r in services] == [("billing / eu", 7), ("shop", 7)]
+
+
+def test_stores_written_the_old_way_still_read(tmp_path):
+    """Before services had folders, production spans went straight under date=YYYY-MM-DD/."""
+    store = tmp_path / "store"
+    _, spans = produce(store, "shop", "agent", 7)
+    (published,) = (store / "spans").rglob("part-*.parquet")
+    day = published.parent.parent
+    shutil.move(published, day / published.name)
+    published.parent.rmdir()
+    assert count(store, "SELECT count(*) AS n FROM spans") == spans
+    assert count(store, "SELECT count(*) AS n FROM traces WHERE service = 'shop'") == 7
+    produce(store, "shop", "agent", 7)  # new spans go into the service's folder beside the old files
+    assert count(store, "SELECT count(*) AS n FROM traces") == 14
+    assert compact(Store(store)).rows >= 0  # a day folder with files beside sub-folders is left as it is
+    assert count(store, "SELECT count(*) AS n FROM spans") == 2 * spans
+
+
+def test_the_traces_view_gives_one_row_per_trace_with_its_figures(production):
+    rows = Store(production).rows("SELECT * FROM traces WHERE service = 'shop' ORDER BY started_at")
+    assert len(rows) == 14
+    ok, handled, tool_error, max_steps, unreachable, empty = rows[:6]
+    assert ok["root_name"] == "invoke_agent assistant" and ok["operation"] == "invoke_agent"
+    assert (ok["input"], ok["output"], ok["status"]) == ("weather question 0", "It is sunny in Paris.", "UNSET")
+    assert (ok["model_calls"], ok["input_tokens"], ok["output_tokens"], ok["model"]) == (1, 100, 20, "gpt-4o-mini")
+    assert ok["cost_usd"] == pytest.approx((100 * 0.15 + 20 * 0.6) / 1e6)  # the shipped price of gpt-4o-mini
+    assert (ok["tool_calls"], ok["tool_errors"], ok["tools"], ok["spans"]) == (1, 0, ["lookup"], 3)
+    assert handled["tool_errors"] == 1 and handled["status"] == "UNSET" and handled["raised_in"] is None
+    assert (tool_error["status"], tool_error["error_type"], tool_error["raised_in"]) == (
+        "ERROR",
+        "KeyError",
+        "execute_tool",
+    )
+    assert max_steps["error_type"] == "__main__.MaxStepsExceeded" and max_steps["raised_in"] is None
+    assert unreachable["raised_in"] == "chat" and unreachable["model_calls"] == 1
+    assert empty["output"] == "" and empty["duration_ms"] > 0
+
+
+def test_report_on_traces_counts_failures_by_the_trials_classifier(production):
+    report = build_traces_report(Store(production))
+    assert report.calls == 21
+    assert report.failures_by_type == {kind: 3 * n for kind, n in EXPECTED_FAILURES.items()}
+    assert (report.failures.failed, report.failures.infrastructure) == (12, 3)  # the unreachable API is infrastructure
+    low, high = report.failures.ci95
+    assert low < 12 / 21 < high
+    assert {(s.service, s.calls, s.failed) for s in report.services} == {("shop", 14, 8), ("billing", 7, 4)}
+    (model,) = report.models
+    assert (model.model, model.model_calls, model.input_tokens) == ("gpt-4o-mini", 21, 1800)  # 3 raised: no usage
+    assert model.cost_usd == pytest.approx(report.cost_usd) and report.cost_usd > 0
+    (lookup,) = report.tools
+    assert (lookup.tool, lookup.calls, lookup.errors) == ("lookup", 12, 6)
+    assert report.latency.p50_ms <= report.latency.p95_ms <= report.latency.p99_ms
+    assert len(report.latency.sample_ms) == 21
+    only_billing = build_traces_report(Store(production), service="billing")
+    assert only_billing.calls == 7 and only_billing.failures.failed == 4
+    later = build_traces_report(Store(production), since=datetime.datetime.now(datetime.UTC))
+    assert later.calls == 0 and later.failures.ci95 is None
+
+
+def test_report_traces_command_formats(production, tmp_path):
+    code, text = cli(production, "report", "--traces", "--format", "json", "--service", "shop", "--since", "1d")
+    assert code == 0
+    data = json.loads(text)
+    assert data["calls"] == 14 and data["failures_by_type"]["tool_error"] == 2
+    page = tmp_path / "traces.html"
+    code, _ = cli(production, "report", "--traces", "--format", "html", "-o", str(page))
+    html = page.read_text()
+    assert code == 0 and html.startswith("<!doctype html>") and "<svg" in html and "<script" not in html
+    assert "Failures by type" in html and "tool_error" in html
+    code, text = cli(production, "report", "--traces", "--format", "text")
+    assert code == 0 and "Production traces: all services" in text
+    code, text = cli(production, "report", "--traces", "--since", "last tuesday")
+    assert code == 2 and "--since 'last tuesday'" in text
+    code, text = cli(production, "report", "--since", "1d")
+    assert code == 2 and "go with --traces" in text
+
+
+def test_the_sql_command_reads_the_traces_views(production):
+    code, text = cli(production, "sql", "SELECT count(*) AS n FROM traces WHERE status = 'ERROR'", "--format", "json")
+    assert code == 0 and json.loads(text) == [{"n": 9}]
+
+
+def test_online_evaluation_scores_traces_into_the_scores_table(production):
+    store = Store(production)
+    experiment = evaluate("mock", "arithmetic", cases=3, attempts=1, store=str(production), progress="none")
+    before = count(production, "SELECT count(*) AS n FROM score_history WHERE experiment_id IS NOT NULL")
+    result = score_traces(store, policy=TracePolicy(max_tool_calls=0, must_not_contain=("sunny",)))
+    assert (result.traces, result.sampled, result.failed) == (21, 21, 9)  # failed traces are not scored, as trials
+    assert result.scorers == ["tool_errors", "step_efficiency", "must_not_contain"]
+    stored = count(production, "SELECT count(*) AS n FROM score_history WHERE experiment_id IS NULL")
+    assert stored == result.scores == 12 * 3  # nothing dropped on the way to the store
+    assert count(production, "SELECT count(*) AS n FROM score_history WHERE experiment_id IS NOT NULL") == before
+    assert {
+        p.parent.relative_to(production / "scores").as_posix() for p in (production / "scores").rglob("part-*")
+    } >= {
+        f"date={TODAY}/service=shop",
+        f"date={TODAY}/service=billing",
+    }
+    scores = {
+        (r["trace_id"], r["scorer"]): r
+        for r in store.rows("SELECT t.input, s.* FROM trace_scores s JOIN traces t USING (trace_id)")
+    }
+    by_input = {r["input"]: r for r in store.rows("SELECT trace_id, input FROM traces")}
+    handled, tool_error = by_input["weather question 1"]["trace_id"], by_input["weather question 2"]["trace_id"]
+    assert scores[handled, "tool_errors"]["passed"] is True  # a tool failed and the reply says so
+    assert (tool_error, "tool_errors") not in scores  # it failed: a tool_error in the report
+    ok = by_input["weather question 0"]["trace_id"]
+    assert scores[ok, "must_not_contain"]["passed"] is False and "sunny" in scores[ok, "must_not_contain"]["reason"]
+    assert scores[ok, "step_efficiency"]["value"] == 0.0
+    again = score_traces(store, scorers=["tool_errors"])  # a second pass replaces what it re-ran
+    assert again.scores == 12
+    assert count(production, "SELECT count(*) AS n FROM trace_scores") == 12 * 3
+    assert count(production, "SELECT count(*) AS n FROM scores WHERE experiment_id IS NULL") == 12 * 3
+    assert count(production, "SELECT count(*) AS n FROM score_history WHERE experiment_id IS NULL") == 12 * 4
+    report = build_traces_report(store)
+    assert {s.scorer: s.scored for s in report.scorers} == {
+        "must_not_contain": 12,
+        "step_efficiency": 12,
+        "tool_errors": 12,
+    }
+    # The experiment's own report and trials are untouched by the traces' scores.
+    assert (
+        count(production, f"SELECT count(*) AS n FROM trials WHERE experiment_id = '{experiment.experiment_id}'") == 3
+    )
+
+
+def test_rows_without_an_experiment_are_refused_by_the_experiment_writer_never_dropped(tmp_path):
+    row = {"trial_id": "t", "scorer": "s", "scorer_version": "1", "pass_id": "p", "scored_at": 1}
+    with pytest.raises(ValueError, match="1 scores rows have no experiment_id"):
+        Store(tmp_path / "store").write("scores", [{**row, "experiment_id": None}, {**row, "experiment_id": "e"}])
+    assert count(tmp_path / "store", "SELECT count(*) AS n FROM score_history") == 0
+
+
+def test_the_collectors_hook_scores_a_sample_of_arriving_traces(production):
+    ids = [r["trace_id"] for r in Store(production).rows("SELECT trace_id FROM traces")]
+    hook = TraceScorer(Store(production), ["tool_errors"], sample=0.5)
+    result = hook.score(ids[:10])
+    result_rest = hook.score(ids[10:])
+    wanted = [t for t in ids if trace_sampled(t, 0.5)]
+    assert result.sampled + result_rest.sampled == len(wanted)
+    scored = len(wanted) - result.failed - result_rest.failed
+    assert count(production, "SELECT count(*) AS n FROM trace_scores") == scored == result.scores + result_rest.scores
+    assert set(t for t in ids if trace_sampled(t, 0.2)) <= set(wanted)  # a smaller sample is a subset
+    code, text = cli(production, "rescore", "--traces", "--sample", "0.5", "--scorer", "tool_errors", "--json")
+    assert code == 0 and json.loads(text)["sampled"] == len(wanted) and json.loads(text)["scores"] == scored
+
+
+def test_the_judge_grades_production_replies_against_a_rubric(production, model_server):
+    def respond(request: ms.Request) -> ms.Reply:
+        assert "Expected answer" not in json.dumps(request.messages)
+        assert "Rubric: be polite" in json.dumps(request.messages)
+        assert "There is no expected answer" in request.system_text()
+        return ms.tool_call("grade", {"score": 1.0, "passed": True, "reasoning": "polite"})
+
+    model_server.responder = respond
+    result = score_traces(
+        Store(production),
+        scorers=["tool_errors"],
+        service="billing",
+        policy=TracePolicy(rubric="be polite"),
+        judge="openai/judge-model",
+        judge_base_url=model_server.openai_url,
+    )
+    assert result.scorers == ["tool_errors", "llm_judge"] and (result.sampled, result.failed) == (7, 3)
+    assert len(model_server.requests) == 4
+    judged = Store(production).rows(
+        "SELECT count(*) FILTER (WHERE passed) AS n FROM trace_scores WHERE scorer = 'llm_judge'"
+    )
+    assert judged[0]["n"] == 4
+    versions = Store(production).rows("SELECT DISTINCT scorer_version FROM trace_scores WHERE scorer = 'llm_judge'")
+    assert versions == [{"scorer_version": "rf1:openai/judge-model"}]
+
+
+def test_cases_from_traces_become_valid_cases_once_filled(production, tmp_path):
+    out = tmp_path / "cases.jsonl"
+    code, text = cli(
+        production, "cases-from-traces", "--where", "status = 'ERROR' AND service = 'shop'", "-o", str(out)
+    )
+    assert code == 0, text
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    errors = Store(production).rows("SELECT trace_id, input FROM traces WHERE status = 'ERROR' AND service = 'shop'")
+    assert len(records) == len(errors) == 6
+    assert {r["metadata"]["trace_id"] for r in records} == {e["trace_id"] for e in errors}
+    assert all(r["expected_output"] == "" and r["input"].startswith("weather question") for r in records)
+    for record in records:
+        record["expected_output"] = "It is sunny in Paris."
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "validate", str(out)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and "6 cases" in done.stdout, done.stderr
+    assert len(load_file(out)) == 6
+
+
+def test_cases_from_traces_runs_its_condition_read_only_and_names_the_option(production, tmp_path):
+    out = tmp_path / "cases.jsonl"
+    for where in ("true; DELETE FROM traces", "nonsense > 1", "trace_id IN (SELECT * FROM read_csv('/etc/passwd'))"):
+        code, text = cli(production, "cases-from-traces", "--where", where, "-o", str(out))
+        assert code != 0 and "--where" in text and not out.exists(), text
+    out.write_text("filled by a person\n")
+    code, text = cli(production, "cases-from-traces", "--where", "true", "-o", str(out))
+    assert code != 0 and "--force" in text and out.read_text() == "filled by a person\n"
+    code, _ = cli(production, "cases-from-traces", "--where", "true", "-o", str(out), "--force")
+    assert code == 0 and len(out.read_text().splitlines()) == 21
+
+
+def test_prune_removes_whole_old_days_and_never_experiments(tmp_path):
+    store = tmp_path / "store"
+    old = [produce(store, "shop", "past", 20, days)[1] for days in ("40", "35")]
+    _, recent = produce(store, "shop", "past", 20, "1")
+    _, other = produce(store, "billing", "past", 10, "40")
+    experiment = evaluate("mock", "arithmetic", cases=3, attempts=1, store=str(store), progress="none")
+    experiment_spans = count(
+        store, f"SELECT count(*) AS n FROM spans WHERE experiment_id = '{experiment.experiment_id}'"
+    )
+    score_traces(Store(store), policy=TracePolicy(max_tool_calls=3))  # the old traces' scores go with them
+    assert count(store, "SELECT count(*) AS n FROM trace_scores WHERE scorer = 'step_efficiency'") == 70
+    dry = prune(Store(store), datetime.timedelta(days=30), dry_run=True)
+    assert dry.rows == sum(old) + other + 50 and count(store, "SELECT count(*) AS n FROM traces") == 70
+    result = prune(Store(store), datetime.timedelta(days=30), service="shop")
+    assert result.rows == sum(old) + 40 and result.kept_unsorted == 0
+    assert count(store, "SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL") == recent + other
+    code, text = cli(store, "prune", "--older-than", "30d")
+    assert code == 0 and f"{other + 10:,} rows" in text
+    assert count(store, "SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL") == recent
+    assert count(store, "SELECT count(*) AS n FROM trace_scores WHERE scorer = 'step_efficiency'") == 20
+    assert count(store, f"SELECT count(*) AS n FROM spans WHERE experiment_id = '{experiment.experiment_id}'") == (
+        experiment_spans
+    )
+    assert count(store, "SELECT count(*) AS n FROM trials") == 3
+    assert not any((store / ".pruning").iterdir())
+    code, text = cli(store, "prune", "--older-than", "soon")
+    assert code == 2 and "--older-than" in text
+
+
+READER = """
+import sys, time
+from pathlib import Path
+from agenteval.store import Store
+store, done = Store(sys.argv[1]), Path(sys.argv[2])
+seen = []
+print("ready", flush=True)
+while not done.exists() or len(seen) < 3:
+    rows = store.rows("SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL AND service_name = 'shop'")
+    seen.append(rows[0]["n"])
+print(*sorted(set(seen)))
+"""
+
+
+def test_a_reader_sees_a_pruned_day_whole_or_not_at_all(tmp_path):
+    store = tmp_path / "store"
+    _, spans = produce(store, "shop", "past", 80, "40", "40")  # one day of 40 files
+    assert len(list((store / "spans").rglob("part-*.parquet"))) == 40
+    done = tmp_path / "done"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(store), str(done)], stdout=subprocess.PIPE, text=True, env=os.environ
+    )
+    assert reader.stdout.readline().strip() == "ready"
+    result = prune(Store(store), datetime.timedelta(days=30))
+    done.touch()
+    out, _ = reader.communicate(timeout=120)
+    assert result.rows == spans
+    assert {int(n) for n in out.split()} <= {spans, 0}  # never part of the day
+    assert count(store, "SELECT count(*) AS n FROM spans") == 0
+
+
+def test_prune_while_a_writer_publishes_into_the_day_loses_nothing_it_did_not_count(tmp_path):
+    """Late spans of an old day arriving while it is pruned: each either went with a prune, which counted it, or
+    is in the store after; none is lost on the way."""
+    store = tmp_path / "store"
+    writer = subprocess.Popen(
+        [sys.executable, AGENT, str(store), "shop", "past-stream", "600", "40"], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout.readline().strip() == "ready"
+    wait_until(lambda: (store / "spans").is_dir(), "the writer's first file")
+    pruned = 0
+    while writer.poll() is None:
+        pruned += prune(Store(store), datetime.timedelta(days=30)).rows
+    out, _ = writer.communicate(timeout=120)
+    _, _, spans = out.strip().splitlines()[-1].split()
+    assert pruned + count(store, "SELECT count(*) AS n FROM spans") == int(spans) == 1800
+    pruned += prune(Store(store), datetime.timedelta(days=30)).rows  # what arrived after the last one
+    assert pruned == 1800 and count(store, "SELECT count(*) AS n FROM spans") == 0
+
+
+def test_compaction_merges_day_partitions_while_a_writer_appends(tmp_path):
+    store = tmp_path / "store"
+    writer = subprocess.Popen(
+        [sys.executable, AGENT, str(store), "shop", "stream", "700"], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout.readline().strip() == "ready"
+    compactions = []
+    while writer.poll() is None:
+        compactions.append(compact(Store(store), ["spans"]))
+    out, _ = writer.communicate(timeout=120)
+    _, traces, spans = out.strip().splitlines()[-1].split()
+    final = compact(Store(store), ["spans"])
+    assert count(store, "SELECT count(*) AS n FROM spans") == int(spans)
+    assert count(store, "SELECT count(*) AS n FROM traces") == int(traces) == 700
+    assert sum(c.files_before for c in [*compactions, final]) > 0
+    (merged,) = (store / "spans").rglob("part-*.parquet")
+    assert merged.parent.relative_to(store / "spans").as_posix() == f"date={TODAY}/service=shop"
+
+
+def test_a_conversation_becomes_a_case_with_turns(tmp_path, spans):
+    """An agent given the whole conversation: its user messages become the case's turns."""
+    from agenteval_exporters import ParquetSpanExporter
+    from agenteval_instrumentation import agent
+
+    @agent
+    def support(messages: list[dict[str, str]]) -> str:
+        return "Your order ships on Monday."
+
+    conversation = [
+        {"role": "user", "content": "Where is my order?"},
+        {"role": "assistant", "content": "Which order?"},
+        {"role": "user", "content": "Number 42."},
+    ]
+    support(conversation)
+    store = tmp_path / "store"
+    exporter = ParquetSpanExporter(store)
+    exporter.export(spans.get_finished_spans())  # the real spans, through the real exporter
+    exporter.shutdown()
+    (trace,) = Store(store).rows("SELECT user_messages, input, output FROM traces")
+    assert trace == {
+        "user_messages": ["Where is my order?", "Number 42."],
+        "input": "Number 42.",
+        "output": "Your order ships on Monday.",
+    }
+    out = tmp_path / "cases.jsonl"
+    code, _ = cli(store, "cases-from-traces", "--where", "output LIKE '%Monday%'", "-o", str(out))
+    (case,) = load_file(out)
+    assert code == 0 and case.turns == ("Where is my order?", "Number 42.") and case.expected_output == ""
+    assert case.metadata["observed_output"] == "Your order ships on Monday."
+
+
+def test_untrusted_names_are_shown_safely_in_every_format(tmp_path):
+    store = tmp_path / "store"
+    produce(store, "<img src=x onerror=alert(1)>\x1b[31mred", "agent", 7)
+    page = tmp_path / "traces.html"
+    code, _ = cli(store, "report", "--traces", "--format", "html", "-o", str(page))
+    html = page.read_text()
+    assert code == 0 and "<img" not in html and "&lt;img src=x" in html and "\x1b" not in html
+    code, text = cli(store, "report", "--traces")
+    assert code == 0 and "\x1b[31m" not in text
