@@ -9,7 +9,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
@@ -17,6 +16,7 @@ import pyarrow as pa
 
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home, register
 from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError
@@ -60,7 +60,7 @@ LOCKED_SETTINGS = (
 
 
 @contextlib.contextmanager
-def compaction_lock(root: Path, wait: float) -> Iterator[None]:
+def compaction_lock(root: StoreRoot, wait: float) -> Iterator[None]:
     """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
     seconds for another holder, then raises :class:`StoreBusy`."""
     lease = store_lease(root, COMPACTION_LEASE)
@@ -79,7 +79,7 @@ def quote_identifier(name: str) -> str:
 
 def _vanished_file(exc: Exception) -> bool:
     """A file listed by the glob was gone when opened: a compaction swapped it; the retry sees the new one."""
-    return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file"))
+    return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file", "FileNotFoundError"))
 
 
 def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -138,8 +138,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 class Store:
     """A store folder (``--store``, else ``AGENTEVAL_STORE``, else ``./.agenteval``)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.root = store_path(path)
+    def __init__(self, path: str | os.PathLike[str] | StoreRoot | None = None) -> None:
+        self.root: StoreRoot = store_path(path)
         self._laid_out = False  # writers lay out the store once per object; reads never do
 
     def __repr__(self) -> str:
@@ -161,6 +161,9 @@ class Store:
             ) from exc
 
     def _lay_out(self) -> None:
+        if isinstance(self.root, RemoteRoot):
+            self._lay_out_remote(self.root)
+            return
         # The staging folder is written first, even when every folder exists: a store that only
         # reads would otherwise pass here and fail on its first trial.
         probe = staging_dir(self.root) / f"probe-{uuid.uuid4().hex}{STAGED_SUFFIX}"
@@ -178,6 +181,19 @@ class Store:
 
         recover(self, wait=0)
 
+    def _lay_out_remote(self, root: RemoteRoot) -> None:
+        """Object storage has no folders: only the schema files, each published whole if missing. Writing them
+        also proves the bucket exists and can be written, before any trial runs."""
+        present = {f.relative for f in root.list_files("") if f.relative.count("/") == 1}
+        for table, schema in TABLES.items():
+            if f"{table}/{schema_file(table)}" not in present:
+                staged = staging_dir(root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
+                try:
+                    write_parquet(staged, schema.empty_table())
+                    root.put(staged, f"{table}/{schema_file(table)}")
+                finally:
+                    staged.unlink(missing_ok=True)
+
     def _ensure_once(self) -> None:
         if not self._laid_out:
             self.ensure()
@@ -185,7 +201,7 @@ class Store:
     def glob(self, table: str) -> str:
         """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
         through DuckDB's ``allowed_directories``, which it compares with absolute paths)."""
-        return str(self.root.absolute() / table / "**" / "*.parquet")
+        return duckdb_path(self.root, f"{table}/**/*.parquet")
 
     def require(self) -> None:
         """Raise :class:`NoStore` unless the store folder exists: reads never create it."""
@@ -195,9 +211,24 @@ class Store:
             )
 
     def read_parquet_sql(self, table: str) -> str:
+        """The ``read_parquet`` call over ``table``'s files: a glob on disk; on object storage, the files that
+        are live now, listed (see :mod:`._live`)."""
         # experiment_id is stored in every file, so Hive partitioning is not needed, and it would
         # fail here: DuckDB refuses one glob over experiment_id=... and date=... folders.
-        return f"read_parquet({sql_string(self.glob(table))}, union_by_name = true, hive_partitioning = false)"
+        return self._read_parquet(self._sources(table) or "[]")
+
+    @staticmethod
+    def _read_parquet(sources: str) -> str:
+        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false)"
+
+    def _sources(self, table: str) -> str | None:
+        """What ``read_parquet`` reads for ``table``, or None when it has no file."""
+        if not isinstance(self.root, RemoteRoot):
+            return sql_string(self.glob(table)) if any((self.root / table).rglob("*.parquet")) else None
+        from ._live import live_files
+
+        files = [sql_string(duckdb_path(self.root, f.relative)) for f in live_files(self.root, table)]
+        return "[" + ", ".join(files) + "]" if files else None
 
     def connect(self, database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
@@ -211,11 +242,14 @@ class Store:
         """
         if read_only:
             self.require()
+        elif isinstance(self.root, RemoteRoot):
+            pass  # a compaction on object storage never needs recovering before a read (see ._live)
         elif self.root.is_dir():
             from ._compact import recover
 
             recover(self, wait=0)
         con = duckdb.connect(database)
+        register(con, self.root)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
@@ -225,17 +259,25 @@ class Store:
             # Creating the view binds it, which opens the files to union their columns.
             _retry_vanished(functools.partial(con.execute, f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}"))
         if read_only:
-            con.execute("SET allowed_directories = [?]", [str(self.root.absolute()) + os.sep])
+            con.execute("SET allowed_directories = ?", [self.readable_places()])
             for setting in LOCKED_SETTINGS:
                 con.execute(setting)
         return con
+
+    def readable_places(self) -> list[str]:
+        """What a read-only connection may read: the store, and for a store on object storage the folder of
+        this machine's where its saved report figures are kept (see :mod:`._snapshots`)."""
+        if isinstance(self.root, RemoteRoot):
+            return [duckdb_path(self.root, "") + "/", str(local_home(self.root, "snapshots")) + os.sep]
+        return [str(self.root.absolute()) + os.sep]
 
     def _stored_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str:
         """The table's rows as written; with the schema's columns in any case, so that files of an older
         version, or no files at all, still give every column (the store itself is never changed for it)."""
         columns = empty_relation(table, con)
-        if any((self.root / table).rglob("*.parquet")):
-            columns = f"SELECT * FROM {self.read_parquet_sql(table)} UNION ALL BY NAME {columns}"
+        sources = self._sources(table)
+        if sources is not None:
+            columns = f"SELECT * FROM {self._read_parquet(sources)} UNION ALL BY NAME {columns}"
         return stored_trials(f"({columns})") if table == "trials" else columns
 
     def query(self, sql: str, parameters: Sequence[Any] | None = None, *, read_only: bool = False) -> pa.Table:
@@ -267,7 +309,7 @@ class Store:
             self.root, table, TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
         )
 
-    def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[Path]:
+    def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[StoreRoot]:
         """Publish ``rows`` at once, one file per experiment."""
         self._ensure_once()
         schema = TABLES[table]
