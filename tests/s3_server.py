@@ -28,7 +28,11 @@ def moto_server() -> Iterator[dict[str, str]]:
     """Start the server; yields the environment variables that point S3 clients at it (endpoint, region, test
     credentials). Stopped when the block ends."""
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [sys.executable, "-c", SERVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert server.stdout is not None

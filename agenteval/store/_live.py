@@ -46,12 +46,21 @@ def _name(file: RemoteFile) -> str:
     return file.relative.rpartition("/")[2]
 
 
+LISTING_TRIES = 5
+
+
 def table_partitions(root: RemoteRoot, table: str) -> list[Partition]:
     """``table``'s partitions, each with its live files (in publication order) and its superseded ones."""
-    grouped: dict[str, list[RemoteFile]] = defaultdict(list)
-    for file in root.list_files(table):
-        grouped[file.relative.rpartition("/")[0]].append(file)
-    return [_resolve(root, folder, files) for folder, files in sorted(grouped.items())]
+    for attempt in range(LISTING_TRIES):
+        grouped: dict[str, list[RemoteFile]] = defaultdict(list)
+        for file in root.list_files(table):
+            grouped[file.relative.rpartition("/")[0]].append(file)
+        try:
+            return [_resolve(root, folder, files) for folder, files in sorted(grouped.items())]
+        except FileNotFoundError:  # a manifest listed, then replaced by a newer one: list again
+            if attempt == LISTING_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def partition_files(root: RemoteRoot, folder: str) -> Partition:
@@ -66,7 +75,10 @@ def _resolve(root: RemoteRoot, folder: str, files: list[RemoteFile]) -> Partitio
     merged: set[str] = set()
     if manifests:
         newest = manifests[-1]
-        record = json.loads(root.read_bytes(newest.relative) or b"{}")
+        raw = root.read_bytes(newest.relative)
+        if raw is None:
+            raise FileNotFoundError(str(root / newest.relative))
+        record = json.loads(raw)
         named, merged = dict(record.get("files", {})), set(record.get("merged", []))
         partition.generation = int(_name(newest)[len(MANIFEST_PREFIX) :].partition(".")[0])
     listed = {_name(f): f for f in files if _name(f).endswith(".parquet")}

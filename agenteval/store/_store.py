@@ -87,15 +87,19 @@ def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _retry_vanished(run: Callable[[], T]) -> T:
+def _retry_vanished(run: Callable[[], T], pause: float = 0.005) -> T:
     for attempt in range(QUERY_RETRIES):
         try:
             return run()
         except duckdb.IOException as exc:
             if attempt == QUERY_RETRIES - 1 or not _vanished_file(exc):
                 raise
-            time.sleep(0.005 * (attempt + 1))
+            time.sleep(pause * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+REMOTE_RETRY_PAUSE = 0.05
+"""On object storage a retry lists the files again, so it waits longer between tries than a glob on disk."""
 
 
 _EMPTY_RELATIONS: dict[str, str] = {}
@@ -254,10 +258,15 @@ class Store:
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
-        views = {raw_table(table): self._stored_sql(table, con) for table in TABLES} | CURRENT_VIEWS
+        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLES}
         for name, sql in views.items():
-            # Creating the view binds it, which opens the files to union their columns.
-            _retry_vanished(functools.partial(con.execute, f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}"))
+            # Creating the view binds it, which opens the files to union their columns. On object storage the
+            # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
+            create = f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS "
+            _retry_vanished(lambda create=create, sql=sql: con.execute(create + sql()), self._retry_pause)  # type: ignore[misc]
+        for name, current in CURRENT_VIEWS.items():
+            view = f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {current}"
+            _retry_vanished(functools.partial(con.execute, view), self._retry_pause)
         if read_only:
             con.execute("SET allowed_directories = ?", [self.readable_places()])
             for setting in LOCKED_SETTINGS:
@@ -280,25 +289,45 @@ class Store:
             columns = f"SELECT * FROM {self._read_parquet(sources)} UNION ALL BY NAME {columns}"
         return stored_trials(f"({columns})") if table == "trials" else columns
 
+    @property
+    def _retry_pause(self) -> float:
+        return REMOTE_RETRY_PAUSE if isinstance(self.root, RemoteRoot) else 0.005
+
+    def _on_connection(self, read: Callable[[duckdb.DuckDBPyConnection], T], *, read_only: bool = False) -> T:
+        """``read`` on a connection of the store, retried when a compaction replaced files under it. On disk the
+        views' globs find the new files on the same connection; on object storage a connection's views hold the
+        files live when it was opened, so each try opens a new one (see :mod:`._live`)."""
+        if not isinstance(self.root, RemoteRoot):
+            con = self.connect(read_only=read_only)
+            try:
+                return _retry_vanished(lambda: read(con))
+            finally:
+                con.close()
+
+        def fresh() -> T:
+            con = self.connect(read_only=read_only)
+            try:
+                return read(con)
+            finally:
+                con.close()
+
+        return _retry_vanished(fresh, REMOTE_RETRY_PAUSE)
+
     def query(self, sql: str, parameters: Sequence[Any] | None = None, *, read_only: bool = False) -> pa.Table:
         """Run ``sql`` over the views; retried when a compaction swapped files under it. ``read_only=True``
         runs one read statement on a locked connection (see :meth:`connect`) and refuses anything else."""
-        con = self.connect(read_only=read_only)
-        try:
+
+        def read(con: duckdb.DuckDBPyConnection) -> pa.Table:
             if read_only:
                 check_read_only(con, sql)
-            return _retry_vanished(lambda: con.sql(sql, params=parameters or None).to_arrow_table())
-        finally:
-            con.close()
+            return con.sql(sql, params=parameters or None).to_arrow_table()
+
+        return self._on_connection(read, read_only=read_only)
 
     def rows(self, sql: str, parameters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`query` as a list of dicts (nanosecond timestamps as microsecond datetimes). Fetched from
         DuckDB as Python values: through Arrow, pyarrow would import pandas when installed (0.1 s, 40 MB)."""
-        con = self.connect()
-        try:
-            return _retry_vanished(lambda: _fetch_dicts(con.execute(sql, parameters or [])))
-        finally:
-            con.close()
+        return self._on_connection(lambda con: _fetch_dicts(con.execute(sql, parameters or [])))
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time; its ``flush`` and ``close``

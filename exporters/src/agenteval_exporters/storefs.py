@@ -102,12 +102,14 @@ class RemoteRoot:
 
     @property
     def fs(self) -> Any:
-        """The fsspec file system (fsspec caches one per process and settings, and makes a new one after a fork)."""
+        """The fsspec file system (fsspec keeps one per process and settings, and makes a new one after a fork)."""
         module = PROTOCOLS[self.protocol]
         try:
             import fsspec
 
-            return fsspec.filesystem(self.protocol)
+            # No listings cache: other processes publish into the store, and a cached listing would hide their
+            # files (and make fsspec report a new object, such as a manifest, as missing).
+            return fsspec.filesystem(self.protocol, use_listings_cache=False)
         except ImportError as exc:
             raise StoreLocationError(f"a store at {self.url} needs {module}: pip install '{EXTRA[module]}'") from exc
 
@@ -118,18 +120,13 @@ class RemoteRoot:
 
     def exists(self) -> bool:
         """Whether any object is under this prefix (object storage has no empty folders)."""
-        fs = self.fs
-        fs.invalidate_cache(self.path)
-        return bool(fs.exists(self.path))
+        return bool(self.fs.exists(self.path))
 
     is_dir = exists
 
     def list_files(self, relative: str = "") -> list[RemoteFile]:
         """Every object under ``relative`` (recursively), listed now: another process's writes included."""
-        fs = self.fs
-        base = self._key(relative)
-        fs.invalidate_cache(base)  # a listing cached by this process would miss what others published since
-        found = fs.find(base, detail=True)
+        found = self.fs.find(self._key(relative), detail=True)
         files = []
         for key, info in sorted(found.items()):
             if info.get("type") == "directory":
