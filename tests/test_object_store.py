@@ -199,3 +199,22 @@ def test_readers_see_one_consistent_set_while_compaction_and_writers_run(store):
     assert merged > 0
     (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT case_id) AS d FROM cases")
     assert row == {"n": files * rows, "d": files * rows}
+
+
+def test_the_exporter_publishes_every_span_to_s3(store):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    exporter = ParquetSpanExporter(store, max_rows=300, flush_interval=0.2)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    for i in range(1000):
+        with tracer.start_as_current_span(f"step {i % 7}"):
+            pass
+    provider.shutdown()
+    assert exporter.files_written >= 2
+    (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
+    assert row == {"n": 1000, "d": 1000}  # count in == count out, each published file whole
