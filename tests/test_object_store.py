@@ -218,3 +218,23 @@ def test_the_exporter_publishes_every_span_to_s3(store):
     assert exporter.files_written >= 2
     (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
     assert row == {"n": 1000, "d": 1000}  # count in == count out, each published file whole
+
+
+def test_the_doctor_sets_an_unreadable_object_aside_and_the_store_reads_again(store):
+    summary = json.loads(agenteval(store, *RUN, "--json").stdout)
+    experiment_id = summary["experiment_id"]
+    fs = fsspec.filesystem("s3")
+    # A truncated copy of the trials, published beside them as a writer would (a copy cut short, say).
+    (merged,) = [k for k in objects(store) if k.startswith("trials/experiment_id=") and k.endswith(".parquet")]
+    data = fs.cat_file(f"{store.removeprefix('s3://')}/{merged}")
+    broken = merged.rpartition("/")[0] + "/part-0-broken.parquet"
+    fs.pipe_file(f"{store.removeprefix('s3://')}/{broken}", data[: len(data) // 2])
+    failed = agenteval(store, "report", experiment_id, check=False)
+    assert failed.returncode != 0 and "agenteval doctor" in failed.stdout + failed.stderr
+    healed = agenteval(store, "doctor").stdout
+    assert "part-0-broken.parquet" in healed
+    assert f".quarantine/{broken}.unreadable" in objects(store) and broken not in objects(store)
+    assert trial_keys(store, experiment_id) == every_trial()
+    assert json.loads(agenteval(store, "report", experiment_id, "--format", "json").stdout)["trials"] == len(
+        every_trial()
+    )
