@@ -180,7 +180,7 @@ def _experiment_ids(store: Store, every: bool) -> list[str]:
 def snapshots_home(store: Store) -> Path:
     """The folder of the store's snapshots: in the store, or on this machine for a store on object storage."""
     if isinstance(store.root, RemoteRoot):
-        return local_home(store.root, "snapshots")
+        return local_home(store.root, "snapshots", create=False)
     return store.root / SNAPSHOTS
 
 

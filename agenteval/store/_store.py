@@ -277,7 +277,7 @@ class Store:
         """What a read-only connection may read: the store, and for a store on object storage the folder of
         this machine's where its saved report figures are kept (see :mod:`._snapshots`)."""
         if isinstance(self.root, RemoteRoot):
-            return [duckdb_path(self.root, "") + "/", str(local_home(self.root, "snapshots")) + os.sep]
+            return [duckdb_path(self.root, "") + "/", str(local_home(self.root, "snapshots", create=False)) + os.sep]
         return [str(self.root.absolute()) + os.sep]
 
     def _stored_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str:

@@ -190,12 +190,14 @@ def as_root(store: str | os.PathLike[str] | RemoteRoot) -> StoreRoot:
     return Path(store)
 
 
-def local_home(root: RemoteRoot, what: str) -> Path:
+def local_home(root: RemoteRoot, what: str, *, create: bool = True) -> Path:
     """A folder on this machine for a remote store's local work (``what``: staging, figures, model cache),
-    one per store URL, under the system's temporary folder."""
+    one per store URL and user, under the system's temporary folder; created unless ``create`` is false."""
     digest = hashlib.sha256(root.url.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"agenteval-{os.getuid() if hasattr(os, 'getuid') else 0}" / digest / what
-    folder.mkdir(parents=True, exist_ok=True)
+    user = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"agenteval-{user}" / digest / what
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
