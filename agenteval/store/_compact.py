@@ -67,6 +67,25 @@ class CompactionResult:
     figures_refreshed: list[str] = dataclasses.field(default_factory=list)
     """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
 
+    def merged(self, files: int, rows: int) -> None:
+        """Count a partition whose ``files`` were merged into one (none: it had one file or none)."""
+        if files:
+            self.partitions += 1
+            self.files_before += files
+            self.files_after += 1
+            self.rows += rows
+
+    def left_unreadable(self, where: object, error: Exception, store: object) -> None:
+        """Count a partition left as it was because a file could not be read, and say what to do."""
+        # An unreadable file must not cost the rest of the store its compaction (nor a run its end).
+        logger.warning(
+            "agenteval: left %s as it is: %s. Run `agenteval doctor --store %s` to set unreadable files aside",
+            where,
+            error,
+            store,
+        )
+        self.partitions_skipped += 1
+
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns: missing ones (older files) filled with nulls."""
@@ -266,21 +285,10 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
             try:
                 merged, rows = compact_partition(store, table, folder)
             except (pa.ArrowException, OSError) as exc:
-                # An unreadable file must not cost the rest of the store its compaction (nor a run its end).
-                logger.warning(
-                    "agenteval: left %s as it is: %s. Run `agenteval doctor --store %s` to set unreadable files aside",
-                    folder,
-                    exc,
-                    store.root,
-                )
+                result.left_unreadable(folder, exc, store.root)
                 _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
-                result.partitions_skipped += 1
                 continue
-            if merged:
-                result.partitions += 1
-                result.files_before += merged
-                result.files_after += 1
-                result.rows += rows
+            result.merged(merged, rows)
     return result
 
 

@@ -32,12 +32,10 @@ def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
         for partition in table_partitions(root, table):
             if partition.folder.count("/") != 1:
                 continue  # the table's own folder (its schema files), or something no writer made
-            merged, rows = compact_remote_partition(root, table, partition)
-            if merged:
-                result.partitions += 1
-                result.files_before += merged
-                result.files_after += 1
-                result.rows += rows
+            try:
+                result.merged(*compact_remote_partition(root, table, partition))
+            except (pa.ArrowException, OSError) as exc:  # the partition's live set is as it was (see ._live)
+                result.left_unreadable(root / partition.folder, exc, root)
     return result
 
 
