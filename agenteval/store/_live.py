@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
+from typing import Any
 
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot
 
@@ -75,10 +76,7 @@ def _resolve(root: RemoteRoot, folder: str, files: list[RemoteFile]) -> Partitio
     merged: set[str] = set()
     if manifests:
         newest = manifests[-1]
-        raw = root.read_bytes(newest.relative)
-        if raw is None:
-            raise FileNotFoundError(str(root / newest.relative))
-        record = json.loads(raw)
+        record = _manifest(root, newest.relative)
         named, merged = dict(record.get("files", {})), set(record.get("merged", []))
         partition.generation = int(_name(newest)[len(MANIFEST_PREFIX) :].partition(".")[0])
     listed = {_name(f): f for f in files if _name(f).endswith(".parquet")}
@@ -96,6 +94,22 @@ def _resolve(root: RemoteRoot, folder: str, files: list[RemoteFile]) -> Partitio
             partition.live.append(RemoteFile(f"{folder}/{name}", size, stamp))
     partition.live.sort(key=lambda f: (not _name(f).startswith(COMPACTED_PREFIX), _name(f)))
     return partition
+
+
+_MANIFESTS: dict[str, dict[str, Any]] = {}
+"""Manifests read by this process, by URL: one is never changed once written (the next generation is a new
+object), so a report over many partitions reads each manifest once, not on every connection."""
+
+
+def _manifest(root: RemoteRoot, relative: str) -> dict[str, Any]:
+    url = str(root / relative)
+    known = _MANIFESTS.get(url)
+    if known is None:
+        raw = root.read_bytes(relative)
+        if raw is None:  # replaced by a newer generation since it was listed
+            raise FileNotFoundError(url)
+        known = _MANIFESTS[url] = json.loads(raw)
+    return known
 
 
 def live_files(root: RemoteRoot, table: str) -> list[RemoteFile]:

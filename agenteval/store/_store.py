@@ -188,9 +188,8 @@ class Store:
     def _lay_out_remote(self, root: RemoteRoot) -> None:
         """Object storage has no folders: only the schema files, each published whole if missing. Writing them
         also proves the bucket exists and can be written, before any trial runs."""
-        present = {f.relative for f in root.list_files("") if f.relative.count("/") == 1}
         for table, schema in TABLES.items():
-            if f"{table}/{schema_file(table)}" not in present:
+            if not root.has(f"{table}/{schema_file(table)}"):
                 staged = staging_dir(root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
                 try:
                     write_parquet(staged, schema.empty_table())

@@ -35,6 +35,14 @@ EXTRA = {"s3fs": "agenteval[s3]", "gcsfs": "gcsfs", "adlfs": "adlfs"}
 """What to install for each implementation."""
 
 
+READ_BLOCK_BYTES = 1 << 20
+"""How much a read fetches at least. s3fs's default, 50 MB, made DuckDB fetch 524 MB of a 137 MB file to sum one
+of its eight columns (4 row groups); with 1 MiB blocks it fetched 29 MB, the column and its footer."""
+
+OPTIONS: dict[str, dict[str, Any]] = {"s3fs": {"default_block_size": READ_BLOCK_BYTES}}
+"""Settings of each implementation's file system, besides those it reads from its environment."""
+
+
 class StoreLocationError(ValueError):
     """A store URL that cannot be used: an unknown scheme, no bucket, or its file system library missing."""
 
@@ -109,7 +117,7 @@ class RemoteRoot:
 
             # No listings cache: other processes publish into the store, and a cached listing would hide their
             # files (and make fsspec report a new object, such as a manifest, as missing).
-            return fsspec.filesystem(self.protocol, use_listings_cache=False)
+            return fsspec.filesystem(self.protocol, use_listings_cache=False, **OPTIONS.get(module, {}))
         except ImportError as exc:
             raise StoreLocationError(f"a store at {self.url} needs {module}: pip install '{EXTRA[module]}'") from exc
 
@@ -135,6 +143,10 @@ class RemoteRoot:
             stamp = int(modified.timestamp() * 1e9) if hasattr(modified, "timestamp") else 0
             files.append(RemoteFile(key[len(self.path) + 1 :], int(info.get("size") or 0), stamp))
         return files
+
+    def has(self, relative: str) -> bool:
+        """Whether the object ``relative`` exists (one request, whatever the store holds)."""
+        return bool(self.fs.exists(self._key(relative)))
 
     def read_bytes(self, relative: str) -> bytes | None:
         """The object's bytes, or None when there is no such object."""
