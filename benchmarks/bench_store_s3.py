@@ -5,6 +5,11 @@ tests' tests/s3_server.py). Each run is a fresh process; the two stores run in t
 median trials per second of each and the median of the per-round ratios (local over S3).
 
     python benchmarks/bench_store_s3.py [--trials 2000] [--repeats 5]
+    python benchmarks/bench_store_s3.py --ranges
+
+``--ranges`` measures what a read fetches instead: DuckDB summing one of eight columns of a 137 MB Parquet file
+on the server, through the store's file system (1 MiB blocks) and through s3fs's defaults (50 MB blocks), in
+bytes fetched from the server (counted where s3fs fetches a range).
 
 What it shows: the cost of publishing each file with a PUT over HTTP (and listing, reading by range and
 compacting through the server) instead of a rename on local disk. moto is a Python server sharing the 2 cores,
@@ -19,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -46,13 +52,57 @@ def one_run(trials: int, where: str) -> float:
     return trials / json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
 
 
+def ranges() -> None:
+    import duckdb
+    import fsspec
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import s3fs
+
+    from agenteval_exporters.storefs import RemoteRoot
+
+    fetched: list[int] = []
+    fetch_range = s3fs.core.S3File._fetch_range
+
+    def counted(self: object, start: int, end: int) -> bytes:
+        fetched.append(end - start)
+        return fetch_range(self, start, end)
+
+    s3fs.core.S3File._fetch_range = counted
+    rows = 2_000_000
+    table = pa.table({f"c{i}": np.random.default_rng(i).random(rows) for i in range(8)})
+    with tempfile.TemporaryDirectory() as folder:
+        local = Path(folder) / "wide.parquet"
+        pq.write_table(table, local, row_group_size=500_000, compression="none")
+        size = local.stat().st_size
+        store = RemoteRoot("s3://bench/ranges")
+        store.put(local, "wide.parquet")
+    for name, fs in [
+        ("the store's file system", store.fs),
+        ("s3fs defaults", fsspec.filesystem("s3", skip_instance_cache=True)),
+    ]:
+        fetched.clear()
+        con = duckdb.connect()
+        con.register_filesystem(fs)
+        con.sql("SELECT sum(c3) FROM read_parquet('s3://bench/ranges/wide.parquet')").fetchall()
+        print(f"{name}: fetched {sum(fetched) / 1e6:.1f} MB of a {size / 1e6:.1f} MB file in {len(fetched)} reads")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ranges", action="store_true", help="measure the bytes a one-column read fetches")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from s3_server import environment, make_bucket, moto_server
+
+    if args.ranges:
+        with moto_server() as variables, environment(variables):
+            make_bucket("bench")
+            ranges()
+        return
 
     local, remote, ratios = [], [], []
     with moto_server() as variables, environment(variables):
