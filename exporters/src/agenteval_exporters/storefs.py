@@ -36,8 +36,9 @@ EXTRA = {"s3fs": "agenteval[s3]", "gcsfs": "gcsfs", "adlfs": "adlfs"}
 
 
 READ_BLOCK_BYTES = 1 << 20
-"""How much a read fetches at least. s3fs's default, 50 MB, made DuckDB fetch 524 MB of a 137 MB file to sum one
-of its eight columns (4 row groups); with 1 MiB blocks it fetched 29 MB, the column and its footer."""
+"""How much a read fetches at least. s3fs's default, 50 MB, made DuckDB fetch 489 MB of a 137 MB file to sum one
+of its eight columns (4 row groups); with 1 MiB blocks it fetched 30 MB, the column and its footer
+(``benchmarks/bench_store_s3.py --ranges``)."""
 
 OPTIONS: dict[str, dict[str, Any]] = {"s3fs": {"default_block_size": READ_BLOCK_BYTES}}
 """Settings of each implementation's file system, besides those it reads from its environment."""
