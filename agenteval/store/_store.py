@@ -91,7 +91,7 @@ def _retry_vanished(run: Callable[[], T], pause: float = 0.005) -> T:
     for attempt in range(QUERY_RETRIES):
         try:
             return run()
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # IOException on disk; on object storage, fsspec's error passed through
             if attempt == QUERY_RETRIES - 1 or not _vanished_file(exc):
                 raise
             time.sleep(pause * (attempt + 1))

@@ -40,6 +40,8 @@ READ_BLOCK_BYTES = 1 << 20
 of its eight columns (4 row groups); with 1 MiB blocks it fetched 30 MB, the column and its footer
 (``benchmarks/bench_store_s3.py --ranges``)."""
 
+WRITE_BLOCK_BYTES = 5 << 20
+
 OPTIONS: dict[str, dict[str, Any]] = {"s3fs": {"default_block_size": READ_BLOCK_BYTES}}
 """Settings of each implementation's file system, besides those it reads from its environment."""
 
@@ -174,7 +176,8 @@ class RemoteRoot:
         """Write the object only if none exists by that name (a conditional write, ``If-None-Match: *``);
         False when it existed. Exactly one of several writers racing for a name wins."""
         try:
-            with self.fs.open(self._key(relative), "xb") as handle:
+            # A written file's block is its upload part, which S3 wants of 5 MB at least; the object is one PUT.
+            with self.fs.open(self._key(relative), "xb", block_size=WRITE_BLOCK_BYTES) as handle:
                 handle.write(data)
         except FileExistsError:
             return False
