@@ -199,7 +199,11 @@ class RemoteLease:
         try:
             record = json.loads(raw or b"{}")
             since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(record["since"]))
-            return f"{record['holder']}, since {since}"
+            renewed = time.time() - generations[-1].modified_ns / 1e9
+            return (
+                f"{record['holder']}, since {since}; its lease was renewed {renewed:.0f} s ago, and is free "
+                f"{self.seconds:g} s after its last renewal if that process is gone"
+            )
         except (ValueError, KeyError, TypeError):
             return "another process"
 
