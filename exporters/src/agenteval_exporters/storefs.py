@@ -31,6 +31,9 @@ from typing import Any
 PROTOCOLS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
 """The URL schemes a store can be given, and the fsspec implementation each needs."""
 
+ALIASES = {"s3a": "s3", "gcs": "gs"}
+"""Other names of a scheme, written as its main one (the name DuckDB knows the registered file system by)."""
+
 EXTRA = {"s3fs": "agenteval[s3]", "gcsfs": "gcsfs", "adlfs": "adlfs"}
 """What to install for each implementation."""
 
@@ -84,7 +87,7 @@ class RemoteRoot:
         rest = rest.strip("/")
         if not rest:
             raise StoreLocationError(f"{url!r} names no bucket: give --store {scheme}://BUCKET[/PREFIX]")
-        self.protocol = scheme
+        self.protocol = ALIASES.get(scheme, scheme)
         self.path = rest
         """``bucket/prefix``, as the file system names it."""
 
