@@ -218,9 +218,9 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @format_option
 @user_errors
 def sql(query: str, store: str | None, fmt: str) -> None:
-    """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores (current, as
-    reports give them) and experiment_history, trial_history, score_history (every row as written). One statement:
-    SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
+    """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores, reviews (current,
+    as reports give them) and experiment_history, trial_history, score_history, review_history (every row as
+    written). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
     from .render._tables import render
 
     click.echo(render(existing_store(store).query(query, read_only=True), fmt))
@@ -401,7 +401,11 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
 @click.option("--sample-seed", type=int, show_default="0")
-@click.option("--cases", type=click.IntRange(min=1), help="How many cases a generated dataset (arithmetic) has.")
+@click.option(
+    "--cases",
+    type=click.IntRange(min=1),
+    help="How many cases the generated dataset (arithmetic) has; for another dataset use --sample.",
+)
 @click.option("--name", help="A name for the experiment (with --shard, the shards' shared id is derived from it).")
 @click.option(
     "--experiment",
@@ -858,6 +862,36 @@ def power(
 
 @main.command()
 @store_option
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to listen on; off loopback needs --token."
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
+@click.option(
+    "--token",
+    envvar="AGENTEVAL_DASHBOARD_TOKEN",
+    help="A secret every visitor must present (required off loopback) [env: AGENTEVAL_DASHBOARD_TOKEN].",
+)
+@click.option(
+    "--review-cases",
+    "case_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True),
+    help="A file written by `agenteval generate` whose cases to accept or reject (repeatable).",
+)
+def dashboard(store: str | None, host: str, port: int, token: str | None, case_files: tuple[str, ...]) -> None:
+    """Serve a local web app over the store: experiments, an experiment's cases and plots, a trial's conversation,
+    scores and span timeline, comparisons and the gate, human review, and read-only SQL. Needs
+    `pip install 'agenteval[dashboard]'`."""
+    from .dashboard import serve
+
+    def ready(address: str) -> None:
+        click.echo(f"agenteval dashboard at {address} (Ctrl+C stops it)", err=True)
+
+    serve(store, host=host, port=port, token=token, case_files=case_files, on_ready=ready)
+
+
+@main.command()
+@store_option
 @format_option
 def experiments(store: str | None, fmt: str) -> None:
     """List the experiments in the store, newest first."""
@@ -889,6 +923,12 @@ def plugins_command(fmt: str) -> None:
     rows = check_plugins()
     columns = [field.name for field in dataclasses.fields(PluginStatus)]
     click.echo(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt))
+    if not rows:  # on stderr: the table stays a table for whatever reads it
+        click.echo(
+            "no plugins installed: a distribution adds one with an entry point in agenteval.scorers, "
+            "agenteval.providers or agenteval.failures (see the Plugins guide)",
+            err=True,
+        )
     for row in rows:
         if not row.loads:  # the table may be piped elsewhere; the problem stays in sight
             click.echo(f"warning: {visible(row.note or '')}", err=True)

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PHOENIX = "arize-phoenix==20.26.1"
+"""The Phoenix the backend test was last passed against: a new release may change its API or its parsing."""
+CHDB = "chdb==4.4.0"
 
 
 def environment(name: str, *packages: str, override: str | None = None) -> str:
@@ -19,7 +22,12 @@ def environment(name: str, *packages: str, override: str | None = None) -> str:
         assert Path(given).exists(), f"{override}={given}: no such Python"
         return given
     python = ROOT / f".venv-{name}" / "bin" / "python"
+    pinned = python.parent.parent / "agenteval-packages.txt"
+    if python.exists() and pinned.exists() and pinned.read_text() != "\n".join(packages):
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)  # a new pin
+        pinned.write_text("\n".join(packages))
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+        pinned.write_text("\n".join(packages))
     return str(python)

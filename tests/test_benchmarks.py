@@ -70,3 +70,9 @@ def test_bench_decorators_peers_measures_agenteval_and_each_installed_peer(tmp_p
             assert row(lines, name) is not None, (name, lines)
         else:
             assert any(line.startswith(f"{name}: not installed") and INSTALL_HINT in line for line in lines), lines
+
+
+def test_bench_dashboard_fetches_every_page_of_a_small_store(tmp_path):
+    lines = run_benchmark(tmp_path, "bench_dashboard.py", "--trials", "300", "--repeats", "1")
+    for page in ("experiments", "experiment", "trial", "compare"):
+        assert row(lines, page) is not None, page

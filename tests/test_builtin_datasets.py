@@ -17,11 +17,11 @@ from agenteval.tools import BUILTIN_TOOLS, COUNTRIES, MISSING_COUNTRY, convert, 
 from agenteval.tools._calculator import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = {"mixed": (16, None), "hard": (55, 10), "extended": (200, 11), "rag": (45, 6)}
+SPEC = {"mixed": (16, None), "hard": (55, 10), "extended": (200, 11), "rag": (45, 6), "support": (20, 4)}
 
 
 def test_catalog_matches_the_spec():
-    assert builtin_names() == ["arithmetic", "extended", "hard", "mixed", "rag"]
+    assert builtin_names() == ["arithmetic", "extended", "hard", "mixed", "rag", "support"]
     for name, (count, categories) in SPEC.items():
         dataset = load_dataset(name)
         assert len(dataset) == count, name
@@ -118,6 +118,22 @@ def test_rag_relevant_docs_exist_and_hold_the_answer():
     assert used == set(documents), "every corpus document is relevant to some question"
 
 
+def test_support_answers_and_must_contain_items_are_in_the_relevant_documents():
+    documents = {doc["id"]: doc["text"].lower() for doc in corpus()}
+    for case in load_dataset("support"):
+        assert case.relevant_docs and case.rubric, case.id
+        text = " ".join(documents[doc_id] for doc_id in case.relevant_docs)
+        for item in case.must_contain or ():
+            assert item.lower() in text, (case.id, item)
+        parts = (case.metadata or {}).get("sum_of")
+        if parts:  # an answer the agent adds up from the documents' figures
+            assert all(part.lower() in text for part in parts), case.id
+            assert float(case.expected_output.strip("£")) == sum(float(p.strip("£")) for p in parts)
+            continue
+        answers = [case.expected_output, *(case.acceptable_outputs or ())]
+        assert any(answer.lower() in text for answer in answers), case.id
+
+
 def test_rag_search_finds_the_relevant_documents(spans):
     from agenteval.tools import retrieve
 
@@ -175,7 +191,7 @@ def test_the_wheel_ships_every_dataset_and_the_corpus(tmp_path):
     assert done.returncode == 0, done.stderr
     (wheel,) = tmp_path.glob("agenteval-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for dataset in ("mixed", "hard", "extended", "rag", "rag_corpus"):
+    for dataset in ("mixed", "hard", "extended", "rag", "rag_corpus", "support"):
         assert f"agenteval/datasets/{dataset}.jsonl" in names
     # Installed (not editable), the package finds them inside itself.
     unpacked = tmp_path / "site"

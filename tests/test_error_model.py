@@ -139,3 +139,10 @@ def test_an_empty_dataset_is_refused_and_a_large_sample_is_said_out_loud(tmp_pat
     )
     assert sampled.returncode == 0, sampled.stderr
     assert "warning: --sample 100 asks for at least as many cases as the dataset arithmetic has (8)" in sampled.stderr
+
+
+def test_cases_with_a_dataset_file_is_refused_and_points_to_sample(tmp_path):
+    # --cases sizes the generated dataset only; `hard` once ran all 55 cases when 20 were asked for.
+    done = agenteval("run", "--dataset", "hard", "--cases", "20", "--agent", "mock", store=tmp_path / "store")
+    one_line_error(done, 2, "--cases sets the size of the generated arithmetic dataset")
+    assert "--sample N" in done.stderr

@@ -272,11 +272,16 @@ def test_retriever_records_query_and_documents_with_scores(spans):
 def test_request_parameters_take_the_types_the_conventions_give():
     from agenteval_instrumentation.messages import request_attributes
 
-    given = {"top_k": 3.5, "top_p": 0.9, "seed": 7, "stream": True, "stop": "END", "n": 2, "choice_count": True}
-    assert request_attributes({**given, "max_output_tokens": 50}) == {
+    given = {"top_k": 3, "top_p": 0.9, "seed": 7.5, "stream": True, "stop": "END", "n": 2, "choice_count": True}
+    recorded = request_attributes({**given, "temperature": 0, "max_output_tokens": 50})
+    assert recorded == {
+        A.GEN_AI_REQUEST_TOP_K: 3.0,
         A.GEN_AI_REQUEST_TOP_P: 0.9,
-        A.GEN_AI_REQUEST_SEED: 7,
+        A.GEN_AI_REQUEST_TEMPERATURE: 0.0,
         A.GEN_AI_REQUEST_STREAM: True,
         A.GEN_AI_REQUEST_STOP_SEQUENCES: ["END"],
         A.GEN_AI_REQUEST_MAX_TOKENS: 50,
     }
+    # Doubles where the conventions say double (top_k among them), whatever number type was passed.
+    assert type(recorded[A.GEN_AI_REQUEST_TOP_K]) is float and type(recorded[A.GEN_AI_REQUEST_TEMPERATURE]) is float
+    assert request_attributes({"seed": 7})[A.GEN_AI_REQUEST_SEED] == 7

@@ -5,6 +5,9 @@ holding up the run, its spans and tokens are apart from the agent's, and rescore
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import model_servers as ms
@@ -203,3 +206,62 @@ def test_rescore_with_a_judge_grades_stored_replies_without_calling_the_agent(mo
     again = rescore(Store(), experiment.experiment_id)  # without --judge: the judge is not called again
     assert len(model_server.requests) == agent_calls + 2 and "llm_judge" not in again.scorers
     assert scores(experiment.experiment_id)["sum", "llm_judge"]["passed"] is True  # its scores stand
+
+
+def test_rescore_judge_on_the_command_line_grades_the_newest_run(model_server, tmp_path):
+    model_server.responder = responder(lambda request: grade(1.0, True))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        "".join(json.dumps({"id": c.id, "input": c.input, "expected_output": c.expected_output}) + "\n" for c in CASES)
+    )
+    store = tmp_path / "store"
+    env = {**os.environ, "OPENAI_API_KEY": "k"}
+    agenteval = [sys.executable, "-m", "agenteval.cli"]
+    ran = subprocess.run(
+        [
+            *agenteval,
+            "run",
+            "--dataset",
+            str(cases),
+            "--model",
+            "openai/agent-model",
+            "--base-url",
+            model_server.openai_url,
+            "--attempts",
+            "1",
+            "--store",
+            str(store),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    (before,) = Store(store).rows("SELECT count(*) FILTER (WHERE passed) AS n FROM trials")
+    assert before["n"] == 1  # "four" for 4 is wrong by exact match
+    agent_calls = len(model_server.requests)
+    done = subprocess.run(
+        [
+            *agenteval,
+            "rescore",
+            "--judge",
+            "openai/judge-model",
+            "--judge-base-url",
+            model_server.openai_url,
+            "--store",
+            str(store),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "llm_judge" in json.loads(done.stdout)["scorers"]
+    assert len(model_server.requests) == agent_calls + 2  # one grade per stored reply, no agent call
+    assert all(is_judge(r) for r in model_server.requests[agent_calls:])
+    (passed,) = Store(store).rows("SELECT count(*) FILTER (WHERE passed) AS n FROM trials")
+    assert passed["n"] == 2  # and right by the judge

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from real_parts import environment
+from real_parts import CHDB, environment
 
 from agenteval.analysis import build_report
 from agenteval.run import evaluate
@@ -56,7 +56,7 @@ def assert_same(found: dict[tuple[str, str], tuple[float, int]], expected: dict)
 
 @pytest.mark.heavy
 def test_clickhouse_gives_the_report_s_pass_rate_per_category(store):
-    python = environment("chdb", "chdb", override="AGENTEVAL_CHDB_PYTHON")
+    python = environment("chdb", CHDB, override="AGENTEVAL_CHDB_PYTHON")
     sql = example("sql").replace(".agenteval", str(store.root))
     script = "import chdb, sys\nprint(chdb.query(sys.stdin.read(), 'JSONEachRow'))"
     done = subprocess.run([python, "-c", script], input=sql, capture_output=True, text=True, check=True, timeout=300)

@@ -110,6 +110,57 @@ def test_the_official_openai_instrumentation_under_llm_call(tmp_path, model_serv
     assert_rescoring_reproduces(store, experiment)
 
 
+def test_the_official_openai_instrumentation_alone_fills_the_typed_columns(
+    tmp_path, model_server, provider, uninstrument, monkeypatch
+):
+    # No agenteval decorator at all: the model calls come from opentelemetry-instrumentation-openai-v2 only.
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    uninstrument(instrumentor)
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    model_server.script(
+        ms.tool_call("add", {"a": 2, "b": 2}, input_tokens=20, output_tokens=3, model="test-model-2026"),
+        ms.text("4", input_tokens=25, output_tokens=1, model="test-model-2026"),
+    )
+
+    def agent(question: str) -> str:
+        messages = [{"role": "user", "content": question}]
+        first = client.chat.completions.create(model="gpt-4o", messages=messages)
+        call = first.choices[0].message.tool_calls[0]
+        reply = client.chat.completions.create(
+            model="gpt-4o",
+            messages=messages
+            + [first.choices[0].message.model_dump(), {"role": "tool", "tool_call_id": call.id, "content": "4"}],
+        )
+        return reply.choices[0].message.content
+
+    store, experiment = run(tmp_path, agent)
+    chats = store.rows(
+        "SELECT scope_name, provider, request_model, response_model, input_tokens, output_tokens, finish_reason,"
+        " attributes->>'$.\"gen_ai.input.messages\"' AS input, attributes->>'$.\"gen_ai.output.messages\"' AS output"
+        " FROM spans WHERE operation = 'chat' ORDER BY start_time"
+    )
+    assert [c["scope_name"] for c in chats] == ["opentelemetry.util.genai.handler"] * 2
+    assert [(c["provider"], c["request_model"], c["response_model"]) for c in chats] == [
+        ("openai", "gpt-4o", "test-model-2026")
+    ] * 2
+    assert [(c["input_tokens"], c["output_tokens"], c["finish_reason"]) for c in chats] == [
+        (20, 3, "tool_calls"),
+        (25, 1, "stop"),
+    ]
+    asked, answered = json.loads(chats[1]["input"]), json.loads(chats[1]["output"])
+    assert asked[0] == {"role": "user", "parts": [{"type": "text", "content": "What is 2 + 2?"}]}
+    assert answered[0]["parts"][0] == {"type": "text", "content": "4"}
+    row = trial(store, experiment)
+    assert (row["outcome"], row["input_tokens"], row["output_tokens"]) == ("passed", 45, 4)
+    assert model_calls(store, experiment) == [("agent", 2, 45, 4)]
+    assert_rescoring_reproduces(store, experiment)
+
+
 def test_openinference_spans_fill_the_typed_columns_without_any_agenteval_decorator(
     tmp_path, model_server, provider, uninstrument
 ):
@@ -240,8 +291,11 @@ case = Case(id="c1", input="What is 2 + 2?", expected_output="4", expected_tools
 experiment = evaluate(agent, Dataset("t", "t(test)", "h", [case]), attempts=1, store=sys.argv[2], progress="none")
 store = Store(sys.argv[2])
 print(json.dumps({
-    "chats": store.rows("SELECT scope_name, provider, input_tokens FROM spans WHERE operation = 'chat'"),
-    "trial": store.rows("SELECT input_tokens FROM trials"),
+    "chats": store.rows(
+        "SELECT scope_name, provider, request_model, response_model, input_tokens, output_tokens, finish_reason,"
+        " attributes FROM spans WHERE operation = 'chat'"
+    ),
+    "trial": store.rows("SELECT input_tokens, output_tokens FROM trials"),
     "scores": store.rows("SELECT scorer, value FROM scores WHERE scorer = 'tool_use'"),
 }))
 """
@@ -249,7 +303,7 @@ print(json.dumps({
 
 def test_openllmetry_spans_are_read(tmp_path, model_server):
     # In a process of its own: OpenLLMetry's uninstrument() leaves its stream proxies in place.
-    model_server.script(ms.text("4", input_tokens=8, output_tokens=1))
+    model_server.script(ms.text("4", input_tokens=8, output_tokens=1, model="test-model-2026"))
     done = subprocess.run(
         [sys.executable, "-c", OPENLLMETRY_AGENT, model_server.openai_url, str(tmp_path / "s")],
         capture_output=True,
@@ -258,8 +312,19 @@ def test_openllmetry_spans_are_read(tmp_path, model_server):
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["chats"] == [
-        {"scope_name": "opentelemetry.instrumentation.openai.v1", "provider": "openai", "input_tokens": 8}
-    ]
-    assert found["trial"] == [{"input_tokens": 8}]
+    (chat,) = found["chats"]
+    attributes = json.loads(chat.pop("attributes"))
+    assert chat == {
+        "scope_name": "opentelemetry.instrumentation.openai.v1",
+        "provider": "openai",
+        "request_model": "gpt-4o",
+        "response_model": "test-model-2026",
+        "input_tokens": 8,
+        "output_tokens": 1,
+        "finish_reason": "stop",
+    }
+    asked = json.loads(attributes["gen_ai.input.messages"])
+    assert asked == [{"role": "user", "parts": [{"type": "text", "content": "What is 2 + 2?"}]}]
+    assert json.loads(attributes["gen_ai.output.messages"])[0]["parts"] == [{"type": "text", "content": "4"}]
+    assert found["trial"] == [{"input_tokens": 8, "output_tokens": 1}]
     assert found["scores"] == [{"scorer": "tool_use", "value": 1.0}]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from phoenix_agent import REPLIES
-from real_parts import environment
+from real_parts import PHOENIX, environment
 from waiting import wait_until
 
 from agenteval_instrumentation import attributes as A
@@ -55,7 +55,7 @@ def _up(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
-    python = environment("phoenix", "arize-phoenix", override="AGENTEVAL_PHOENIX_PYTHON")
+    python = environment("phoenix", PHOENIX, override="AGENTEVAL_PHOENIX_PYTHON")
     workdir = tmp_path_factory.mktemp("phoenix")
     http, grpc = _free_port(), _free_port()
     env = {

@@ -236,6 +236,13 @@ def test_plugins_lists_every_hook_with_its_distribution(sites, tmp_path):
     assert table.returncode == 0 and "agenteval-demo-plugin" in table.stdout and "6 rows" in table.stdout
 
 
+def test_with_no_plugin_installed_the_listing_says_how_to_add_one(tmp_path):
+    done = agenteval("plugins", "--format", "json", sites=[], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    assert "no plugins installed" in done.stderr and "agenteval.scorers" in done.stderr
+
+
 def test_a_run_uses_the_plugin_agent_scorer_and_failure_matcher_and_rescore_reloads_the_scorer(sites, cases, tmp_path):
     store = tmp_path / "store"
     path = [sites["demo"]]

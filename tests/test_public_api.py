@@ -103,3 +103,18 @@ def test_a_report_loads_neither_the_opentelemetry_sdk_nor_pandas(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("agenteval.failures", "agenteval.run._failures"),
+        ("agenteval.store.schemas", "agenteval.store._schemas"),
+        ("agenteval.store.views", "agenteval.store._views"),
+    ],
+)
+def test_import_paths_documented_before_the_restructure_still_work(old, new):
+    before, now = importlib.import_module(old), importlib.import_module(new)
+    assert before.__all__
+    for name in before.__all__:
+        assert getattr(before, name) is getattr(now, name), f"{old}.{name}"

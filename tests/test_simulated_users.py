@@ -153,3 +153,16 @@ def test_the_command_line_refuses_and_skips_with_a_clear_message(tmp_path, model
     skipped = subprocess.run(base + ["--skip-simulated"], capture_output=True, text=True, timeout=120)
     assert skipped.returncode == 0, skipped.stderr
     assert "not run: 2 case(s) with a simulated user" in skipped.stderr
+
+
+def test_a_simulator_that_no_case_needs_is_said_out_loud(tmp_path, model_server):
+    model_server.responder = play
+    path = tmp_path / "cases.jsonl"
+    path.write_text(json.dumps(CASES[0].to_dict()) + "\n")  # no case with a simulated user
+    url = model_server.openai_url
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--model", "openai/m", "--base-url", url]
+    command += ["--simulate-users", "openai/u", "--simulator-base-url", url, "--dataset", str(path), "--attempts", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "warning: a user simulator was given (--simulate-users) but none of the cases" in done.stderr
+    assert not any(is_simulator(r) for r in model_server.requests)

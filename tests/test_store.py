@@ -47,6 +47,8 @@ def test_empty_store_has_every_view_with_its_columns(tmp_path):
         "cases",
         "experiment_history",
         "experiments",
+        "review_history",
+        "reviews",
         "score_history",
         "scores",
         "spans",
@@ -218,7 +220,7 @@ def test_each_table_carries_its_own_schema_version(tmp_path):
     store = Store(tmp_path / "s")
     evaluate("mock", "arithmetic", cases=2, attempts=1, store=store, progress="none")
     assert TABLE_VERSIONS == {
-        **dict.fromkeys(("experiments", "cases", "trials", "scores"), TABLES_VERSION),
+        **dict.fromkeys(("experiments", "cases", "trials", "scores", "reviews"), TABLES_VERSION),
         "spans": SCHEMA_VERSION,
     }
     for table, version in TABLE_VERSIONS.items():

@@ -138,9 +138,11 @@ ORDER BY json_extract_string(options, '$.shard')
 """
 
 
-def shard_records(store: Store, experiment_id: str) -> list[Experiment]:
-    """The newest record of each shard that has run of a sharded experiment (see ``agenteval.run._shards``)."""
-    return [Experiment.from_row(row) for row in store.rows(SHARD_RECORDS, [experiment_id])]
+def shard_records(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> list[Experiment]:
+    """The newest record of each shard that has run of a sharded experiment (see ``agenteval.run._shards``);
+    ``con``: a connection of the store's already open."""
+    rows = store.rows(SHARD_RECORDS, [experiment_id]) if con is None else fetch(con, SHARD_RECORDS, [experiment_id])
+    return [Experiment.from_row(row) for row in rows]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,12 +160,14 @@ class ShardProgress:
 NOT_STARTED = "not started"
 
 
-def shard_progress(store: Store, experiment_id: str, trials_by_case: dict[str, int]) -> list[ShardProgress]:
+def shard_progress(
+    store: Store, experiment_id: str, trials_by_case: dict[str, int], con: duckdb.DuckDBPyConnection | None = None
+) -> list[ShardProgress]:
     """Each of the N shards of an experiment run in shards (none for one that was not), from the shards'
-    records and ``trials_by_case`` (trials in the store per case id)."""
+    records and ``trials_by_case`` (trials in the store per case id); ``con``: a connection already open."""
     from ..run._shards import Shard, shard_of
 
-    records = {e.options["shard"]: e for e in shard_records(store, experiment_id)}
+    records = {e.options["shard"]: e for e in shard_records(store, experiment_id, con)}
     if not records:
         return []
     count = Shard.parse(next(iter(records))).count

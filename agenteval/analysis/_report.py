@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import math
+from collections import Counter
 from typing import Any
 
 import duckdb
@@ -259,17 +260,21 @@ def _rate(cases: list[dict[str, Any]], k: list[PassAtK]) -> dict[str, Any]:
 
 
 def _k_rates(cases: list[dict[str, Any]], max_k: int) -> list[PassAtK]:
+    # Cases share a few (attempts, passes) pairs: each pair's terms are computed once and weighed by its cases
+    # (at 33,000 cases, 0.66 s of a 1.1 s report went to computing the same few terms per case).
+    counts = Counter((c["attempts"], c["passes"]) for c in cases)
     out = []
     for k in range(1, max_k + 1):
-        eligible = [c for c in cases if c["attempts"] >= k]
-        if not eligible:
+        eligible = {pair: m for pair, m in counts.items() if pair[0] >= k}
+        n = sum(eligible.values())
+        if not n:
             break
         out.append(
             PassAtK(
                 k=k,
-                cases=len(eligible),
-                pass_at_k=sum(pass_at_k(c["attempts"], c["passes"], k) for c in eligible) / len(eligible),
-                pass_hat_k=sum(pass_hat_k(c["attempts"], c["passes"], k) for c in eligible) / len(eligible),
+                cases=n,
+                pass_at_k=math.fsum(m * pass_at_k(a, p, k) for (a, p), m in eligible.items()) / n,
+                pass_hat_k=math.fsum(m * pass_hat_k(a, p, k) for (a, p), m in eligible.items()) / n,
             )
         )
     return out
@@ -304,8 +309,13 @@ def _outcomes(summary: dict[str, Any]) -> Outcomes:
     )
 
 
-def build_report(store: Store, experiment_id: str | None = None) -> Report:
-    """The report of an experiment (the newest by default)."""
+def build_report(
+    store: Store, experiment_id: str | None = None, *, con: duckdb.DuckDBPyConnection | None = None
+) -> Report:
+    """The report of an experiment (the newest by default); ``con``: a connection of the store's already open
+    (binding the views of a new one costs tens of ms), which the caller closes."""
+    if con is not None:
+        return _report(store, experiment_id, con)
     with contextlib.closing(store.connect()) as opened:
         return _report(store, experiment_id, opened)
 
@@ -362,7 +372,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         cost_usd_all_tries=summary["cost_usd_all_tries"],
         worst_cases=[CaseOutcomes(**{field: c[field] for field in CASE_OUTCOME_FIELDS}) for c in worst],
         conversations=[_conversation(row) for row in conversations],
-        shards=ex.shard_progress(store, eid, {c["case_id"]: c["attempts"] for c in cases}),
+        shards=ex.shard_progress(store, eid, {c["case_id"]: c["attempts"] for c in cases}, opened),
     )
 
 

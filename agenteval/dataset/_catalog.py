@@ -89,7 +89,8 @@ def _draws(seed: int, index: int) -> Callable[[int, int], int]:
 def load_dataset(name_or_path: str | Path, *, cases: int | None = None, seed: int = 0) -> Dataset:
     """A built-in dataset by name, or a JSONL file by path; every case validated.
 
-    ``cases`` and ``seed`` apply to the generated ``arithmetic`` dataset. A bad file raises
+    ``cases`` and ``seed`` apply to the generated ``arithmetic`` dataset (``cases`` with another dataset is a
+    :class:`~agenteval.errors.UsageError`: ``--sample`` is how to run some of a file's cases). A bad file raises
     :class:`~agenteval.dataset.DatasetError` naming each bad line and field.
     """
     text = str(name_or_path)
@@ -97,6 +98,12 @@ def load_dataset(name_or_path: str | Path, *, cases: int | None = None, seed: in
         generated = arithmetic_cases(cases or DEFAULT_ARITHMETIC_CASES, seed)
         return Dataset(
             GENERATED, f"{GENERATED}(cases={len(generated)}, seed={seed})", dataset_hash(generated), generated
+        )
+    if cases is not None:
+        # Silently running all 55 cases of `hard` when 20 were asked for wastes a model budget.
+        raise UsageError(
+            f"--cases sets the size of the generated {GENERATED} dataset; {text} is a file of cases: "
+            "to run some of them, use --sample N (N cases spread across its categories)"
         )
     builtin = datasets_dir() / f"{text}.jsonl"
     if "/" not in text and "\\" not in text and not text.endswith(".jsonl") and builtin.is_file():

@@ -177,7 +177,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table>{f'<tr>{head}</tr>' if head else ''}{body}</table>"
 
 
-def _category_plot(categories: list[CategoryPassRate]) -> str:
+def category_plot(categories: list[CategoryPassRate]) -> str:
     """Pass rate by category with 95% interval bars."""
     e = html_text
     row, left, width = 24, 170, 520
@@ -210,7 +210,7 @@ def _category_plot(categories: list[CategoryPassRate]) -> str:
     return "".join(parts) + "</svg>"
 
 
-def _histogram(sample: list[float], bins: int = 30) -> str:
+def latency_histogram(sample: list[float], bins: int = 30) -> str:
     """The trial latency distribution (from a uniform sample of trials)."""
     if not sample:
         return '<p class="note">no trials</p>'
@@ -238,7 +238,7 @@ def _histogram(sample: list[float], bins: int = 30) -> str:
     return "".join(parts) + "</svg>"
 
 
-def _failure_plot(outcomes: Outcomes) -> str:
+def failure_plot(outcomes: Outcomes) -> str:
     kinds = list(outcomes.failures_by_type.items())
     if not kinds:
         return '<p class="note">no failures</p>'
@@ -263,9 +263,9 @@ def to_html(report: Report) -> str:
     e = html_text
     body = [f"<h1>Report: {e(report.experiment.id)}</h1>"]
     plots = {
-        "By category": _category_plot(report.categories),
-        "Latency": _histogram(report.latency.trial_sample_ms),
-        "Failures apart from wrong answers": _failure_plot(report.outcomes),
+        "By category": category_plot(report.categories),
+        "Latency": latency_histogram(report.latency.trial_sample_ms),
+        "Failures apart from wrong answers": failure_plot(report.outcomes),
     }
     for title, header, rows in sections(report):
         body.append(f"<h2>{e(title)}</h2>")

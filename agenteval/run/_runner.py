@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
@@ -759,6 +760,12 @@ def _simulated_cases_checked(cases: list[Case], simulator: bool, skip: bool) -> 
     as a single turn and be scored as if it had been meant that way. Without one it is refused, or left out
     (and reported as not run) with ``skip_simulated``."""
     simulated = [c.id for c in cases if c.simulated_user]
+    if simulator and not simulated:  # a simulator asked for and never used is worth a word: a wrong dataset?
+        warnings.warn(
+            "a user simulator was given (--simulate-users) but none of the cases to run has a simulated user: "
+            "it will not be called",
+            stacklevel=5,
+        )
     if not simulated or simulator:
         return cases, []
     if not skip:

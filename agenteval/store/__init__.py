@@ -10,7 +10,7 @@ from agenteval_instrumentation._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._compact import CompactionResult, compact
     from ._doctor import DoctorReport, UnreadableFile, doctor
-    from ._schemas import CASES, EXPERIMENTS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
+    from ._schemas import CASES, EXPERIMENTS, REVIEWS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
     from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
 
 __all__, __getattr__, __dir__ = lazy_exports(
@@ -18,7 +18,16 @@ __all__, __getattr__, __dir__ = lazy_exports(
     {
         "._compact": ("CompactionResult", "compact"),
         "._doctor": ("DoctorReport", "UnreadableFile", "doctor"),
-        "._schemas": ("CASES", "EXPERIMENTS", "SCORES", "TABLE_VERSIONS", "TABLES", "TABLES_VERSION", "TRIALS"),
+        "._schemas": (
+            "CASES",
+            "EXPERIMENTS",
+            "REVIEWS",
+            "SCORES",
+            "TABLE_VERSIONS",
+            "TABLES",
+            "TABLES_VERSION",
+            "TRIALS",
+        ),
         "._store": ("NoStore", "NotReadOnly", "Store", "StoreBusy", "StoreNotWritable"),
     },
 )

@@ -107,12 +107,28 @@ SCORES = _schema(
     ],
 )
 
+REVIEWS = _schema(
+    "reviews",
+    [
+        pa.field("experiment_id", pa.string(), nullable=False),
+        pa.field("trial_id", pa.string(), nullable=False),
+        pa.field("case_id", pa.string(), nullable=False),
+        pa.field("verdict", pa.string(), nullable=False),  # pass | fail: a person's judgement of the trial
+        pa.field("note", pa.string()),
+        pa.field("reviewer", pa.string()),  # who, as they named themselves; not authenticated
+        pa.field("reviewed_at", TIMESTAMP, nullable=False),  # a new verdict appends a row; newest wins
+    ],
+)
+"""People's verdicts on trials (the dashboard's review page): shown beside the scorers' scores, exported as the
+labels file ``agenteval judge-check`` reads."""
+
 TABLES: dict[str, pa.Schema] = {
     "experiments": EXPERIMENTS,
     "cases": CASES,
     "trials": TRIALS,
     "spans": SPAN_SCHEMA,
     "scores": SCORES,
+    "reviews": REVIEWS,
 }
 """Every table of the store, in the order data flows into it."""
 

@@ -16,7 +16,12 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-HISTORY = {"experiments": "experiment_history", "trials": "trial_history", "scores": "score_history"}
+HISTORY = {
+    "experiments": "experiment_history",
+    "trials": "trial_history",
+    "scores": "score_history",
+    "reviews": "review_history",
+}
 """Stored tables whose rows are history (appended, superseded, re-scored), and the views that show them as written."""
 
 ALL_TRIES = "_all_tries"
@@ -149,9 +154,18 @@ LEFT JOIN (
 """
 
 
+def current_reviews(experiment_id: str | None = None) -> str:
+    """Each trial's newest human verdict: a person who changes their mind appends a row."""
+    return f"""
+SELECT * FROM review_history WHERE {only(experiment_id)}
+QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id ORDER BY reviewed_at DESC) = 1
+"""
+
+
 CURRENT_VIEWS = {
     "experiments": latest_experiments(),
     "scores": current_scores(),
     "trials": judged_trials(f"({current_trials()})", f"({current_scores()})"),
+    "reviews": current_reviews(),
 }
 """The views people query by name, over the history views (created after them)."""

@@ -1,8 +1,8 @@
 """Span attribute names: the OpenTelemetry GenAI semantic conventions and agenteval's own.
 
-The GenAI names follow the conventions' own repository, ``open-telemetry/semantic-conventions-genai``
-release v0.1.0; names older releases and other instrumentations use are read too (see
-``agenteval_exporters.conventions``).
+The GenAI names follow the conventions' own repository, ``open-telemetry/semantic-conventions-genai``, at
+revision 002c8a6 of its main branch (it has no tagged release yet); names older releases and other
+instrumentations use are read too (see ``agenteval_exporters.conventions``).
 
 Every module that reads or writes a span attribute takes its name from here.
 """

@@ -296,10 +296,8 @@ REQUEST_PARAMETERS = {
 }
 """A call's parameter names -> the conventions' request attributes."""
 
-_INTEGER_PARAMETERS = frozenset(
-    (A.GEN_AI_REQUEST_TOP_K, A.GEN_AI_REQUEST_MAX_TOKENS, A.GEN_AI_REQUEST_SEED, A.GEN_AI_REQUEST_CHOICE_COUNT)
-)
-"""Request attributes the conventions type as integers (``top_k`` among them since v0.1.0)."""
+_INTEGER_PARAMETERS = frozenset((A.GEN_AI_REQUEST_MAX_TOKENS, A.GEN_AI_REQUEST_SEED, A.GEN_AI_REQUEST_CHOICE_COUNT))
+"""Request attributes the conventions type as integers; the other numbers are doubles (``top_k`` too)."""
 
 
 def request_attributes(bound: Mapping[str, Any]) -> dict[str, Any]:
@@ -318,8 +316,11 @@ def request_attributes(bound: Mapping[str, Any]) -> dict[str, Any]:
                 out[attribute] = value
         elif isinstance(value, bool):
             continue
-        elif isinstance(value, int) or (isinstance(value, float) and attribute not in _INTEGER_PARAMETERS):
-            out[attribute] = value
+        elif attribute in _INTEGER_PARAMETERS:
+            if isinstance(value, int):
+                out[attribute] = value
+        elif isinstance(value, int | float):
+            out[attribute] = float(value)  # temperature=0 is the double 0.0 the conventions type it as
     return out
 
 

@@ -1,0 +1,295 @@
+"""The dashboard's web app: Starlette routes over the store, pages rendered server-side by Jinja2 (autoescaped).
+
+Handlers are plain functions, which Starlette runs in a thread pool, since DuckDB calls block. Every figure comes
+from :mod:`agenteval.analysis` (the report, the comparison, the gate) or :mod:`._queries` (the same views).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import duckdb
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..analysis._compare import gate
+from ..analysis._report import build_report
+from ..errors import AgentevalError
+from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
+from ..store import Store
+from . import _queries as q
+from . import _review as review
+from ._review import CaseFile
+from ._security import CSRF_FIELD, Guard, same_site_path
+
+HERE = Path(__file__).parent
+REFRESH_SECONDS = 5
+"""A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True, default_for_string=True)
+    )
+    env.filters["u"] = lambda value: quote(str(value), safe="")
+    env.filters["pct"] = pct
+    env.filters["interval"] = interval
+    env.filters["ms"] = lambda v: "–" if v is None else f"{v:,.1f} ms"
+    env.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
+    env.filters["usd"] = lambda v: "–" if v is None else f"${v:,.4f}"
+    env.filters["signed"] = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
+    env.filters["ts"] = lambda v: "–" if v is None else str(v)[:16]  # to the minute, UTC
+    return env
+
+
+class Dashboard:
+    """The pages, over one store, with the case files under review."""
+
+    def __init__(self, store: Store, case_files: list[Path]) -> None:
+        self.store = store
+        self.case_files = [CaseFile(Path(p)) for p in case_files]
+        self.env = _environment()
+
+    def page(self, request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            csrf_field=CSRF_FIELD, csrf=request.state.csrf, store=str(self.store.root), **context
+        )
+        return HTMLResponse(html, status_code=status_code)
+
+    def not_found(self, request: Request, what: str) -> HTMLResponse:
+        return self.page(request, "error.html", 404, title="Not found", message=what)
+
+    # --- pages ---------------------------------------------------------------------------------
+
+    def experiments(self, request: Request) -> Response:
+        params = request.query_params
+        filters = {key: params.get(key) or None for key in ("dataset", "status", "text")}
+        rows = q.experiments(self.store, **filters)
+        return self.page(request, "experiments.html", rows=rows, filters=filters, choices=q.filter_choices(self.store))
+
+    def pick(self, request: Request) -> Response:
+        picked = request.query_params.getlist("pick")
+        if len(picked) != 2:
+            rows = q.experiments(self.store)
+            return self.page(
+                request,
+                "experiments.html",
+                400,
+                rows=rows,
+                filters={},
+                choices=q.filter_choices(self.store),
+                message=f"pick exactly two experiments to compare ({len(picked)} picked)",
+            )
+        started = {r["experiment_id"]: str(r["started_at"]) for r in self.store.rows(q.STARTED)}
+        older, newer = sorted(picked, key=lambda eid: (started.get(eid, ""), eid))  # the older is the baseline
+        return RedirectResponse(f"/compare/{quote(older, safe='')}/{quote(newer, safe='')}", status_code=303)
+
+    def experiment(self, request: Request) -> Response:
+        eid = request.path_params["experiment_id"]
+        params = request.query_params
+        sort = params.get("sort") or "case"
+        descending = params.get("order") == "desc"
+        filters = {key: params.get(key) or None for key in ("category", "outcome", "scorer")}
+        with contextlib.closing(self.store.connect()) as con:  # one connection for the report and the cases
+            try:
+                report = build_report(self.store, eid, con=con)
+            except ValueError:
+                return self.not_found(request, f"no experiment {eid!r} in this store")
+            eid = report.experiment.id
+            page = q.case_page(
+                self.store,
+                eid,
+                page=_int(params.get("page"), 1),
+                sort=sort,
+                descending=descending,
+                category=filters["category"],
+                outcome=filters["outcome"],
+                scorer=filters["scorer"],
+                con=con,
+            )
+
+        def link(**changes: Any) -> str:
+            merged = {"sort": sort, "order": "desc" if descending else "asc", **filters, "page": page.page, **changes}
+            return "?" + urlencode({k: v for k, v in merged.items() if v not in (None, "")})
+
+        plots = {
+            "category": Markup(category_plot(report.categories)),
+            "latency": Markup(latency_histogram(report.latency.trial_sample_ms)),
+            "failures": Markup(failure_plot(report.outcomes)),
+        }
+        return self.page(
+            request,
+            "experiment.html",
+            report=report,
+            sections=sections(report),
+            plots=plots,
+            cases=page,
+            filters=filters,
+            sort=sort,
+            descending=descending,
+            link=link,
+            outcomes=[*q.OUTCOMES, *report.outcomes.failures_by_type],
+            refresh=REFRESH_SECONDS if report.experiment.status == "running" else None,
+        )
+
+    def trial(self, request: Request) -> Response:
+        eid, tid = request.path_params["experiment_id"], request.path_params["trial_id"]
+        view = q.trial(self.store, eid, tid)
+        if view is None:
+            return self.not_found(request, f"no trial {tid!r} in experiment {eid!r}")
+        return self.page(request, "trial.html", eid=eid, view=view, verdicts=review.VERDICTS)
+
+    def compare(self, request: Request) -> Response:
+        a, b = request.path_params["baseline"], request.path_params["candidate"]
+        decision = gate(self.store, a, b)
+        return self.page(request, "compare.html", a=a, b=b, decision=decision, c=decision.comparison)
+
+    def case_pair(self, request: Request) -> Response:
+        a, b, case_id = (request.path_params[k] for k in ("baseline", "candidate", "case_id"))
+        sides = [(a, q.case_trials(self.store, a, case_id)), (b, q.case_trials(self.store, b, case_id))]
+        if not any(trials for _, trials in sides):
+            return self.not_found(request, f"no trials of case {case_id!r} in {a} or {b}")
+        return self.page(request, "case_pair.html", a=a, b=b, case_id=case_id, sides=sides)
+
+    def sql(self, request: Request) -> Response:
+        sql = request.query_params.get("q", "")
+        result, error = None, None
+        if sql.strip():
+            try:
+                result = q.run_sql(self.store, sql)
+            except (AgentevalError, duckdb.Error) as exc:
+                error = str(exc).splitlines()[0]
+        example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
+        return self.page(request, "sql.html", sql=sql, result=result, error=error, example=example)
+
+    # --- review --------------------------------------------------------------------------------
+
+    def review(self, request: Request) -> Response:
+        eid = request.query_params.get("experiment") or None
+        return self.page(
+            request,
+            "review.html",
+            reviews=review.reviews(self.store, eid),
+            experiment=eid,
+            case_files=list(enumerate(self.case_files)),
+        )
+
+    async def record(self, request: Request) -> Response:
+        form = request.state.form  # read and checked by the guard (_security.Guard)
+        field = {key: str(form.get(key) or "") for key in ("experiment_id", "trial_id", "verdict", "note", "reviewer")}
+        try:
+            await run_in_threadpool(
+                review.record_verdict,
+                self.store,
+                field["experiment_id"],
+                field["trial_id"],
+                field["verdict"],
+                field["note"],
+                field["reviewer"],
+            )
+        except review.ReviewError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        return RedirectResponse(same_site_path(str(form.get("next") or "/review")), status_code=303)
+
+    def labels(self, request: Request) -> Response:
+        eid = request.query_params.get("experiment") or None
+        return PlainTextResponse(
+            review.labels_jsonl(self.store, eid),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": 'attachment; filename="labels.jsonl"'},
+        )
+
+    def _case_file(self, request: Request) -> CaseFile | None:
+        index = _int(request.path_params.get("index"), -1)
+        return self.case_files[index] if 0 <= index < len(self.case_files) else None
+
+    def case_file(self, request: Request) -> Response:
+        found = self._case_file(request)
+        if found is None:
+            return self.not_found(request, "no such case file: start the dashboard with --review-cases FILE")
+        return self.page(
+            request,
+            "case_file.html",
+            index=request.path_params["index"],
+            path=str(found.path),
+            cases=found.cases(),
+            decisions=found.decisions(),
+        )
+
+    async def decide(self, request: Request) -> Response:
+        found = self._case_file(request)
+        if found is None:
+            return PlainTextResponse("no such case file", status_code=404)
+        form = request.state.form  # read and checked by the guard (_security.Guard)
+        try:
+            found.decide(
+                str(form.get("case_id") or ""),
+                str(form.get("decision") or ""),
+                str(form.get("note") or ""),
+                str(form.get("reviewer") or ""),
+            )
+        except review.ReviewError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        return RedirectResponse(f"/review/cases/{request.path_params['index']}", status_code=303)
+
+    def accepted(self, request: Request) -> Response:
+        found = self._case_file(request)
+        if found is None:
+            return PlainTextResponse("no such case file", status_code=404)
+        return PlainTextResponse(
+            found.accepted_jsonl(),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": 'attachment; filename="accepted.jsonl"'},
+        )
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def create_app(
+    store: Store,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    case_files: list[Path] | None = None,
+) -> Starlette:
+    """The dashboard as an ASGI app serving ``store`` on ``host`` (needed to check the ``Host`` and ``Origin`` of
+    requests); ``token``: what every request must present (required off loopback)."""
+    store.require()
+    for path in case_files or []:
+        CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
+    pages = Dashboard(store, list(case_files or []))
+    routes = [
+        Route("/", pages.experiments),
+        Route("/pick", pages.pick),
+        Route("/experiments/{experiment_id}", pages.experiment),
+        Route("/experiments/{experiment_id}/trials/{trial_id}", pages.trial),
+        Route("/compare/{baseline}/{candidate}", pages.compare),
+        Route("/compare/{baseline}/{candidate}/cases/{case_id:path}", pages.case_pair),
+        Route("/sql", pages.sql),
+        Route("/review", pages.review),
+        Route("/review", pages.record, methods=["POST"]),
+        Route("/review/labels.jsonl", pages.labels),
+        Route("/review/cases/{index:int}", pages.case_file),
+        Route("/review/cases/{index:int}", pages.decide, methods=["POST"]),
+        Route("/review/cases/{index:int}/accepted.jsonl", pages.accepted),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    guard = Guard(host, token)
+    return Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)])

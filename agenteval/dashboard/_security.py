@@ -1,0 +1,142 @@
+"""The dashboard's rules of access: loopback by default, a token elsewhere, no cross-site writes, strict CSP.
+
+- Bound to a loopback address, it answers local requests; bound to any other address it requires the token
+  given with ``--token`` on every request (``Authorization: Bearer``, ``?token=`` once, then a cookie), compared
+  in constant time.
+- On loopback, ``Host`` must name it (``127.0.0.1``, ``localhost`` or ``[::1]`` at its port): a page on another
+  site cannot reach it through DNS rebinding.
+- Writes (POST) must come from its own pages: a per-session CSRF token (a cookie, repeated in each form) that
+  must match, an ``Origin`` that is its own when the browser sends one, and ``Sec-Fetch-Site`` same-origin.
+- Every response forbids inline script and any source but itself (Content-Security-Policy), framing, and
+  content sniffing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from ..errors import UsageError
+
+TOKEN_COOKIE = "agenteval_token"
+CSRF_COOKIE = "agenteval_csrf"
+CSRF_FIELD = "csrf_token"
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # same-origin, not no-referrer: under no-referrer Chromium sends "Origin: null" with our own forms.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is only reachable from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Refuse to serve on a non-loopback address without a token."""
+    if not is_loopback(host) and not token:
+        raise UsageError(
+            f"--host {host} is reachable from other machines: give --token (a long random secret, e.g. "
+            "from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`) that every visitor must present"
+        )
+    if token is not None and len(token) < 16:
+        raise UsageError("--token must be at least 16 characters: it is all that guards the dashboard")
+
+
+class Guard:
+    """The rules above as one ASGI-level check, applied before any page runs."""
+
+    def __init__(self, host: str, token: str | None) -> None:
+        self.token = token
+        # Off loopback the names people reach it by are not known here (0.0.0.0, a proxy); the token guards it
+        # there, and a rebound name cannot present it: cookies belong to the name the browser used.
+        self.names = {"localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else None
+
+    def _host_ok(self, request: Request) -> bool:
+        """On loopback, whether ``Host`` names this server at the port it listens on (``--port 0`` too)."""
+        if self.names is None:
+            return True
+        server = request.scope.get("server")
+        return request.headers.get("host") in {f"{name}:{server[1] if server else ''}" for name in self.names}
+
+    def _token_ok(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        offered = request.cookies.get(TOKEN_COOKIE) or request.query_params.get("token") or ""
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            offered = header[7:]
+        return hmac.compare_digest(offered.encode(), self.token.encode())
+
+    def _same_origin(self, request: Request) -> str | None:
+        """Why a write is refused as cross-site, or None."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"http://{request.headers.get('host')}":
+            return f"origin {origin} is not this dashboard"
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"a {site} request may not write"
+        form_token = request.state.form_csrf if hasattr(request.state, "form_csrf") else None
+        cookie = request.cookies.get(CSRF_COOKIE)
+        if not cookie or not form_token or not hmac.compare_digest(cookie.encode(), form_token.encode()):
+            return "the form's CSRF token is missing or stale: reload the page and try again"
+        return None
+
+    async def __call__(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if not self._host_ok(request):
+            return _secured(PlainTextResponse("unknown Host", status_code=421))
+        if not self._token_ok(request):
+            return _secured(PlainTextResponse("a token is required: open the link the dashboard printed", 401))
+        if request.method not in ("GET", "HEAD"):
+            form = await request.form()
+            request.state.form = form  # the body is read once: the page handler takes the form from here
+            request.state.form_csrf = str(form.get(CSRF_FIELD) or "")
+            refused = self._same_origin(request)
+            if refused:
+                return _secured(PlainTextResponse(f"refused: {refused}", status_code=403))
+        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        request.state.csrf = csrf
+        if self.token is not None and request.query_params.get("token"):
+            # The token leaves the address bar: from now on the cookie carries it.
+            response: Response = RedirectResponse(request.url.remove_query_params("token").path, status_code=303)
+        else:
+            response = await call_next(request)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict")
+        if self.token is not None and request.cookies.get(TOKEN_COOKIE) != self.token:
+            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
+        return _secured(response)
+
+
+def _secured(response: Response) -> Response:
+    for name, value in HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def same_site_path(target: str) -> str:
+    """A redirect target from a form, kept to a path of this site."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    return target

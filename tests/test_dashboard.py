@@ -1,0 +1,309 @@
+"""The dashboard over HTTP: a real `agenteval dashboard` process on loopback, over a store of real runs.
+
+Figures against the report and the comparison, pagination in SQL, the token rule, cross-site writes refused,
+review verdicts into the store's reviews table and out as judge-check's labels file, the read-only SQL rule, and
+stored payloads escaped. The browser-level tests are in test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import time
+from urllib.parse import quote
+
+import httpx
+import pytest
+from dashboard_server import PAYLOAD, dashboard, make_store
+
+from agenteval.analysis import build_report, compare
+from agenteval.dashboard._queries import case_page
+from agenteval.render._report_formats import interval, pct
+from agenteval.scorers._judge_check import read_labels
+from agenteval.store import Store
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return make_store(tmp_path_factory.mktemp("dashboard"))
+
+
+@pytest.fixture(scope="module")
+def site(runs):
+    with dashboard(runs["store"]) as address:
+        yield address
+
+
+def get(site: str, path: str, **kwargs) -> httpx.Response:
+    return httpx.get(site.rstrip("/") + path, **kwargs)
+
+
+def store_files(store: str) -> set[str]:
+    from pathlib import Path
+
+    return {str(p.relative_to(store)) for p in Path(store).rglob("*") if ".snapshots" not in p.parts}
+
+
+def test_the_experiments_page_lists_every_run_with_the_reports_figures(runs, site):
+    page = get(site, "/")
+    assert page.status_code == 200
+    for key in ("baseline", "candidate", "injected"):
+        report = build_report(Store(runs["store"]), runs[key])
+        row = page.text.split(f'value="{runs[key]}"')[1].split("</tr>")[0]
+        assert pct(report.overall.pass_rate) in row and interval(report.overall.ci95) in row
+        assert f"{report.outcomes.failed} ({report.outcomes.infrastructure_failures})" in row
+    only = get(site, "/", params={"dataset": "injected"}).text
+    assert runs["injected"] in only and runs["baseline"] not in only
+
+
+def test_the_experiment_page_shows_the_report_plots_and_a_page_of_cases(runs, site):
+    report = build_report(Store(runs["store"]), runs["candidate"])
+    page = get(site, f"/experiments/{runs['candidate']}").text
+    assert page.count("<svg") >= 3 and "pass rate by category" in page
+    assert f"pass rate <strong>{pct(report.overall.pass_rate)}</strong>" in page
+    assert len(re.findall(r'<td class="case-id">', page)) == 50  # 60 cases: the first page of 50
+    assert 'rel="next"' in page and "page 1 of 2" in page
+    second = get(site, f"/experiments/{runs['candidate']}", params={"page": 2}).text
+    assert len(re.findall(r'<td class="case-id">', second)) == 10
+
+
+def test_cases_are_filtered_sorted_and_paged_in_sql_and_cover_every_trial_once(runs):
+    store, eid = Store(runs["store"]), runs["candidate"]
+    report = build_report(store, eid)
+    seen = []
+    for number in range(1, 20):
+        page = case_page(store, eid, page=number, size=7, sort="pass_rate", descending=True)
+        seen += page.rows
+        if number == page.pages:
+            break
+    assert len({r["case_id"] for r in seen}) == len(seen) == report.cases
+    assert sum(r["attempts"] for r in seen) == report.trials
+    rates = [r["passes"] / r["attempts"] for r in seen]
+    assert rates == sorted(rates, reverse=True)
+    failed = case_page(store, eid, outcome="failed", size=1000)
+    assert failed.total == sum(1 for r in seen if r["failed"]) and failed.total > 0
+    category = report.categories[0].category
+    assert case_page(store, eid, category=category, size=1000).total == report.categories[0].cases
+    scorer = case_page(store, eid, scorer="answer_match", size=1000)
+    assert 0 < scorer.total < report.cases
+
+
+def test_the_trial_page_shows_conversation_scores_and_span_tree(runs, site):
+    page = get(site, f"/experiments/{runs['baseline']}")
+    trial = re.search(r'href="(/experiments/[^"]+/trials/[^"]+)"', page.text).group(1)
+    text = get(site, trial).text
+    trial_id = trial.rsplit("/", 1)[1]
+    scores = Store(runs["store"]).rows("SELECT scorer, pass_id, reason FROM scores WHERE trial_id = ?", [trial_id])
+    assert {"answer_match", "tool_use"} <= {s["scorer"] for s in scores}
+    for score in scores:  # each score with its reasoning and pass id
+        assert score["pass_id"] in text and html.escape(score["reason"] or "", quote=False) in text
+    spans = Store(runs["store"]).rows("SELECT name FROM spans WHERE trial_id = ?", [trial_id])
+    assert text.count("<details") == len(spans) > 1
+    assert 'class="turn user"' in text and 'class="turn assistant"' in text
+
+
+def test_the_comparison_page_gives_the_paired_difference_and_the_gates_decision(runs, site):
+    a, b = runs["baseline"], runs["candidate"]
+    comparison = compare(Store(runs["store"]), a, b)
+    text = get(site, f"/compare/{a}/{b}").text
+    assert f"{comparison.overall.difference:+.1%}" in text
+    assert "Gate: regression" in text
+    for moved in comparison.newly_failing:
+        assert f"/compare/{a}/{b}/cases/{quote(moved['case_id'], safe='')}" in text
+    picked = get(site, "/pick", params=[("pick", b), ("pick", a)], follow_redirects=False)
+    assert picked.status_code == 303 and picked.headers["location"] == f"/compare/{a}/{b}"
+    case = comparison.newly_failing[0]["case_id"]
+    side = get(site, f"/compare/{a}/{b}/cases/{quote(case, safe='')}").text
+    assert side.count('class="trial"') == 4  # two attempts on each side
+
+
+def test_stored_payloads_are_shown_as_text(runs, site):
+    eid = runs["injected"]
+    pages = [get(site, "/").text, get(site, f"/experiments/{eid}").text]
+    trial = re.search(r'href="(/experiments/[^"]+/trials/[^"]+)"', pages[1]).group(1)
+    pages.append(get(site, trial).text)
+    pages.append(get(site, "/sql", params={"q": "SELECT reply, case_id FROM trials"}).text)
+    for text in pages:
+        assert "<script>window" not in text and "<img src=x" not in text
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in pages[2]
+    headers = get(site, "/").headers
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert "unsafe-inline" not in headers["content-security-policy"]
+
+
+def test_a_verdict_is_recorded_in_the_store_and_exported_as_judge_check_labels(runs, site):
+    store = Store(runs["store"])
+    trial = store.rows("SELECT trial_id, case_id FROM trials WHERE experiment_id = ? LIMIT 1", [runs["baseline"]])[0]
+    with httpx.Client(base_url=site) as client:
+        client.get("/")  # the session's CSRF cookie
+        csrf = client.cookies["agenteval_csrf"]
+        form = {
+            "csrf_token": csrf,
+            "experiment_id": runs["baseline"],
+            "trial_id": trial["trial_id"],
+            "verdict": "fail",
+            "note": "right number, <b>wrong</b> unit",
+            "reviewer": "ana",
+            "next": "https://elsewhere.example/",
+        }
+        done = client.post("/review", data=form, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"] == "/"  # never redirected off site
+        client.post("/review", data={**form, "verdict": "pass", "next": "/review"})
+        listed = client.get("/review").text
+        labels = client.get("/review/labels.jsonl").text
+    current = store.rows("SELECT * FROM reviews WHERE trial_id = ?", [trial["trial_id"]])
+    assert [(r["verdict"], r["reviewer"], r["case_id"]) for r in current] == [("pass", "ana", trial["case_id"])]
+    assert len(store.rows("SELECT * FROM review_history WHERE trial_id = ?", [trial["trial_id"]])) == 2
+    assert "right number, &lt;b&gt;wrong&lt;/b&gt; unit" in listed
+    assert [json.loads(line) for line in labels.splitlines()] == [
+        {"trial_id": trial["trial_id"], "human": "pass", "note": "right number, <b>wrong</b> unit"}
+    ]
+    path = runs["store"] + "/../labels.jsonl"
+    with open(path, "w") as handle:
+        handle.write(labels)
+    (item,) = read_labels(path, store)  # what judge-check reads
+    assert item.trial_id == trial["trial_id"] and item.human is True
+
+
+def test_writes_from_another_site_or_without_the_forms_token_are_refused(runs, site):
+    trial = Store(runs["store"]).rows("SELECT trial_id FROM trials LIMIT 1")[0]["trial_id"]
+    before = store_files(runs["store"])
+    with httpx.Client(base_url=site) as client:
+        client.get("/")
+        csrf = client.cookies["agenteval_csrf"]
+        form = {"experiment_id": runs["baseline"], "trial_id": trial, "verdict": "pass"}
+        assert client.post("/review", data=form).status_code == 403  # no form token
+        assert client.post("/review", data={**form, "csrf_token": "guess"}).status_code == 403
+        evil = {"Origin": "http://evil.example"}
+        assert client.post("/review", data={**form, "csrf_token": csrf}, headers=evil).status_code == 403
+        cross = {"Sec-Fetch-Site": "cross-site"}
+        assert client.post("/review", data={**form, "csrf_token": csrf}, headers=cross).status_code == 403
+    # A page of another site cannot even read through a rebound DNS name: the Host is not ours.
+    assert get(site, "/", headers={"Host": "evil.example"}).status_code == 421
+    assert store_files(runs["store"]) == before
+
+
+def test_the_sql_page_is_read_only_by_the_same_rule_as_agenteval_sql(runs, site, tmp_path):
+    before = store_files(runs["store"])
+    (n,) = Store(runs["store"]).rows("SELECT count(*) AS n FROM trials")[0].values()
+    ok = get(site, "/sql", params={"q": "SELECT count(*) AS n FROM trials"}).text
+    assert f"<td>{n}</td>" in ok
+    outside = tmp_path / "secret.csv"
+    outside.write_text("a\n1\n")
+    for statement in (
+        "CREATE TABLE t AS SELECT 1",
+        f"COPY (SELECT 1) TO '{runs['store']}/trials/x.parquet'",
+        "SELECT 1; SELECT 2",
+        f"SELECT * FROM read_csv('{outside}')",
+        "INSTALL httpfs",
+    ):
+        text = get(site, "/sql", params={"q": statement}).text
+        assert 'id="sql-error"' in text and 'id="sql-result"' not in text, statement
+    assert store_files(runs["store"]) == before
+
+
+def test_a_token_guards_every_request_and_leaves_the_address_bar(runs):
+    token = "a-long-enough-test-token-0123456789"
+    with dashboard(runs["store"], "--token", token) as site:
+        assert get(site, "/").status_code == 401
+        assert get(site, "/", headers={"Authorization": "Bearer wrong-token-of-some-length"}).status_code == 401
+        assert get(site, "/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        with httpx.Client(base_url=site) as client:
+            opened = client.get("/", params={"token": token}, follow_redirects=False)
+            assert opened.status_code == 303 and token not in opened.headers["location"]
+            assert client.get("/sql").status_code == 200  # the cookie carries it from then on
+
+
+def test_a_host_other_than_loopback_needs_a_token(runs):
+    refused = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", runs["store"], "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--token" in refused.stderr and "Traceback" not in refused.stderr
+    short = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", runs["store"], "--token", "short"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert short.returncode == 2 and "at least 16" in short.stderr
+
+
+def test_a_missing_store_is_one_line(tmp_path):
+    missing = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "no store" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_generated_cases_are_accepted_or_rejected_and_the_accepted_download(runs, tmp_path):
+    cases = tmp_path / "generated.jsonl"
+    cases.write_text(
+        "".join(
+            json.dumps({"id": f"generated-{n:04d}", "input": f"Question {n} {PAYLOAD}", "expected_output": "x"}) + "\n"
+            for n in range(1, 4)
+        )
+    )
+    with dashboard(runs["store"], "--review-cases", str(cases)) as site, httpx.Client(base_url=site) as client:
+        page = client.get("/review/cases/0").text
+        assert page.count('class="decide"') == 3 and "<script>window" not in page
+        csrf = client.cookies["agenteval_csrf"]
+        for case_id, decision in (
+            ("generated-0001", "accept"),
+            ("generated-0002", "reject"),
+            ("generated-0003", "accept"),
+        ):
+            form = {"csrf_token": csrf, "case_id": case_id, "decision": decision}
+            assert client.post("/review/cases/0", data=form).status_code == 303
+        client.post("/review/cases/0", data={"csrf_token": csrf, "case_id": "generated-0003", "decision": "reject"})
+        accepted = client.get("/review/cases/0/accepted.jsonl").text
+    assert [json.loads(line)["id"] for line in accepted.splitlines()] == ["generated-0001"]
+    assert len((tmp_path / "generated.jsonl.review.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_running_experiment_shows_its_progress_while_the_run_writes(runs, site, tmp_path):
+    store = runs["store"]
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--store", store, "--dataset", "arithmetic"]
+    command += ["--agent", "mock", "--cases", "300", "--attempts", "1", "--concurrency", "1", "--quiet"]
+    command += ["--agent-option", "latency=0.05", "--name", "slow-and-running"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = None
+        for _ in range(600):  # bounded: until the run has written some trials, or it ended
+            listed = get(site, "/", params={"text": "slow-and-running"}).text
+            found = re.search(r'<progress max="300" value="(\d+)">', listed)
+            if found and int(found.group(1)) > 0:
+                seen = listed
+                break
+            if run.poll() is not None:
+                break
+            time.sleep(0.1)  # a pause between looks, not a timing assertion
+        assert seen is not None, "the running experiment never showed its progress"
+        assert '<span class="status running">running</span>' in seen
+        eid = re.search(r'value="([^"]+)" aria-label', seen).group(1)
+        running = get(site, f"/experiments/{eid}").text
+        assert '<meta http-equiv="refresh"' in running
+    finally:
+        run.terminate()
+        run.wait(timeout=60)
+
+
+def test_without_the_extra_the_command_names_it(runs):
+    """A process in which uvicorn cannot be imported (as where the extra is not installed)."""
+    blocked = "import sys; sys.modules['uvicorn'] = None; from agenteval.cli import main; main()"
+    missing = subprocess.run(
+        [sys.executable, "-c", blocked, "dashboard", "--store", runs["store"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "pip install 'agenteval[dashboard]'" in missing.stderr
+    assert "Traceback" not in missing.stderr
