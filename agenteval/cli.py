@@ -51,7 +51,8 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--store",
         type=click.Path(file_okay=False),
         default=None,
-        help="Store folder [default: $AGENTEVAL_STORE or ./.agenteval].",
+        help="Store folder, or object-storage prefix (s3://BUCKET/PREFIX, gs://, az://) "
+        "[default: $AGENTEVAL_STORE or ./.agenteval].",
     )(fn)
 
 

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from agenteval_exporters import ParquetSpanExporter, store_path
+from agenteval_exporters.storefs import RemoteRoot
 
 from .run._collect import TrialCollector, collector_for, store_key
 
@@ -77,7 +78,9 @@ class _SkipRunSpans(SpanProcessor):
     store, sends over OTLP itself): with ``setup_tracing()`` and ``evaluate()`` in one process, each span is
     written once and sent once."""
 
-    def __init__(self, inner: SpanProcessor, collector: TrialCollector, store: os.PathLike[str] | None) -> None:
+    def __init__(
+        self, inner: SpanProcessor, collector: TrialCollector, store: os.PathLike[str] | RemoteRoot | None
+    ) -> None:
         self.inner = inner
         self.collector = collector
         self.store = None if store is None else store_key(store)

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agenteval_exporters.storefs import RemoteRoot, local_home
+
 from ..run._collect import current_trial
 from ._request import ModelRequest
 
@@ -65,6 +67,11 @@ class ResponseCache:
             pass  # a cache that cannot be written costs speed, never the call
 
 
-def cache_folder(given: str | os.PathLike[str] | None, store_root: str | os.PathLike[str]) -> Path:
-    """The folder ``--cache`` names, or the store's hidden ``.model-cache/``."""
-    return Path(given) if given else Path(store_root) / DEFAULT_FOLDER
+def cache_folder(given: str | os.PathLike[str] | None, store_root: str | os.PathLike[str] | RemoteRoot) -> Path:
+    """The folder ``--cache`` names, or the store's hidden ``.model-cache/`` (for a store on object storage, a
+    folder of this machine's: the cache is for development, and a file per answer there would be slow)."""
+    if given:
+        return Path(given)
+    if isinstance(store_root, RemoteRoot):
+        return local_home(store_root, DEFAULT_FOLDER)
+    return Path(store_root) / DEFAULT_FOLDER

@@ -19,6 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from agenteval_exporters.conventions import mark_wrapper
+from agenteval_exporters.storefs import RemoteRoot, as_root, is_remote
 from agenteval_instrumentation import attributes as A
 
 
@@ -81,7 +82,7 @@ class TrialCollector(SpanProcessor):
         with self._lock:
             trials.setdefault(trial_id, []).append(span)
 
-    def open(self, experiment_id: str, store: str | os.PathLike[str] | None = None) -> None:
+    def open(self, experiment_id: str, store: str | os.PathLike[str] | RemoteRoot | None = None) -> None:
         """Start gathering the spans of ``experiment_id``, whose run writes them to ``store`` itself."""
         with self._lock:
             self._spans.setdefault(experiment_id, {})
@@ -117,8 +118,10 @@ class TrialCollector(SpanProcessor):
         return True
 
 
-def store_key(store: str | os.PathLike[str]) -> str:
-    """One name per store folder, however the path to it was written."""
+def store_key(store: str | os.PathLike[str] | RemoteRoot) -> str:
+    """One name per store, however the path to it was written (a store on object storage: its URL)."""
+    if isinstance(store, RemoteRoot) or is_remote(store):
+        return str(as_root(store))
     return str(Path(store).resolve())
 
 

@@ -4,8 +4,9 @@ and the simulated users'; one response cache for all of them; and their closing 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
+
+from agenteval_exporters.storefs import StoreRoot
 
 from ..agents._loading import LoadedAgent, load_agent
 from ..agents._reference import NAME as REFERENCE
@@ -25,7 +26,9 @@ class RunModels:
     cache: Any = None
 
     @classmethod
-    def build(cls, options: RunOptions, dataset: Dataset, urls: dict[str, str | None], store_root: Path) -> RunModels:
+    def build(
+        cls, options: RunOptions, dataset: Dataset, urls: dict[str, str | None], store_root: StoreRoot
+    ) -> RunModels:
         """The run's models (a missing SDK or key is said here, before anything is written)."""
         if not (options.model or options.judge or options.simulate_users):
             return cls()

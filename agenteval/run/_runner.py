@@ -45,7 +45,7 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
-from ..store._lease import Lease, experiment_lease
+from ..store._lease import AnyLease, experiment_lease
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
@@ -290,7 +290,7 @@ class _Run:
     engine: ScoringEngine
     user_simulator: UserSimulator | None
     progress: Progress
-    lease: Lease
+    lease: AnyLease
     """Held while the run lives, so that no ``--resume`` joins it."""
     models: RunModels = dataclasses.field(default_factory=RunModels)
     skipped: list[str] = dataclasses.field(default_factory=list)
@@ -344,7 +344,7 @@ class _Run:
         shard = Shard.parse(options.shard) if options.shard else None
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous: ex.Experiment | None = None
-            lease: Lease
+            lease: AnyLease
             if resume:
                 if store.root.exists():
                     store.ensure()  # a store that cannot be written is said before its lease is taken
@@ -946,7 +946,7 @@ def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
     )
 
 
-def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> tuple[ex.Experiment, Lease]:
+def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> tuple[ex.Experiment, AnyLease]:
     """The experiment (or, with ``shard``, the shard's record) to resume, and its lease, now held by this process."""
     if shard is not None:
         if not experiment_id:
@@ -972,7 +972,7 @@ def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> 
     return found, lease
 
 
-def _lease(store: Store, experiment_id: str, shard: Shard | None) -> Lease:
+def _lease(store: Store, experiment_id: str, shard: Shard | None) -> AnyLease:
     return experiment_lease(store.root, shard.lease_name(experiment_id) if shard else experiment_id)
 
 

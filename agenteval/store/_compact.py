@@ -27,10 +27,12 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 
 from ._schemas import SCHEMA_FILE_PREFIX, TABLES
 from ._snapshots import refresh_figures
@@ -65,6 +67,25 @@ class CompactionResult:
     figures_refreshed: list[str] = dataclasses.field(default_factory=list)
     """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
 
+    def merged(self, files: int, rows: int) -> None:
+        """Count a partition whose ``files`` were merged into one (none: it had one file or none)."""
+        if files:
+            self.partitions += 1
+            self.files_before += files
+            self.files_after += 1
+            self.rows += rows
+
+    def left_unreadable(self, where: object, error: Exception, store: object) -> None:
+        """Count a partition left as it was because a file could not be read, and say what to do."""
+        # An unreadable file must not cost the rest of the store its compaction (nor a run its end).
+        logger.warning(
+            "agenteval: left %s as it is: %s. Run `agenteval doctor --store %s` to set unreadable files aside",
+            where,
+            error,
+            store,
+        )
+        self.partitions_skipped += 1
+
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns: missing ones (older files) filled with nulls."""
@@ -84,15 +105,17 @@ Writing a row group holds about five times this in memory (with 24 MB, compactio
 a 100,000-trial run); queries over 8 MB row groups took the same time as over 24 MB ones."""
 
 
-def _row_groups(files: list[Path], schema: pa.Schema) -> Iterator[pa.Table]:
-    """The files' rows, conformed to ``schema``, gathered into row groups of about ROW_GROUP_BYTES."""
+def _row_groups(files: list[Path] | list[str], schema: pa.Schema, filesystem: Any = None) -> Iterator[pa.Table]:
+    """The files' rows, conformed to ``schema``, gathered into row groups of about ROW_GROUP_BYTES (``filesystem``:
+    an fsspec file system the files are on, for a store on object storage)."""
     import pyarrow.parquet as pq  # here: opening the store imports this module to recover, which needs none
 
     gathered: list[pa.Table] = []
     size = 0
     for path in files:
         # One thread, no read-ahead: a small file gains nothing from either, and both raise the peak.
-        part = conform(pq.read_table(path, use_threads=False, pre_buffer=False), schema).cast(schema)
+        read = pq.read_table(path, use_threads=False, pre_buffer=False, filesystem=filesystem)
+        part = conform(read, schema).cast(schema)
         gathered.append(part)
         size += part.nbytes
         if size >= ROW_GROUP_BYTES:
@@ -192,6 +215,7 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     schema = TABLES[table]
     if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    assert isinstance(store.root, Path)  # a store on object storage is compacted by ._compact_remote
     workspace, beside = _new_workspace(store.root)
     replacement = workspace / REPLACEMENT
     name = new_file_name()
@@ -262,6 +286,10 @@ def compact(
 
 
 def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
+    if isinstance(store.root, RemoteRoot):
+        from ._compact_remote import compact_remote
+
+        return compact_remote(store.root, tables or list(TABLES))
     result = CompactionResult()
     for table in tables or list(TABLES):
         root = store.root / table
@@ -271,30 +299,22 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
             try:
                 merged, rows = compact_partition(store, table, folder)
             except (pa.ArrowException, OSError) as exc:
-                # An unreadable file must not cost the rest of the store its compaction (nor a run its end).
-                logger.warning(
-                    "agenteval: left %s as it is: %s. Run `agenteval doctor --store %s` to set unreadable files aside",
-                    folder,
-                    exc,
-                    store.root,
-                )
+                result.left_unreadable(folder, exc, store.root)
                 _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
-                result.partitions_skipped += 1
                 continue
-            if merged:
-                result.partitions += 1
-                result.files_before += merged
-                result.files_after += 1
-                result.rows += rows
+            result.merged(merged, rows)
     return result
 
 
 # Recovery.
 
 
-def _pending(root: Path) -> list[Path]:
-    """Workspaces left by compactions (a live one's too, unless the caller holds the lock)."""
-    found = []
+def _pending(root: StoreRoot) -> list[Path]:
+    """Workspaces left by compactions (a live one's too, unless the caller holds the lock); none on object
+    storage, where a compaction killed half way leaves readers a consistent set (see :mod:`._live`)."""
+    found: list[Path] = []
+    if isinstance(root, RemoteRoot):
+        return found
     for home in _workspace_homes(root):
         with contextlib.suppress(OSError):  # no home, or a live compaction just removed it
             found += sorted(w for w in home.iterdir() if w.is_dir())
@@ -319,7 +339,9 @@ def recover(store: Store, wait: float = 0) -> int:
         return 0
 
 
-def _recover_locked(root: Path) -> int:
+def _recover_locked(root: StoreRoot) -> int:
+    if isinstance(root, RemoteRoot):
+        return 0
     pending = _pending(root)
     for workspace in pending:
         manifest = _Manifest.load(workspace)

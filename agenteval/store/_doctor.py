@@ -13,8 +13,11 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
+
+from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
 from ._compact import COMPACT_WAIT_SECONDS
 from ._schemas import TABLES
@@ -36,12 +39,12 @@ class UnreadableFile:
     """A file the doctor could not read, and what it held as far as can be told."""
 
     table: str
-    path: Path
+    path: StoreRoot
     bytes: int
     rows: int | None
     """From the file's footer when that could be read; None when nothing could be."""
     error: str
-    moved_to: Path | None = None
+    moved_to: StoreRoot | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,11 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
     with compaction_lock(store.root, wait=wait):
         checked, unreadable = 0, []
         for table in TABLES:
+            if isinstance(store.root, RemoteRoot):
+                found = _check_remote(store.root, table, dry_run)
+                checked += found[0]
+                unreadable += found[1]
+                continue
             for path in sorted((store.root / table).rglob("*.parquet")):
                 checked += 1
                 problem = _check(table, path)
@@ -118,14 +126,49 @@ def _check(table: str, path: Path) -> UnreadableFile | None:
         return UnreadableFile(table, path, path.stat().st_size, _footer_rows(path), f"{type(exc).__name__}: {exc}")
 
 
-def _footer_rows(path: Path) -> int | None:
+def _footer_rows(path: Path | str, filesystem: Any = None) -> int | None:
     try:
-        return pq.read_metadata(path).num_rows
+        return pq.read_metadata(path, filesystem=filesystem).num_rows
     except Exception:
         return None
 
 
-def _quarantine(root: Path, problem: UnreadableFile) -> UnreadableFile:
+def _check_remote(root: RemoteRoot, table: str, dry_run: bool) -> tuple[int, list[UnreadableFile]]:
+    """The doctor on object storage: every live file read whole; one that fails is copied to the quarantine and
+    leaves the live set (deleted, or for a merged file, left out of a new manifest: see ``._live``)."""
+    from ._live import COMPACTED_PREFIX, table_partitions, write_manifest
+
+    checked, unreadable = 0, []
+    for partition in table_partitions(root, table):
+        bad: list[RemoteFile] = []
+        for file in partition.live:
+            checked += 1
+            key = f"{root.path}/{file.relative}"
+            try:
+                pq.read_table(key, use_threads=False, pre_buffer=False, filesystem=root.fs)
+                continue
+            except Exception as exc:  # any way a file can fail to read is what the doctor looks for
+                error = f"{type(exc).__name__}: {exc}"
+            problem = UnreadableFile(table, root / file.relative, file.size, _footer_rows(key, root.fs), error)
+            if not dry_run:
+                target = f"{QUARANTINE}/{file.relative}.unreadable"
+                root.write_bytes(target, root.read_bytes(file.relative) or b"")
+                problem = dataclasses.replace(problem, moved_to=root / target)
+                bad.append(file)
+            unreadable.append(problem)
+        if any(f.relative.rpartition("/")[2].startswith(COMPACTED_PREFIX) for f in bad):
+            # A manifest names it: the next one leaves it out (and keeps out what the last one replaced).
+            kept = [
+                f for f in partition.live if f not in bad and f.relative.rpartition("/")[2].startswith(COMPACTED_PREFIX)
+            ]
+            replaced = [f.relative.rpartition("/")[2] for f in partition.dead if f.relative.endswith(".parquet")]
+            write_manifest(root, partition, kept, replaced)
+        root.delete([f.relative for f in bad])
+    return checked, unreadable
+
+
+def _quarantine(root: StoreRoot, problem: UnreadableFile) -> UnreadableFile:
+    assert isinstance(root, Path) and isinstance(problem.path, Path)  # on object storage: _check_remote
     target = root / QUARANTINE / problem.path.relative_to(root)
     target = target.with_name(target.name + ".unreadable")
     target.parent.mkdir(parents=True, exist_ok=True)

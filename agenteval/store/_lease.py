@@ -3,14 +3,23 @@
 A running experiment holds one, so ``--resume`` can tell a live run from one that was killed; a
 compaction holds the store's, so two never merge the same files. A crashed process (even by SIGKILL)
 leaves no stale lock behind: the operating system drops it with the process.
+
+A store on object storage has no OS locks: its leases are objects, taken with a conditional write and kept
+alive by a heartbeat (:class:`RemoteLease`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
+
+from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
 if sys.platform == "win32":  # no fcntl: a locked byte instead
     import msvcrt
@@ -84,19 +93,155 @@ def _lock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def store_lease(root: Path, name: str) -> Lease:
+logger = logging.getLogger(__name__)
+
+ENV_LEASE_SECONDS = "AGENTEVAL_LEASE_SECONDS"
+LEASE_SECONDS = 30.0
+"""How long a lease on object storage outlives its holder's last heartbeat (``AGENTEVAL_LEASE_SECONDS``)."""
+
+
+def lease_seconds() -> float:
+    try:
+        return max(0.5, float(os.environ.get(ENV_LEASE_SECONDS) or LEASE_SECONDS))
+    except ValueError:
+        return LEASE_SECONDS
+
+
+class RemoteLease:
+    """A lease on object storage, where there are no OS locks.
+
+    Its objects are ``.locks/<name>/<generation>.lease``, numbered up. Taking it: list them; if the newest was
+    renewed within :func:`lease_seconds`, its holder is alive and the lease is taken; otherwise create the next
+    generation with a conditional write (``If-None-Match: *``), which exactly one of several takers wins. The holder
+    renews its object (a heartbeat, every third of the lease's time); releasing writes the next generation as
+    ``<generation>.released``, which frees the lease at once. A holder killed by any means stops renewing, and
+    the lease is free once its time has passed. Numbers are never reused while a taker could still hold an old
+    listing: generations older than ten lease times are removed, newer ones kept. Freshness compares the object's
+    modification time, stamped by the store's clock, with this machine's: clocks must agree to within a fraction
+    of the lease's time, as NTP keeps them.
+    """
+
+    def __init__(self, root: RemoteRoot, name: str) -> None:
+        self.root = root
+        self.folder = f"{LOCKS}/{name}"
+        self.path = root / self.folder
+        self.seconds = lease_seconds()
+        self._key: str | None = None
+        self._number = 0
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._key is not None
+
+    def _generations(self) -> list[RemoteFile]:
+        return [f for f in self.root.list_files(self.folder) if f.relative.endswith((HELD, RELEASED))]
+
+    def _alive(self, generations: list[RemoteFile]) -> bool:
+        if not generations or generations[-1].relative.endswith(RELEASED):
+            return False
+        return time.time() - generations[-1].modified_ns / 1e9 < self.seconds
+
+    def acquire(self, wait: float = 0.0) -> bool:
+        deadline = time.monotonic() + wait
+        while not self._try_acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(max(POLL_SECONDS, min(1.0, self.seconds / 10)))
+        return True
+
+    def _try_acquire(self) -> bool:
+        if self._key is not None:
+            return True
+        generations = self._generations()
+        if self._alive(generations):
+            return False
+        number = _number(generations[-1]) + 1 if generations else 1
+        key = f"{self.folder}/{number:012d}{HELD}"
+        record = {"holder": f"process {os.getpid()} on {socket.gethostname()}", "since": time.time()}
+        if not self.root.create(key, json.dumps(record).encode()):
+            return False  # another taker won this generation
+        self._key, self._number = key, number
+        cutoff = time.time() - 10 * self.seconds
+        self.root.delete([g.relative for g in generations if g.modified_ns / 1e9 < cutoff])
+        self._stop.clear()
+        self._heartbeat = threading.Thread(target=self._renew, args=(key, record), daemon=True, name="agenteval-lease")
+        self._heartbeat.start()
+        return True
+
+    def _renew(self, key: str, record: dict[str, object]) -> None:
+        data = json.dumps(record).encode()
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                self.root.write_bytes(key, data)
+            except Exception:  # the next beat tries again
+                logger.warning("agenteval: could not renew the lease %s", self.root / key, exc_info=True)
+
+    def release(self) -> None:
+        if self._key is not None:
+            self._key = None
+            self._stop.set()
+            if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
+                self._heartbeat.join(timeout=10)
+            try:
+                self.root.create(f"{self.folder}/{self._number + 1:012d}{RELEASED}", b"{}")
+            except Exception:  # it expires by itself
+                logger.warning("agenteval: could not release the lease %s; it expires by itself", self.path)
+
+    def running(self) -> bool:
+        """Whether a live holder has the lease (this process included)."""
+        return self._alive(self._generations())
+
+    def holder(self) -> str:
+        generations = self._generations()
+        raw = self.root.read_bytes(generations[-1].relative) if generations else None
+        try:
+            record = json.loads(raw or b"{}")
+            since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(record["since"]))
+            renewed = time.time() - generations[-1].modified_ns / 1e9
+            return (
+                f"{record['holder']}, since {since}; its lease was renewed {renewed:.0f} s ago, and is free "
+                f"{self.seconds:g} s after its last renewal if that process is gone"
+            )
+        except (ValueError, KeyError, TypeError):
+            return "another process"
+
+    def __enter__(self) -> RemoteLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+HELD = ".lease"
+RELEASED = ".released"
+
+
+def _number(generation: RemoteFile) -> int:
+    return int(generation.relative.rpartition("/")[2].partition(".")[0])
+
+
+AnyLease = Lease | RemoteLease
+
+
+def store_lease(root: StoreRoot, name: str) -> AnyLease:
     """The lease named ``name`` in the store at ``root``."""
+    if isinstance(root, RemoteRoot):
+        return RemoteLease(root, name)
     return Lease(root / LOCKS / f"{name}.lock")
 
 
-def experiment_lease(root: Path, experiment_id: str) -> Lease:
+def experiment_lease(root: StoreRoot, experiment_id: str) -> AnyLease:
     """The lease a running experiment holds."""
     return store_lease(root, f"experiment-{experiment_id}")
 
 
-def is_running(root: Path, experiment_id: str) -> bool:
+def is_running(root: StoreRoot, experiment_id: str) -> bool:
     """Whether a live process holds the experiment's lease (a run killed by any means does not)."""
     lease = experiment_lease(root, experiment_id)
+    if isinstance(lease, RemoteLease):
+        return lease.running()
     if not lease.path.exists():
         return False
     taken = lease.acquire()

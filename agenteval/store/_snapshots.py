@@ -15,6 +15,10 @@ Only writers save snapshots, since reads never write: the end of a run (from the
 summary), ``rescore``, and :func:`refresh_figures` after ``agenteval compact``. A report that finds no current
 snapshot computes the figures with the very same SQL, only slower. Deleting ``.snapshots`` loses nothing but
 time.
+
+A store on object storage keeps its snapshots on the machine that saved them, in a folder of its own per store
+URL (:func:`~agenteval_exporters.storefs.local_home`): fingerprinted by the live files' listing, they are as
+current as on disk; another machine's report computes the figures, as for a store written before snapshots.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import duckdb
 
 from agenteval_exporters.files import STAGED_SUFFIX, partition_path
 from agenteval_exporters.schema import PARTITION_COLUMN
+from agenteval_exporters.storefs import RemoteRoot, local_home
 from agenteval_instrumentation import attributes as A
 
 from . import _views as views
@@ -174,8 +179,19 @@ def refresh_figures(store: Store, *, missing: bool = False) -> list[str]:
 
 def _experiment_ids(store: Store, every: bool) -> list[str]:
     """Experiments with saved figures, or with ``every`` all those with trials."""
-    folder = store.root / ("trials" if every else SNAPSHOTS)
+    if every and isinstance(store.root, RemoteRoot):
+        folders = {f.relative.split("/")[1] for f in store.root.list_files("trials") if f.relative.count("/") == 2}
+        return sorted(name.partition("=")[2] for name in folders if name.startswith(f"{PARTITION_COLUMN}="))
+    folder = store.root / "trials" if every else snapshots_home(store)
+    assert not isinstance(folder, RemoteRoot)
     return sorted(p.name.partition("=")[2] for p in folder.glob(f"{PARTITION_COLUMN}=*") if p.is_dir())
+
+
+def snapshots_home(store: Store) -> Path:
+    """The folder of the store's snapshots: in the store, or on this machine for a store on object storage."""
+    if isinstance(store.root, RemoteRoot):
+        return local_home(store.root, "snapshots", create=False)
+    return store.root / SNAPSHOTS
 
 
 def fingerprint(store: Store, experiment_id: str) -> str:
@@ -183,7 +199,11 @@ def fingerprint(store: Store, experiment_id: str) -> str:
     digest = hashlib.sha256(f"snapshot v{SNAPSHOT_VERSION}\n".encode())
     own = partition_path(PARTITION_COLUMN, experiment_id)
     for table in SOURCES:
-        for path, size, modified in sorted(_source_files(store.root / table, own)):
+        root = store.root
+        files = (
+            _remote_source_files(root, table, own) if isinstance(root, RemoteRoot) else _source_files(root / table, own)
+        )
+        for path, size, modified in sorted(files):
             digest.update(f"{table}/{path}\0{size}\0{modified}\n".encode())
     return digest.hexdigest()[:24]
 
@@ -192,14 +212,14 @@ def snapshot_folders(store: Store) -> list[Path]:
     """Every saved snapshot of every experiment (complete ones: saves in progress are not listed)."""
     return sorted(
         folder
-        for folder in (store.root / SNAPSHOTS).glob(f"{PARTITION_COLUMN}=*/*")
+        for folder in snapshots_home(store).glob(f"{PARTITION_COLUMN}=*/*")
         if folder.is_dir() and not folder.name.endswith(STAGED_SUFFIX)
     )
 
 
 def snapshot_folder(store: Store, experiment_id: str, fingerprint: str) -> Path:
     """Where the snapshot with this fingerprint is (or would be) kept."""
-    return store.root / SNAPSHOTS / partition_path(PARTITION_COLUMN, experiment_id) / fingerprint
+    return snapshots_home(store) / partition_path(PARTITION_COLUMN, experiment_id) / fingerprint
 
 
 def _source_files(folder: Path, own_partition: str) -> Iterator[tuple[str, int, int]]:
@@ -219,6 +239,15 @@ def _source_files(folder: Path, own_partition: str) -> Iterator[tuple[str, int, 
             with contextlib.suppress(FileNotFoundError):  # compacted away while listed: the listing changed anyway
                 stat = entry.stat()
                 yield entry.name, stat.st_size, stat.st_mtime_ns
+
+
+def _remote_source_files(root: RemoteRoot, table: str, own_partition: str) -> list[tuple[str, int, int]]:
+    """:func:`_source_files` for a store on object storage: the live files (see ``._live``) of the experiment's
+    partition (the schema files beside the partitions change only with a new version, which the SQL follows)."""
+    from ._live import partition_files
+
+    partition = partition_files(root, f"{table}/{own_partition}")
+    return [(f.relative.partition("/")[2], f.size, f.modified_ns) for f in partition.live]
 
 
 def _attach(con: duckdb.DuckDBPyConnection, folder: Path) -> None:

@@ -9,7 +9,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
@@ -17,6 +16,7 @@ import pyarrow as pa
 
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home, register
 from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError
@@ -61,7 +61,7 @@ LOCKED_SETTINGS = (
 
 
 @contextlib.contextmanager
-def compaction_lock(root: Path, wait: float) -> Iterator[None]:
+def compaction_lock(root: StoreRoot, wait: float) -> Iterator[None]:
     """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
     seconds for another holder, then raises :class:`StoreBusy`."""
     lease = store_lease(root, COMPACTION_LEASE)
@@ -80,7 +80,7 @@ def quote_identifier(name: str) -> str:
 
 def _vanished_file(exc: Exception) -> bool:
     """A file listed by the glob was gone when opened: a compaction swapped it; the retry sees the new one."""
-    return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file"))
+    return any(text in str(exc) for text in ("No such file", "No files found", "Cannot open file", "FileNotFoundError"))
 
 
 def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -88,15 +88,23 @@ def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _retry_vanished(run: Callable[[], T]) -> T:
+def _retry_vanished(run: Callable[[], T], pause: float = 0.005) -> T:
     for attempt in range(QUERY_RETRIES):
         try:
             return run()
-        except duckdb.IOException as exc:
+        except duckdb.Error as exc:  # IOException on disk; on object storage, fsspec's error passed through
             if attempt == QUERY_RETRIES - 1 or not _vanished_file(exc):
                 raise
-            time.sleep(0.005 * (attempt + 1))
+            time.sleep(pause * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, name: str, sql: Callable[[], str]) -> None:
+    con.execute(f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql()}")
+
+
+REMOTE_RETRY_PAUSE = 0.05
+"""On object storage a retry lists the files again, so it waits longer between tries than a glob on disk."""
 
 
 _EMPTY_RELATIONS: dict[str, str] = {}
@@ -139,8 +147,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 class Store:
     """A store folder (``--store``, else ``AGENTEVAL_STORE``, else ``./.agenteval``)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.root = store_path(path)
+    def __init__(self, path: str | os.PathLike[str] | StoreRoot | None = None) -> None:
+        self.root: StoreRoot = store_path(path)
         self._laid_out = False  # writers lay out the store once per object; reads never do
 
     def __repr__(self) -> str:
@@ -162,6 +170,9 @@ class Store:
             ) from exc
 
     def _lay_out(self) -> None:
+        if isinstance(self.root, RemoteRoot):
+            self._lay_out_remote(self.root)
+            return
         # The staging folder is written first, even when every folder exists: a store that only
         # reads would otherwise pass here and fail on its first trial.
         probe = staging_dir(self.root) / f"probe-{uuid.uuid4().hex}{STAGED_SUFFIX}"
@@ -179,6 +190,18 @@ class Store:
 
         recover(self, wait=0)
 
+    def _lay_out_remote(self, root: RemoteRoot) -> None:
+        """Object storage has no folders: only the schema files, each published whole if missing. Writing them
+        also proves the bucket exists and can be written, before any trial runs."""
+        for table, schema in TABLES.items():
+            if not root.has(f"{table}/{schema_file(table)}"):
+                staged = staging_dir(root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
+                try:
+                    write_parquet(staged, schema.empty_table())
+                    root.put(staged, f"{table}/{schema_file(table)}")
+                finally:
+                    staged.unlink(missing_ok=True)
+
     def _ensure_once(self) -> None:
         if not self._laid_out:
             self.ensure()
@@ -186,7 +209,7 @@ class Store:
     def glob(self, table: str) -> str:
         """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
         through DuckDB's ``allowed_directories``, which it compares with absolute paths)."""
-        return str(self.root.absolute() / table / "**" / "*.parquet")
+        return duckdb_path(self.root, f"{table}/**/*.parquet")
 
     def require(self) -> None:
         """Raise :class:`NoStore` unless the store folder exists: reads never create it."""
@@ -196,9 +219,24 @@ class Store:
             )
 
     def read_parquet_sql(self, table: str) -> str:
+        """The ``read_parquet`` call over ``table``'s files: a glob on disk; on object storage, the files that
+        are live now, listed (see :mod:`._live`)."""
         # experiment_id is stored in every file, so Hive partitioning is not needed, and it would
         # fail here: DuckDB refuses one glob over experiment_id=... and date=... folders.
-        return f"read_parquet({sql_string(self.glob(table))}, union_by_name = true, hive_partitioning = false)"
+        return self._read_parquet(self._sources(table) or "[]")
+
+    @staticmethod
+    def _read_parquet(sources: str) -> str:
+        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false)"
+
+    def _sources(self, table: str) -> str | None:
+        """What ``read_parquet`` reads for ``table``, or None when it has no file."""
+        if not isinstance(self.root, RemoteRoot):
+            return sql_string(self.glob(table)) if any((self.root / table).rglob("*.parquet")) else None
+        from ._live import live_files
+
+        files = [sql_string(duckdb_path(self.root, f.relative)) for f in live_files(self.root, table)]
+        return "[" + ", ".join(files) + "]" if files else None
 
     def connect(self, database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
@@ -213,52 +251,87 @@ class Store:
         """
         if read_only:
             self.require()
+        elif isinstance(self.root, RemoteRoot):
+            pass  # a compaction on object storage never needs recovering before a read (see ._live)
         elif self.root.is_dir():
             from ._compact import recover
 
             recover(self, wait=0)
         con = duckdb.connect(database)
+        register(con, self.root)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
-        views = {raw_table(table): self._stored_sql(table, con) for table in TABLES} | CURRENT_VIEWS | trace_views()
+        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLES}
         for name, sql in views.items():
-            # Creating the view binds it, which opens the files to union their columns.
-            _retry_vanished(functools.partial(con.execute, f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {sql}"))
+            # Creating the view binds it, which opens the files to union their columns. On object storage the
+            # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
+            _retry_vanished(functools.partial(_create_view, con, name, sql), self._retry_pause)
+        for name, current in (CURRENT_VIEWS | trace_views()).items():
+            view = f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {current}"
+            _retry_vanished(functools.partial(con.execute, view), self._retry_pause)
         if read_only:
-            con.execute("SET allowed_directories = [?]", [str(self.root.absolute()) + os.sep])
+            con.execute("SET allowed_directories = ?", [self.readable_places()])
             for setting in LOCKED_SETTINGS:
                 con.execute(setting)
         return con
+
+    def readable_places(self) -> list[str]:
+        """What a read-only connection may read: the store, and for a store on object storage the folder of
+        this machine's where its saved report figures are kept (see :mod:`._snapshots`)."""
+        if isinstance(self.root, RemoteRoot):
+            return [duckdb_path(self.root, "") + "/", str(local_home(self.root, "snapshots", create=False)) + os.sep]
+        return [str(self.root.absolute()) + os.sep]
 
     def _stored_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str:
         """The table's rows as written; with the schema's columns in any case, so that files of an older
         version, or no files at all, still give every column (the store itself is never changed for it)."""
         columns = empty_relation(table, con)
-        if any((self.root / table).rglob("*.parquet")):
-            columns = f"SELECT * FROM {self.read_parquet_sql(table)} UNION ALL BY NAME {columns}"
+        sources = self._sources(table)
+        if sources is not None:
+            columns = f"SELECT * FROM {self._read_parquet(sources)} UNION ALL BY NAME {columns}"
         return stored_trials(f"({columns})") if table == "trials" else columns
+
+    @property
+    def _retry_pause(self) -> float:
+        return REMOTE_RETRY_PAUSE if isinstance(self.root, RemoteRoot) else 0.005
+
+    def _on_connection(self, read: Callable[[duckdb.DuckDBPyConnection], T], *, read_only: bool = False) -> T:
+        """``read`` on a connection of the store, retried when a compaction replaced files under it. On disk the
+        views' globs find the new files on the same connection; on object storage a connection's views hold the
+        files live when it was opened, so each try opens a new one (see :mod:`._live`)."""
+        if not isinstance(self.root, RemoteRoot):
+            con = self.connect(read_only=read_only)
+            try:
+                return _retry_vanished(lambda: read(con))
+            finally:
+                con.close()
+
+        def fresh() -> T:
+            con = self.connect(read_only=read_only)
+            try:
+                return read(con)
+            finally:
+                con.close()
+
+        return _retry_vanished(fresh, REMOTE_RETRY_PAUSE)
 
     def query(self, sql: str, parameters: Sequence[Any] | None = None, *, read_only: bool = False) -> pa.Table:
         """Run ``sql`` over the views; retried when a compaction swapped files under it. ``read_only=True``
         runs one read statement on a locked connection (see :meth:`connect`) and refuses anything else."""
-        con = self.connect(read_only=read_only)
-        try:
+
+        def read(con: duckdb.DuckDBPyConnection) -> pa.Table:
             if read_only:
                 check_read_only(con, sql)
-            return _retry_vanished(lambda: con.sql(sql, params=parameters or None).to_arrow_table())
-        finally:
-            con.close()
+            return con.sql(sql, params=parameters or None).to_arrow_table()
+
+        return self._on_connection(read, read_only=read_only)
 
     def rows(self, sql: str, parameters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`query` as a list of dicts (nanosecond timestamps as microsecond datetimes). Fetched from
         DuckDB as Python values: through Arrow, pyarrow would import pandas when installed (0.1 s, 40 MB)."""
-        con = self.connect()
-        try:
-            return _retry_vanished(lambda: _fetch_dicts(con.execute(sql, parameters or [])))
-        finally:
-            con.close()
+        return self._on_connection(lambda con: _fetch_dicts(con.execute(sql, parameters or [])))
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time; its ``flush`` and ``close``
@@ -269,7 +342,7 @@ class Store:
             self.root, table, TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
         )
 
-    def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[Path]:
+    def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[StoreRoot]:
         """Publish ``rows`` at once, one file per experiment."""
         self._ensure_once()
         schema = TABLES[table]

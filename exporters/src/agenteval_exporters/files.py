@@ -5,6 +5,9 @@ A file is written under ``<root>/.staging/`` (outside every table's glob) with a
 folder fsynced. A reader therefore never sees a partial file, and ``kill -9`` at any moment leaves at
 most an orphan in staging. Only published files end in ``.parquet``: a glob over the whole store
 (``<root>/**/*.parquet``) never reaches a file being written.
+
+A store on object storage (:class:`~.storefs.RemoteRoot`) stages on local disk the same way and publishes with
+one object write instead of the move (see :mod:`.storefs`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from .schema import is_document_field, is_unique_field
+from .storefs import RemoteRoot, StoreRoot, local_home
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +46,10 @@ def new_file_name() -> str:
     return f"part-{time.time_ns()}-{uuid.uuid4().hex[:12]}.parquet"
 
 
-def staging_dir(root: Path) -> Path:
-    path = root / STAGING
+def staging_dir(root: StoreRoot) -> Path:
+    """Where files are written before they are published: in the store, or for a store on object storage, a
+    folder of this machine's."""
+    path = local_home(root, "staging") if isinstance(root, RemoteRoot) else root / STAGING
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -104,7 +110,7 @@ class StagedFile:
     """A Parquet file written under ``<root>/.staging/`` a row group at a time, then published
     into ``<root>/<table_name>/<partition>/`` in one atomic move (or abandoned)."""
 
-    def __init__(self, root: Path, table_name: str, schema: pa.Schema) -> None:
+    def __init__(self, root: StoreRoot, table_name: str, schema: pa.Schema) -> None:
         self.root = root
         self.table_name = table_name
         self.path = staging_dir(root) / f"{table_name}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
@@ -121,13 +127,15 @@ class StagedFile:
         self._writer.write_table(table, row_group_size=max(1, table.num_rows))
         self.rows += table.num_rows
 
-    def publish(self, partition: str) -> Path:
+    def publish(self, partition: str) -> StoreRoot:
         """Finish the file, fsync it, and move it into place; on failure the staged file is removed."""
         try:
             self._writer.close()
             self._sink.flush()
             os.fsync(self._sink.fileno())
             self._sink.close()
+            if isinstance(self.root, RemoteRoot):
+                return self._upload(self.root, partition)
             folder = self.root / self.table_name / partition
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / new_file_name()
@@ -137,6 +145,16 @@ class StagedFile:
             raise
         fsync_dir(folder)
         return final
+
+    def _upload(self, root: RemoteRoot, partition: str) -> RemoteRoot:
+        """One object write, atomic on the store; the local copy goes whether it succeeded or not."""
+        relative = f"{self.table_name}/{partition}/{new_file_name()}"
+        try:
+            root.put(self.path, relative)
+        finally:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        return root / relative
 
     def detach(self) -> None:
         """In a forked child: point this file's descriptor at ``/dev/null``, so that nothing the child
@@ -157,7 +175,7 @@ class StagedFile:
             self.path.unlink()
 
 
-def publish(root: Path, table_name: str, partition: str, table: pa.Table) -> Path:
+def publish(root: StoreRoot, table_name: str, partition: str, table: pa.Table) -> StoreRoot:
     """Write ``table`` to ``<root>/<table_name>/<partition>/part-*.parquet`` atomically."""
     staged = StagedFile(root, table_name, table.schema)
     try:
@@ -168,9 +186,9 @@ def publish(root: Path, table_name: str, partition: str, table: pa.Table) -> Pat
     return staged.publish(partition)
 
 
-def remove_stale_staging(root: Path, older_than: float = STALE_STAGING_SECONDS) -> int:
+def remove_stale_staging(root: StoreRoot, older_than: float = STALE_STAGING_SECONDS) -> int:
     """Delete staging leftovers of crashed writers; recent ones may belong to a live writer."""
-    folder = root / STAGING
+    folder = staging_dir(root) if isinstance(root, RemoteRoot) else root / STAGING
     if not folder.is_dir():
         return 0
     removed = 0

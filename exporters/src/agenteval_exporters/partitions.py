@@ -8,21 +8,22 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy
 import pyarrow as pa
 
 from .files import partition_path
 from .schema import PARTITION_COLUMN
+from .storefs import StoreRoot, as_root
 
 ENV_STORE = "AGENTEVAL_STORE"
 DEFAULT_STORE = ".agenteval"
 
 
-def store_path(store: str | os.PathLike[str] | None = None) -> Path:
-    """The store folder: the argument, else ``AGENTEVAL_STORE``, else ``./.agenteval``."""
-    return Path(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
+def store_path(store: str | os.PathLike[str] | StoreRoot | None = None) -> StoreRoot:
+    """The store: the argument, else ``AGENTEVAL_STORE``, else ``./.agenteval``; a folder, or an object-storage
+    prefix for a URL (``s3://bucket/prefix``, see :mod:`.storefs`)."""
+    return as_root(store if store is not None else os.environ.get(ENV_STORE) or DEFAULT_STORE)
 
 
 def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:

@@ -19,11 +19,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 
 from .files import StagedFile, remove_stale_staging
+from .storefs import StoreRoot, as_root
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class PartitionedWriter:
 
     def __init__(
         self,
-        root: Path,
+        root: StoreRoot | str,
         table_name: str,
         schema: pa.Schema,
         partitioner: Partitioner,
@@ -117,7 +117,7 @@ class PartitionedWriter:
         flush_interval: float = 1.0,
         row_group_rows: int = ROW_GROUP_ROWS,
     ) -> None:
-        self.root = Path(root)
+        self.root: StoreRoot = as_root(root)
         self.table_name = table_name
         self.schema = schema
         self.partitioner = partitioner

@@ -1,0 +1,76 @@
+"""Compaction of a store on object storage: merged files made live by a manifest, since there is no rename.
+
+The steps, each one object write or delete, and what a reader sees after each (see :mod:`._live`): the merged
+file is published as ``compacted-*.parquet`` (not read: no manifest names it); the partition's next manifest is
+written (from now on readers take the merged file in place of the files it replaced); the replaced files and
+older manifests are deleted (no reader takes them any more). The caller holds the store's compaction lease, so
+leftovers of a compaction killed half way are deleted by the next one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from agenteval_exporters.files import STAGED_SUFFIX, new_file_name, staging_dir, write_parquet
+from agenteval_exporters.storefs import RemoteFile, RemoteRoot
+
+from ._live import COMPACTED_PREFIX, MANIFEST_PREFIX, PUBLISHED_PREFIX, Partition, table_partitions, write_manifest
+from ._schemas import SCHEMA_FILE_PREFIX, TABLES
+
+if TYPE_CHECKING:
+    from ._compact import CompactionResult
+
+
+def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
+    """Compact every partition of ``tables`` holding more than one live file (the caller holds the lease)."""
+    from ._compact import CompactionResult
+
+    result = CompactionResult()
+    for table in tables:
+        for partition in table_partitions(root, table):
+            if partition.folder.count("/") != 1:
+                continue  # the table's own folder (its schema files), or something no writer made
+            try:
+                result.merged(*compact_remote_partition(root, table, partition))
+            except (pa.ArrowException, OSError) as exc:  # the partition's live set is as it was (see ._live)
+                result.left_unreadable(root / partition.folder, exc, root)
+    return result
+
+
+def _name(file: RemoteFile) -> str:
+    return file.relative.rpartition("/")[2]
+
+
+def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition) -> tuple[int, int]:
+    """Merge the partition's live files into one; returns (files merged, rows)."""
+    files = [f for f in partition.live if not _name(f).startswith(SCHEMA_FILE_PREFIX)]
+    if len(files) < 2:
+        root.delete([f.relative for f in partition.dead])  # leftovers of a compaction killed half way
+        return 0, 0
+    import pyarrow.parquet as pq
+
+    from ._compact import _row_groups  # the same reading, conforming and row groups as on disk
+
+    keys = [f"{root.path}/{f.relative}" for f in files]
+    schema = TABLES[table]
+    if any(set(schema.names) - set(pq.read_schema(key, filesystem=root.fs).names) for key in keys):
+        schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    name = COMPACTED_PREFIX + new_file_name().removeprefix(PUBLISHED_PREFIX)
+    staged = staging_dir(root) / f"{name}{STAGED_SUFFIX}"
+    try:
+        rows = write_parquet(staged, _row_groups(keys, schema, root.fs), schema)
+        relative = f"{partition.folder}/{name}"
+        root.put(staged, relative)
+        merged_file = RemoteFile(relative, staged.stat().st_size, 0)
+    finally:
+        staged.unlink(missing_ok=True)
+    previous = partition.generation
+    older_manifest = f"{partition.folder}/{MANIFEST_PREFIX}{previous:012d}.json"
+    # Replaced files a killed compaction left stay named as merged until they are gone.
+    replaced = [f for f in files + partition.dead if f.relative.endswith(".parquet")]
+    write_manifest(root, partition, [merged_file], [_name(f) for f in replaced])
+    gone = [f.relative for f in files + partition.dead]
+    root.delete(gone + ([older_manifest] if previous else []))
+    return len(files), rows

@@ -1,0 +1,240 @@
+"""Stores on object storage, against a real S3 server on loopback (moto in server mode, tests/s3_server.py):
+run, report, rescore, compact, sql and doctor on ``s3://``; a run killed with SIGKILL and resumed from another
+process, every trial exactly once; compaction beside readers, who always see one consistent set of files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import fsspec
+import pytest
+from s3_server import environment, make_bucket, moto_server
+from waiting import wait_until
+
+from agenteval.dataset import load_dataset
+from agenteval.store import Store
+
+pytestmark = pytest.mark.heavy
+
+CASES, ATTEMPTS = 30, 3
+LEASE_SECONDS = "2"  # a killed run's lease is free this long after its last heartbeat (30 s by default)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    with moto_server() as variables, environment({**variables, "AGENTEVAL_LEASE_SECONDS": LEASE_SECONDS}):
+        make_bucket("evals")
+        yield variables
+
+
+@pytest.fixture
+def store(s3: dict[str, str]) -> str:
+    return f"s3://evals/{uuid.uuid4().hex[:8]}/store"
+
+
+def agenteval(store: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AGENTEVAL_STORE": store}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def objects(store: str) -> list[str]:
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    prefix = store.removeprefix("s3://")
+    return [key[len(prefix) + 1 :] for key in fs.find(prefix)]
+
+
+def every_trial() -> list[tuple[str, int]]:
+    cases = load_dataset("arithmetic", cases=CASES).cases
+    return sorted((c.id, attempt) for c in cases for attempt in range(1, ATTEMPTS + 1))
+
+
+def trial_keys(store: str, experiment_id: str) -> list[tuple[str, int]]:
+    rows = Store(store).rows(
+        "SELECT case_id, attempt FROM trial_history WHERE experiment_id = ? ORDER BY 1, 2", [experiment_id]
+    )
+    return [(r["case_id"], r["attempt"]) for r in rows]
+
+
+RUN = ["run", "--dataset", "arithmetic", "--agent", "mock", "--cases", str(CASES), "--attempts", str(ATTEMPTS)]
+
+
+COUNT_SCORES = "SELECT count(*) AS n, count(DISTINCT (pass_id, trial_id, scorer)) AS d FROM score_history"
+
+
+def test_run_report_rescore_compact_sql_and_doctor_on_s3(store, s3):
+    wrong = ["--agent-option", "wrong_rate=0.2"]
+    summary = json.loads(agenteval(store, *RUN, *wrong, "--json").stdout)
+    experiment_id = summary["experiment_id"]
+    assert trial_keys(store, experiment_id) == every_trial()
+    report = json.loads(agenteval(store, "report", experiment_id, "--format", "json").stdout)
+    assert report["trials"] == CASES * ATTEMPTS
+    agenteval(store, "rescore", experiment_id)
+    listed = objects(store)
+    # Only published files end in .parquet, each in a table's partition; nothing staged reached the bucket.
+    assert not [key for key in listed if key.endswith(".partial")]
+    assert any(key.startswith("scores/experiment_id=") for key in listed)
+    before = agenteval(store, "sql", COUNT_SCORES, "--format", "json")
+    compacted = agenteval(store, "compact").stdout
+    assert "compacted" in compacted
+    after = agenteval(store, "sql", COUNT_SCORES, "--format", "json")
+    assert json.loads(before.stdout) == json.loads(after.stdout)  # count in == count out
+    (row,) = json.loads(after.stdout)
+    assert row["n"] == row["d"] == 2 * CASES * ATTEMPTS * len(report["scorers"])
+    # Compaction made each partition one live file, named by its manifest; the files it replaced are gone.
+    scores = [key for key in objects(store) if key.startswith("scores/experiment_id=")]
+    assert [k.rpartition("/")[2].split("-")[0] for k in scores] == ["_manifest", "compacted"]
+    assert json.loads(agenteval(store, "report", experiment_id, "--format", "json").stdout) == report
+    assert agenteval(store, "doctor").stdout.strip().endswith("all readable")
+    # Reads through DuckDB's view of the bucket: a query, and read-only SQL that may reach nothing else.
+    refused = agenteval(store, "sql", "SELECT * FROM read_csv('/etc/passwd')", check=False)
+    assert refused.returncode != 0
+    # The run's stored records hold no credential, though the run had them in its environment.
+    (experiment,) = Store(store).rows("SELECT environment, options FROM experiment_history LIMIT 1")
+    assert s3["AWS_SECRET_ACCESS_KEY"] not in json.dumps(experiment)
+    assert s3["AWS_ACCESS_KEY_ID"] not in json.dumps(experiment)
+
+
+def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once(store):
+    slowly = ["--agent-option", "latency=0.3", "--concurrency", "2"]
+    env = {**os.environ, "AGENTEVAL_STORE": store}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "agenteval.cli", *RUN, *slowly, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        (row,) = wait_until(lambda: Store(store).rows("SELECT experiment_id FROM experiment_history"), "a run")
+        experiment_id = row["experiment_id"]
+
+        def published() -> int:
+            return len(trial_keys(store, experiment_id))
+
+        wait_until(lambda: published() >= 10, "the run to publish trials", timeout=120)
+        # While it runs, its lease (an object on the store) keeps another process from resuming it.
+        refused = agenteval(store, "run", "--resume", experiment_id, check=False)
+        assert refused.returncode != 0 and "still running" in refused.stdout + refused.stderr, refused.stderr[-3000:]
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.communicate()
+    assert first.returncode == -signal.SIGKILL
+    assert published() < len(every_trial())
+
+    # Its lease stops being renewed and expires; a resume waits for that, then runs only what is missing.
+    def resumed() -> subprocess.CompletedProcess | None:
+        done = agenteval(store, "run", "--resume", experiment_id, "--json", check=False)
+        return done if done.returncode == 0 else None
+
+    done = wait_until(resumed, "the killed run's lease to expire", timeout=120)
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert trial_keys(store, experiment_id) == every_trial()  # every trial, exactly once
+    (status,) = Store(store).rows("SELECT status FROM experiments")
+    assert status["status"] == "completed"
+
+
+WRITER = """
+import sys, pyarrow as pa
+from agenteval.store import Store
+store, files, rows = Store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+for f in range(files):
+    store.write("cases", [{"experiment_id": "x", "case_id": f"c{f}-{r}", "line": r, "input": "q"} for r in range(rows)])
+print("written", flush=True)
+"""
+
+COMPACTOR = """
+import sys
+from agenteval.store import Store, compact
+store = Store(sys.argv[1])
+merged = 0
+while sys.stdin.readline().strip() == "again":
+    merged += compact(store, ["cases"]).files_before
+    print(merged, flush=True)
+"""
+
+
+def test_readers_see_one_consistent_set_while_compaction_and_writers_run(store):
+    files, rows = 40, 5
+    Store(store).ensure()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, store, str(files), str(rows)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    compactor = subprocess.Popen(
+        [sys.executable, "-c", COMPACTOR, store], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert compactor.stdin is not None and compactor.stdout is not None
+    seen: list[int] = []
+    merged = 0
+    try:
+        while writer.poll() is None or len(seen) < 3 or merged == 0:
+            compactor.stdin.write("again\n")
+            compactor.stdin.flush()
+            # While it compacts, read: never a file twice (count == distinct), never a file lost (no going back).
+            (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT case_id) AS d FROM cases")
+            assert row["n"] == row["d"] and row["n"] % rows == 0
+            assert not seen or row["n"] >= seen[-1]
+            seen.append(row["n"])
+            merged = int(compactor.stdout.readline())
+        assert writer.wait(timeout=60) == 0
+    finally:
+        compactor.stdin.close()
+        compactor.wait(timeout=60)
+        writer.kill()
+        writer.wait()
+    assert merged > 0
+    (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT case_id) AS d FROM cases")
+    assert row == {"n": files * rows, "d": files * rows}
+
+
+def test_the_exporter_publishes_every_span_to_s3(store):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    exporter = ParquetSpanExporter(store, max_rows=300, flush_interval=0.2)
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    for i in range(1000):
+        with tracer.start_as_current_span(f"step {i % 7}"):
+            pass
+    provider.shutdown()
+    assert exporter.files_written >= 2
+    (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
+    assert row == {"n": 1000, "d": 1000}  # count in == count out, each published file whole
+
+
+def test_the_doctor_sets_an_unreadable_object_aside_and_the_store_reads_again(store):
+    summary = json.loads(agenteval(store, *RUN, "--json").stdout)
+    experiment_id = summary["experiment_id"]
+    fs = fsspec.filesystem("s3")
+    # A truncated copy of the trials, published beside them as a writer would (a copy cut short, say).
+    (merged,) = [k for k in objects(store) if k.startswith("trials/experiment_id=") and k.endswith(".parquet")]
+    data = fs.cat_file(f"{store.removeprefix('s3://')}/{merged}")
+    broken = merged.rpartition("/")[0] + "/part-0-broken.parquet"
+    fs.pipe_file(f"{store.removeprefix('s3://')}/{broken}", data[: len(data) // 2])
+    failed = agenteval(store, "report", experiment_id, check=False)
+    assert failed.returncode != 0 and "agenteval doctor" in failed.stdout + failed.stderr
+    healed = agenteval(store, "doctor").stdout
+    assert "part-0-broken.parquet" in healed
+    assert f".quarantine/{broken}.unreadable" in objects(store) and broken not in objects(store)
+    assert trial_keys(store, experiment_id) == every_trial()
+    assert json.loads(agenteval(store, "report", experiment_id, "--format", "json").stdout)["trials"] == len(
+        every_trial()
+    )
