@@ -15,6 +15,7 @@ from .collect._settings import (
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SCORE_DELAY,
     ENV_TOKEN,
 )
 from .errors import AgentevalError
@@ -1256,15 +1257,67 @@ def doctor(store: str | None, dry_run: bool) -> None:
     show_default=True,
     help="Largest request in bytes, compressed or not (413 past it).",
 )
+@click.option(
+    "--score",
+    "score_names",
+    multiple=True,
+    metavar="NAME|MODULE:ATTR",
+    help="Score each trace as it arrives with this scorer (repeatable): tool_errors, step_efficiency, "
+    "must_not_contain, or your own; the scores land where rescore --traces puts them.",
+)
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --score: the share of traces to score, chosen by trace id as OpenTelemetry's ratio sampler does.",
+)
+@click.option("--max-tool-calls", type=click.IntRange(min=0), help="With --score: step_efficiency's tool-call budget.")
+@click.option("--must-not-contain", "forbidden", multiple=True, help="With --score: text no reply may contain.")
+@click.option(
+    "--score-delay",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_SCORE_DELAY,
+    show_default=True,
+    help="With --score: seconds between a trace's root span arriving and the trace being scored.",
+)
 @store_option
 def collect(
-    host: str, port: int, grpc_port: int, no_grpc: bool, token: str | None, max_body: int, store: str | None
+    host: str,
+    port: int,
+    grpc_port: int,
+    no_grpc: bool,
+    token: str | None,
+    max_body: int,
+    score_names: tuple[str, ...],
+    sample: float,
+    max_tool_calls: int | None,
+    forbidden: tuple[str, ...],
+    score_delay: float,
+    store: str | None,
 ) -> None:
-    """Receive OTLP traces (HTTP and gRPC) into the store until SIGTERM or Ctrl-C, then write every span received."""
+    """Receive OTLP traces (HTTP and gRPC) into the store until SIGTERM or Ctrl-C, then write every span received;
+    with --score, score each trace as it arrives, as rescore --traces would."""
     from .collect import Collector
 
+    scorer = None
+    if score_names:
+        from .scorers._traces import TracePolicy, TraceScorer
+        from .store import Store
+
+        policy = TracePolicy(max_tool_calls, tuple(forbidden))
+        scorer = TraceScorer(Store(store), list(score_names), policy=policy, sample=sample)
+    elif sample != 1.0 or max_tool_calls is not None or forbidden:
+        raise click.UsageError("--sample, --max-tool-calls and --must-not-contain go with --score")
     collector = Collector(
-        store, host=host, port=port, grpc_port=None if no_grpc else grpc_port, token=token, max_body_bytes=max_body
+        store,
+        host=host,
+        port=port,
+        grpc_port=None if no_grpc else grpc_port,
+        token=token,
+        max_body_bytes=max_body,
+        score=scorer,
+        score_delay=score_delay,
     )
     collector.start()
     grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
@@ -1275,6 +1328,7 @@ def collect(
     click.echo(
         f"agenteval collect: stopped; {stats.spans_written:,} spans written, {stats.spans_rejected:,} rejected, "
         f"{stats.requests_refused:,} requests refused while busy"
+        + (f"; {stats.traces_scored:,} traces scored, {stats.scores_written:,} scores" if scorer is not None else "")
     )
 
 

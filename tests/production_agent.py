@@ -2,6 +2,7 @@
 in-process exporter with a resource naming its service, exactly what ``agenteval collect`` writes too.
 
     python production_agent.py STORE SERVICE agent N        N traces through the decorated agent, one scenario each
+                                                            (STORE may be an OTLP/HTTP endpoint: http://.../v1/traces)
     python production_agent.py STORE SERVICE past N DAYS [FILES]    N traces of 3 spans each, started DAYS days
                                                                     ago (published as FILES files, default one)
     python production_agent.py STORE SERVICE stream N       N traces written as they go (flush every 10 ms)
@@ -75,9 +76,15 @@ def assistant(question: str) -> str:
 
 def main() -> None:
     store, service, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    exporter = ParquetSpanExporter(store, flush_interval=0.01 if mode in ("stream", "past-stream") else 3600)
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if store.startswith("http://"):  # an OTLP/HTTP endpoint (agenteval collect) in place of a store
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=store)))
+    else:
+        exporter = ParquetSpanExporter(store, flush_interval=0.01 if mode in ("stream", "past-stream") else 3600)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
     set_tracer_provider(provider)
     print("ready", flush=True)
     spans = 0

@@ -103,6 +103,9 @@ def test_run_report_rescore_compact_sql_and_doctor_on_s3(store, s3):
     (experiment,) = Store(store).rows("SELECT environment, options FROM experiment_history LIMIT 1")
     assert s3["AWS_SECRET_ACCESS_KEY"] not in json.dumps(experiment)
     assert s3["AWS_ACCESS_KEY_ID"] not in json.dumps(experiment)
+    # Retention by whole days is a file-system operation: on a bucket it says what to use instead.
+    pruned = agenteval(store, "prune", "--older-than", "30d", check=False)
+    assert pruned.returncode == 2 and "lifecycle rules" in pruned.stderr, pruned.stderr
 
 
 def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once(store):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         DEFAULT_HTTP_PORT,
         DEFAULT_MAX_BODY_BYTES,
         DEFAULT_MAX_QUEUED_SPANS,
+        DEFAULT_SCORE_DELAY,
         ENV_TOKEN,
     )
 
@@ -40,6 +41,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "DEFAULT_HTTP_PORT",
             "DEFAULT_MAX_BODY_BYTES",
             "DEFAULT_MAX_QUEUED_SPANS",
+            "DEFAULT_SCORE_DELAY",
             "ENV_TOKEN",
         ),
     },

@@ -43,19 +43,29 @@ class Answer:
 @dataclasses.dataclass(frozen=True)
 class CollectStats:
     """Counts since start: spans acknowledged, written (handed to the writer), rejected as invalid, and
-    requests refused because the queue was full or the collector was stopping."""
+    requests refused because the queue was full or the collector was stopping; with online scoring, the
+    traces handed to the scorer (before its sampling) and the scores it wrote."""
 
     spans_received: int
     spans_written: int
     spans_rejected: int
     requests_refused: int
+    traces_scored: int = 0
+    scores_written: int = 0
 
 
 class Intake:
     """The bounded queue and the writer thread. Thread-safe; one per collector."""
 
-    def __init__(self, exporter: ParquetSpanExporter, max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS) -> None:
+    def __init__(
+        self,
+        exporter: ParquetSpanExporter,
+        max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
+        on_written: Callable[[pa.RecordBatch], None] | None = None,
+    ) -> None:
         self.exporter = exporter
+        self.on_written = on_written
+        """Told of each batch the writer handed over (online scoring takes the traces whose roots it holds)."""
         self.max_queued_spans = max_queued_spans
         self._queue: deque[pa.RecordBatch] = deque()
         self._queued = 0
@@ -120,10 +130,13 @@ class Intake:
                 while self._queue and rows < WRITE_ROWS:
                     batches.append(self._queue.popleft())
                     rows += batches[-1].num_rows
+            batch = _one_batch(batches)
             try:
-                self.exporter.export_batch(_one_batch(batches))
+                self.exporter.export_batch(batch)
             except Exception:  # the writer keeps the rows of a file it could not publish and retries them
                 logger.exception("agenteval collect: could not write spans under %s", self.exporter.store)
+            if self.on_written is not None:
+                self.on_written(batch)
             with self._lock:
                 self._queued -= rows
                 self._written += rows

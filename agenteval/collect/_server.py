@@ -9,10 +9,12 @@ interval (about a second), as with any collector that queues in memory; what is 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
 from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
 
 from agenteval_exporters import ParquetSpanExporter, store_path
 
@@ -20,15 +22,20 @@ from ..errors import UsageError
 from ._grpc import GrpcReceiver
 from ._http import HttpReceiver
 from ._intake import CollectStats, Intake
+from ._online import OnlineScoring
 from ._settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUED_SPANS,
+    DEFAULT_SCORE_DELAY,
     ENV_TOKEN,
     is_loopback,
 )
+
+if TYPE_CHECKING:
+    from ..scorers._traces import TraceScorer
 
 
 class Collector:
@@ -36,7 +43,9 @@ class Collector:
 
     Port 0 takes a free port (see :attr:`http_port` and :attr:`grpc_port` once started). Binding anything
     but loopback needs a token (``token``, else ``AGENTEVAL_COLLECT_TOKEN``), which clients send as
-    ``Authorization: Bearer TOKEN``; with a token, loopback requires it too.
+    ``Authorization: Bearer TOKEN``; with a token, loopback requires it too. With ``score`` (a
+    :class:`~agenteval.scorers.TraceScorer` over the same store), each trace is scored ``score_delay`` seconds
+    after its root span is written (see ``agenteval.collect._online``).
     """
 
     def __init__(
@@ -50,6 +59,8 @@ class Collector:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
         flush_interval: float | None = None,
+        score: TraceScorer | None = None,
+        score_delay: float = DEFAULT_SCORE_DELAY,
     ) -> None:
         self.store = store_path(store)
         self.host = host
@@ -66,6 +77,8 @@ class Collector:
         self._http: HttpReceiver | None = None
         self._grpc: GrpcReceiver | None = None
         self._intake: Intake | None = None
+        self._scorer, self._score_delay = score, score_delay
+        self._online: OnlineScoring | None = None
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
         self._lock = threading.Lock()
@@ -75,7 +88,11 @@ class Collector:
     def start(self) -> Collector:
         """Bind the ports and start receiving; returns once clients can connect."""
         port, grpc_port = self._ports
-        intake = Intake(ParquetSpanExporter(self.store, flush_interval=self._flush_interval), self._max_queued_spans)
+        exporter = ParquetSpanExporter(str(self.store), flush_interval=self._flush_interval)
+        online = None
+        if self._scorer is not None:
+            online = OnlineScoring(self._scorer, exporter.force_flush, self._score_delay)
+        intake = Intake(exporter, self._max_queued_spans, online.written if online is not None else None)
         try:
             try:
                 self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
@@ -87,8 +104,10 @@ class Collector:
             if self._http is not None:
                 self._http.server_close()
             intake.close()
+            if online is not None:
+                online.close()
             raise
-        self._intake = intake
+        self._intake, self._online = intake, online
         thread = threading.Thread(target=self._http.serve_forever, name="agenteval-collect-http", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -109,6 +128,8 @@ class Collector:
         if self._http is not None:
             self._http.close()
         self._intake.close()
+        if self._online is not None:
+            self._online.close()  # the traces still waiting, scored now that every span is written
 
     def serve(self) -> None:
         """Run until SIGTERM or SIGINT (from the main thread), then stop gracefully."""
@@ -160,4 +181,9 @@ class Collector:
         """Spans received, written and rejected, and requests refused, so far."""
         if self._intake is None:
             return CollectStats(0, 0, 0, 0)
-        return self._intake.stats()
+        stats = self._intake.stats()
+        if self._online is None:
+            return stats
+        return dataclasses.replace(
+            stats, traces_scored=self._online.traces_scored, scores_written=self._online.scores_written
+        )

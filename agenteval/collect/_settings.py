@@ -22,6 +22,9 @@ DEFAULT_MAX_CONNECTIONS = 256
 """Open HTTP connections at once (a thread each); more are closed as they arrive."""
 RETRY_AFTER_SECONDS = 1
 """What a refused client is told to wait."""
+DEFAULT_SCORE_DELAY = 5.0
+"""With online scoring: seconds between a trace's root span being written and the trace being scored (its
+children sent by other processes or in later requests have arrived by then)."""
 
 
 def is_loopback(host: str) -> bool:

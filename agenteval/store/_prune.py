@@ -20,6 +20,7 @@ from urllib.parse import unquote
 from agenteval_exporters.files import fsync_dir, partition_path
 from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY
 
+from ..errors import UsageError
 from ._compact import COMPACT_WAIT_SECONDS
 from ._store import Store, compaction_lock
 
@@ -91,23 +92,23 @@ def _measure(table: str, root: Path, folder: Path) -> PrunedPartition:
     return PrunedPartition(table, folder.relative_to(root).as_posix(), len(files), rows, size)
 
 
-def _remove(store: Store, table: str, folder: Path) -> PrunedPartition:
+def _remove(store_root: Path, table: str, folder: Path) -> PrunedPartition:
     """Move ``folder`` out of every glob in one rename, measure what it held then (a writer may have published
     into it until the rename), and delete it."""
-    trash = store.root / PRUNING
+    trash = store_root / PRUNING
     trash.mkdir(exist_ok=True)
     away = trash / uuid.uuid4().hex
     os.replace(folder, away)
     fsync_dir(folder.parent)
     removed = _measure(table, away, away)
-    removed.partition = folder.relative_to(store.root / table).as_posix()
+    removed.partition = folder.relative_to(store_root / table).as_posix()
     shutil.rmtree(away, ignore_errors=True)
     return removed
 
 
-def finish_earlier_prunes(store: Store) -> int:
+def finish_earlier_prunes(store_root: Path) -> int:
     """Delete what a prune killed after its rename left in ``.pruning/``; returns how many folders."""
-    trash = store.root / PRUNING
+    trash = store_root / PRUNING
     if not trash.is_dir():
         return 0
     left = list(trash.iterdir())
@@ -133,11 +134,17 @@ def prune(
     cutoff = (now or datetime.datetime.now(datetime.UTC)) - older_than
     result = PruneResult(cutoff, service, dry_run)
     store.require()
-    with compaction_lock(store.root, wait=wait):
+    store_root = store.root
+    if not isinstance(store_root, Path):
+        raise UsageError(
+            f"agenteval prune works on a store on disk, not on {store_root}: on object storage, expire the "
+            "spans/date=DAY/ and scores/date=DAY/ prefixes with the bucket's own lifecycle rules"
+        )
+    with compaction_lock(store_root, wait=wait):
         if not dry_run:
-            finish_earlier_prunes(store)
+            finish_earlier_prunes(store_root)
         for table in PRODUCTION_TABLES:
-            root = store.root / table
+            root = store_root / table
             if not root.is_dir():
                 continue
             for day_folder in sorted(root.iterdir()):
@@ -155,7 +162,7 @@ def prune(
                 if dry_run:
                     result.partitions.append(_measure(table, root, target))
                     continue
-                result.partitions.append(_remove(store, table, target))
+                result.partitions.append(_remove(store_root, table, target))
                 if service is not None:
                     with contextlib.suppress(OSError):  # the day's last service gone: its folder too
                         day_folder.rmdir()

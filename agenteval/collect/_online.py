@@ -1,0 +1,89 @@
+"""Online evaluation in the collector: production traces scored as they arrive, by the scorers of experiments.
+
+A trace is taken as complete once its root span has been written (a root span ends after its children, and
+exporters send spans as they end), and is scored :data:`DEFAULT_SCORE_DELAY` seconds later, so that children
+sent by another process or in a later request have arrived too. The spans are published first (the writer's
+flush), then :class:`~agenteval.scorers.TraceScorer` scores the sampled traces into the scores table, the rows
+``agenteval rescore --traces`` writes. Scoring runs on a thread of its own: a slow scorer never holds up
+receiving. What is still waiting when the collector stops is scored then, after the last spans are written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..scorers._traces import TraceScorer
+from ._settings import DEFAULT_SCORE_DELAY
+
+logger = logging.getLogger(__name__)
+
+
+class OnlineScoring:
+    """Scores the traces whose root spans were written, a delay later; one thread, one per collector."""
+
+    def __init__(self, scorer: TraceScorer, publish: Callable[[], bool], delay: float = DEFAULT_SCORE_DELAY) -> None:
+        self.scorer = scorer
+        self.delay = delay
+        self._publish = publish
+        self._due: deque[tuple[float, list[str]]] = deque()
+        self._lock = threading.Condition()
+        self._closing = False
+        self.traces_scored = 0
+        """Traces handed to the scorer (before its sampling)."""
+        self.scores_written = 0
+        self._thread = threading.Thread(target=self._run, name="agenteval-collect-scoring", daemon=True)
+        self._thread.start()
+
+    def written(self, batch: pa.RecordBatch) -> None:
+        """The writer wrote ``batch``: its production traces whose root span it holds become due."""
+        roots = pc.and_(pc.is_null(batch.column("parent_span_id")), pc.is_null(batch.column("experiment_id")))
+        ids = pc.filter(batch.column("trace_id"), roots).to_pylist()
+        if ids:
+            with self._lock:
+                self._due.append((time.monotonic() + self.delay, ids))
+                self._lock.notify_all()
+
+    def close(self) -> None:
+        """Score every trace still waiting (call once the spans are all written), then stop."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closing and not (self._due and self._due[0][0] <= time.monotonic()):
+                    self._lock.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                if self._closing:
+                    ids = [i for _, batch in self._due for i in batch]
+                    self._due.clear()
+                else:
+                    ids = self._take_due()
+            if ids:
+                self._score(ids)
+            elif self._closing:
+                return
+
+    def _take_due(self) -> list[str]:
+        now, ids = time.monotonic(), []
+        while self._due and self._due[0][0] <= now:
+            ids += self._due.popleft()[1]
+        return ids
+
+    def _score(self, ids: list[str]) -> None:
+        try:
+            self._publish()
+            result = self.scorer.score(ids)
+        except Exception:  # a scorer's failure costs these traces their scores, never the collector
+            logger.exception("agenteval collect: could not score %d production traces", len(ids))
+            return
+        self.traces_scored += len(ids)
+        self.scores_written += result.scores
