@@ -57,7 +57,7 @@ def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path):
         with multiprocessing.get_context("spawn").Pool(CLIENTS) as pool:
             # Far more than can be sent before the signal: the clients are still sending when it comes.
             running = pool.starmap_async(send_spans, [(endpoint, 400_000, seed) for seed in range(1, CLIENTS + 1)])
-            wait_until(lambda: any(store.glob("spans/*/*.parquet")), "the collector's first file")
+            wait_until(lambda: any(store.glob("spans/**/*.parquet")), "the collector's first file")
             collector.send_signal(signal.SIGTERM)
             out, err = collector.communicate(timeout=120)
             acknowledged = running.get(timeout=300)
