@@ -36,7 +36,11 @@ def shards_line(shards: Sequence[ShardProgress]) -> str:
     return ", ".join(f"{s.shard} {s.status} ({s.trials} trials)" for s in shards)
 
 
-def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
+Section = tuple[str, list[str], list[list[str]]]
+"""A report's section as every format renders it: its heading, its columns, its rows."""
+
+
+def sections(report: Report) -> list[Section]:
     """The report as titled tables of text: what every format but JSON renders."""
     e, o = report.experiment, report.outcomes
     git = e.environment.get("git") or {}
@@ -135,11 +139,29 @@ def sections(report: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     ]
 
 
-def to_markdown(report: Report) -> str:
-    out = [f"# Report: {markdown_cell(report.experiment.id)}"]
-    for title, header, rows in sections(report):
+def markdown_document(heading: str, parts: list[Section]) -> str:
+    """A report as markdown: a heading, then one table per section."""
+    out = [f"# {markdown_cell(heading)}"]
+    for title, header, rows in parts:
         out += ["", f"## {markdown_cell(title)}", "", markdown_table(header, rows)]
     return "\n".join(out) + "\n"
+
+
+def terminal_document(parts: list[Section], behind: str, heading: str | None = None) -> Any:
+    """A report for the terminal: one rich table per section, then where its figures come from."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from ._tables import rich_table
+
+    shown: list[Any] = [] if heading is None else [Text(heading)]
+    shown += [rich_table(header, rows, title=title) for title, header, rows in parts]
+    shown.append(Text(f"Figures come from DuckDB over the store; agenteval sql shows {behind}."))
+    return Group(*shown)
+
+
+def to_markdown(report: Report) -> str:
+    return markdown_document(f"Report: {report.experiment.id}", sections(report))
 
 
 def to_json(report: Report) -> str:
@@ -147,16 +169,7 @@ def to_json(report: Report) -> str:
 
 
 def to_terminal(report: Report) -> Any:
-    from rich.console import Group
-    from rich.text import Text
-
-    from ._tables import rich_table
-
-    parts: list[Any] = []
-    for title, header, rows in sections(report):
-        parts.append(rich_table(header, rows, title=title))
-    parts.append(Text("Figures come from DuckDB over the store; agenteval sql shows the tables behind them."))
-    return Group(*parts)
+    return terminal_document(sections(report), "the tables behind them")
 
 
 # --- HTML -----------------------------------------------------------------------------------

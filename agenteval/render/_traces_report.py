@@ -8,9 +8,19 @@ import datetime
 import json
 from typing import TYPE_CHECKING, Any
 
-from ._report_formats import failure_bars, html_page, html_table, interval, latency_histogram, ms, pct
-from ._tables import markdown_table
-from ._text_safety import html_text, markdown_cell
+from ._report_formats import (
+    Section,
+    failure_bars,
+    html_page,
+    html_table,
+    interval,
+    latency_histogram,
+    markdown_document,
+    ms,
+    pct,
+    terminal_document,
+)
+from ._text_safety import html_text
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB
     from ..analysis._traces import TracesReport
@@ -32,7 +42,7 @@ def title(report: TracesReport) -> str:
     return f"Production traces: {scope}" + (f", since {_when(window.since)}" if window.since else "")
 
 
-def sections(report: TracesReport) -> list[tuple[str, list[str], list[list[str]]]]:
+def sections(report: TracesReport) -> list[Section]:
     """The report as titled tables of text: what every format but JSON renders."""
     w, f, lat = report.window, report.failures, report.latency
     about = [
@@ -103,10 +113,7 @@ def sections(report: TracesReport) -> list[tuple[str, list[str], list[list[str]]
 
 
 def to_markdown(report: TracesReport) -> str:
-    out = [f"# {markdown_cell(title(report))}"]
-    for heading, header, rows in sections(report):
-        out += ["", f"## {markdown_cell(heading)}", "", markdown_table(header, rows)]
-    return "\n".join(out) + "\n"
+    return markdown_document(title(report), sections(report))
 
 
 def to_json(report: TracesReport) -> str:
@@ -114,15 +121,7 @@ def to_json(report: TracesReport) -> str:
 
 
 def to_terminal(report: TracesReport) -> Any:
-    from rich.console import Group
-    from rich.text import Text
-
-    from ._tables import rich_table
-
-    parts: list[Any] = [Text(title(report))]
-    parts += [rich_table(header, rows, title=heading) for heading, header, rows in sections(report)]
-    parts.append(Text("Figures come from DuckDB over the store; agenteval sql shows the traces view behind them."))
-    return Group(*parts)
+    return terminal_document(sections(report), "the traces view behind them", heading=title(report))
 
 
 def to_html(report: TracesReport) -> str:
