@@ -1,5 +1,6 @@
-"""Real parts that live in environments of their own (their dependencies are many, pinned, or large), made
-the first time a test needs them, so the README's test command needs nothing set up beforehand."""
+"""Real parts that live in environments of their own (their dependencies are many, pinned, or large), or that
+come from Debian's packages, made the first time a test needs them, so the README's test command needs nothing
+set up beforehand."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PHOENIX = "arize-phoenix==20.26.1"
 """The Phoenix the backend test was last passed against: a new release may change its API or its parsing."""
 CHDB = "chdb==4.4.0"
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's chromium, which the dashboard's browser tests drive through Playwright (never Playwright's downloads)."""
 
 
 def environment(name: str, *packages: str, override: str | None = None) -> str:
@@ -31,3 +34,14 @@ def environment(name: str, *packages: str, override: str | None = None) -> str:
         subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
         pinned.write_text("\n".join(packages))
     return str(python)
+
+
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get the first time a test needs it (as root, as CI runs)."""
+    if not os.path.exists(CHROMIUM):
+        if os.geteuid() != 0:
+            raise AssertionError(f"{CHROMIUM} is missing and only root can install it: apt-get install -y chromium")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env, stdout=subprocess.DEVNULL)
+    return CHROMIUM

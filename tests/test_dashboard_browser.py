@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from dashboard_server import dashboard, make_store
+from real_parts import chromium
 
 from agenteval.store import Store
 
 pytestmark = pytest.mark.heavy
 
-CHROMIUM = "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 DOCS_SHOTS = {"experiments", "experiment", "trial", "compare", "review", "sql", "injected"}
 """The screenshots the README and docs/dashboard.md show."""
@@ -44,12 +44,11 @@ def site(runs):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    executable = chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         yield launched
         launched.close()
 
