@@ -141,6 +141,35 @@ def trace_window_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def trace_policy_options(given_with: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--sample``, ``--max-tool-calls`` and ``--must-not-contain``: how production traces are scored, for
+    ``rescore --traces`` and ``collect --score`` alike (``given_with`` names the option they go with)."""
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--must-not-contain",
+            "forbidden",
+            multiple=True,
+            metavar="TEXT",
+            help=f"With {given_with}: text no reply may contain (repeatable).",
+        )(fn)
+        fn = click.option(
+            "--max-tool-calls",
+            type=click.IntRange(min=0),
+            help=f"With {given_with}: the tool-call budget of step_efficiency.",
+        )(fn)
+        return click.option(
+            "--sample",
+            type=click.FloatRange(0, 1, min_open=True),
+            default=1.0,
+            show_default=True,
+            help=f"With {given_with}: the share of traces to score, chosen by trace id as OpenTelemetry's ratio "
+            "sampler does.",
+        )(fn)
+
+    return add
+
+
 def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
@@ -609,23 +638,7 @@ def run(
     "--traces", is_flag=True, help="Score production traces (spans outside any experiment) with reference-free scorers."
 )
 @trace_window_options
-@click.option(
-    "--sample",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="With --traces: the share of traces to score, chosen by trace id as OpenTelemetry's ratio sampler does.",
-)
-@click.option(
-    "--max-tool-calls", type=click.IntRange(min=0), help="With --traces: the tool-call budget of step_efficiency."
-)
-@click.option(
-    "--must-not-contain",
-    "forbidden",
-    multiple=True,
-    metavar="TEXT",
-    help="With --traces: text no reply may contain (repeatable).",
-)
+@trace_policy_options("--traces")
 @click.option("--rubric", help="With --traces and --judge: what the judge grades replies against.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -1265,15 +1278,7 @@ def doctor(store: str | None, dry_run: bool) -> None:
     help="Score each trace as it arrives with this scorer (repeatable): tool_errors, step_efficiency, "
     "must_not_contain, or your own; the scores land where rescore --traces puts them.",
 )
-@click.option(
-    "--sample",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="With --score: the share of traces to score, chosen by trace id as OpenTelemetry's ratio sampler does.",
-)
-@click.option("--max-tool-calls", type=click.IntRange(min=0), help="With --score: step_efficiency's tool-call budget.")
-@click.option("--must-not-contain", "forbidden", multiple=True, help="With --score: text no reply may contain.")
+@trace_policy_options("--score")
 @click.option(
     "--score-delay",
     type=click.FloatRange(min=0),

@@ -65,8 +65,7 @@ def _worded(case_id: str):
     case = next(c for c in DATASET if c.id == case_id)
 
     def reply(request: ms.Request) -> ms.Reply:
-        answered = any(m.get("role") == "tool" for m in request.messages)
-        if not answered:
+        if not ms._answered_tools(request):
             return ms.Reply(tool_calls=[ms.ToolCall("search_documents", json.dumps({"query": case.input}))])
         return ms.text(WORDED[case_id])
 

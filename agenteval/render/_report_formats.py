@@ -16,7 +16,7 @@ from ._text_safety import html_text, markdown_cell
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
     from ..analysis._experiments import ShardProgress
-    from ..analysis._report import CategoryPassRate, Outcomes, Report
+    from ..analysis._report import CategoryPassRate, Outcomes, Report, ScorerFigures
 
 
 def pct(value: float | None) -> str:
@@ -38,6 +38,20 @@ def shards_line(shards: Sequence[ShardProgress]) -> str:
 
 Section = tuple[str, list[str], list[list[str]]]
 """A report's section as every format renders it: its heading, its columns, its rows."""
+
+
+def scorer_rows(scorers: list[ScorerFigures]) -> list[list[str]]:
+    """Each scorer's kind, pass rate (or mean) and counts, as the scorers' table of either report shows them."""
+    return [
+        [
+            s.scorer,
+            "continuous (mean)" if s.continuous else "pass/fail",
+            pct(s.mean if s.continuous else s.pass_rate),
+            str(s.scored),
+            str(s.errors),
+        ]
+        for s in scorers
+    ]
 
 
 def sections(report: Report) -> list[Section]:
@@ -71,16 +85,7 @@ def sections(report: Report) -> list[Section]:
         ]
         for c in report.categories
     ]
-    scorers = [
-        [
-            s.scorer,
-            "continuous (mean)" if s.continuous else "pass/fail",
-            pct(s.mean if s.continuous else s.pass_rate),
-            str(s.scored),
-            str(s.errors),
-        ]
-        for s in report.scorers
-    ]
+    scorers = scorer_rows(report.scorers)
     trials = report.trials or 1
     outcomes = [
         ["passed", str(o.passed), pct(o.passed / trials)],
@@ -288,19 +293,24 @@ def html_page(title: str, body: list[str]) -> str:
 
 def to_html(report: Report) -> str:
     """One self-contained page: inline CSS and SVG, no script, no network access needed."""
-    e = html_text
-    body = [f"<h1>Report: {e(report.experiment.id)}</h1>"]
     plots = {
         "By category": category_plot(report.categories),
         "Latency": latency_histogram(report.latency.trial_sample_ms),
         "Failures apart from wrong answers": failure_plot(report.outcomes),
     }
-    for title, header, rows in sections(report):
-        body.append(f"<h2>{e(title)}</h2>")
+    experiment = report.experiment.id
+    return html_document(f"Report: {experiment}", f"agenteval report {experiment}", sections(report), plots)
+
+
+def html_document(heading: str, page_title: str, parts: list[Section], plots: dict[str, str]) -> str:
+    """A report as one self-contained page: a table per section, after the plot (inline SVG) of that name."""
+    body = [f"<h1>{html_text(heading)}</h1>"]
+    for title, header, rows in parts:
+        body.append(f"<h2>{html_text(title)}</h2>")
         if title in plots:
             body.append(plots[title])
         body.append(html_table(header, rows))
-    return html_page(f"agenteval report {report.experiment.id}", body)
+    return html_page(page_title, body)
 
 
 FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}

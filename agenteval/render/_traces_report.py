@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING, Any
 from ._report_formats import (
     Section,
     failure_bars,
-    html_page,
-    html_table,
+    html_document,
     interval,
     latency_histogram,
     markdown_document,
     ms,
     pct,
+    scorer_rows,
     terminal_document,
 )
-from ._text_safety import html_text
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB
     from ..analysis._traces import TracesReport
@@ -82,16 +81,7 @@ def sections(report: TracesReport) -> list[Section]:
         ]
         for t in report.tools
     ]
-    scorers = [
-        [
-            s.scorer,
-            "continuous (mean)" if s.continuous else "pass/fail",
-            pct(s.mean if s.continuous else s.pass_rate),
-            str(s.scored),
-            str(s.errors),
-        ]
-        for s in report.scorers
-    ]
+    scorers = scorer_rows(report.scorers)
     latest = [
         [_when(x.started_at), x.service, x.trace_id, x.failure_type, x.message[:MESSAGE_SHOWN]]
         for x in report.latest_failures
@@ -126,17 +116,11 @@ def to_terminal(report: TracesReport) -> Any:
 
 def to_html(report: TracesReport) -> str:
     """One self-contained page in the experiment report's style: inline CSS and SVG, no script."""
-    body = [f"<h1>{html_text(title(report))}</h1>"]
     plots = {
         "Failures by type (the classifier of trials)": failure_bars(report.failures_by_type),
         "Latency": latency_histogram(report.latency.sample_ms),
     }
-    for heading, header, rows in sections(report):
-        body.append(f"<h2>{html_text(heading)}</h2>")
-        if heading in plots:
-            body.append(plots[heading])
-        body.append(html_table(header, rows))
-    return html_page(f"agenteval {title(report)}", body)
+    return html_document(title(report), f"agenteval {title(report)}", sections(report), plots)
 
 
 FORMATS = {"markdown": to_markdown, "json": to_json, "html": to_html}
