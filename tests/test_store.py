@@ -231,3 +231,23 @@ def test_each_table_carries_its_own_schema_version(tmp_path):
         )
     (written,) = (store.root / "trials").glob("experiment_id=*/*.parquet")
     assert pq.read_metadata(written).metadata[b"agenteval.schema_version"] == str(TABLES_VERSION).encode()
+
+
+def test_views_read_their_columns_from_the_schema_files_as_the_arrow_schemas_give_them(tmp_path, monkeypatch):
+    """Reading a laid-out store takes each table's columns from its schema file, without pyarrow; the columns and
+    DuckDB types are the Arrow schema's. Without its schema file (a store of an older version), a table's columns
+    come from the Arrow schema."""
+    from agenteval.store import _store
+    from agenteval.store._schemas import schema_file
+
+    store = Store(tmp_path / "s")
+    store.write("trials", trial_rows("e1", 3))  # lays the store out: every table's schema file
+    con = store.connect()
+    for table in TABLES:
+        from_file = _store._schema_file_columns(con, store.root / table / schema_file(table))
+        assert from_file == _store._arrow_columns(table, con), table
+    (store.root / "trials" / schema_file("trials")).unlink()
+    monkeypatch.setattr(_store, "_EMPTY_RELATIONS", {})
+    con = store.connect()
+    assert [row[0] for row in con.execute("DESCRIBE trial_history").fetchall()] == TABLES["trials"].names
+    assert con.execute("SELECT count(*) FROM trials").fetchone() == (3,)

@@ -27,17 +27,20 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 
-from ._schemas import SCHEMA_FILE_PREFIX, TABLES
+from . import _schemas
+from ._schemas import SCHEMA_FILE_PREFIX, TABLE_NAMES
 from ._snapshots import refresh_figures
 from ._store import Store, StoreBusy, compaction_lock
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow is imported where files are merged: opening the store imports this module to recover (see recover).
 logger = logging.getLogger(__name__)
 
 COMPACT_WAIT_SECONDS = 300.0
@@ -89,6 +92,8 @@ class CompactionResult:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema``'s columns: missing ones (older files) filled with nulls."""
+    import pyarrow as pa
+
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:  # a column older files lack cannot stay declared non-nullable
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
@@ -108,7 +113,8 @@ a 100,000-trial run); queries over 8 MB row groups took the same time as over 24
 def _row_groups(files: list[Path] | list[str], schema: pa.Schema, filesystem: Any = None) -> Iterator[pa.Table]:
     """The files' rows, conformed to ``schema``, gathered into row groups of about ROW_GROUP_BYTES (``filesystem``:
     an fsspec file system the files are on, for a store on object storage)."""
-    import pyarrow.parquet as pq  # here: opening the store imports this module to recover, which needs none
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     gathered: list[pa.Table] = []
     size = 0
@@ -210,9 +216,10 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     files = _data_files(folder)
     if len(files) < 2:
         return 0, 0
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = TABLES[table]
+    schema = _schemas.TABLES[table]
     if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     assert isinstance(store.root, Path)  # a store on object storage is compacted by ._compact_remote
@@ -289,9 +296,11 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
     if isinstance(store.root, RemoteRoot):
         from ._compact_remote import compact_remote
 
-        return compact_remote(store.root, tables or list(TABLES))
+        return compact_remote(store.root, tables or list(TABLE_NAMES))
+    import pyarrow as pa
+
     result = CompactionResult()
-    for table in tables or list(TABLES):
+    for table in tables or list(TABLE_NAMES):
         root = store.root / table
         if not root.is_dir():
             continue

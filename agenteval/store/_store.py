@@ -9,21 +9,26 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import pyarrow as pa
 
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home, register
-from agenteval_exporters.writer import PartitionedWriter
 
 from ..errors import AgentevalError
+from . import _schemas
 from ._lease import store_lease
-from ._schemas import TABLES, schema_file
+from ._schemas import TABLE_NAMES, schema_file
 from ._trace_views import trace_views
 from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from agenteval_exporters.writer import PartitionedWriter
 
 QUERY_RETRIES = 8
 T = TypeVar("T")
@@ -110,20 +115,38 @@ REMOTE_RETRY_PAUSE = 0.05
 _EMPTY_RELATIONS: dict[str, str] = {}
 
 
-def empty_relation(table: str, con: duckdb.DuckDBPyConnection) -> str:
-    """A SELECT of no rows with ``table``'s columns as its schema defines them, in DuckDB's types (read
-    through ``con`` once per process: a connection of its own cost 0.15 s, a fifth of a small rescore)."""
+def empty_relation(table: str, con: duckdb.DuckDBPyConnection, schema_file_path: Path | None = None) -> str:
+    """A SELECT of no rows with ``table``'s columns as its schema defines them, in DuckDB's types; read once per
+    process through ``con`` (a connection of its own cost 0.15 s, a fifth of a small rescore) from the table's
+    schema file when given one that exists, else from the Arrow schema, which costs importing pyarrow."""
     known = _EMPTY_RELATIONS.get(table)
     if known is not None:
         return known
-    schema = TABLES[table]
+    columns = _schema_file_columns(con, schema_file_path) or _arrow_columns(table, con)
+    relation = ", ".join(f"NULL::{kind} AS {quote_identifier(name)}" for name, kind in columns)
+    known = _EMPTY_RELATIONS[table] = f"SELECT {relation} WHERE false"
+    return known
+
+
+def _schema_file_columns(con: duckdb.DuckDBPyConnection, path: Path | None) -> list[tuple[str, str]] | None:
+    """The columns of a table's schema file (written from its Arrow schema when the store was laid out, and named
+    by the schema's version), or None when there is none to read."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_string(str(path))})").fetchall()
+    except duckdb.Error:  # unreadable: the Arrow schema says the same
+        return None
+    return [(row[0], row[1]) for row in described] or None
+
+
+def _arrow_columns(table: str, con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    import pyarrow as pa
+
+    schema = _schemas.TABLES[table]
     # Not schema.empty_table(): that makes pyarrow import pandas, when installed (40 MB and 0.1 s of a report).
     types = con.from_arrow(pa.Table.from_batches([], schema=schema)).types
-    columns = ", ".join(
-        f"NULL::{kind} AS {quote_identifier(name)}" for name, kind in zip(schema.names, types, strict=True)
-    )
-    known = _EMPTY_RELATIONS[table] = f"SELECT {columns} WHERE false"
-    return known
+    return [(name, str(kind)) for name, kind in zip(schema.names, types, strict=True)]
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
@@ -178,7 +201,7 @@ class Store:
         probe = staging_dir(self.root) / f"probe-{uuid.uuid4().hex}{STAGED_SUFFIX}"
         probe.touch()
         probe.unlink()
-        for table, schema in TABLES.items():
+        for table, schema in _schemas.TABLES.items():
             folder = self.root / table
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / schema_file(table)
@@ -193,7 +216,7 @@ class Store:
     def _lay_out_remote(self, root: RemoteRoot) -> None:
         """Object storage has no folders: only the schema files, each published whole if missing. Writing them
         also proves the bucket exists and can be written, before any trial runs."""
-        for table, schema in TABLES.items():
+        for table, schema in _schemas.TABLES.items():
             if not root.has(f"{table}/{schema_file(table)}"):
                 staged = staging_dir(root) / f"{table}-{uuid.uuid4().hex}{STAGED_SUFFIX}"
                 try:
@@ -263,7 +286,7 @@ class Store:
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
-        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLES}
+        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLE_NAMES}
         for name, sql in views.items():
             # Creating the view binds it, which opens the files to union their columns. On object storage the
             # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
@@ -287,7 +310,8 @@ class Store:
     def _stored_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str:
         """The table's rows as written; with the schema's columns in any case, so that files of an older
         version, or no files at all, still give every column (the store itself is never changed for it)."""
-        columns = empty_relation(table, con)
+        local = None if isinstance(self.root, RemoteRoot) else self.root / table / schema_file(table)
+        columns = empty_relation(table, con, local)
         sources = self._sources(table)
         if sources is not None:
             columns = f"SELECT * FROM {self._read_parquet(sources)} UNION ALL BY NAME {columns}"
@@ -336,16 +360,20 @@ class Store:
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time; its ``flush`` and ``close``
         raise when the files cannot be written (the rows are kept for the next try)."""
+        from agenteval_exporters.writer import PartitionedWriter
+
         self._ensure_once()
         partitioner = partition_spans if table == "spans" else partition_by_experiment
         return PartitionedWriter(
-            self.root, table, TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
+            self.root, table, _schemas.TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
         )
 
     def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[StoreRoot]:
         """Publish ``rows`` at once, one file per experiment."""
+        import pyarrow as pa
+
         self._ensure_once()
-        schema = TABLES[table]
+        schema = _schemas.TABLES[table]
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data
         if table != "spans" and data.column("experiment_id").null_count:

@@ -20,13 +20,14 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import pyarrow as pa
 
 from .schema import is_document_field, is_unique_field
 from .storefs import RemoteRoot, StoreRoot, local_home
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.S
 
     A stream keeps memory bounded by one row group however large the file; it needs ``schema``.
     """
+    import pyarrow as pa  # here: a reader of the store, through DuckDB, needs the file rules only
+
     tables = [table] if isinstance(table, pa.Table) else table
     schema = table.schema if isinstance(table, pa.Table) else schema
     if schema is None:
@@ -91,6 +94,8 @@ def write_parquet(path: Path, table: pa.Table | Iterable[pa.Table], schema: pa.S
 
 def write_to_memory(table: pa.Table) -> pa.Buffer:
     """``table`` as the Parquet bytes a file of it would hold (same writer settings), in memory."""
+    import pyarrow as pa
+
     sink = pa.BufferOutputStream()
     with _parquet_writer(sink, table.schema) as writer:
         writer.write_table(table, row_group_size=max(1, table.num_rows))

@@ -8,13 +8,14 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Iterable
-
-import numpy
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from .files import partition_path
 from .schema import PARTITION_COLUMN
 from .storefs import StoreRoot, as_root
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ENV_STORE = "AGENTEVAL_STORE"
 DEFAULT_STORE = ".agenteval"
@@ -56,6 +57,8 @@ def production_partition(day: datetime.date | str, service: str | None) -> str:
 def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` for spans of an experiment; ``date=YYYY-MM-DD/service=NAME`` (UTC start, the
     resource's ``service.name``) for others: production traces."""
+    import numpy
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     yield from partition_by_experiment(batch)

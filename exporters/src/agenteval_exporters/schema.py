@@ -8,9 +8,15 @@ partitioning and by engines that ignore paths.
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from agenteval_instrumentation import attributes as A
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    TIMESTAMP: pa.DataType
+    SPAN_SCHEMA: pa.Schema
 
 SCHEMA_VERSION = 5
 """The span table's version, bumped when a column is added; files of older versions still read
@@ -20,14 +26,14 @@ was shared then; those tables are versioned by the ``agenteval`` distribution no
 SCHEMA_VERSION_KEY = b"agenteval.schema_version"
 TABLE_KEY = b"agenteval.table"
 
-TIMESTAMP = pa.timestamp("ns", tz="UTC")
-
 UNIQUE_KEY = b"agenteval.unique_per_row"
 
 
 def unique_field(name: str, type_: pa.DataType, nullable: bool = True) -> pa.Field:
     """A column whose values rarely repeat (ids, times, free text): Parquet writers skip dictionary
     encoding for it, which would cost time and bytes for nothing."""
+    import pyarrow as pa
+
     return pa.field(name, type_, nullable=nullable, metadata={UNIQUE_KEY: b"true"})
 
 
@@ -38,52 +44,77 @@ def is_unique_field(field: pa.Field) -> bool:
 DOCUMENT = b"document"
 
 
-def document_field(name: str, type_: pa.DataType = pa.string()) -> pa.Field:
-    """A column of documents (JSON, replies): no dictionary encoding, and no min/max statistics,
-    which would never let a reader skip a row group but cost time and bytes to write."""
-    return pa.field(name, type_, metadata={UNIQUE_KEY: DOCUMENT})
+def document_field(name: str, type_: pa.DataType | None = None) -> pa.Field:
+    """A column of documents (JSON, replies, text by default): no dictionary encoding, and no min/max
+    statistics, which would never let a reader skip a row group but cost time and bytes to write."""
+    import pyarrow as pa
+
+    return pa.field(name, type_ or pa.string(), metadata={UNIQUE_KEY: DOCUMENT})
 
 
 def is_document_field(field: pa.Field) -> bool:
     return bool(field.metadata and field.metadata.get(UNIQUE_KEY) == DOCUMENT)
 
 
-SPAN_SCHEMA = pa.schema(
-    [
-        unique_field("trace_id", pa.string(), nullable=False),
-        unique_field("span_id", pa.string(), nullable=False),
-        unique_field("parent_span_id", pa.string()),
-        pa.field("name", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        unique_field("start_time", TIMESTAMP, nullable=False),
-        unique_field("end_time", TIMESTAMP, nullable=False),
-        unique_field("duration_ms", pa.float64(), nullable=False),
-        pa.field("status_code", pa.string(), nullable=False),
-        pa.field("status_message", pa.string()),
-        pa.field("service_name", pa.string()),
-        pa.field("scope_name", pa.string()),
-        pa.field("operation", pa.string()),
-        pa.field("provider", pa.string()),
-        pa.field("request_model", pa.string()),
-        pa.field("response_model", pa.string()),
-        pa.field("input_tokens", pa.int64()),
-        pa.field("output_tokens", pa.int64()),
-        pa.field("finish_reason", pa.string()),
-        pa.field("tool_name", pa.string()),
-        pa.field("tool_call_id", pa.string()),
-        pa.field("error_type", pa.string()),
-        pa.field("experiment_id", pa.string()),
-        pa.field("case_id", pa.string()),
-        unique_field("trial_id", pa.string()),
-        pa.field("attempt", pa.int32()),
-        pa.field("role", pa.string()),
-        pa.field("wraps_model_call", pa.bool_()),
-        document_field("attributes"),
-        document_field("events"),
-        pa.field("resource", pa.string()),
-    ],
-    metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},
-)
+def _timestamp() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.timestamp("ns", tz="UTC")
+
+
+def _span_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    timestamp = __getattr__("TIMESTAMP")
+    return pa.schema(
+        [
+            unique_field("trace_id", pa.string(), nullable=False),
+            unique_field("span_id", pa.string(), nullable=False),
+            unique_field("parent_span_id", pa.string()),
+            pa.field("name", pa.string(), nullable=False),
+            pa.field("kind", pa.string(), nullable=False),
+            unique_field("start_time", timestamp, nullable=False),
+            unique_field("end_time", timestamp, nullable=False),
+            unique_field("duration_ms", pa.float64(), nullable=False),
+            pa.field("status_code", pa.string(), nullable=False),
+            pa.field("status_message", pa.string()),
+            pa.field("service_name", pa.string()),
+            pa.field("scope_name", pa.string()),
+            pa.field("operation", pa.string()),
+            pa.field("provider", pa.string()),
+            pa.field("request_model", pa.string()),
+            pa.field("response_model", pa.string()),
+            pa.field("input_tokens", pa.int64()),
+            pa.field("output_tokens", pa.int64()),
+            pa.field("finish_reason", pa.string()),
+            pa.field("tool_name", pa.string()),
+            pa.field("tool_call_id", pa.string()),
+            pa.field("error_type", pa.string()),
+            pa.field("experiment_id", pa.string()),
+            pa.field("case_id", pa.string()),
+            unique_field("trial_id", pa.string()),
+            pa.field("attempt", pa.int32()),
+            pa.field("role", pa.string()),
+            pa.field("wraps_model_call", pa.bool_()),
+            document_field("attributes"),
+            document_field("events"),
+            pa.field("resource", pa.string()),
+        ],
+        metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},
+    )
+
+
+_ARROW_NAMES: dict[str, Any] = {"TIMESTAMP": _timestamp, "SPAN_SCHEMA": _span_schema}
+
+
+def __getattr__(name: str) -> Any:
+    """The Arrow names are built on first use (PEP 562): a reader of the store that needs the versions and the
+    partition rules, not the Arrow schema (a report reads through DuckDB), does not import pyarrow for them."""
+    if name not in _ARROW_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = _ARROW_NAMES[name]()
+    return value
+
 
 TYPED_ATTRIBUTES: dict[str, str] = {
     "operation": A.GEN_AI_OPERATION_NAME,
