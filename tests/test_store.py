@@ -59,6 +59,12 @@ def test_empty_store_has_every_view_with_its_columns(tmp_path):
     ]
     typed = dict((r[0], r[1]) for r in con.execute("DESCRIBE spans").fetchall())
     assert typed["start_time"] == "TIMESTAMPTZ_NS" and typed["input_tokens"] == "BIGINT"
+    experiments_only = store.connect(traces=False)  # what an experiment's report opens
+    views = {
+        r[0] for r in experiments_only.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    }
+    every = {"cases", "experiment_history", "experiments", "review_history", "reviews", "score_history", "scores"}
+    assert views == every | {"spans", "trial_history", "trials"}
 
 
 def test_store_path_from_environment(tmp_path, monkeypatch):

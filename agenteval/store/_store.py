@@ -261,7 +261,9 @@ class Store:
         files = [sql_string(duckdb_path(self.root, f.relative)) for f in live_files(self.root, table)]
         return "[" + ", ".join(files) + "]" if files else None
 
-    def connect(self, database: str = ":memory:", *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    def connect(
+        self, database: str = ":memory:", *, read_only: bool = False, traces: bool = True
+    ) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
         what reports give), ``experiment_history``, ``trial_history``, ``score_history`` (every row as written), and
         ``traces``, ``trace_scores`` (production traces: spans without an experiment, and their scores).
@@ -271,6 +273,7 @@ class Store:
         ``read_only=True`` raises :class:`NoStore` when the folder does not exist, writes nothing, and locks the
         connection: no file outside the store can be read, no extension installed or loaded, no setting changed.
         Pair it with :meth:`query` ``(read_only=True)``, or :func:`check_read_only` for statements of your own.
+        ``traces=False`` leaves out ``traces`` and ``trace_scores``, whose binding is a tenth of a small report's.
         """
         if read_only:
             self.require()
@@ -291,7 +294,7 @@ class Store:
             # Creating the view binds it, which opens the files to union their columns. On object storage the
             # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
             _retry_vanished(functools.partial(_create_view, con, name, sql), self._retry_pause)
-        for name, current in (CURRENT_VIEWS | trace_views()).items():
+        for name, current in (CURRENT_VIEWS | (trace_views() if traces else {})).items():
             view = f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {current}"
             _retry_vanished(functools.partial(con.execute, view), self._retry_pause)
         if read_only:
