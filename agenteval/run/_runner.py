@@ -52,6 +52,7 @@ from ._environment import environment
 from ._executors import Executor, LocalExecutor, RunRecipe, executor_for
 from ._export import OTLPForwarder, judged_root, outcome_attributes
 from ._failures import register_plugins
+from ._memory import arrow_on_system_allocator
 from ._models import RunModels, check_agent_and_model, own_agent
 from ._options import RunOptions, changed_on_resume
 from ._plan import (
@@ -184,30 +185,31 @@ async def evaluate_async(
     }
     # The URLs as given (a gateway's may carry credentials): used for the calls, recorded without them.
     urls = {"model": base_url, "judge": judge_base_url, "simulator": simulator_base_url}
-    # Plugins that cannot be loaded are said before anything is written.
-    register_plugins()
-    chosen_executor = executor_for(executor, ray_address)
-    run = _Run.prepare(
-        target,
-        agent,
-        dataset,
-        given,
-        scorers,
-        name,
-        resume,
-        retry_failed,
-        user_simulator,
-        prices,
-        progress,
-        urls,
-        None if experiment_id is None else checked_experiment_id(experiment_id),
-        chosen_executor,
-    )
-    try:
-        with run.lease:
-            return await run.execute()
-    finally:
-        run.agent.release()
+    with arrow_on_system_allocator():
+        # Plugins that cannot be loaded are said before anything is written.
+        register_plugins()
+        chosen_executor = executor_for(executor, ray_address)
+        run = _Run.prepare(
+            target,
+            agent,
+            dataset,
+            given,
+            scorers,
+            name,
+            resume,
+            retry_failed,
+            user_simulator,
+            prices,
+            progress,
+            urls,
+            None if experiment_id is None else checked_experiment_id(experiment_id),
+            chosen_executor,
+        )
+        try:
+            with run.lease:
+                return await run.execute()
+        finally:
+            run.agent.release()
 
 
 P = ParamSpec("P")
