@@ -605,6 +605,10 @@ class _Run:
             await self._process(collector.close(self.experiment.experiment_id))
         except OSError as exc:
             first = exc
+        finally:
+            # Every trial is scored (or kept for --resume): what DuckDB holds goes back before the compaction
+            # and the summary, which would otherwise set the run's peak on top of it.
+            self.engine.release()
         unsaved = self.sink.close()
         if self.otlp is not None:
             self.otlp.close()  # sends what is queued, then stops

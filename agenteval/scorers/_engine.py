@@ -167,6 +167,11 @@ class ScoringEngine:
             plan.parts.extend(await self._coroutine_parts(plan, cases))
         return plan.judgement()
 
+    def release(self) -> None:
+        """Close the engine's DuckDB database: it keeps the memory its queries took (a run's feature queries left
+        it 30 to 50 MB) until then. The engine scores nothing afterwards."""
+        self.con.close()
+
     def has_coroutines(self) -> bool:
         return any(item.coroutine is not None for item in self.scorers)
 
