@@ -551,6 +551,9 @@ def run(
     into the store."""
     import json
 
+    from .run._memory import system_allocator_for_this_process
+
+    system_allocator_for_this_process()  # before pyarrow is imported: see agenteval.run._memory
     from .run._runner import evaluate
     from .run._trial import StopNow
 

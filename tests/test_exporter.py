@@ -427,3 +427,16 @@ def test_writer_in_a_forked_child_publishes_only_its_own_rows(tmp_path):
     writer.close()
     assert numbers(tmp_path) == [*range(13), *range(100, 105)]  # each row once, every file readable
     assert len(published(tmp_path)) == 2
+
+
+def test_json_column_over_several_chunks_keeps_every_value_in_order():
+    from agenteval_exporters import encode
+
+    count = encode.JSON_CHUNK * 2 + 7
+    # A null, and past the first chunk a value orjson refuses (an integer beyond 64 bits): that chunk takes the
+    # plain path, the others stay on orjson.
+    values = [None if i % 5 == 0 else {"i": i, "text": "é" * (i % 3)} for i in range(count)]
+    values[encode.JSON_CHUNK + 3] = {"big": 2**70}
+    column = encode._json_column(values)
+    assert column.null_count == len([v for v in values if v is None])
+    assert [None if text is None else json.loads(text) for text in column.to_pylist()] == values

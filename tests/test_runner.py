@@ -515,6 +515,47 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(tmp_path):
         gc.unfreeze()
 
 
+def test_a_run_allocates_arrow_from_the_system_and_gives_the_pool_back(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from agenteval.scorers import Scorer
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    seen = []
+
+    def pool_in_use(case, features):
+        seen.append(pa.default_memory_pool().backend_name)
+        return 1.0
+
+    before = pa.default_memory_pool().backend_name
+    evaluate(
+        "mock",
+        "arithmetic",
+        cases=3,
+        attempts=1,
+        store=tmp_path,
+        progress="none",
+        scorers=[Scorer("pool", fn=pool_in_use)],
+    )
+    assert seen == ["system"] * 3
+    assert pa.default_memory_pool().backend_name == before  # an application's own Arrow work is left as it was
+
+
+def test_the_run_command_chooses_the_system_allocator_before_pyarrow_loads(monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+
+    def backend(first: str) -> str:
+        code = first + "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+    choose = "from agenteval.run._memory import system_allocator_for_this_process as c; c(); "
+    assert backend(choose) == "system"
+    assert backend("import pyarrow; " + choose) == backend("")  # loaded already: its default stays
+
+
 def test_runs_restore_signal_handlers_and_work_from_other_threads(tmp_path):
     import signal
 
