@@ -23,7 +23,7 @@ from ._decode import (
     check_times,
     service_name,
 )
-from ._wire import ExportTraceServiceRequest, attribute_values
+from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values
 
 
 def decode_protobuf(body: bytes) -> Decoded:
@@ -92,7 +92,7 @@ def _add_protobuf_spans(
     if not valid:
         return False
     try:
-        values = list(map(attribute_values, attributes))
+        values = attribute_dicts(attributes)
         event_dicts = [_event_dicts(e) if e else None for e in events]
     except ValueError:
         return False
