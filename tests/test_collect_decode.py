@@ -166,3 +166,22 @@ def test_an_attribute_key_that_is_not_utf8_is_read_like_a_value_that_is_not():
     decoded = decode_protobuf(request.SerializeToString().replace(b"zzzz", b"z\xffzz").replace(b"yyyy", b"y\xffyy"))
     assert (decoded.accepted, decoded.rejected) == (4, 0)
     assert '"z\ufffdzz":"y\ufffdyy"' in decoded.batch.column("attributes")[0].as_py()
+
+
+def test_statuses_read_as_the_generated_class_reads_them_and_a_corrupt_one_is_rejected_alone():
+    request = encode_spans(agent_spans(1))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[1].status.code, spans[1].status.message = 2, "tool failed"
+    for _ in range(2):  # again, from the cache
+        decoded = decode_protobuf(request.SerializeToString())
+        rows = decoded.batch.select(["status_code", "status_message"]).to_pylist()
+        expected = [(("UNSET", "OK", "ERROR")[s.status.code], s.status.message or None) for s in spans]
+        assert [(r["status_code"], r["status_message"]) for r in rows] == expected
+    status = spans[1].status.SerializeToString()
+    data = request.SerializeToString()
+    # The message's length made longer than the status: the span's own length still holds.
+    field = b"\x7a" + bytes([len(status)])
+    corrupt = data.replace(field + status, field + b"\x12\x7f" + status[2:], 1)
+    assert corrupt != data
+    decoded = decode_protobuf(corrupt)
+    assert (decoded.accepted, decoded.rejected) == (3, 1) and "not an OTLP Status" in decoded.reason

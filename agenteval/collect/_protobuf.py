@@ -23,7 +23,7 @@ from ._decode import (
     check_times,
     service_name,
 )
-from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values
+from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields
 
 
 def decode_protobuf(body: bytes) -> Decoded:
@@ -63,7 +63,6 @@ _SPAN_FIELDS = attrgetter(
     "attributes",
     "events",
 )
-_STATUS_FIELDS = attrgetter("code", "message")
 _ZERO_TRACE_ID, _ZERO_SPAN_ID = bytes(TRACE_ID_BYTES), bytes(SPAN_ID_BYTES)
 _PARENT_SIZES = frozenset((0, SPAN_ID_BYTES))
 
@@ -77,7 +76,10 @@ def _add_protobuf_spans(
         return True
     fields = list(map(_SPAN_FIELDS, spans))
     trace_ids, span_ids, parents, names, kinds, starts, ends, statuses, attributes, events = zip(*fields, strict=True)
-    codes, messages = zip(*map(_STATUS_FIELDS, statuses), strict=True)
+    try:
+        codes, messages = zip(*map(status_fields, statuses), strict=True)
+    except ValueError:
+        return False
     valid = (
         set(map(len, trace_ids)) == {TRACE_ID_BYTES}
         and _ZERO_TRACE_ID not in trace_ids
@@ -129,10 +131,10 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
     kind = KINDS.get(span.kind)
     if kind is None:
         raise RejectedSpan(f"kind {span.kind} is not a SpanKind")
-    status = span.status
-    code = STATUS_CODES.get(status.code)
+    status_code, status_message = status_fields(span.status)
+    code = STATUS_CODES.get(status_code)
     if code is None:
-        raise RejectedSpan(f"status.code {status.code} is not a StatusCode")
+        raise RejectedSpan(f"status.code {status_code} is not a StatusCode")
     attributes = attribute_values(span.attributes)
     event_dicts = _event_dicts(span.events) if span.events else None
     # Added only once nothing can raise, so the columns stay aligned.
@@ -141,7 +143,7 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
         span.name,
         kind,
         (start, end),
-        (code, status.message),
+        (code, status_message),
         attributes,
         event_dicts,
         (scope, resource, service),

@@ -48,7 +48,7 @@ _MESSAGES: dict[str, list[tuple[str, int, int, str | None]]] = {
         ("end_time_unix_nano", 8, _F.TYPE_FIXED64, None),
         ("attributes", 9, _F.TYPE_BYTES, None),
         ("events", 11, _F.TYPE_MESSAGE, "Event"),
-        ("status", 15, _F.TYPE_MESSAGE, "Status"),
+        ("status", 15, _F.TYPE_BYTES, None),  # still encoded: see status_fields
     ],
     "Scope": [("name", 1, _F.TYPE_STRING, None), ("version", 2, _F.TYPE_STRING, None)],
     "ScopeSpans": [("scope", 1, _F.TYPE_MESSAGE, "Scope"), ("spans", 2, _F.TYPE_MESSAGE, "Span")],
@@ -73,17 +73,39 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
-def _request_class() -> Any:
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(_file().SerializeToString())  # in every protobuf runtime (pool.Add is not)
-    descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.ExportTraceServiceRequest")
+def _message_class(pool: descriptor_pool.DescriptorPool, name: str) -> Any:
+    descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
     if hasattr(message_factory, "GetMessageClass"):
         return message_factory.GetMessageClass(descriptor)
     return message_factory.MessageFactory(pool).GetPrototype(descriptor)  # protobuf < 4.22
 
 
-ExportTraceServiceRequest: Any = _request_class()
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.AddSerializedFile(_file().SerializeToString())  # in every protobuf runtime (pool.Add is not)
+ExportTraceServiceRequest: Any = _message_class(_POOL, "ExportTraceServiceRequest")
 """``opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest``, read as described above."""
+_Status: Any = _message_class(_POOL, "Status")
+
+_STATUSES: dict[bytes, tuple[int, str]] = {b"": (0, "")}
+
+
+def status_fields(raw: bytes) -> tuple[int, str]:
+    """A span's encoded ``Status`` as ``(code, message)``. Most spans share a few (unset; an error with the
+    same message), so they are kept in a bounded cache: a look-up instead of a message object per span.
+    Raises ``ValueError`` when it is not a Status."""
+    fields = _STATUSES.get(raw)
+    if fields is None:
+        try:
+            status = _Status.FromString(raw)
+        except DecodeError as exc:
+            raise ValueError(f"status is not an OTLP Status ({exc})") from None
+        fields = (status.code, status.message)
+        if len(raw) <= _CACHED_BYTES:
+            if len(_STATUSES) >= _CACHE_ENTRIES:
+                _STATUSES.clear()
+            _STATUSES[raw] = fields
+    return fields
+
 
 _DOUBLE = struct.Struct("<d")
 _STRING, _BOOL, _INT, _DOUBLE_TAG = 0x0A, 0x10, 0x18, 0x21
