@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Sequence
 from functools import lru_cache, partial
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Literal, cast
 
@@ -217,7 +217,6 @@ def _json_column(values: Sequence[Any]) -> pa.Array:
 
 _FINISH_REASONS = TYPED_ATTRIBUTES["finish_reason"]
 _STRUCT_COLUMNS = [name for name in TYPED_ATTRIBUTES if name != "finish_reason"]
-_TYPED_STRUCT = pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in _STRUCT_COLUMNS])
 
 
 def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
@@ -315,9 +314,14 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
     """
     if TYPED_STRUCT:
         try:
-            typed = pa.array(attributes, type=_TYPED_STRUCT)
+            # Only the typed attributes some span has go through the struct (production spans have no experiment,
+            # case or trial ids; the struct conversion looks up every field in every dict); the others are nulls.
+            keys = _keys(attributes)
+            present = tuple(name for name in _STRUCT_COLUMNS if TYPED_ATTRIBUTES[name] in keys)
+            typed = pa.array(attributes, type=_typed_struct(present))
             # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
-            return {name: typed.field(i) for i, name in enumerate(_STRUCT_COLUMNS)}
+            columns = {name: typed.field(i) for i, name in enumerate(present)}
+            return {n: columns[n] if n in columns else _nulls(n, len(attributes)) for n in _STRUCT_COLUMNS}
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
             FALLBACKS["typed_struct"] += 1
     return {
@@ -326,6 +330,22 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
         )
         for name in _STRUCT_COLUMNS
     }
+
+
+def _keys(attributes: Sequence[Any]) -> frozenset[str]:
+    """Every attribute name in the batch (one C loop over the dicts' keys)."""
+    return frozenset(chain.from_iterable(attributes))
+
+
+@lru_cache(maxsize=64)
+def _typed_struct(names: tuple[str, ...]) -> pa.StructType:
+    return pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in names])
+
+
+@lru_cache(maxsize=256)
+def _nulls(name: str, count: int) -> pa.Array:
+    """A typed column with no values (immutable, so batches of one size share it; not pa.nulls: see _gil_held)."""
+    return pa.array([None] * count, SPAN_SCHEMA.field(name).type)
 
 
 def _empty_batch() -> pa.RecordBatch:
