@@ -321,7 +321,8 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
             typed = pa.array(attributes, type=_typed_struct(present))
             # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
             columns = {name: typed.field(i) for i, name in enumerate(present)}
-            return {n: columns[n] if n in columns else _nulls(n, len(attributes)) for n in _STRUCT_COLUMNS}
+            count = len(attributes)
+            return {n: columns[n] if n in columns else _nulls(_TYPES[n], count) for n in _STRUCT_COLUMNS}
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
             FALLBACKS["typed_struct"] += 1
     return {
@@ -330,6 +331,9 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
         )
         for name in _STRUCT_COLUMNS
     }
+
+
+_TYPES = {name: SPAN_SCHEMA.field(name).type for name in _STRUCT_COLUMNS}
 
 
 def _keys(attributes: Sequence[Any]) -> frozenset[str]:
@@ -343,9 +347,10 @@ def _typed_struct(names: tuple[str, ...]) -> pa.StructType:
 
 
 @lru_cache(maxsize=256)
-def _nulls(name: str, count: int) -> pa.Array:
-    """A typed column with no values (immutable, so batches of one size share it; not pa.nulls: see _gil_held)."""
-    return pa.array([None] * count, SPAN_SCHEMA.field(name).type)
+def _nulls(arrow_type: pa.DataType, count: int) -> pa.Array:
+    """A column with no values: immutable, so batches of one size share it (pa.array reads an environment
+    variable through Python each call; not pa.nulls: see _gil_held)."""
+    return pa.array([None] * count, arrow_type)
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -354,7 +359,7 @@ def _empty_batch() -> pa.RecordBatch:
 
 def _events_column(events: Sequence[list[dict[str, Any]] | None]) -> pa.Array:
     if not any(events):
-        return pa.array([None] * len(events), pa.string())  # not pa.nulls: see _gil_held
+        return _nulls(pa.string(), len(events))
     return _json_column([e or None for e in events])
 
 
@@ -402,7 +407,7 @@ def _column(field: pa.Field, values: Any) -> pa.Array:
 def _repeated_string(value: str | None, count: int) -> pa.Array:
     """``value`` ``count`` times, built from buffers (pa.repeat releases the GIL: see _gil_held)."""
     if value is None:
-        return pa.array([None] * count, pa.string())
+        return _nulls(pa.string(), count)
     encoded = value.encode()
     return pa.StringArray.from_buffers(count, _fixed_offsets(count, len(encoded)), pa.py_buffer(encoded * count))
 
