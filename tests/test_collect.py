@@ -5,6 +5,7 @@ truncated, oversized, wrongly typed and unauthenticated requests, and the collec
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import os
 import signal
@@ -378,3 +379,20 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path, collector):
     )
     assert done.returncode == 2
     assert done.stderr.startswith(f"Error: agenteval collect: cannot listen on 127.0.0.1:{collector.http_port}")
+
+
+def test_answers_carry_their_headers_and_keep_the_connection_open_until_one_closes_it(collector):
+    connection = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+    valid = encode_spans(agent_spans(1)).SerializeToString()
+    for _ in range(2):  # the same connection twice
+        connection.request("POST", "/v1/traces", valid, {"Content-Type": "application/x-protobuf"})
+        response = connection.getresponse()
+        body = response.read()
+        assert (response.status, response.version, response.will_close) == (200, 11, False)
+        assert response.getheader("Content-Type") == "application/x-protobuf"
+        assert int(response.getheader("Content-Length")) == len(body) and response.getheader("Date")
+    connection.request("POST", "/v1/traces", valid, {"Content-Type": "text/plain"})
+    response = connection.getresponse()
+    response.read()
+    assert (response.status, response.getheader("Connection"), response.will_close) == (415, "close", True)
+    connection.close()

@@ -16,7 +16,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from agenteval.collect import PayloadError, decode_protobuf
 from agenteval.collect._wire import ExportTraceServiceRequest as WireRequest
-from agenteval.collect._wire import any_value, attribute_values
+from agenteval.collect._wire import any_value, attribute_dicts, attribute_values, key_value
 
 
 def reference(value: AnyValue):
@@ -31,6 +31,11 @@ def reference(value: AnyValue):
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
     return getattr(value, kind)
+
+
+def lists(attributes):
+    """Arrays of scalars come back as tuples (so that the cached ones cannot be changed): as lists here."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in attributes.items()}
 
 
 VALUES = [
@@ -74,13 +79,15 @@ def test_attributes_and_requests_read_like_the_generated_classes():
     data = request.SerializeToString()
     wire = WireRequest.FromString(data)
     for wire_rs, rs in zip(wire.resource_spans, request.resource_spans, strict=True):
-        assert attribute_values(wire_rs.resource.attributes) == {
+        assert lists(attribute_values(wire_rs.resource.attributes)) == {
             kv.key: reference(kv.value) for kv in rs.resource.attributes
         }
         for wire_ss, ss in zip(wire_rs.scope_spans, rs.scope_spans, strict=True):
             assert wire_ss.scope.name == ss.scope.name
             for wire_span, real in zip(wire_ss.spans, ss.spans, strict=True):
-                assert attribute_values(wire_span.attributes) == {kv.key: reference(kv.value) for kv in real.attributes}
+                expected = {kv.key: reference(kv.value) for kv in real.attributes}
+                assert lists(attribute_values(wire_span.attributes)) == expected
+                assert lists(attribute_dicts([wire_span.attributes])[0]) == expected
                 assert (wire_span.trace_id, wire_span.span_id, wire_span.parent_span_id, wire_span.name) == (
                     real.trace_id,
                     real.span_id,
@@ -118,3 +125,63 @@ def test_a_request_the_generated_classes_refuse_is_a_payload_error():
     with pytest.raises(PayloadError, match="not an OTLP ExportTraceServiceRequest"):
         decode_protobuf(bad)
     assert Span.SpanKind.Name(3) == "SPAN_KIND_CLIENT"
+
+
+def test_key_values_read_as_the_generated_class_reads_them():
+    pairs = [
+        KeyValue(key="k", value=AnyValue(string_value="v")),
+        KeyValue(key="k" * 200, value=AnyValue(string_value="v" * 20000)),  # lengths of two and three bytes
+        KeyValue(key="k"),  # no value
+        KeyValue(value=AnyValue(int_value=3)),  # no key
+        KeyValue(key="reasons", value=AnyValue(array_value=ArrayValue(values=[AnyValue(string_value="stop")]))),
+    ]
+    for pair in pairs:
+        raw = pair.SerializeToString()
+        for _ in range(2):  # again, from the cache
+            key, value = key_value(raw)
+            assert (key, list(value) if isinstance(value, tuple) else value) == (pair.key, reference(pair.value))
+    # The value before the key, a value set twice (the last wins), and a field the parser skips.
+    for raw in (b"\x12\x02\x18\x05\x0a\x01k", b"\x0a\x01k\x12\x02\x18\x05\x12\x02\x18\x06", b"\x0a\x01k\x18\x01"):
+        expected = KeyValue.FromString(raw)
+        assert key_value(raw) == (expected.key, reference(expected.value)), raw
+    for raw in (b"\x0a\x05ab", b"\x0a\x01k\x12\x05\x18"):  # cut short
+        with pytest.raises(ValueError, match="not an OTLP"):
+            key_value(raw)
+
+
+def test_attributes_keep_their_order_and_the_last_of_a_repeated_key():
+    request = encode_spans(agent_spans(1))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    span.attributes.add(key="dup", value=AnyValue(int_value=1))
+    span.attributes.add(key="dup", value=AnyValue(int_value=2))
+    wire_span = WireRequest.FromString(request.SerializeToString()).resource_spans[0].scope_spans[0].spans[0]
+    values = attribute_values(wire_span.attributes)
+    assert list(values) == list(dict.fromkeys(kv.key for kv in span.attributes)) and values["dup"] == 2
+
+
+def test_an_attribute_key_that_is_not_utf8_is_read_like_a_value_that_is_not():
+    request = encode_spans(agent_spans(1))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    span.attributes.add(key="zzzz", value=AnyValue(string_value="yyyy"))
+    decoded = decode_protobuf(request.SerializeToString().replace(b"zzzz", b"z\xffzz").replace(b"yyyy", b"y\xffyy"))
+    assert (decoded.accepted, decoded.rejected) == (4, 0)
+    assert '"z\ufffdzz":"y\ufffdyy"' in decoded.batch.column("attributes")[0].as_py()
+
+
+def test_statuses_read_as_the_generated_class_reads_them_and_a_corrupt_one_is_rejected_alone():
+    request = encode_spans(agent_spans(1))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[1].status.code, spans[1].status.message = 2, "tool failed"
+    for _ in range(2):  # again, from the cache
+        decoded = decode_protobuf(request.SerializeToString())
+        rows = decoded.batch.select(["status_code", "status_message"]).to_pylist()
+        expected = [(("UNSET", "OK", "ERROR")[s.status.code], s.status.message or None) for s in spans]
+        assert [(r["status_code"], r["status_message"]) for r in rows] == expected
+    status = spans[1].status.SerializeToString()
+    data = request.SerializeToString()
+    # The message's length made longer than the status: the span's own length still holds.
+    field = b"\x7a" + bytes([len(status)])
+    corrupt = data.replace(field + status, field + b"\x12\x7f" + status[2:], 1)
+    assert corrupt != data
+    decoded = decode_protobuf(corrupt)
+    assert (decoded.accepted, decoded.rejected) == (3, 1) and "not an OTLP Status" in decoded.reason

@@ -12,10 +12,12 @@ A threaded server from the standard library: a request costs ~0.1 ms of HTTP aga
 
 from __future__ import annotations
 
+import email.utils
 import hmac
 import logging
 import socket
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from http import HTTPStatus
@@ -272,17 +274,38 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, headers)
 
     def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", JSON if self._json else PROTOBUF)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
+        # The status line, headers and body in one write, built here rather than by send_response and
+        # send_header, whose logging, per-header writes and date formatting cost ~0.5 µs a span at 512 spans a
+        # request. One write also leaves Nagle's algorithm nothing to hold back.
+        lines = [
+            f"{self.protocol_version} {status.value} {status.phrase}",
+            f"Server: {self.server_version}",
+            f"Date: {_http_date()}",
+            f"Content-Type: {JSON if self._json else PROTOBUF}",
+            f"Content-Length: {len(body)}",
+        ]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+            lines.append("Connection: close")
+        lines += ["", ""]
+        self.wfile.write("\r\n".join(lines).encode("latin-1") + body)
+        if logger.isEnabledFor(logging.DEBUG):
+            self.log_request(status.value, len(body))
 
     _json = False
+
+
+_DATE: list[tuple[int, str]] = [(0, "")]
+
+
+def _http_date() -> str:
+    """The Date header's text, formatted once a second (a race between threads only formats it twice)."""
+    now = int(time.time())
+    second, text = _DATE[0]
+    if second != now:
+        text = email.utils.formatdate(now, usegmt=True)
+        _DATE[0] = (now, text)
+    return text
 
 
 def _decompress(raw: bytes, encoding: str, limit: int) -> bytes:

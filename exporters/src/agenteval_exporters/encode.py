@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Sequence
 from functools import lru_cache, partial
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Literal, cast
 
@@ -164,11 +164,17 @@ def hex_id_column(ids: Sequence[bytes], width: int) -> pa.Array:
     """Ids given as raw bytes (as OTLP sends them: ``width`` bytes each, or empty for none) as lower-case hex
     strings, empty -> null; hexed all at once like :func:`_hex_column`. Callers check the widths."""
     nulls = ids.count(b"")
-    raw = b"".join(ids) if not nulls else b"".join(i or bytes(width) for i in ids)
+    # An empty id becomes zeros (dict.get(id, id) in a C loop, no Python per id): every id then takes width bytes.
+    raw = b"".join(ids) if not nulls else b"".join(map(_zeros_for_empty(width).get, ids, ids))
     validity = pa.array(list(map(bool, ids)), pa.bool_()).buffers()[1] if nulls else None
     return pa.StringArray.from_buffers(
         len(ids), _fixed_offsets(len(ids), 2 * width), pa.py_buffer(raw.hex().encode("ascii")), validity, nulls
     )
+
+
+@lru_cache(maxsize=4)
+def _zeros_for_empty(width: int) -> dict[bytes, bytes]:
+    return {b"": bytes(width)}
 
 
 def resource_json(attributes: Any) -> str:
@@ -189,9 +195,11 @@ JSON_CHUNK = 256
 def _orjson_each(values: Sequence[Any], nulls: int) -> list[bytes] | None:
     """Each value by orjson, looped in C; None when orjson refuses one (then each is tried in turn)."""
     try:
+        # orjson.dumps itself, not _orjson_dumps: passing default= costs ~40% of a small dict's encoding, and a
+        # value that needs it raises TypeError here and is encoded with it below.
         if not nulls:
-            return list(map(_orjson_dumps, values))
-        return [b"" if v is None else _orjson_dumps(v) for v in values]
+            return list(map(orjson.dumps, values))
+        return [b"" if v is None else orjson.dumps(v) for v in values]
     except TypeError:
         FALLBACKS["orjson"] += 1
         return None
@@ -225,7 +233,6 @@ def _json_column(values: Sequence[Any]) -> pa.Array:
 
 _FINISH_REASONS = TYPED_ATTRIBUTES["finish_reason"]
 _STRUCT_COLUMNS = [name for name in TYPED_ATTRIBUTES if name != "finish_reason"]
-_TYPED_STRUCT = pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in _STRUCT_COLUMNS])
 
 
 def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
@@ -323,9 +330,15 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
     """
     if TYPED_STRUCT:
         try:
-            typed = pa.array(attributes, type=_TYPED_STRUCT)
+            # Only the typed attributes some span has go through the struct (production spans have no experiment,
+            # case or trial ids; the struct conversion looks up every field in every dict); the others are nulls.
+            keys = _keys(attributes)
+            present = tuple(name for name in _STRUCT_COLUMNS if TYPED_ATTRIBUTES[name] in keys)
+            typed = pa.array(attributes, type=_typed_struct(present))
             # The struct's own fields, not flatten(): flatten releases the GIL (see _gil_held).
-            return {name: typed.field(i) for i, name in enumerate(_STRUCT_COLUMNS)}
+            columns = {name: typed.field(i) for i, name in enumerate(present)}
+            count = len(attributes)
+            return {n: columns[n] if n in columns else _nulls(_TYPES[n], count) for n in _STRUCT_COLUMNS}
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
             FALLBACKS["typed_struct"] += 1
     return {
@@ -336,13 +349,33 @@ def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
     }
 
 
+_TYPES = {name: SPAN_SCHEMA.field(name).type for name in _STRUCT_COLUMNS}
+
+
+def _keys(attributes: Sequence[Any]) -> frozenset[str]:
+    """Every attribute name in the batch (one C loop over the dicts' keys)."""
+    return frozenset(chain.from_iterable(attributes))
+
+
+@lru_cache(maxsize=64)
+def _typed_struct(names: tuple[str, ...]) -> pa.StructType:
+    return pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in names])
+
+
+@lru_cache(maxsize=256)
+def _nulls(arrow_type: pa.DataType, count: int) -> pa.Array:
+    """A column with no values: immutable, so batches of one size share it (pa.array reads an environment
+    variable through Python each call; not pa.nulls: see _gil_held)."""
+    return pa.array([None] * count, arrow_type)
+
+
 def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=SPAN_SCHEMA)
 
 
 def _events_column(events: Sequence[list[dict[str, Any]] | None]) -> pa.Array:
     if not any(events):
-        return pa.array([None] * len(events), pa.string())  # not pa.nulls: see _gil_held
+        return _nulls(pa.string(), len(events))
     return _json_column([e or None for e in events])
 
 
@@ -390,7 +423,7 @@ def _column(field: pa.Field, values: Any) -> pa.Array:
 def _repeated_string(value: str | None, count: int) -> pa.Array:
     """``value`` ``count`` times, built from buffers (pa.repeat releases the GIL: see _gil_held)."""
     if value is None:
-        return pa.array([None] * count, pa.string())
+        return _nulls(pa.string(), count)
     encoded = value.encode()
     return pa.StringArray.from_buffers(count, _fixed_offsets(count, len(encoded)), pa.py_buffer(encoded * count))
 
