@@ -362,10 +362,11 @@ def _typed_struct(names: tuple[str, ...]) -> pa.StructType:
     return pa.struct([pa.field(TYPED_ATTRIBUTES[name], SPAN_SCHEMA.field(name).type) for name in names])
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=32)
 def _nulls(arrow_type: pa.DataType, count: int) -> pa.Array:
     """A column with no values: immutable, so batches of one size share it (pa.array reads an environment
-    variable through Python each call; not pa.nulls: see _gil_held)."""
+    variable through Python each call; not pa.nulls: see _gil_held). A few sizes only: a column of 32,768 nulls
+    holds up to 256 KB, and a collector's batches come in every size."""
     return pa.array([None] * count, arrow_type)
 
 
