@@ -111,3 +111,16 @@ def test_import_paths_documented_before_the_restructure_still_work(old, new):
     assert before.__all__
     for name in before.__all__:
         assert getattr(before, name) is getattr(now, name), f"{old}.{name}"
+
+
+def test_the_arrow_schemas_are_built_on_first_use_once():
+    """The schema modules give their versions without pyarrow, and their Arrow schemas, built once, on first use."""
+    script = (
+        "import sys\nfrom agenteval.store import _schemas\nfrom agenteval_exporters import schema\n"
+        "print('pyarrow' in sys.modules, _schemas.TABLE_VERSIONS['spans'] == schema.SCHEMA_VERSION)\n"
+        "print(_schemas.TABLES['spans'] is schema.SPAN_SCHEMA is _schemas.TABLES['spans'], "
+        "_schemas.TRIALS is _schemas.TABLES['trials'], schema.TIMESTAMP == _schemas.TRIALS.field('started_at').type)\n"
+        "try:\n    _schemas.SPANS\nexcept AttributeError:\n    print('refused')"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True", "True", "True", "True", "refused"]

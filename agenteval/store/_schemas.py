@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from agenteval_exporters import schema as span_schema
 from agenteval_exporters.schema import SCHEMA_VERSION as SPAN_SCHEMA_VERSION
 from agenteval_exporters.schema import SCHEMA_VERSION_KEY, TABLE_KEY, unique_field
+from agenteval_instrumentation._lazy import built_on_first_use
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,19 +148,18 @@ TABLE_NAMES = ("experiments", "cases", "trials", "spans", "scores", "reviews")
 """Every table of the store, in the order data flows into it (the keys of ``TABLES``, their Arrow schemas)."""
 
 
-_ARROW_NAMES = ("TABLES", "EXPERIMENTS", "CASES", "TRIALS", "SCORES", "REVIEWS")
-
-
-def __getattr__(name: str) -> Any:
-    """``TABLES`` and each table's schema, built on first use (PEP 562): reading a store through DuckDB needs
-    the tables' names and versions, not pyarrow, which costs a small report 0.1 to 0.3 s to import."""
-    if name not in _ARROW_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _arrow_names() -> dict[str, Any]:
     tables = _arrow_schemas()
     if tuple(tables) != TABLE_NAMES:
         raise AssertionError(f"TABLE_NAMES {TABLE_NAMES} and the Arrow schemas {tuple(tables)} disagree")
-    globals().update({table.upper(): tables[table] for table in TABLE_NAMES if table != "spans"}, TABLES=tables)
-    return globals()[name]
+    return {"TABLES": tables} | {table.upper(): tables[table] for table in TABLE_NAMES if table != "spans"}
+
+
+# PEP 562: reading a store through DuckDB needs the tables' names and versions, not pyarrow, which costs a small
+# report 0.1 to 0.3 s to import.
+__getattr__ = built_on_first_use(
+    __name__, _arrow_names, ("TABLES", "EXPERIMENTS", "CASES", "TRIALS", "SCORES", "REVIEWS")
+)
 
 
 TABLE_VERSIONS: dict[str, int] = {table: TABLES_VERSION for table in TABLE_NAMES} | {"spans": SPAN_SCHEMA_VERSION}

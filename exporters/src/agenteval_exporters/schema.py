@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation._lazy import built_on_first_use
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,17 +57,11 @@ def is_document_field(field: pa.Field) -> bool:
     return bool(field.metadata and field.metadata.get(UNIQUE_KEY) == DOCUMENT)
 
 
-def _timestamp() -> pa.DataType:
+def _arrow_names() -> dict[str, Any]:
     import pyarrow as pa
 
-    return pa.timestamp("ns", tz="UTC")
-
-
-def _span_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    timestamp = __getattr__("TIMESTAMP")
-    return pa.schema(
+    timestamp = pa.timestamp("ns", tz="UTC")
+    span_schema = pa.schema(
         [
             unique_field("trace_id", pa.string(), nullable=False),
             unique_field("span_id", pa.string(), nullable=False),
@@ -102,18 +97,12 @@ def _span_schema() -> pa.Schema:
         ],
         metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: b"spans"},
     )
+    return {"TIMESTAMP": timestamp, "SPAN_SCHEMA": span_schema}
 
 
-_ARROW_NAMES: dict[str, Any] = {"TIMESTAMP": _timestamp, "SPAN_SCHEMA": _span_schema}
-
-
-def __getattr__(name: str) -> Any:
-    """The Arrow names are built on first use (PEP 562): a reader of the store that needs the versions and the
-    partition rules, not the Arrow schema (a report reads through DuckDB), does not import pyarrow for them."""
-    if name not in _ARROW_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = _ARROW_NAMES[name]()
-    return value
+# PEP 562: a reader of the store that needs the versions and the partition rules, not the Arrow schema (a report
+# reads through DuckDB), does not import pyarrow for them.
+__getattr__ = built_on_first_use(__name__, _arrow_names, ("TIMESTAMP", "SPAN_SCHEMA"))
 
 
 TYPED_ATTRIBUTES: dict[str, str] = {

@@ -1,4 +1,5 @@
-"""Package namespaces whose names are imported on first use (PEP 562), for this distribution and agenteval's.
+"""Package namespaces whose names are imported on first use (PEP 562), for this distribution and agenteval's,
+and module constants that are built on first use (:func:`built_on_first_use`).
 
 Importing a package runs its ``__init__`` before any of its modules, so an ``__init__`` that re-exports
 eagerly makes every light module of the package cost what the heaviest costs: ``agenteval --help`` paid for
@@ -42,3 +43,23 @@ def lazy_exports(
         return sorted(set(vars(sys.modules[package])) | set(where))
 
     return sorted(where), __getattr__, __dir__
+
+
+def built_on_first_use(
+    module: str, build: Callable[[], Mapping[str, Any]], names: tuple[str, ...]
+) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` for constants costly to make (Arrow schemas need pyarrow): the first use of any
+    of ``names`` calls ``build`` once, which returns all of them, and they become the module's attributes. The
+    module declares them under ``TYPE_CHECKING`` as well, for type checkers."""
+    wanted = frozenset(names)
+
+    def __getattr__(name: str) -> Any:
+        if name not in wanted:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        values = build()
+        if set(values) != wanted:
+            raise AssertionError(f"{module} built {sorted(values)}, not the names it lists, {sorted(wanted)}")
+        vars(sys.modules[module]).update(values)  # later uses find them without this function
+        return values[name]
+
+    return __getattr__
