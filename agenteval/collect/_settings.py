@@ -3,8 +3,6 @@ the command line reads them without loading gRPC or pyarrow."""
 
 from __future__ import annotations
 
-import ipaddress
-
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 4318
 """OTLP/HTTP's standard port: an OpenTelemetry SDK's default ``http/protobuf`` endpoint reaches it unchanged."""
@@ -31,6 +29,8 @@ def is_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (``localhost`` counts; any other name does not)."""
     if host == "localhost":
         return True
+    import ipaddress  # here, not at the top: `agenteval --help` reads this module and never needs it
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

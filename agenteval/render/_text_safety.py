@@ -9,7 +9,6 @@ only, never to stored data or JSON, which keeps the raw text (``json.dumps`` alr
 
 from __future__ import annotations
 
-import html
 import re
 
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
@@ -51,6 +50,8 @@ def markdown_cell(text: object) -> str:
     text = str(text)
     if _MARKDOWN_SPECIAL.search(text) is None:  # most cells: nothing to escape
         return text
+    import html  # here, not at the top: `agenteval --help` reads this module and never needs it
+
     flat = _LINE_BREAK.sub(" ", text)
     escaped = html.escape(visible(flat), quote=False)
     return _MARKDOWN_ESCAPED.sub(r"\\\1", escaped)
@@ -58,4 +59,6 @@ def markdown_cell(text: object) -> str:
 
 def html_text(text: object) -> str:
     """``text`` for an HTML page: controls and bidirectional characters visible, then HTML-escaped."""
+    import html
+
     return html.escape(visible(text, newlines=True))
