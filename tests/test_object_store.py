@@ -109,7 +109,9 @@ def test_run_report_rescore_compact_sql_and_doctor_on_s3(store, s3):
 
 
 def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once(store):
-    slowly = ["--agent-option", "latency=0.3", "--concurrency", "2"]
+    # One trial at a time, 0.3 s each: about 27 s in all, so the run is still going after the refused resume
+    # below (a fresh process that imports agenteval and reads the store) even on a loaded machine.
+    slowly = ["--agent-option", "latency=0.3", "--concurrency", "1"]
     env = {**os.environ, "AGENTEVAL_STORE": store}
     first = subprocess.Popen(
         [sys.executable, "-m", "agenteval.cli", *RUN, *slowly, "--json"],
@@ -129,6 +131,7 @@ def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once
         # While it runs, its lease (an object on the store) keeps another process from resuming it.
         refused = agenteval(store, "run", "--resume", experiment_id, check=False)
         assert refused.returncode != 0 and "still running" in refused.stdout + refused.stderr, refused.stderr[-3000:]
+        assert first.poll() is None, "the first run ended before it could be killed"
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     finally:
