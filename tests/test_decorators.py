@@ -280,6 +280,38 @@ def test_wrapped_functions_keep_name_signature_docstring_and_kind():
     assert inspect.isasyncgenfunction(agen)
 
 
+def test_callables_that_are_not_plain_functions_are_wrapped_as_the_kind_they_call(spans):
+    # Decorating reads a plain function's kind off its code flags; anything else is asked of inspect.
+    import asyncio
+    import functools
+
+    async def answer(prefix: str, question: str) -> str:
+        return prefix + question
+
+    class Asker:
+        async def __call__(self, question: str) -> str:
+            return "asked " + question
+
+        async def ask(self, question: str) -> str:
+            return "method " + question
+
+    partial = tool(name="partial")(functools.partial(answer, "partial "))
+    bound = tool(name="bound")(Asker().ask)
+    obj = tool(name="object")(Asker())
+    assert inspect.iscoroutinefunction(partial) and inspect.iscoroutinefunction(bound)
+    assert not inspect.iscoroutinefunction(obj)  # as inspect says of the object itself
+
+    async def calls():
+        return [await partial("q"), await bound("q"), await obj("q")]
+
+    assert asyncio.run(calls()) == ["partial q", "method q", "asked q"]
+    assert {s.name for s in spans.get_finished_spans()} == {
+        "execute_tool partial",
+        "execute_tool bound",
+        "execute_tool object",
+    }
+
+
 class QuotaError(Exception):
     pass
 

@@ -103,3 +103,59 @@ def test_with_no_provider_calls_run_untouched_and_capture_nothing():
         """
     )
     assert out.strip() == "redactor calls: 0"
+
+
+def test_decorating_loads_nothing_until_the_first_call_and_then_records_every_kind():
+    # An app that imports decorated code without calling it (a command's --help) pays for neither the
+    # OpenTelemetry API nor the recording code; a provider installed after decorating still gets the spans.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+            import sys
+            from agenteval_instrumentation import agent, llm_call, retriever, tool
+
+            @tool
+            def add(a, b): return a + b
+            @llm_call(model="m")
+            async def ask(prompt): return "yes"
+            @agent
+            def steps(n): yield from range(n)
+            @retriever
+            async def find(query):
+                yield "doc-1"
+            class Box:
+                @tool
+                def size(self): return 3
+
+            heavy = ("opentelemetry", "inspect", "logging", "json", "dataclasses")
+            print("after decorating:", sorted({m.split(".")[0] for m in sys.modules} & set(heavy)))
+
+            import asyncio
+            from opentelemetry import trace
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+            from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+
+            async def found(): return [d async for d in find("q")]
+            assert add(1, 2) == 3 and asyncio.run(ask("?")) == "yes" and list(steps(2)) == [0, 1]
+            assert asyncio.run(found()) == ["doc-1"] and Box().size() == 3
+            print(sorted(s.name for s in exporter.get_finished_spans()))
+            """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "after decorating: []",
+        "['chat m', 'execute_tool add', 'execute_tool size', 'invoke_agent steps', 'retrieval find']",
+    ]

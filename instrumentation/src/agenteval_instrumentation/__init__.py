@@ -11,8 +11,8 @@ from ._lazy import lazy_exports
 from .version import __version__
 
 if TYPE_CHECKING:
+    from ._recording import record_error
     from ._steps import error_type
-    from ._wrap import record_error
     from .capture import CaptureConfig, configure_capture
     from .context import ContextThreadPoolExecutor, submit_with_context, with_current_context
     from .decorators import (
@@ -31,7 +31,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "._steps": ("error_type",),
-        "._wrap": ("record_error",),
+        "._recording": ("record_error",),
         ".capture": ("CaptureConfig", "configure_capture"),
         ".context": ("ContextThreadPoolExecutor", "submit_with_context", "with_current_context"),
         ".decorators": (

@@ -78,7 +78,7 @@ class Recorder:
             self.span.end()
 
     def fail(self, exc: BaseException) -> None:
-        from ._wrap import record_error
+        from ._recording import record_error
 
         if not self.done:
             record_error(self.span, exc)

@@ -27,6 +27,14 @@ DOCUMENT_ID_KEYS = ("id", "doc_id", "document_id")
 """Keys (or attributes) a ``@retriever`` reads document ids from, in this order."""
 
 
+def description_of(fn: Callable[..., Any]) -> str | None:
+    """The first line of ``fn``'s docstring: a ``@tool``'s description when none is given."""
+    import inspect
+
+    doc = inspect.getdoc(fn)
+    return doc.strip().splitlines()[0] if doc else None
+
+
 class Step:
     """One decorated function: its span's name and kind, and how to record a call."""
 

@@ -1,5 +1,12 @@
 """Wrapping sync functions, coroutine functions, generators and async generators in spans.
 
+Nothing heavy is imported here, nor when a function is decorated: the OpenTelemetry API, the step's
+description (its signature, what it records) and the recording code (``_recording``) are loaded on
+the decorated function's first call. An application that imports decorated code without calling it
+(a command's ``--help``, a cold start) does not pay for them; one that traces has imported the API
+with its TracerProvider already. The wrappers below use the names ``_load`` binds as globals, so a
+call costs nothing for the deferral beyond one test of a closure cell.
+
 Context rule for streams: the span is made current only while the wrapped generator's own code
 runs (around each ``send``/``throw``), and detached before the chunk is handed to the consumer.
 Attach and detach therefore always happen in the same frame and context, so a consumer that
@@ -10,102 +17,101 @@ triggers "Failed to detach context" nor leaves the stream's span current for the
 from __future__ import annotations
 
 import functools
-import inspect
-import logging
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as context_api
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+if TYPE_CHECKING:
+    from opentelemetry import context as context_api
+    from opentelemetry import trace
 
-from . import attributes as A
-from . import capture
-from ._returned import Recorder, follow, returned_stream
-from ._steps import Step, error_type
-from .messages import StreamedMessage
-from .responses import ResponseInfo, chunk_text, read_chunk_into
-from .version import __version__
+    from ._recording import (
+        Stream,
+        aclose_quietly,
+        close_quietly,
+        record_error,
+        run_in,
+        start,
+        succeed,
+        traced,
+    )
+    from ._returned import Recorder, follow, returned_stream
+    from ._steps import Step
 
-logger = logging.getLogger(__name__)
+# Code flags of a function's ``__code__`` (CPython's values, as ``inspect`` has them).
+_CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
+_FUNCTION = type(lambda: None)
 
-tracer = trace.get_tracer("agenteval_instrumentation", __version__)
 
-
-def instrument(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
-    """A wrapper of ``fn`` of the same kind (sync, coroutine, generator, async generator)."""
-    if inspect.isasyncgenfunction(fn):
-        wrapper = _async_generator_wrapper(fn, step)
-    elif inspect.isgeneratorfunction(fn):
-        wrapper = _generator_wrapper(fn, step)
-    elif inspect.iscoroutinefunction(fn):
-        wrapper = _coroutine_wrapper(fn, step)
+def instrument(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+    """A wrapper of ``fn`` of the same kind (sync, coroutine, generator, async generator) that records each
+    call as the step ``make_step`` describes; ``make_step`` is called once, on the first call."""
+    kind = _kind(fn)
+    if kind == "async generator":
+        wrapper = _async_generator_wrapper(fn, make_step)
+    elif kind == "generator":
+        wrapper = _generator_wrapper(fn, make_step)
+    elif kind == "coroutine":
+        wrapper = _coroutine_wrapper(fn, make_step)
     else:
-        wrapper = _sync_wrapper(fn, step)
+        wrapper = _sync_wrapper(fn, make_step)
     return functools.wraps(fn)(wrapper)
 
 
-def _start(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Span, bool]:
-    """Start the step's span (not yet current); returns it and whether content is captured."""
-    capturing = step.capturing()
-    bound = step.binder.bind(args, kwargs) if step.needs_arguments(capturing) else None
-    span = tracer.start_span(step.name_for(bound), kind=step.kind)
-    if not span.is_recording():
-        return span, False
-    try:
-        span.set_attributes(step.start_attributes(bound, capturing))
-    except Exception:
-        logger.debug("agenteval: could not record the arguments of %s", step.span_name, exc_info=True)
-    return span, capturing
+def _kind(fn: Callable[..., Any]) -> str:
+    """What ``inspect.isasyncgenfunction``, ``isgeneratorfunction`` and ``iscoroutinefunction`` say of ``fn``;
+    read off the code flags of a plain function, so that decorating does not import ``inspect``."""
+    if type(fn) is _FUNCTION and not hasattr(fn, "_is_coroutine_marker"):
+        flags = fn.__code__.co_flags
+        is_async_generator = bool(flags & _CO_ASYNC_GENERATOR)
+        is_generator = bool(flags & _CO_GENERATOR)
+        is_coroutine = bool(flags & _CO_COROUTINE)
+    else:  # methods, partials, callable objects and functions marked as coroutines: as inspect says
+        import inspect
+
+        is_async_generator = inspect.isasyncgenfunction(fn)
+        is_generator = inspect.isgeneratorfunction(fn)
+        is_coroutine = inspect.iscoroutinefunction(fn)
+    if is_async_generator:
+        return "async generator"
+    if is_generator:
+        return "generator"
+    return "coroutine" if is_coroutine else "function"
 
 
-def _traced(span: Span) -> bool:
-    """False when there is no SDK (or no valid span): then the call runs untouched."""
-    return span.is_recording() or span.get_span_context().is_valid
+def _first_call(make_step: Callable[[], Step]) -> Step:
+    _load()
+    return make_step()
 
 
-def _succeed(span: Span, step: Step, result: Any, capturing: bool) -> None:
-    if not span.is_recording():
-        return
-    try:
-        span.set_attributes(step.end_attributes(span, result, capturing))
-    except Exception:
-        logger.debug("agenteval: could not record the result of %s", step.span_name, exc_info=True)
+def _load() -> None:
+    """Bind the names the wrappers use: the OpenTelemetry API and the recording code."""
+    global context_api, trace, Stream, aclose_quietly, close_quietly, record_error, run_in, start, succeed, traced
+    global Recorder, follow, returned_stream
+    from opentelemetry import context as context_api
+    from opentelemetry import trace
 
-
-STATUS_MESSAGE_LIMIT = 1000
-
-
-def record_error(span: Span, exc: BaseException) -> None:
-    """Exception event, status ERROR and ``error.type``; the caller re-raises.
-
-    The message and stack trace are content: recorded as :mod:`.capture` allows (redacted, secrets
-    masked; with capture off, the type and frames only).
-    """
-    if not span.is_recording():
-        return
-    kind = error_type(exc)
-    span.set_attribute(A.ERROR_TYPE, kind)
-    message = capture.error_message(exc, capture.config.max_string)
-    span.add_event(
-        "exception",
-        {
-            "exception.type": kind,
-            capture.EXCEPTION_MESSAGE: message,
-            capture.EXCEPTION_STACKTRACE: capture.error_stacktrace(exc, message),
-            "exception.escaped": "False",
-        },
+    from ._recording import (
+        Stream,
+        aclose_quietly,
+        close_quietly,
+        record_error,
+        run_in,
+        start,
+        succeed,
+        traced,
     )
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:STATUS_MESSAGE_LIMIT]))
+    from ._returned import Recorder, follow, returned_stream
 
 
-def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
-    follows = step.follows_streams
+def _sync_wrapper(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+    step: Step | None = None
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        span, capturing = _start(step, args, kwargs)
-        if not _traced(span):
+        nonlocal step
+        if step is None:
+            step = _first_call(make_step)
+        span, capturing = start(step, args, kwargs)
+        if not traced(span):
             return fn(*args, **kwargs)
         ctx = trace.set_span_in_context(span)
         token = context_api.attach(ctx)
@@ -116,10 +122,10 @@ def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
             record_error(span, exc)
             raise
         else:
-            if follows and (kind := returned_stream(result)) is not None:
+            if step.follows_streams and (kind := returned_stream(result)) is not None:
                 ends = False  # the stream's consumption ends it (see _returned)
-                return follow(result, kind, Recorder(span, step, _Stream(capturing), ctx))
-            _succeed(span, step, result, capturing)
+                return follow(result, kind, Recorder(span, step, Stream(capturing), ctx))
+            succeed(span, step, result, capturing)
             return result
         finally:
             context_api.detach(token)
@@ -129,12 +135,15 @@ def _sync_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
     return wrapper
 
 
-def _coroutine_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
-    follows = step.follows_streams
+def _coroutine_wrapper(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+    step: Step | None = None
 
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        span, capturing = _start(step, args, kwargs)
-        if not _traced(span):
+        nonlocal step
+        if step is None:
+            step = _first_call(make_step)
+        span, capturing = start(step, args, kwargs)
+        if not traced(span):
             return await fn(*args, **kwargs)
         ctx = trace.set_span_in_context(span)
         token = context_api.attach(ctx)
@@ -145,10 +154,10 @@ def _coroutine_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]
             record_error(span, exc)
             raise
         else:
-            if follows and (kind := returned_stream(result)) is not None:
+            if step.follows_streams and (kind := returned_stream(result)) is not None:
                 ends = False
-                return follow(result, kind, Recorder(span, step, _Stream(capturing), ctx))
-            _succeed(span, step, result, capturing)
+                return follow(result, kind, Recorder(span, step, Stream(capturing), ctx))
+            succeed(span, step, result, capturing)
             return result
         finally:
             context_api.detach(token)
@@ -158,95 +167,20 @@ def _coroutine_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]
     return wrapper
 
 
-class _Stream:
-    """What a stream has produced so far: chunk count, first-chunk time, text, usage."""
+def _generator_wrapper(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+    step: Step | None = None
 
-    __slots__ = (
-        "all_text",
-        "capturing",
-        "chunks",
-        "closed_early",
-        "count",
-        "first_ms",
-        "info",
-        "message",
-        "started",
-        "text_size",
-        "texts",
-    )
-
-    def __init__(self, capturing: bool) -> None:
-        self.capturing = capturing
-        self.started = time.monotonic_ns()
-        self.count = 0
-        self.first_ms: float | None = None
-        self.chunks: list[Any] = []
-        self.texts: list[str] = []
-        self.text_size = 0
-        self.all_text = True
-        self.closed_early = False
-        self.info = ResponseInfo()
-        self.message = StreamedMessage()
-
-    def add(self, chunk: Any) -> None:
-        if self.count == 0:
-            self.first_ms = (time.monotonic_ns() - self.started) / 1e6
-        self.count += 1
-        try:
-            read_chunk_into(self.info, chunk)
-            if not self.capturing:
-                return
-            if len(self.chunks) < capture.config.max_items:
-                self.chunks.append(chunk)
-            self.message.add(chunk, self.text_size <= capture.config.max_length)
-            text = chunk_text(chunk)
-            if text is None:
-                self.all_text = self.all_text and _is_metadata(chunk)
-            elif self.text_size <= capture.config.max_length:  # keep what will be recorded, no more
-                self.texts.append(text)
-                self.text_size += len(text)
-        except Exception:
-            logger.debug("agenteval: could not read a stream chunk", exc_info=True)
-
-    def text(self) -> str | None:
-        return "".join(self.texts) if self.all_text and (self.texts or not self.chunks) else None
-
-    def finish(self, span: Span, step: Step) -> None:
-        if not span.is_recording():
-            return
-        try:
-            attributes: dict[str, Any] = {A.STREAM_CHUNKS: self.count}
-            if self.first_ms is not None:
-                attributes[A.STREAM_FIRST_CHUNK_MS] = self.first_ms
-            if self.closed_early:
-                attributes[A.STREAM_CLOSED_EARLY] = True
-            attributes.update(step.stream_end_attributes(span, self, self.capturing))
-            span.set_attributes(attributes)
-        except Exception:
-            logger.debug("agenteval: could not record the stream of %s", step.span_name, exc_info=True)
-
-
-_METADATA_KEYS = frozenset(("usage", "type", "choices", "message", "delta"))
-
-
-def _is_metadata(chunk: Any) -> bool:
-    """A chunk with no text that still belongs to a text stream (usage or stop events)."""
-    if chunk is None:
-        return True
-    if isinstance(chunk, dict):
-        return not _METADATA_KEYS.isdisjoint(chunk)
-    return not isinstance(chunk, (int, float, bytes, list, tuple))
-
-
-def _generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        span, capturing = _start(step, args, kwargs)
-        if not _traced(span):
+        nonlocal step
+        if step is None:
+            step = _first_call(make_step)
+        span, capturing = start(step, args, kwargs)
+        if not traced(span):
             return (yield from fn(*args, **kwargs))
         ctx = trace.set_span_in_context(span)
-        stream = _Stream(capturing)
+        stream = Stream(capturing)
         try:
-            generator = _run_in(ctx, span, fn, args, kwargs)
+            generator = run_in(ctx, span, fn, args, kwargs)
             sent: Any = None
             thrown: BaseException | None = None
             while True:
@@ -273,7 +207,7 @@ def _generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]
                     sent = yield chunk
                 except GeneratorExit:
                     stream.closed_early = True
-                    _close_quietly(ctx, generator.close)
+                    close_quietly(ctx, generator.close)
                     stream.finish(span, step)
                     raise
                 except BaseException as exc:
@@ -284,17 +218,22 @@ def _generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]
     return wrapper
 
 
-def _async_generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[..., Any]:
+def _async_generator_wrapper(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+    step: Step | None = None
+
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        span, capturing = _start(step, args, kwargs)
-        if not _traced(span):
+        nonlocal step
+        if step is None:
+            step = _first_call(make_step)
+        span, capturing = start(step, args, kwargs)
+        if not traced(span):
             async for chunk in fn(*args, **kwargs):
                 yield chunk
             return
         ctx = trace.set_span_in_context(span)
-        stream = _Stream(capturing)
+        stream = Stream(capturing)
         try:
-            generator = _run_in(ctx, span, fn, args, kwargs)
+            generator = run_in(ctx, span, fn, args, kwargs)
             sent: Any = None
             thrown: BaseException | None = None
             while True:
@@ -321,13 +260,7 @@ def _async_generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[...
                     sent = yield chunk
                 except GeneratorExit:
                     stream.closed_early = True
-                    token = context_api.attach(ctx)
-                    try:
-                        await generator.aclose()
-                    except Exception:
-                        logger.debug("agenteval: closing a stream raised", exc_info=True)
-                    finally:
-                        context_api.detach(token)
+                    await aclose_quietly(ctx, generator)
                     stream.finish(span, step)
                     raise
                 except BaseException as exc:
@@ -336,25 +269,3 @@ def _async_generator_wrapper(fn: Callable[..., Any], step: Step) -> Callable[...
             span.end()
 
     return wrapper
-
-
-def _run_in(ctx: context_api.Context, span: Span, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """Call ``fn`` with the span current; an exception is recorded on the span and re-raised."""
-    token = context_api.attach(ctx)
-    try:
-        return fn(*args, **kwargs)
-    except BaseException as exc:
-        record_error(span, exc)
-        raise
-    finally:
-        context_api.detach(token)
-
-
-def _close_quietly(ctx: context_api.Context, close: Callable[[], Any]) -> None:
-    token = context_api.attach(ctx)
-    try:
-        close()
-    except Exception:
-        logger.debug("agenteval: closing a stream raised", exc_info=True)
-    finally:
-        context_api.detach(token)

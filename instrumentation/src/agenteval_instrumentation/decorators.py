@@ -7,23 +7,13 @@ functions, methods, coroutine functions, generators and async generators.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from opentelemetry import trace
-
-from ._steps import (
-    AgentStep,
-    LLMStep,
-    RetrieverStep,
-    Step,
-    ToolStep,
-    _tool_call_id,
-    document_attributes,
-    llm_response_attributes,
-)
 from ._wrap import instrument
+
+if TYPE_CHECKING:
+    from ._steps import Step
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,12 +24,7 @@ def _decorate(fn: Any, make_step: Callable[[Callable[..., Any]], Step]) -> Any:
         return type(fn)(_decorate(fn.__func__, make_step))
     if not callable(fn):
         raise TypeError(f"agenteval decorators wrap functions, not {type(fn).__name__}")
-    return instrument(fn, make_step(fn))
-
-
-def _description(fn: Callable[..., Any]) -> str | None:
-    doc = inspect.getdoc(fn)
-    return doc.strip().splitlines()[0] if doc else None
+    return instrument(fn, lambda: make_step(fn))
 
 
 @overload
@@ -59,7 +44,9 @@ def tool(
     """
 
     def step(f: Callable[..., Any]) -> Step:
-        return ToolStep(f, name or f.__name__, description or _description(f), capture)
+        from ._steps import ToolStep, description_of
+
+        return ToolStep(f, name or f.__name__, description or description_of(f), capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
 
@@ -82,6 +69,8 @@ def llm_call(
     """
 
     def step(f: Callable[..., Any]) -> Step:
+        from ._steps import LLMStep
+
         return LLMStep(f, model, provider, capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
@@ -95,6 +84,8 @@ def agent(fn: Any = None, *, name: str | None = None, capture: bool | None = Non
     """Record each call as an ``invoke_agent {name}`` span with its input and reply."""
 
     def step(f: Callable[..., Any]) -> Step:
+        from ._steps import AgentStep
+
         return AgentStep(f, name or f.__name__, capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
@@ -117,6 +108,8 @@ def retriever(
     """
 
     def step(f: Callable[..., Any]) -> Step:
+        from ._steps import RetrieverStep
+
         return RetrieverStep(f, name or f.__name__, id_key, capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
@@ -135,6 +128,10 @@ def set_llm_response(
     Use it when the function returns something other than an OpenAI or Anthropic response.
     Values set here win over what is read from the return value.
     """
+    from opentelemetry import trace
+
+    from ._steps import llm_response_attributes
+
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes(llm_response_attributes(model, input_tokens, output_tokens, finish_reasons, response_id))
@@ -143,6 +140,10 @@ def set_llm_response(
 def set_retrieved_documents(document_ids: Sequence[str], scores: Sequence[float | None] | None = None) -> None:
     """Set the ids (and scores, in the same order) of the retrieved documents on the current span (inside a
     ``@retriever``): ``agenteval.retrieval.document_ids`` and ``gen_ai.retrieval.documents``."""
+    from opentelemetry import trace
+
+    from ._steps import document_attributes
+
     span = trace.get_current_span()
     if span.is_recording():
         listed = list(scores) if scores is not None else [None] * len(document_ids)
@@ -152,6 +153,8 @@ def set_retrieved_documents(document_ids: Sequence[str], scores: Sequence[float 
 @contextlib.contextmanager
 def use_tool_call_id(call_id: str) -> Iterator[None]:
     """Within the block, the next ``@tool`` calls record ``gen_ai.tool.call.id = call_id``."""
+    from ._steps import _tool_call_id
+
     token = _tool_call_id.set(call_id)
     try:
         yield
