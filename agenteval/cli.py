@@ -851,14 +851,18 @@ def report(
         formats: Any = _traces_report.FORMATS
         to_terminal: Any = _traces_report.to_terminal
     else:
-        from .analysis._report import build_report
+        from .analysis._saved_report import saved_report
 
         if since is not None or service is not None or prices is not None:
             raise click.UsageError("--since, --service and --prices go with --traces")
-        try:
-            data = build_report(existing_store(store), experiment)
-        except ValueError as exc:
-            _raise_as_one_line(exc)
+        data = saved_report(store, experiment)  # saved by the last writer, and current: no DuckDB needed
+        if data is None:
+            from .analysis._report import build_report
+
+            try:
+                data = build_report(existing_store(store), experiment)
+            except ValueError as exc:
+                _raise_as_one_line(exc)
         formats, to_terminal = _report_formats.FORMATS, _report_formats.to_terminal
     fmt = "table" if fmt == "text" else fmt
     if fmt == "table" and output is None:
@@ -1139,11 +1143,14 @@ def plugins_command(fmt: str) -> None:
 @user_errors
 def compact(store: str | None, wait: float | None) -> None:
     """Merge each partition's small files into one (safe while others read and write), and save report figures."""
+    from .analysis._saved_report import save_reports
     from .store import Store
     from .store import compact as compact_store
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
-    result = compact_store(Store(store), **given, save_missing_figures=True)
+    target = Store(store)
+    result = compact_store(target, **given, save_missing_figures=True)
+    save_reports(target, result.figures_refreshed)
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows; saved the report figures of {len(result.figures_refreshed)} experiment(s)"

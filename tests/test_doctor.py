@@ -55,7 +55,7 @@ def test_every_command_names_the_unreadable_file_and_the_doctor_sets_it_aside(tw
     damage(broken, "truncated")
     for command in (
         ("experiments",),
-        ("report", second),
+        ("report", first),
         ("rescore", second),
         ("gate", "--baseline", first, "--candidate", second),
     ):
@@ -63,6 +63,10 @@ def test_every_command_names_the_unreadable_file_and_the_doctor_sets_it_aside(tw
         assert done.returncode in (1, 3), (command, done.stderr)
         assert "Traceback" not in done.stderr + done.stdout
         assert broken.name in done.stderr + done.stdout and "agenteval doctor" in done.stderr + done.stdout
+
+    # The second experiment's own files are intact: its report, saved by its run, is shown from what it saved.
+    intact = agenteval(store, "report", second, "--format", "json")
+    assert intact.returncode == 0 and json.loads(intact.stdout)["trials"] == 12
 
     dry = agenteval(store, "doctor", "--dry-run")
     assert dry.returncode == 1 and f"{broken}: unreadable" in dry.stdout and "left in place" in dry.stdout

@@ -70,9 +70,10 @@ def test_the_command_line_starts_without_the_heavy_libraries_or_opentelemetry():
     assert not loaded & (HEAVY | {"opentelemetry", "html", "ipaddress"})
 
 
-def test_a_decorator_import_loads_the_opentelemetry_api_and_nothing_heavy():
-    loaded = loaded_after("from agenteval import tool")
-    assert "opentelemetry" in loaded and not loaded & HEAVY
+def test_a_decorator_loads_the_opentelemetry_api_on_its_first_call_and_nothing_heavy():
+    assert not loaded_after("from agenteval import tool") & (HEAVY | {"opentelemetry"})
+    called = loaded_after("from agenteval import tool\n@tool\ndef add(a, b): return a + b\nadd(1, 2)")
+    assert "opentelemetry" in called and not called & HEAVY
     plain = loaded_after("import agenteval_instrumentation.text, agenteval_instrumentation.attributes")
     assert "opentelemetry" not in plain
 

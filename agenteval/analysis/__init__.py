@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from ._compare import Comparison, GateDecision, NotComparable, compare, gate
     from ._experiments import Experiment, Figures, OTLPExport, Summary, find, list_experiments
     from ._power import PowerTable, power_table
-    from ._report import (
+    from ._report import build_report
+    from ._report_data import (
         CaseOutcomes,
         CategoryPassRate,
         FlakyCases,
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
         ScorerFigures,
         SpanLatency,
         TokenUse,
-        build_report,
     )
     from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
     from ._traces import TracesReport, build_traces_report
@@ -35,7 +35,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "._compare": ("Comparison", "GateDecision", "NotComparable", "compare", "gate"),
         "._experiments": ("Experiment", "Figures", "OTLPExport", "Summary", "find", "list_experiments"),
         "._power": ("PowerTable", "power_table"),
-        "._report": (
+        "._report": ("build_report",),
+        "._report_data": (
             "CaseOutcomes",
             "CategoryPassRate",
             "FlakyCases",
@@ -48,7 +49,6 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "ScorerFigures",
             "SpanLatency",
             "TokenUse",
-            "build_report",
         ),
         "._traces": ("TracesReport", "build_traces_report"),
         "._stats": ("clustered_mean", "interval95", "paired_difference", "pass_at_k", "pass_hat_k"),

@@ -17,6 +17,7 @@ import duckdb
 from ..store import Store
 from ..store._snapshots import judged_connection
 from ..store._views import current_trials
+from ._report_data import ShardProgress
 from ._stats import clustered_mean_of_totals, interval95
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
@@ -143,18 +144,6 @@ def shard_records(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnecti
     ``con``: a connection of the store's already open."""
     rows = store.rows(SHARD_RECORDS, [experiment_id]) if con is None else fetch(con, SHARD_RECORDS, [experiment_id])
     return [Experiment.from_row(row) for row in rows]
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardProgress:
-    """Where one shard of an experiment run in shards stands."""
-
-    shard: str
-    """``K/N``."""
-    status: str
-    """Its newest record's status, or ``not started``."""
-    trials: int
-    """Its trials in the store, counted by the cases it holds."""
 
 
 NOT_STARTED = "not started"

@@ -17,6 +17,21 @@ from ..run._prices import cost
 from ..store import Store
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
+from ._report_data import (
+    CaseOutcomes,
+    CategoryPassRate,
+    Conversation,
+    FlakyCases,
+    Latency,
+    Outcomes,
+    PassAtK,
+    PassRate,
+    Report,
+    ReportedExperiment,
+    ScorerFigures,
+    SpanLatency,
+    TokenUse,
+)
 from ._stats import clustered_mean_of_totals, interval95, pass_at_k, pass_hat_k
 
 PER_CASE = """
@@ -61,111 +76,6 @@ MAX_K = 10
 FLAKY_LISTED = 20
 
 
-@dataclasses.dataclass(frozen=True)
-class PassAtK:
-    """pass@k (at least one of k attempts passes) and pass^k (all k pass), averaged over cases with k attempts."""
-
-    k: int
-    cases: int
-    pass_at_k: float
-    pass_hat_k: float
-
-
-@dataclasses.dataclass(frozen=True)
-class PassRate:
-    """A pass rate with its case-clustered standard error and 95% interval (None without trials)."""
-
-    pass_rate: float | None
-    se: float | None
-    ci95: tuple[float, float] | None
-    k: list[PassAtK]
-
-
-@dataclasses.dataclass(frozen=True)
-class CategoryPassRate(PassRate):
-    """The pass rate of one category's cases."""
-
-    category: str
-    cases: int
-    trials: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ScorerFigures:
-    """One scorer over the current scores: pass rate, or mean for a continuous scorer, and its errors."""
-
-    scorer: str
-    continuous: bool
-    scored: int
-    mean: float | None
-    pass_rate: float | None
-    errors: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcomes:
-    """Trials that passed, were wrong, or failed (infrastructure apart), and failures by type."""
-
-    passed: int
-    wrong: int
-    failed: int
-    infrastructure_failures: int
-    wrong_share: float | None
-    failed_share: float | None
-    failures_by_type: dict[str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class FlakyCases:
-    """Cases whose attempts disagree: how many, and the first of them."""
-
-    count: int
-    cases: list[str]
-
-
-@dataclasses.dataclass(frozen=True)
-class SpanLatency:
-    """Latency of one kind of span (``operation``: chat, execute_tool, ...)."""
-
-    operation: str
-    spans: int
-    p50_ms: float | None
-    p95_ms: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Latency:
-    """Trial latency percentiles, a uniform sample of trial latencies (sorted) for plots, and span latencies."""
-
-    trial_p50_ms: float | None
-    trial_p95_ms: float | None
-    trial_sample_ms: list[float]
-    spans: list[SpanLatency]
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenUse:
-    """Model calls and tokens by role (the agent's apart from the judge's and the simulated user's) and model."""
-
-    role: str
-    model_calls: int
-    input_tokens: int | None
-    output_tokens: int | None
-    model: str | None
-    cost_usd: float | None = None
-    """At the experiment's stored prices; None when the model has none. Cache hits spent nothing."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Conversation:
-    """One trial's conversation with a simulated user: ``(role, text)`` turns in order."""
-
-    trial_id: str
-    case_id: str
-    attempt: int
-    turns: list[tuple[str, str]]
-
-
 def _texts(messages: str | None) -> list[str]:
     try:
         parsed = json.loads(messages) if messages else []
@@ -183,69 +93,6 @@ def _conversation(row: dict[str, Any]) -> Conversation:
         if index < len(replies):
             turns.append(("assistant", replies[index]))
     return Conversation(row["trial_id"], row["case_id"], row["attempt"], turns)
-
-
-@dataclasses.dataclass(frozen=True)
-class CaseOutcomes:
-    """One case's attempts: how many passed and failed, and one failure's message."""
-
-    case_id: str
-    category: str
-    passes: int
-    attempts: int
-    failed: int
-    a_failure: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class ReportedExperiment:
-    """What the report says about the experiment itself: identity, status and where it ran."""
-
-    id: str
-    name: str | None
-    dataset: str
-    dataset_hash: str
-    """The dataset's content hash, first 12 characters."""
-    agent: str
-    version: str
-    status: str
-    error: str | None
-    started_at: int
-    ended_at: int | None
-    environment: dict[str, Any]
-    """``python``, ``platform`` and ``git`` (commit and dirty flag) of the run."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """An experiment's report: every figure the report formats show, as typed fields.
-
-    ``to_dict()`` is the JSON output (``agenteval report --format json``)."""
-
-    experiment: ReportedExperiment
-    trials: int
-    cases: int
-    overall: PassRate
-    categories: list[CategoryPassRate]
-    scorers: list[ScorerFigures]
-    outcomes: Outcomes
-    flaky: FlakyCases
-    latency: Latency
-    tokens: list[TokenUse]
-    cost_usd: float | None
-    """Agent cost of the tries that count; None without prices."""
-    cost_usd_all_tries: float | None
-    """Agent cost of every try, rate-limited ones included."""
-    worst_cases: list[CaseOutcomes]
-    """The cases with the lowest pass rate, most failures first among equals."""
-    shards: list[ex.ShardProgress] = dataclasses.field(default_factory=list)
-    """Each shard of an experiment run in shards, with its status and trials (empty otherwise)."""
-    conversations: list[Conversation] = dataclasses.field(default_factory=list)
-    """Conversations with simulated users (at most :data:`CONVERSATIONS_SHOWN`, first attempts first)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """As JSON output shows it."""
-        return dataclasses.asdict(self)
 
 
 def _rate(cases: list[dict[str, Any]], k: list[PassAtK]) -> dict[str, Any]:

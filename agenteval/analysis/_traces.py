@@ -16,7 +16,7 @@ from ..store import Store
 from ..store._trace_views import PRODUCTION
 from ..store._views import COUNTED_MODEL_CALL
 from ._experiments import fetch
-from ._report import ScorerFigures, SpanLatency
+from ._report_data import ScorerFigures, SpanLatency
 from ._stats import wilson95
 
 MAX_DEPTH = 32

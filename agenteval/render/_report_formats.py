@@ -15,8 +15,7 @@ from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
-    from ..analysis._experiments import ShardProgress
-    from ..analysis._report import CategoryPassRate, Outcomes, Report, ScorerFigures
+    from ..analysis._report_data import CategoryPassRate, Outcomes, Report, ScorerFigures, ShardProgress
 
 
 def pct(value: float | None) -> str:

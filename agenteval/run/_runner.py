@@ -34,6 +34,7 @@ from agenteval_instrumentation import capture
 
 from ..agents._loading import LoadedAgent
 from ..analysis import _experiments as ex
+from ..analysis._saved_report import save_report
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import load_dataset
 from ..errors import UsageError
@@ -823,6 +824,7 @@ class _Run:
     def summary(self) -> ex.Summary:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
         figures = ex.summarize(self.store, self.experiment.experiment_id, save=True)
+        save_report(self.store, self.experiment.experiment_id)  # what `agenteval report` shows, while unchanged
         return ex.Summary(
             **dataclasses.asdict(figures),
             experiment_id=self.experiment.experiment_id,

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from agenteval_exporters import spans_to_batch
 
 from ..analysis import _experiments as ex
+from ..analysis._saved_report import save_report
 from ..dataset._cases import Case, case_from_snapshot
 from ..errors import UsageError
 from ..run._collect import TrialCollector, collector_for
@@ -124,6 +125,7 @@ def rescore(
         sent = ex.OTLPExport(counts.sent, counts.failed)
     seconds = time.perf_counter() - started
     save_figures(store, experiment.experiment_id)  # reports read these instead of judging every trial again
+    save_report(store, experiment.experiment_id)  # and `agenteval report` this, while nothing changes
     return RescoreResult(
         experiment.experiment_id,
         pass_id,

@@ -24,7 +24,6 @@ current as on disk; another machine's report computes the figures, as for a stor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import os
@@ -43,12 +42,10 @@ from agenteval_exporters.storefs import RemoteRoot, local_home
 from agenteval_instrumentation import attributes as A
 
 from . import _views as views
+from ._fingerprints import SNAPSHOTS, files_fingerprint, fingerprint_of
 from ._store import Store, _retry_vanished, sql_string
 
 logger = logging.getLogger(__name__)
-
-SNAPSHOTS = ".snapshots"
-"""The store's folder of snapshots; hidden, so no glob over the tables reads it."""
 
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
@@ -58,9 +55,6 @@ SNAPSHOT_VERSION = 1
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
-
-UNPARTITIONED_SPANS = "date="
-"""Spans outside any experiment are partitioned by day; none of them belongs to an experiment."""
 
 BUCKET_TRIALS = 500_000
 """Trials judged at a time. Picking current scores sorts the scores of the trials at hand, so memory is bounded by
@@ -196,16 +190,12 @@ def snapshots_home(store: Store) -> Path:
 
 def fingerprint(store: Store, experiment_id: str) -> str:
     """A hash of what the experiment's figures are read from (see the module's documentation)."""
-    digest = hashlib.sha256(f"snapshot v{SNAPSHOT_VERSION}\n".encode())
+    header = f"snapshot v{SNAPSHOT_VERSION}"
+    root = store.root
+    if not isinstance(root, RemoteRoot):
+        return files_fingerprint(root, header, SOURCES, experiment_id)
     own = partition_path(PARTITION_COLUMN, experiment_id)
-    for table in SOURCES:
-        root = store.root
-        files = (
-            _remote_source_files(root, table, own) if isinstance(root, RemoteRoot) else _source_files(root / table, own)
-        )
-        for path, size, modified in sorted(files):
-            digest.update(f"{table}/{path}\0{size}\0{modified}\n".encode())
-    return digest.hexdigest()[:24]
+    return fingerprint_of(header, ((table, _remote_source_files(root, table, own)) for table in SOURCES))
 
 
 def snapshot_folders(store: Store) -> list[Path]:
@@ -222,28 +212,10 @@ def snapshot_folder(store: Store, experiment_id: str, fingerprint: str) -> Path:
     return snapshots_home(store) / partition_path(PARTITION_COLUMN, experiment_id) / fingerprint
 
 
-def _source_files(folder: Path, own_partition: str) -> Iterator[tuple[str, int, int]]:
-    """Every Parquet file under ``folder`` that can hold the experiment's rows: (relative path, size, mtime)."""
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        if entry.is_dir():
-            elsewhere = entry.name.startswith(f"{PARTITION_COLUMN}=") and entry.name != own_partition
-            if elsewhere or entry.name.startswith(UNPARTITIONED_SPANS):
-                continue
-            for path, size, modified in _source_files(Path(entry.path), own_partition):
-                yield f"{entry.name}/{path}", size, modified
-        elif entry.name.endswith(".parquet"):
-            with contextlib.suppress(FileNotFoundError):  # compacted away while listed: the listing changed anyway
-                stat = entry.stat()
-                yield entry.name, stat.st_size, stat.st_mtime_ns
-
-
 def _remote_source_files(root: RemoteRoot, table: str, own_partition: str) -> list[tuple[str, int, int]]:
-    """:func:`_source_files` for a store on object storage: the live files (see ``._live``) of the experiment's
-    partition (the schema files beside the partitions change only with a new version, which the SQL follows)."""
+    """:func:`._fingerprints.source_files` for a store on object storage: the live files (see ``._live``) of the
+    experiment's partition (the schema files beside the partitions change only with a new version, which the SQL
+    follows)."""
     from ._live import partition_files
 
     partition = partition_files(root, f"{table}/{own_partition}")
