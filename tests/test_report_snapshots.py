@@ -89,20 +89,21 @@ def assert_reported_as_by_hand(report: dict, hand: dict) -> None:
         assert close(category["pass_rate"], rate) and close(category["se"], se), category["category"]
 
 
+BUILT_IN_RUNS = [
+    ("mock", "arithmetic", {"wrong_rate": "0.2", "fail_rate": "0.1", "failure": "tool_error", "seed": "3"}),
+    (busy_agent, "hard", {}),
+    (busy_agent, "extended", {}),
+    ("mock", "mixed", {}),
+]
+"""Agents and built-in datasets whose reports are checked read and computed: wrong answers, failures, tools."""
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Store:
     return Store(tmp_path_factory.mktemp("snapshots") / "store")
 
 
-@pytest.mark.parametrize(
-    ("agent", "dataset", "options"),
-    [
-        ("mock", "arithmetic", {"wrong_rate": "0.2", "fail_rate": "0.1", "failure": "tool_error", "seed": "3"}),
-        (busy_agent, "hard", {}),
-        (busy_agent, "extended", {}),
-        ("mock", "mixed", {}),
-    ],
-)
+@pytest.mark.parametrize(("agent", "dataset", "options"), BUILT_IN_RUNS)
 def test_a_report_from_its_snapshot_is_the_report_from_the_tables_on_the_built_in_datasets(
     store, agent, dataset, options
 ):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from rich.console import Console
-from test_report_snapshots import busy_agent, every_other_attempt, failing_pass
+from test_report_snapshots import BUILT_IN_RUNS, every_other_attempt, failing_pass
 
 from agenteval.analysis import build_report
 from agenteval.analysis._saved_report import NEWEST, REPORTS, saved_report
@@ -52,15 +52,7 @@ def agenteval(store: Store, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
-@pytest.mark.parametrize(
-    ("agent", "dataset", "options"),
-    [
-        ("mock", "arithmetic", {"wrong_rate": "0.2", "fail_rate": "0.1", "failure": "tool_error", "seed": "3"}),
-        (busy_agent, "hard", {}),
-        (busy_agent, "extended", {}),
-        ("mock", "mixed", {}),
-    ],
-)
+@pytest.mark.parametrize(("agent", "dataset", "options"), BUILT_IN_RUNS)
 def test_the_saved_report_is_the_computed_report_in_every_format_on_the_built_in_datasets(
     store, agent, dataset, options
 ):
