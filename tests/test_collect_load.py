@@ -1,6 +1,7 @@
-"""``agenteval collect`` under load: several client processes with the real OTLP exporter, count in equals
-count out; SIGTERM in the middle loses no acknowledged span; a full write queue makes clients wait (503 with
-``Retry-After``, gRPC UNAVAILABLE with RetryInfo), and the real exporters retry until everything is in."""
+"""``agenteval collect`` under load: several client processes with the real OTLP exporter, count in equals count out;
+SIGTERM in the middle loses no acknowledged span (with and without HTTP worker processes); a full write queue makes
+clients wait (503 with ``Retry-After``, gRPC UNAVAILABLE with RetryInfo), and the real exporters retry until
+everything is in."""
 
 from __future__ import annotations
 
@@ -46,9 +47,11 @@ def test_four_client_processes_lose_no_span(tmp_path):
     assert (stats.spans_received, stats.spans_written, stats.spans_rejected) == (sent, sent, 0)
 
 
-def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path, workers):
     store = tmp_path / "s"
     command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    command += ["--workers", str(workers)]
     collector = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = collector.stdout.readline()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from waiting import wait_until
 
 from agenteval.collect import Collector
@@ -37,10 +38,12 @@ def traces(store_dir) -> dict[str, str]:
     return {r["trace_id"]: r["status"] for r in Store(store_dir).rows("SELECT trace_id, status FROM traces")}
 
 
-def test_traces_are_scored_as_they_arrive_each_once_as_rescore_traces_scores_them(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_traces_are_scored_as_they_arrive_each_once_as_rescore_traces_scores_them(tmp_path, workers):
+    """With HTTP workers, they tell the collector the roots they wrote, and it scores the traces."""
     store = tmp_path / "collected"
     scorer = TraceScorer(Store(store), ["tool_errors"])
-    with Collector(store, port=0, grpc_port=None, score=scorer, score_delay=0.2) as collector:
+    with Collector(store, port=0, grpc_port=None, score=scorer, score_delay=0.2, workers=workers) as collector:
         send_traces(collector.http_endpoint, 14)
         # Scored while the collector runs, not only at its stop: 8 of the 14 did not end in error.
         wait_until(lambda: len(trace_scores(store)) == 8, "8 traces to be scored online", timeout=60)

@@ -80,13 +80,20 @@ class HttpReceiver(ThreadingHTTPServer):
         token: str | None,
         max_body_bytes: int,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        *,
+        listen: bool = True,
+        on_closed: Callable[[], None] | None = None,
     ) -> None:
+        """With ``listen=False`` nothing is bound: connections come through :meth:`hand_over` (a worker
+        process of :mod:`._workers`, whose parent accepts them), and ``on_closed`` is told of each one's end."""
+        self.on_closed = on_closed
         self.intake, self.token, self.max_body_bytes = intake, token, max_body_bytes
         self.max_connections = max_connections
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Condition()
         self.busy = 0  # requests being answered: close() lets them send their answer
-        super().__init__(address, _Handler)
+        self.listening = listen
+        super().__init__(address, _Handler, bind_and_activate=listen)
 
     @property
     def port(self) -> int:
@@ -103,15 +110,25 @@ class HttpReceiver(ThreadingHTTPServer):
             self.connections.add(request)
         super().process_request(request, client_address)
 
+    def hand_over(self, connection: socket.socket, client_address: Any) -> None:
+        """Serve a connection accepted elsewhere, as if this server had accepted it."""
+        if self.verify_request(connection, client_address):
+            self.process_request(connection, client_address)
+        else:
+            self.shutdown_request(connection)
+
     def shutdown_request(self, request: Any) -> None:
         with self.connections_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
+        if self.on_closed is not None:
+            self.on_closed()
 
     def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let requests in progress send their answer (up to ``grace`` seconds), then end the
         connections still open (idle ones would wait for a next request)."""
-        self.shutdown()
+        if self.listening:
+            self.shutdown()
         self.server_close()
         with self.connections_lock:
             self.connections_lock.wait_for(lambda: self.busy == 0, grace)

@@ -53,6 +53,12 @@ class CollectStats:
     traces_scored: int = 0
     scores_written: int = 0
 
+    def __add__(self, other: CollectStats) -> CollectStats:
+        """Two receivers' counts together (a collector's HTTP workers and its own)."""
+        return CollectStats(
+            *(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True))
+        )
+
 
 class Intake:
     """The bounded queue and the writer thread. Thread-safe; one per collector."""

@@ -25,13 +25,20 @@ from ._settings import DEFAULT_SCORE_DELAY
 logger = logging.getLogger(__name__)
 
 
+def root_trace_ids(batch: pa.RecordBatch) -> list[str]:
+    """The production traces whose root span is in ``batch``."""
+    roots = pc.and_(pc.is_null(batch.column("parent_span_id")), pc.is_null(batch.column("experiment_id")))
+    return pc.filter(batch.column("trace_id"), roots).to_pylist()
+
+
 class OnlineScoring:
     """Scores the traces whose root spans were written, a delay later; one thread, one per collector."""
 
     def __init__(self, scorer: TraceScorer, publish: Callable[[], bool], delay: float = DEFAULT_SCORE_DELAY) -> None:
         self.scorer = scorer
         self.delay = delay
-        self._publish = publish
+        self.publish = publish
+        """Publishes every written span before a score (with HTTP workers, theirs too)."""
         self._due: deque[tuple[float, list[str]]] = deque()
         self._lock = threading.Condition()
         self._closing = False
@@ -43,8 +50,10 @@ class OnlineScoring:
 
     def written(self, batch: pa.RecordBatch) -> None:
         """The writer wrote ``batch``: its production traces whose root span it holds become due."""
-        roots = pc.and_(pc.is_null(batch.column("parent_span_id")), pc.is_null(batch.column("experiment_id")))
-        ids = pc.filter(batch.column("trace_id"), roots).to_pylist()
+        self.roots_written(root_trace_ids(batch))
+
+    def roots_written(self, ids: list[str]) -> None:
+        """These production traces' root spans were written (by this process or a worker): they become due."""
         if ids:
             with self._lock:
                 self._due.append((time.monotonic() + self.delay, ids))
@@ -80,7 +89,7 @@ class OnlineScoring:
 
     def _score(self, ids: list[str]) -> None:
         try:
-            self._publish()
+            self.publish()
             result = self.scorer.score(ids)
         except Exception:  # a scorer's failure costs these traces their scores, never the collector
             logger.exception("agenteval collect: could not score %d production traces", len(ids))

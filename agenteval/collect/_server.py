@@ -33,9 +33,15 @@ from ._settings import (
     ENV_TOKEN,
     is_loopback,
 )
+from ._workers import CAN_HAND_OVER_CONNECTIONS, HttpWorkers, WorkerSettings
 
 if TYPE_CHECKING:
     from ..scorers._traces import TraceScorer
+
+
+SERVE_POLL_SECONDS = 0.05
+"""How often the HTTP server's loop looks whether it is being stopped: socketserver's default, half a second,
+made every stop wait up to that long for it (up to a quarter of a timed run of the benchmark)."""
 
 
 class Collector:
@@ -45,7 +51,9 @@ class Collector:
     but loopback needs a token (``token``, else ``AGENTEVAL_COLLECT_TOKEN``), which clients send as
     ``Authorization: Bearer TOKEN``; with a token, loopback requires it too. With ``score`` (a
     :class:`~agenteval.scorers.TraceScorer` over the same store), each trace is scored ``score_delay`` seconds
-    after its root span is written (see ``agenteval.collect._online``).
+    after its root span is written (see ``agenteval.collect._online``). With ``workers`` above 1, HTTP is
+    received by that many processes, each decoding and writing the connections handed to it (see
+    ``agenteval.collect._workers``); gRPC stays in this process.
     """
 
     def __init__(
@@ -61,8 +69,14 @@ class Collector:
         flush_interval: float | None = None,
         score: TraceScorer | None = None,
         score_delay: float = DEFAULT_SCORE_DELAY,
+        workers: int = 1,
     ) -> None:
         self.store = store_path(store)
+        if workers < 1:
+            raise UsageError(f"agenteval collect: --workers must be at least 1, not {workers}")
+        if workers > 1 and not CAN_HAND_OVER_CONNECTIONS:
+            raise UsageError("agenteval collect: --workers above 1 needs a platform that passes sockets (Unix)")
+        self.workers = workers
         self.host = host
         self.token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
         if not is_loopback(host) and not self.token:
@@ -75,6 +89,7 @@ class Collector:
         self._max_queued_spans = max_queued_spans
         self._flush_interval = flush_interval
         self._http: HttpReceiver | None = None
+        self._http_workers: HttpWorkers | None = None
         self._grpc: GrpcReceiver | None = None
         self._intake: Intake | None = None
         self._scorer, self._score_delay = score, score_delay
@@ -93,9 +108,13 @@ class Collector:
         if self._scorer is not None:
             online = OnlineScoring(self._scorer, exporter.force_flush, self._score_delay)
         intake = Intake(exporter, self._max_queued_spans, online.written if online is not None else None)
+        self._intake, self._online = intake, online
         try:
             try:
-                self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
+                if self.workers > 1:
+                    self._http_workers = self._start_workers(port)
+                else:
+                    self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
             except OSError as exc:
                 raise UsageError(f"agenteval collect: cannot listen on {self.host}:{port} ({exc.strerror})") from None
             if grpc_port is not None:
@@ -103,17 +122,45 @@ class Collector:
         except BaseException:
             if self._http is not None:
                 self._http.server_close()
+            if self._http_workers is not None:
+                self._http_workers.close()
             intake.close()
             if online is not None:
                 online.close()
+            self._intake = self._online = self._http = self._http_workers = None
             raise
-        self._intake, self._online = intake, online
-        thread = threading.Thread(target=self._http.serve_forever, name="agenteval-collect-http", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        if self._http is not None:
+            thread = threading.Thread(
+                target=self._http.serve_forever, args=(SERVE_POLL_SECONDS,), name="agenteval-collect-http", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
         if self._grpc is not None:
             self._grpc.start()
         return self
+
+    def _start_workers(self, port: int) -> HttpWorkers:
+        online = self._online
+        settings = WorkerSettings(
+            store=str(self.store),
+            address=(self.host, port),
+            token=self.token,
+            max_body_bytes=self._max_body_bytes,
+            max_queued_spans=self._max_queued_spans,
+            flush_interval=self._flush_interval,
+            report_roots=online is not None,
+        )
+        on_roots = online.roots_written if online is not None else None
+        workers = HttpWorkers((self.host, port), settings, self.workers, on_roots)
+        if online is not None:
+            online.publish = self._publish_everywhere
+        return workers.start()
+
+    def _publish_everywhere(self) -> bool:
+        """Online scoring's flush with workers: this process's writer (gRPC) and every worker's."""
+        assert self._intake is not None
+        here = self._intake.exporter.force_flush()
+        return (self._http_workers is None or self._http_workers.flush()) and here
 
     def stop(self) -> None:
         """Stop receiving and write every acknowledged span to the store. Safe to call twice."""
@@ -127,6 +174,8 @@ class Collector:
         self._intake.stop_accepting()
         if self._http is not None:
             self._http.close()
+        if self._http_workers is not None:
+            self._http_workers.close()  # each worker writes out its queue
         self._intake.close()
         if self._online is not None:
             self._online.close()  # the traces still waiting, scored now that every span is written
@@ -162,9 +211,10 @@ class Collector:
     @property
     def http_port(self) -> int:
         """The HTTP port listened on (the one picked, for port 0)."""
-        if self._http is None:
+        receiver = self._http or self._http_workers
+        if receiver is None:
             raise RuntimeError("the collector is not started")
-        return self._http.port
+        return receiver.port
 
     @property
     def grpc_port(self) -> int | None:
@@ -182,8 +232,18 @@ class Collector:
         if self._intake is None:
             return CollectStats(0, 0, 0, 0)
         stats = self._intake.stats()
+        for worker in self.worker_stats():
+            stats = stats + worker
         if self._online is None:
             return stats
         return dataclasses.replace(
             stats, traces_scored=self._online.traces_scored, scores_written=self._online.scores_written
         )
+
+    def worker_pids(self) -> list[int]:
+        """The HTTP worker processes' ids (empty without workers)."""
+        return [] if self._http_workers is None else self._http_workers.pids()
+
+    def worker_stats(self) -> list[CollectStats]:
+        """Each HTTP worker process's counts (empty without workers); :meth:`stats` adds them up."""
+        return [] if self._http_workers is None else self._http_workers.stats()
