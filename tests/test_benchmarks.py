@@ -82,7 +82,12 @@ def test_bench_collect_sends_over_http_and_grpc_and_counts_every_span(tmp_path):
     lines = run_benchmark(
         tmp_path, "bench_collect.py", "--spans", "2048", "--repeats", "1", "--clients", "1", "--warm-up", "0"
     )
-    for protocol in ("http", "grpc"):
-        measured = row(lines, protocol)
-        assert measured is not None and re.match(rf"{protocol} +[\d,]+ spans/s .* the 100,000 spans/s target", measured)
-    assert sum("collector CPU" in line for line in lines) == 2, lines
+    rows = [line for line in lines if re.match(r"(http|grpc) +\d process", line)]
+    assert [line.split(" spans/s")[0].split()[:3] for line in rows] == [
+        ["http", "1", "process"],
+        ["http", "2", "processes"],
+        ["grpc", "1", "process"],
+    ], lines
+    for measured in rows:
+        assert re.search(r"process(es)? +[\d,]+ spans/s .* the 100,000 spans/s target", measured), measured
+    assert sum("collector CPU" in line for line in lines) == 3, lines
