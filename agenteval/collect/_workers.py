@@ -241,16 +241,18 @@ class _Worker:
             with self._send_lock:
                 self.channel.send(("connection", address))
                 send_handle(self.channel, connection.fileno(), self.pid)
+                self.open_connections += 1
         except OSError:
             return False
-        self.open_connections += 1
         return True
 
     def stats(self) -> CollectStats:
         if self.final is not None:
             return self.final
         reply = self._request(("stats",), REPLY_SECONDS)
-        return CollectStats(*reply[1]) if reply else CollectStats(0, 0, 0, 0)
+        if reply is None:  # it stopped (or died) meanwhile: its final counts, when it said them
+            return self.final or CollectStats(0, 0, 0, 0)
+        return CollectStats(*reply[1])
 
     def flush(self) -> bool:
         reply = self._request(("flush",), REPLY_SECONDS)
@@ -274,7 +276,7 @@ class _Worker:
 
     def _request(self, message: tuple[Any, ...], timeout: float) -> tuple[Any, ...] | None:
         with self._request_lock:
-            if not self.alive:
+            if not self.alive or self.final is not None:
                 return None
             try:
                 with self._send_lock:
@@ -292,10 +294,12 @@ class _Worker:
             if kind == "roots" and self._on_roots is not None:
                 self._on_roots(message[1])
             elif kind == "closed":
-                self.open_connections -= 1
+                with self._send_lock:
+                    self.open_connections -= 1
             elif kind == "stopped":
                 self.final = CollectStats(*message[1])
                 self._done.set()
+                self._replies.put(None)  # a request sent as it stopped is not answered: it gets no reply
             else:
                 self._replies.put(message)
         self.alive = False
