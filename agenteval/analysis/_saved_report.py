@@ -22,12 +22,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agenteval_exporters.files import partition_path
 from agenteval_exporters.partitions import store_path
-from agenteval_exporters.schema import PARTITION_COLUMN
 
 from .. import __version__
-from ..store._fingerprints import SNAPSHOTS, fingerprint_of, source_files
+from ..store._fingerprints import SNAPSHOTS, files_fingerprint
 from ._report_data import Report, report_from_dict
 
 if TYPE_CHECKING:
@@ -127,10 +125,8 @@ def saved_report(store: str | os.PathLike[str] | None, experiment_id: str | None
 
 
 def _fingerprint(root: Path, experiment_id: str) -> str:
-    own = partition_path(PARTITION_COLUMN, experiment_id)
-    listings = [("experiments", source_files(root / "experiments", None))]
-    listings += [(table, source_files(root / table, own)) for table in EXPERIMENT_TABLES]
-    return fingerprint_of(f"report v{REPORT_VERSION} agenteval {__version__}", listings)
+    header = f"report v{REPORT_VERSION} agenteval {__version__}"
+    return files_fingerprint(root, header, EXPERIMENT_TABLES, experiment_id, whole_tables=("experiments",))
 
 
 def _report_path(root: Path, experiment_id: str) -> Path:

@@ -44,8 +44,9 @@ REPLY_SECONDS = 30.0
 """How long the parent waits for a worker's counts or its flush."""
 STOP_SECONDS = 300.0
 """How long the parent waits for a worker to write out its queue at a stop."""
-ACCEPT_POLL_SECONDS = 0.25
-"""How often the accepting thread looks whether the collector is stopping."""
+POLL_SECONDS = 0.25
+"""How often the parent's accepting thread looks whether the collector is stopping (a stop wakes it at once on
+Linux), and a worker whether a signal asked it to stop."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +76,10 @@ class HttpWorkers:
         self.settings, self.count, self.on_roots = settings, count, on_roots
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._listener = socket.create_server(address, family=family, backlog=128)
-        self._listener.settimeout(ACCEPT_POLL_SECONDS)
+        self._listener.settimeout(POLL_SECONDS)
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._closing = False
-        self._refused = 0  # connections closed because no worker could take them
         self._accepting = threading.Thread(target=self._accept, name="agenteval-collect-accept", daemon=True)
 
     @property
@@ -144,16 +144,16 @@ class HttpWorkers:
                 logger.exception("agenteval collect: could not accept a connection")
                 continue
             with connection:  # the worker has its own descriptor once handed over
-                if not self._hand_over(connection, address):
-                    self._refused += 1
+                self._hand_over(connection, address)
 
-    def _hand_over(self, connection: socket.socket, address: Any) -> bool:
+    def _hand_over(self, connection: socket.socket, address: Any) -> None:
+        """To the live worker with the fewest open connections; with none (every one is being replaced), the
+        connection is closed and the client reconnects and retries."""
         with self._lock:
             alive = [w for w in self._workers if w.alive]
         for worker in sorted(alive, key=lambda w: w.open_connections):
             if worker.take(connection, address):
-                return True
-        return False  # every worker is gone (being replaced): the client reconnects and retries
+                return
 
     def _worker_died(self, dead: _Worker) -> None:
         """Called from a worker's reader thread when its process ended without being asked to."""
@@ -379,7 +379,7 @@ def _serve(
 ) -> None:
     while not stopping.is_set():
         try:
-            if not channel.poll(ACCEPT_POLL_SECONDS):
+            if not channel.poll(POLL_SECONDS):
                 continue
             message = channel.recv()
         except (EOFError, OSError):

@@ -20,11 +20,15 @@ UNPARTITIONED_SPANS = "date="
 """Spans outside any experiment are partitioned by day; none of them belongs to an experiment."""
 
 
-def files_fingerprint(root: Path, header: str, tables: Sequence[str], experiment_id: str | None) -> str:
-    """A hash of ``header`` and of the files of ``tables`` that can hold ``experiment_id``'s rows; with None,
-    of every file of those tables."""
+def files_fingerprint(
+    root: Path, header: str, tables: Sequence[str], experiment_id: str | None, whole_tables: Sequence[str] = ()
+) -> str:
+    """A hash of ``header``, of every file of ``whole_tables``, and of the files of ``tables`` that can hold
+    ``experiment_id``'s rows (with None, of every file of those tables too)."""
     own = None if experiment_id is None else partition_path(PARTITION_COLUMN, experiment_id)
-    return fingerprint_of(header, ((table, source_files(root / table, own)) for table in tables))
+    listings = [(table, source_files(root / table, None)) for table in whole_tables]
+    listings += [(table, source_files(root / table, own)) for table in tables]
+    return fingerprint_of(header, listings)
 
 
 def fingerprint_of(header: str, listings: Iterable[tuple[str, Iterable[tuple[str, int, int]]]]) -> str:
