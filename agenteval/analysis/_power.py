@@ -158,10 +158,10 @@ def estimate_between_case_variance(case_rates: Sequence[float], attempts: int) -
     m = len(case_rates)
     if m < 2 or attempts < 1:
         raise ValueError("need at least two cases to estimate the between-case spread")
-    mean = sum(case_rates) / m
-    observed = sum((r - mean) ** 2 for r in case_rates) / (m - 1)
+    mean = math.fsum(case_rates) / m
+    observed = math.fsum((r - mean) ** 2 for r in case_rates) / (m - 1)
     within = (
-        sum(r * (1 - r) for r in case_rates) / m / (attempts - 1) if attempts > 1 else 0.0
+        math.fsum(r * (1 - r) for r in case_rates) / m / (attempts - 1) if attempts > 1 else 0.0
     )  # E[r(1-r)] = (K-1)/K p(1-p): so p(1-p)/K = E[r(1-r)] / (K-1)
     return min(max(observed - within, 0.0), mean * (1 - mean))
 
@@ -182,7 +182,7 @@ def build_model(
     if from_experiment:
         rates, attempts_run = _experiment_rates(store, from_experiment)
         attempts = attempts or attempts_run
-        pass_rate = pass_rate or sum(rates) / len(rates)
+        pass_rate = pass_rate or math.fsum(rates) / len(rates)
         variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
         return PowerModel(pass_rate, attempts, variance, alpha, affected)
     pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS

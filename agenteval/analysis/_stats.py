@@ -25,15 +25,18 @@ def clustered_mean(values_by_case: Sequence[Sequence[float]]) -> tuple[float, fl
 
 def clustered_mean_of_totals(totals_by_case: Sequence[tuple[int, float]]) -> tuple[float, float]:
     """:func:`clustered_mean` from each case's count and sum of values, which is all it needs:
-    Σ_{i∈c} (x_i − x̄) = s_c − n_c·x̄. A report need not hold a million outcomes to get its error bars."""
+    Σ_{i∈c} (x_i − x̄) = s_c − n_c·x̄. A report need not hold a million outcomes to get its error bars.
+
+    Sums are exact (``math.fsum``), so the figures do not depend on the order the cases come in: a query's
+    groups come in any order, and two runs of the same trials must report the same interval to the last bit."""
     n = sum(count for count, _ in totals_by_case)
     clusters = sum(1 for count, _ in totals_by_case if count)
     if n == 0:
         return math.nan, math.nan
-    mean = sum(total for _, total in totals_by_case) / n
+    mean = math.fsum(total for _, total in totals_by_case) / n
     if clusters < 2:
         return mean, math.nan
-    spread = sum((total - count * mean) ** 2 for count, total in totals_by_case)
+    spread = math.fsum((total - count * mean) ** 2 for count, total in totals_by_case)
     return mean, math.sqrt(spread * clusters / (clusters - 1)) / n
 
 
@@ -74,14 +77,14 @@ def pass_hat_k(attempts: int, passes: int, k: int) -> float:
 
 
 def mean_over_cases(values: Sequence[float]) -> tuple[float, float]:
-    """The mean of per-case values and its standard error (cases independent)."""
+    """The mean of per-case values and its standard error (cases independent); exact sums, whatever the order."""
     m = len(values)
     if m == 0:
         return math.nan, math.nan
-    mean = sum(values) / m
+    mean = math.fsum(values) / m
     if m < 2:
         return mean, math.nan
-    variance = sum((v - mean) ** 2 for v in values) / (m - 1)
+    variance = math.fsum((v - mean) ** 2 for v in values) / (m - 1)
     return mean, math.sqrt(variance / m)
 
 
@@ -115,8 +118,8 @@ def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -
     shared = sorted(set(baseline) & set(candidate))
     diffs = [candidate[c] - baseline[c] for c in shared]
     difference, standard_error = mean_over_cases(diffs)
-    base = sum(baseline[c] for c in shared) / len(shared) if shared else math.nan
-    cand = sum(candidate[c] for c in shared) / len(shared) if shared else math.nan
+    base = math.fsum(baseline[c] for c in shared) / len(shared) if shared else math.nan
+    cand = math.fsum(candidate[c] for c in shared) / len(shared) if shared else math.nan
     return PairedDifference(len(shared), base, cand, difference, standard_error)
 
 

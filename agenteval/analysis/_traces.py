@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import math
 from typing import Any
 
 import duckdb
@@ -33,7 +34,7 @@ SELECTED_SPANS = f"(SELECT * FROM spans WHERE {PRODUCTION} AND trace_id IN (SELE
 SUMMARY = f"""
 SELECT count(*) AS calls, quantile_cont(duration_ms, 0.5) AS p50_ms, quantile_cont(duration_ms, 0.9) AS p90_ms,
        quantile_cont(duration_ms, 0.95) AS p95_ms, quantile_cont(duration_ms, 0.99) AS p99_ms,
-       min(started_at) AS first_started_at, max(started_at) AS last_started_at, sum(cost_usd) AS cost_usd,
+       min(started_at) AS first_started_at, max(started_at) AS last_started_at, fsum(cost_usd) AS cost_usd,
        (SELECT list(duration_ms ORDER BY duration_ms)
         FROM (SELECT duration_ms FROM selected USING SAMPLE {LATENCY_SAMPLE} ROWS)) AS sample_ms
 FROM selected
@@ -222,7 +223,7 @@ def trace_failure(row: dict[str, Any]) -> TraceFailure | None:
 
 def _sum_costs(costs: list[float | None]) -> float | None:
     known = [c for c in costs if c is not None]
-    return sum(known) if known else None
+    return math.fsum(known) if known else None
 
 
 def build_traces_report(
