@@ -361,6 +361,49 @@ def test_prune_while_a_writer_publishes_into_the_day_loses_nothing_it_did_not_co
     assert pruned == 1800 and count(store, "SELECT count(*) AS n FROM spans") == 0
 
 
+PRUNE_REPEATEDLY = """
+import os, sys, time
+from pathlib import Path
+day, moved, stop = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+n = 0
+print("ready", flush=True)
+while not stop.exists():
+    try:
+        os.replace(day, moved / str(n))
+        n += 1
+    except FileNotFoundError:
+        pass
+    time.sleep(0.002)  # a prune's rename, then its measuring and deleting
+"""
+
+
+def test_a_file_published_while_its_day_folder_is_renamed_away_lands_in_a_new_one(tmp_path):
+    """What a prune does to a day (one rename out of the table, from another process) racing a writer's
+    publish, 300 times: the folder can vanish between the writer creating it and moving its file in, which
+    lost the file before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agenteval_exporters.files import publish
+
+    root, moved, stop = tmp_path / "store", tmp_path / "moved", tmp_path / "stop"
+    moved.mkdir()
+    pruner = subprocess.Popen(
+        [sys.executable, "-c", PRUNE_REPEATEDLY, str(root / "spans" / "date=2026-01-01"), str(moved), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert pruner.stdout.readline().strip() == "ready"
+    try:
+        for i in range(300):
+            publish(root, "spans", "date=2026-01-01/service=shop", pa.table({"i": [i]}))
+    finally:
+        stop.touch()
+        pruner.wait(timeout=30)
+    landed = [*moved.rglob("*.parquet"), *(root / "spans").rglob("*.parquet")]
+    assert sorted(pq.read_table(p)["i"][0].as_py() for p in landed) == list(range(300))
+
+
 def test_compaction_merges_day_partitions_while_a_writer_appends(tmp_path):
     store = tmp_path / "store"
     writer = subprocess.Popen(

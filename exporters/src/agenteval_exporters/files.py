@@ -35,6 +35,8 @@ STAGING = ".staging"
 STAGED_SUFFIX = ".partial"
 """How a file being written ends its name: never ``.parquet``, which only published files use."""
 STALE_STAGING_SECONDS = 3600
+PUBLISH_ATTEMPTS = 20
+"""How often a file is moved into a partition folder that a concurrent prune keeps renaming away."""
 
 
 def partition_path(key: str, value: str) -> str:
@@ -142,13 +144,28 @@ class StagedFile:
             if isinstance(self.root, RemoteRoot):
                 return self._upload(self.root, partition)
             folder = self.root / self.table_name / partition
-            folder.mkdir(parents=True, exist_ok=True)
-            final = folder / new_file_name()
-            os.replace(self.path, final)
+            final = self._move_into(folder)
         except BaseException:
             self.abandon()
             raise
         fsync_dir(folder)
+        return final
+
+    def _move_into(self, folder: Path) -> Path:
+        """Move the finished file into ``folder``, made if missing. A prune may rename the folder away between
+        its creation and the move (a late span of a day being pruned): the move then finds no folder (or the
+        creation finds one that is gone when checked), and the file goes into a new one instead of being lost."""
+        for _ in range(PUBLISH_ATTEMPTS - 1):
+            with contextlib.suppress(FileNotFoundError, FileExistsError):
+                return self._move_once(folder)
+            if not self.path.exists():
+                break
+        return self._move_once(folder)
+
+    def _move_once(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / new_file_name()
+        os.replace(self.path, final)
         return final
 
     def _upload(self, root: RemoteRoot, partition: str) -> RemoteRoot:
