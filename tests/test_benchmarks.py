@@ -78,6 +78,16 @@ def test_bench_dashboard_fetches_every_page_of_a_small_store(tmp_path):
         assert row(lines, page) is not None, page
 
 
+def test_bench_startup_measures_every_figure_it_names(tmp_path):
+    lines = run_benchmark(tmp_path, "bench_startup.py", "--repeats", "1", "--run-repeats", "1", "--run-cases", "20")
+    for name in ("agenteval --help", "import the decorators", "agenteval report, 150 trials", "20-case run, peak RSS"):
+        assert any(re.match(rf" +{re.escape(name)} +[\d.]+ (ms|MB) \(range", line) for line in lines), (name, lines)
+    floors = [
+        line for line in lines if re.match(r" +(held before any trial|the same, pandas not installed) +[\d.]+ MB", line)
+    ]
+    assert len(floors) == 2, lines
+
+
 def test_bench_collect_sends_over_http_and_grpc_and_counts_every_span(tmp_path):
     lines = run_benchmark(
         tmp_path, "bench_collect.py", "--spans", "2048", "--repeats", "1", "--clients", "1", "--warm-up", "0"
