@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -287,6 +288,39 @@ def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_p
     receiver.close()
     intake.close()
     assert len(stored(tmp_path / "s")) == 4
+
+
+def reset_mid_request(port: int, sent: bytes) -> None:
+    """Send part of a request, then close with a reset (SO_LINGER 0), as a client that timed out does."""
+    client = socket.create_connection(("127.0.0.1", port), timeout=10)
+    client.sendall(sent)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_clients_that_reset_mid_request_leave_no_traceback_and_the_command_carries_on(tmp_path, workers):
+    """The command's output stays what it says (its socketserver printed a traceback for every reset)."""
+    store = tmp_path / "s"
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    collect = subprocess.Popen(
+        [*command, "--workers", str(workers)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        endpoint = collect.stdout.readline().split(" on ")[1].split(";")[0]
+        port = int(endpoint.split(":")[2].split("/")[0])
+        body = encode_spans(agent_spans(2)).SerializeToString()
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n".encode()
+        for sent in (b"POST /v1/tr", head, head + b"Content-Type: application/x-protobuf\r\n\r\n" + body[:10]):
+            for _ in range(3):
+                reset_mid_request(port, sent)
+        assert post(endpoint, body)[0] == 200
+    finally:
+        collect.send_signal(signal.SIGTERM)
+        _, errors = collect.communicate(timeout=60)
+    assert collect.returncode == 0, errors
+    assert "Traceback" not in errors and "Exception occurred" not in errors, errors
+    assert len(stored(store)) == 8
 
 
 def test_a_malformed_grpc_request_is_invalid_argument_and_the_server_carries_on(collector):

@@ -16,6 +16,7 @@ import email.utils
 import hmac
 import logging
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -124,6 +125,16 @@ class HttpReceiver(ThreadingHTTPServer):
         if self.on_closed is not None:
             self.on_closed()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a reset, a broken pipe: a client's timeout, a load balancer) is
+        ordinary, and logged at debug level; anything else through logging, with its traceback. socketserver's
+        own printed a traceback to stderr for either, so a production collector's output filled with them."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logger.debug("agenteval collect: a client went away mid-request: %s", error)
+            return
+        logger.error("agenteval collect: a request could not be answered", exc_info=error)
+
     def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let requests in progress send their answer (up to ``grace`` seconds), then end the
         connections still open (idle ones would wait for a next request)."""
@@ -181,6 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
             if refusal.close:
                 self.close_connection = True
             self._status(refusal.status, str(refusal))
+            return
+        except ConnectionError as gone:  # the client went away while sending: no one to answer
+            self.close_connection = True
+            logger.debug("agenteval collect: a client went away mid-request: %s", gone)
             return
         except Exception:  # a bug: the client hears 500, the collector carries on
             logger.exception("agenteval collect: failed on a request")
