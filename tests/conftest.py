@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -76,6 +77,10 @@ class OTLPReceiver(ThreadingHTTPServer):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up is no error of the server
+            super().handle_error(request, client_address)
 
 
 def _value(value):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -170,6 +171,10 @@ class ModelServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     """The listen backlog: socketserver's default of 5 resets connections once a few dozen clients connect at once."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up is no error of the server
+            super().handle_error(request, client_address)
 
     def __init__(self, responder: Responder | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
