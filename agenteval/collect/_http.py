@@ -193,10 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             self._status(refusal.status, str(refusal))
             return
-        except ConnectionError as gone:  # the client went away while sending: no one to answer
-            self.close_connection = True
-            logger.debug("agenteval collect: a client went away mid-request: %s", gone)
-            return
+        except ConnectionError:  # the client went away while sending: no one to answer (handle_error logs it)
+            raise
         except Exception:  # a bug: the client hears 500, the collector carries on
             logger.exception("agenteval collect: failed on a request")
             self._status(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error in agenteval collect")
