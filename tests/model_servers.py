@@ -18,11 +18,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import sys
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback_server import LoopbackServer
 
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
@@ -161,7 +162,7 @@ def _text(content: Any) -> str | None:
 Responder = Callable[[Request], Reply]
 
 
-class ModelServer(ThreadingHTTPServer):
+class ModelServer(LoopbackServer):
     """Answers ``/v1/chat/completions`` and ``/v1/responses`` (OpenAI) and ``/v1/messages`` (Anthropic).
 
     ``script(...)`` queues replies, used in order; when the queue is empty, ``responder`` answers (by
@@ -171,10 +172,6 @@ class ModelServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     """The listen backlog: socketserver's default of 5 resets connections once a few dozen clients connect at once."""
-
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up is no error of the server
-            super().handle_error(request, client_address)
 
     def __init__(self, responder: Responder | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
