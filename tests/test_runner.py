@@ -541,6 +541,44 @@ def test_a_run_allocates_arrow_from_the_system_and_gives_the_pool_back(tmp_path,
     assert pa.default_memory_pool().backend_name == before  # an application's own Arrow work is left as it was
 
 
+def test_trials_finishing_faster_than_the_tick_are_scored_and_saved_a_thousand_at_a_time(tmp_path):
+    """However fast the agent answers, one micro-batch holds at most BATCH_TRIALS trials (and those the other
+    workers finished before the tick woke): a run's memory does not grow with its speed, and every trial is
+    scored and saved once."""
+    import pyarrow as pa
+
+    from agenteval.run._scheduler import BATCH_TRIALS
+    from agenteval.scorers import batch_scorer
+
+    batches: list[int] = []
+
+    @batch_scorer(name="counted")
+    def counted(features, cases):
+        batches.append(features.num_rows)
+        return pa.array([1.0] * features.num_rows)
+
+    async def instant(question: str) -> str:
+        return "4"
+
+    cases = [q(f"c{i:05d}") for i in range(3 * BATCH_TRIALS)]
+    concurrency = 4
+    experiment = evaluate(
+        instant,
+        dataset(*cases),
+        attempts=1,
+        concurrency=concurrency,
+        store=tmp_path,
+        progress="none",
+        scorers=[counted],
+    )
+    assert sum(batches) == len(cases) and len(batches) >= 3
+    assert max(batches) <= BATCH_TRIALS + concurrency
+    assert Store(tmp_path).rows(
+        "SELECT count(*) AS n, count(DISTINCT case_id) AS cases FROM trials WHERE experiment_id = ?",
+        [experiment.experiment_id],
+    ) == [{"n": len(cases), "cases": len(cases)}]
+
+
 def test_the_run_command_chooses_the_system_allocator_before_pyarrow_loads(monkeypatch):
     import subprocess
     import sys

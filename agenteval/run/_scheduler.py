@@ -1,8 +1,9 @@
 """Running trials concurrently on one event loop, with a housekeeping tick beside them.
 
-``concurrency`` workers take plans from one queue; every :data:`TICK_SECONDS` the tick hands the finished
-trials on (to be scored and saved). A stop request cancels the trials still running (they stay missing,
-so ``--resume`` runs them) and keeps what finished.
+``concurrency`` workers take plans from one queue; every :data:`TICK_SECONDS`, or as soon as
+:data:`BATCH_TRIALS` trials have finished, the tick hands the finished trials on (to be scored and saved).
+A stop request cancels the trials still running (they stay missing, so ``--resume`` runs them) and keeps
+what finished.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ TICK_SECONDS = 1.0
 """How often finished trials are scored and saved. Each micro-batch has a fixed cost (the feature query,
 each SQL scorer's query, the outcome query: 30 to 50 ms); twice a second cost a tenth of a 10,000-trial
 run's time, once a second half that. The progress counts move at this pace."""
+BATCH_TRIALS = 1000
+"""Finished trials that make a micro-batch without waiting for the tick's time: what one batch holds in memory
+(its results, spans and the feature query's working memory, about 25 MB a thousand trials) stays bounded however
+fast the agent answers, and a run killed at any moment loses at most this many finished trials' work."""
 BLOCKED_LOOP_SECONDS = 1.0
 """How late the tick may wake before the run says that something blocks the event loop."""
 
@@ -32,25 +37,40 @@ async def run_all(
     on_blocked: Callable[[float], None],
 ) -> None:
     """Run every plan (``concurrency`` at a time), appending each result to ``finished``; call ``tick``
-    every :data:`TICK_SECONDS` (it takes the results out of ``finished``). When ``stop`` is set, unfinished
+    every :data:`TICK_SECONDS`, or sooner once :data:`BATCH_TRIALS` results wait (it takes the results out of
+    ``finished``; the caller hands on what is left when this returns). When ``stop`` is set, unfinished
     trials are cancelled. An exception from ``run_one`` or ``tick`` (a failure of the harness, not of a
     trial) stops the run and is raised."""
     queue = iter(plans)
+    loop = asyncio.get_running_loop()
+    wake: asyncio.Future[None] = loop.create_future()
+
+    def tick_now() -> None:
+        if not wake.done():
+            wake.set_result(None)
 
     async def worker() -> None:
         for plan in queue:
             if stop.is_set():
                 return
             finished.append(await run_one(plan))
+            if len(finished) >= BATCH_TRIALS:
+                tick_now()
             # An agent that never suspends (no I/O) would otherwise starve the tick: nothing would be
             # scored or saved until the very end, and memory would grow with the run.
             await asyncio.sleep(0)
 
     async def ticking() -> None:
+        nonlocal wake
         warned = False
         while True:
             asleep = time.monotonic()
-            await asyncio.sleep(TICK_SECONDS)
+            timer = loop.call_later(TICK_SECONDS, tick_now)
+            try:
+                await wake  # a future, not an event: the tick runs at the loop's next turn, before more pile up
+            finally:
+                timer.cancel()
+            wake = loop.create_future()
             late = time.monotonic() - asleep - TICK_SECONDS
             if late >= BLOCKED_LOOP_SECONDS and not warned:
                 warned = True  # once a run: the trials that ran past their timeout say it each
