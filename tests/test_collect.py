@@ -267,6 +267,28 @@ def test_malformed_truncated_oversized_and_unknown_requests_get_their_answers(tm
     assert len(stored(tmp_path / "s")) == 16
 
 
+def test_a_gzip_body_of_several_members_is_read_whole_and_bytes_after_it_are_refused(collector):
+    """A gzip body may be several members one after another (RFC 1952; what a compressor that flushes per chunk
+    sends): every member is the body, as ``gzip -d`` reads it. Reading the first alone answered 200 and dropped
+    the spans of the others; bytes after the last member are not gzip and get a 400, not silence."""
+    first, second = (encode_spans(agent_spans(1, prefix=p)).SerializeToString() for p in ("first-", "second-"))
+    # Two requests' bytes are one request holding both (repeated fields concatenate): 8 spans.
+    status, _, body = post(collector.http_endpoint, gzip.compress(first) + gzip.compress(second), **GZIP)
+    assert (status, ExportTraceServiceResponse.FromString(body).partial_success.rejected_spans) == (200, 0)
+    half = len(first) // 2  # one request cut anywhere into members
+    assert post(collector.http_endpoint, gzip.compress(first[:half]) + gzip.compress(first[half:]), **GZIP)[0] == 200
+    status, _, body = post(collector.http_endpoint, gzip.compress(second) + b"trailing bytes", **GZIP)
+    assert status == 400 and "not valid gzip" in error_status(body).message
+    collector.stop()
+    names = sorted(r["name"] for r in stored(collector.store))
+    assert names == sorted(
+        [s.name for s in agent_spans(1, prefix="first-")] * 2 + [s.name for s in agent_spans(1, prefix="second-")]
+    )
+
+
+GZIP = {"Content-Encoding": "gzip"}
+
+
 def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_path):
     from agenteval.collect._http import HttpReceiver
     from agenteval.collect._intake import Intake

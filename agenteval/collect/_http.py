@@ -339,11 +339,25 @@ def _http_date() -> str:
 
 
 def _decompress(raw: bytes, encoding: str, limit: int) -> bytes:
-    """At most ``limit`` bytes out, however small the input (a gzip bomb stops here)."""
-    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-    out = decompressor.decompress(raw, limit + 1)
-    if len(out) > limit or decompressor.unconsumed_tail:
-        raise TooLarge
-    if not decompressor.eof:
-        raise zlib.error("truncated")
-    return out
+    """At most ``limit`` bytes out, however small the input (a gzip bomb stops here).
+
+    A gzip body may be several members one after another (RFC 1952; a compressor that flushes per chunk sends
+    that): all of them are the body, as ``gzip -d`` reads it. A decompressor stops at the end of the first, so
+    reading one only acknowledged the request and dropped the spans of the others. Bytes after the end that are
+    not another member (zero padding aside, which gzip allows) make the body invalid rather than ignored."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+        out = decompressor.decompress(raw, limit - size + 1)
+        size += len(out)
+        if size > limit or decompressor.unconsumed_tail:
+            raise TooLarge
+        if not decompressor.eof:
+            raise zlib.error("truncated")
+        parts.append(out)
+        raw = decompressor.unused_data.lstrip(b"\0") if encoding == "gzip" else decompressor.unused_data
+        if not raw:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        if encoding != "gzip":
+            raise zlib.error(f"{len(raw)} bytes after the end of the stream")
