@@ -208,6 +208,36 @@ def test_a_wrongly_typed_json_field_rejects_that_span_alone_with_the_reason(coll
     assert [r["name"] for r in stored(collector.store)] == ["ok"]
 
 
+def test_otlp_json_with_lone_surrogate_escapes_is_stored_with_replacement_characters(collector):
+    """JavaScript strings can hold half an emoji (the SDK's attribute length limit cuts UTF-16 code units), and
+    JSON.stringify writes it as a lone ``\\ud83d`` escape. orjson refuses those, which cost the whole request a
+    400 (dropped, not retried); they are read as Python's json reads them, and stored as U+FFFD, as the
+    in-process exporter stores a lone surrogate."""
+    half = "\ud83d"  # the first UTF-16 unit of U+1F600, without the second
+    span = {
+        "traceId": TRACE_ID,
+        "spanId": SPAN_ID,
+        "name": f"reply {half}",
+        "startTimeUnixNano": 5,
+        "endTimeUnixNano": 9,
+        "attributes": [{"key": "gen_ai.output", "value": {"stringValue": f"smile {half}"}}],
+        "events": [{"name": "event \udc00", "timeUnixNano": 6}],
+        "status": {"code": 2, "message": f"failed {half}"},
+    }
+    other = {**span, "spanId": "1111111111111111", "name": "plain", "attributes": [], "events": [], "status": {}}
+    body = json_request([span, other], service="svc \udc00")
+    assert b"\\ud83d" in body  # escaped as JSON.stringify escapes it
+    status, _, answer = post(collector.http_endpoint, body, "application/json")
+    assert (status, json.loads(answer)) == (200, {})
+    collector.stop()
+    rows = {r["name"]: r for r in stored(collector.store)}
+    assert set(rows) == {"reply \ufffd", "plain"}
+    row = rows["reply \ufffd"]
+    assert json.loads(row["attributes"]) == {"gen_ai.output": "smile \ufffd"}
+    assert json.loads(row["events"])[0]["name"] == "event \ufffd"
+    assert (row["status_message"], row["service_name"]) == ("failed \ufffd", "svc \ufffd")
+
+
 def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):
     spans = agent_spans(2)
     request = encode_spans(spans)

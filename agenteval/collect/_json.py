@@ -4,6 +4,7 @@ as integers (or their names), 64-bit integers as numbers or strings, values as `
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,7 +33,7 @@ def decode_json(body: bytes) -> Decoded:
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise PayloadError(f"not JSON ({exc})") from None
+        request = _lenient_json(body, exc)
     columns = SpanColumns()
     for r, resource_spans in enumerate(_objects(request, "request", "resourceSpans")):
         where = f"resourceSpans[{r}]"
@@ -53,6 +54,21 @@ def decode_json(body: bytes) -> Decoded:
                 except RejectedSpan as exc:
                     columns.reject(f"{scope_where}.spans[{i}]", exc)
     return columns.decoded()
+
+
+def _lenient_json(body: bytes, error: orjson.JSONDecodeError) -> Any:
+    """What orjson refused, read again by the standard library, which takes lone surrogate escapes: JavaScript
+    strings hold half an emoji when a length limit cuts between its UTF-16 units, and JSON.stringify writes it
+    as ``"\\ud83d"``. One such value must not cost the request (a 400 is dropped, not retried); the store
+    replaces it with U+FFFD. NaN and Infinity stay refused, as orjson refuses them."""
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than orjson's limit
+        raise PayloadError(f"not JSON ({error})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _field(value: Mapping[str, Any], camel: str) -> Any:
