@@ -238,6 +238,23 @@ def test_otlp_json_with_lone_surrogate_escapes_is_stored_with_replacement_charac
     assert (row["status_message"], row["service_name"]) == ("failed \ufffd", "svc \ufffd")
 
 
+def test_a_json_value_nested_past_the_stack_rejects_that_span_alone(collector):
+    """orjson reads up to 1,024 levels, deeper than Python's stack lets the values be walked: 330 arrays in
+    arrays cost the whole request a 500 and a traceback (RecursionError); now that span is rejected alone."""
+    good = {"traceId": TRACE_ID, "spanId": SPAN_ID, "name": "ok", "startTimeUnixNano": 5, "endTimeUnixNano": 9}
+    nested = {**good, "name": "deep", "attributes": [{"key": "k", "value": "DEEP"}]}
+    deep = (
+        '{"arrayValue": {"values": [' * 330 + '{"stringValue": "x"}' + "]}}" * 330
+    )  # as text: json.dumps would recurse
+    body = json_request([nested, good]).replace(b'"DEEP"', deep.encode())
+    status, _, answer = post(collector.http_endpoint, body, "application/json")
+    assert status == 200, answer
+    partial = json.loads(answer)["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "nested too deeply" in partial["errorMessage"], partial
+    collector.stop()
+    assert [r["name"] for r in stored(collector.store)] == ["ok"]
+
+
 def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):
     spans = agent_spans(2)
     request = encode_spans(spans)

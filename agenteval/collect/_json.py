@@ -42,6 +42,8 @@ def decode_json(body: bytes) -> Decoded:
             resource = _json_attributes(_field(resource_object, "attributes"))
         except RejectedSpan as exc:
             raise PayloadError(f"{where}.resource.attributes: {exc}") from None
+        except RecursionError:
+            raise PayloadError(f"{where}.resource.attributes: {NESTED_TOO_DEEPLY}") from None
         resource_text, service = resource_json(resource), service_name(resource)
         for s, scope_spans in enumerate(_objects(resource_spans, where, "scopeSpans")):
             scope_where = f"{where}.scopeSpans[{s}]"
@@ -53,7 +55,12 @@ def decode_json(body: bytes) -> Decoded:
                     _add_json_span(columns, span, scope_name or None, resource_text, service)
                 except RejectedSpan as exc:
                     columns.reject(f"{scope_where}.spans[{i}]", exc)
+                except RecursionError:  # orjson reads 1,024 levels, deeper than the stack lets values be walked
+                    columns.reject(f"{scope_where}.spans[{i}]", RejectedSpan(NESTED_TOO_DEEPLY))
     return columns.decoded()
+
+
+NESTED_TOO_DEEPLY = "attribute values are nested too deeply"
 
 
 def _lenient_json(body: bytes, error: orjson.JSONDecodeError) -> Any:
