@@ -70,6 +70,19 @@ def test_the_experiment_page_shows_the_report_plots_and_a_page_of_cases(runs, si
     assert len(re.findall(r'<td class="case-id">', second)) == 10
 
 
+def test_a_page_number_out_of_range_shows_the_nearest_page_with_the_true_count(runs, site):
+    """A stale link or a typed number: past the last page showed "0 cases match" and "page 7 of 1" over an
+    empty table, and past what SQL's OFFSET holds a 500; zero, negative or not a number is the first page."""
+    eid = runs["candidate"]  # 60 cases: pages of 50
+    for page, shown, rows in (("7", 2, 10), (str(10**25), 2, 10), ("0", 1, 50), ("-3", 1, 50), ("two", 1, 50)):
+        answer = get(site, f"/experiments/{eid}", params={"page": page})
+        assert answer.status_code == 200, (page, answer.text[-300:])
+        assert f"page {shown} of 2" in answer.text and "60 cases match" in answer.text, page
+        assert len(re.findall(r'<td class="case-id">', answer.text)) == rows, page
+    nothing = get(site, f"/experiments/{eid}", params={"page": "5", "category": "no such category"}).text
+    assert "page 1 of 1" in nothing and "0 cases match" in nothing
+
+
 def test_cases_are_filtered_sorted_and_paged_in_sql_and_cover_every_trial_once(runs):
     store, eid = Store(runs["store"]), runs["candidate"]
     report = build_report(store, eid)

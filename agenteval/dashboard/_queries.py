@@ -37,6 +37,9 @@ CASE_SORTS = {
 
 OUTCOMES = ("passed", "wrong", "failed")
 
+MAX_OFFSET = 2**63 - 1
+"""The largest OFFSET DuckDB takes (a BIGINT)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentRow:
@@ -230,8 +233,14 @@ def _case_page(
             key=CASE_SORTS.get(sort, "case_id"),
             direction="DESC" if descending else "ASC",
         )
-        page = max(page, 1)
+        page = min(max(page, 1), MAX_OFFSET // size)  # OFFSET is a BIGINT: a larger page number was a 500
         rows = fetch(con, sql, [*params, size, (page - 1) * size])
+        if not rows and page > 1:
+            # Past the last page (a stale link, a typed number): the count comes with the rows, so an empty page
+            # said "0 cases match". Show the last page, with the true count.
+            first = fetch(con, sql, [*params, 1, 0])
+            page = math.ceil(first[0]["matching"] / size) if first else 1
+            rows = fetch(con, sql, [*params, size, (page - 1) * size]) if first else []
         categories = [
             r[0]
             for r in con.execute(
