@@ -199,6 +199,28 @@ def test_writes_from_another_site_or_without_the_forms_token_are_refused(runs, s
     assert store_files(runs["store"]) == before
 
 
+def test_a_form_that_cannot_be_read_is_a_400_that_says_why(runs, site):
+    """A note past the form parser's 1 MB a field, or a multipart body without its boundary: Starlette's 400 was
+    raised inside the guard's middleware, past its exception handling, so the reviewer saw "Internal Server
+    Error" and the server's output a traceback."""
+    trial = Store(runs["store"]).rows("SELECT trial_id FROM trials LIMIT 1")[0]["trial_id"]
+    before = store_files(runs["store"])
+    with httpx.Client(base_url=site) as client:
+        client.get("/")
+        form = {
+            "csrf_token": client.cookies["agenteval_csrf"],
+            "experiment_id": runs["baseline"],
+            "trial_id": trial,
+            "verdict": "pass",
+            "note": "n" * (1024 * 1024 + 1),
+        }
+        too_long = client.post("/review", data=form)
+        assert too_long.status_code == 400 and "maximum size" in too_long.text, too_long.text
+        broken = client.post("/review", content=b"--x\r\n", headers={"Content-Type": "multipart/form-data"})
+        assert broken.status_code == 400 and "boundary" in broken.text.lower(), broken.text
+    assert store_files(runs["store"]) == before
+
+
 def test_the_sql_page_is_read_only_by_the_same_rule_as_agenteval_sql(runs, site, tmp_path):
     before = store_files(runs["store"])
     (n,) = Store(runs["store"]).rows("SELECT count(*) AS n FROM trials")[0].values()

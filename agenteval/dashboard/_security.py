@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
@@ -108,7 +109,12 @@ class Guard:
         if not self._token_ok(request):
             return _secured(PlainTextResponse("a token is required: open the link the dashboard printed", 401))
         if request.method not in ("GET", "HEAD"):
-            form = await request.form()
+            try:
+                form = await request.form()
+            except HTTPException as exc:
+                # A field past the parser's limit (1 MB), a multipart body without its boundary: raised here, in
+                # the middleware, it would pass Starlette's handling of it and end as a 500 with a traceback.
+                return _secured(PlainTextResponse(f"the form cannot be read: {exc.detail}", status_code=400))
             request.state.form = form  # the body is read once: the page handler takes the form from here
             request.state.form_csrf = str(form.get(CSRF_FIELD) or "")
             refused = self._same_origin(request)
