@@ -5,6 +5,7 @@ skipped, and any request the generated classes read is read."""
 from __future__ import annotations
 
 import base64
+import json
 import math
 
 import pytest
@@ -185,3 +186,26 @@ def test_statuses_read_as_the_generated_class_reads_them_and_a_corrupt_one_is_re
     assert corrupt != data
     decoded = decode_protobuf(corrupt)
     assert (decoded.accepted, decoded.rejected) == (3, 1) and "not an OTLP Status" in decoded.reason
+
+
+def test_span_event_scope_and_status_text_that_is_not_utf8_is_read_with_replacement_characters():
+    """protobufjs's UTF-8 writer encodes a lone surrogate (half an emoji) as the bytes ED A0 BD, which are not
+    UTF-8. In a span's name, an event's name or the scope's name the request's parse failed: a 400 for every
+    span in it; in a status message that span was rejected. They are read as attribute keys and values are:
+    the bytes that are not UTF-8 become U+FFFD."""
+    request = encode_spans(agent_spans(1))
+    scope_spans = request.resource_spans[0].scope_spans[0]
+    scope_spans.scope.name = "scope ZZZ"
+    spans = scope_spans.spans
+    (event,) = (n for n, span in enumerate(spans) if span.events)
+    (failed,) = (n for n, span in enumerate(spans) if span.status.message)
+    spans[0].name = "reply ZZZ"
+    spans[event].events[0].name = "event ZZZ"
+    spans[failed].status.message = "failed ZZZ"
+    decoded = decode_protobuf(request.SerializeToString().replace(b"ZZZ", b"\xed\xa0\xbd"))
+    assert (decoded.accepted, decoded.rejected, decoded.reason) == (4, 0, None)
+    rows = decoded.batch.to_pylist()
+    half = "\ufffd" * 3  # each of the three bytes, as attribute values read them
+    assert rows[0]["name"] == f"reply {half}" and {r["scope_name"] for r in rows} == {f"scope {half}"}
+    assert json.loads(rows[event]["events"])[0]["name"] == f"event {half}"
+    assert rows[failed]["status_message"] == f"failed {half}"

@@ -23,7 +23,7 @@ from ._decode import (
     check_times,
     service_name,
 )
-from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields
+from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields, text
 
 
 def decode_protobuf(body: bytes) -> Decoded:
@@ -40,7 +40,7 @@ def decode_protobuf(body: bytes) -> Decoded:
             raise PayloadError(f"resource_spans[{r}].resource.attributes: {exc}") from None
         resource_text, service = resource_json(resource), service_name(resource)
         for s, scope_spans in enumerate(resource_spans.scope_spans):
-            scope = scope_spans.scope.name or None
+            scope = text(scope_spans.scope.name) or None
             spans = scope_spans.spans
             if not _add_protobuf_spans(columns, spans, scope, resource_text, service):
                 for i, span in enumerate(spans):  # something is wrong with a span: find which, keep the others
@@ -84,6 +84,8 @@ def _add_protobuf_spans(
     spans = list(spans)
     fields = [list(map(field, spans)) for field in _SPAN_FIELDS]
     trace_ids, span_ids, parents, names, kinds, starts, ends, statuses, attributes, events = fields
+    if set(map(type, names)) != {str}:  # a name that is not UTF-8 comes as bytes (see _wire.text)
+        names = list(map(text, names))
     try:
         codes, messages = zip(*map(status_fields, statuses), strict=True)
     except ValueError:
@@ -126,7 +128,7 @@ def _add_protobuf_spans(
 
 def _event_dicts(events: Any) -> list[dict[str, Any]]:
     return [
-        {"name": event.name, "timestamp": event.time_unix_nano, "attributes": attribute_values(event.attributes)}
+        {"name": text(event.name), "timestamp": event.time_unix_nano, "attributes": attribute_values(event.attributes)}
         for event in events
     ]
 
@@ -148,7 +150,7 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
     # Added only once nothing can raise, so the columns stay aligned.
     columns.add(
         (trace_id, span_id, parent),
-        span.name,
+        text(span.name),
         kind,
         (start, end),
         (code, status_message),

@@ -62,7 +62,10 @@ _REPEATED |= {(name, "attributes") for name in ("Event", "Span", "Resource")}
 
 
 def _file() -> descriptor_pb2.FileDescriptorProto:
-    proto = descriptor_pb2.FileDescriptorProto(name="agenteval_otlp_wire.proto", package=_PACKAGE, syntax="proto3")
+    # proto2, where the runtime does not refuse a string field that is not UTF-8 (it hands over its bytes, which
+    # text() reads): protobufjs writes a lone surrogate so, and under proto3 one such span name cost the request.
+    # The wire format of these fields is the same under either syntax.
+    proto = descriptor_pb2.FileDescriptorProto(name="agenteval_otlp_wire.proto", package=_PACKAGE, syntax="proto2")
     for name, fields in _MESSAGES.items():
         message = proto.message_type.add(name=name)
         for field, number, type_, message_type in fields:
@@ -99,12 +102,18 @@ def status_fields(raw: bytes) -> tuple[int, str]:
             status = _Status.FromString(raw)
         except DecodeError as exc:
             raise ValueError(f"status is not an OTLP Status ({exc})") from None
-        fields = (status.code, status.message)
+        fields = (status.code, text(status.message))
         if len(raw) <= _CACHED_BYTES:
             if len(_STATUSES) >= _CACHE_ENTRIES:
                 _STATUSES.clear()
             _STATUSES[raw] = fields
     return fields
+
+
+def text(value: str | bytes) -> str:
+    """A string field of these messages: ``str``, or its bytes when they are not UTF-8 (read as attribute
+    values are, with U+FFFD for what is not)."""
+    return value if type(value) is str else value.decode("utf-8", "replace")
 
 
 _DOUBLE = struct.Struct("<d")
