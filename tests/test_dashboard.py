@@ -133,6 +133,16 @@ def test_the_comparison_page_gives_the_paired_difference_and_the_gates_decision(
     assert side.count('class="trial"') == 4  # two attempts on each side
 
 
+def test_a_comparison_with_an_experiment_that_does_not_exist_is_a_404(runs, site):
+    """A mistyped id in the address (or a deleted run behind a bookmark) answered 200, a comparison page that the
+    gate refused; every other page of a missing experiment or trial is a 404."""
+    a = runs["baseline"]
+    for path in (f"/compare/{a}/no-such-run", f"/compare/no-such-run/{a}", f"/pick?pick={a}&pick=no-such-run"):
+        missing = get(site, path, follow_redirects=True)
+        assert missing.status_code == 404 and "no experiment &#39;no-such-run&#39;" in missing.text, path
+    assert get(site, f"/compare/{a}/{runs['candidate'][:-2]}").status_code == 200  # a unique prefix still works
+
+
 def test_stored_payloads_are_shown_as_text(runs, site):
     eid = runs["injected"]
     pages = [get(site, "/").text, get(site, f"/experiments/{eid}").text]

@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..analysis._compare import gate
+from ..analysis._experiments import find
 from ..analysis._report import build_report
 from ..errors import AgentevalError
 from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
@@ -153,6 +154,13 @@ class Dashboard:
 
     def compare(self, request: Request) -> Response:
         a, b = request.path_params["baseline"], request.path_params["candidate"]
+        for eid in (a, b):
+            try:
+                missing = find(self.store, eid) is None
+            except ValueError:  # a prefix of several experiments: the gate's refusal says so
+                missing = False
+            if missing:  # like every page of an experiment that is not there, rather than a refused comparison
+                return self.not_found(request, f"no experiment {eid!r} in this store")
         decision = gate(self.store, a, b)
         return self.page(request, "compare.html", a=a, b=b, decision=decision, c=decision.comparison)
 
