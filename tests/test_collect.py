@@ -27,8 +27,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 from waiting import wait_until
 
+from agenteval.analysis._traces import build_traces_report
 from agenteval.collect import Collector
 from agenteval.errors import UsageError
+from agenteval.scorers._traces import score_traces
 from agenteval.store import Store
 from agenteval.store._views import COUNTED_MODEL_CALL
 from agenteval_exporters import ParquetSpanExporter
@@ -253,6 +255,40 @@ def test_a_json_value_nested_past_the_stack_rejects_that_span_alone(collector):
     assert partial["rejectedSpans"] == "1" and "nested too deeply" in partial["errorMessage"], partial
     collector.stop()
     assert [r["name"] for r in stored(collector.store)] == ["ok"]
+
+
+def test_message_json_cut_by_a_length_limit_costs_that_trace_its_reply_not_every_traces_report(collector):
+    """SDKs cut long attribute values at a length limit (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT), so a root span's
+    gen_ai.output.messages can arrive as JSON cut short. The traces view parsed it with from_json, which raised:
+    one such span made `SELECT ... FROM traces`, `report --traces` and scoring fail for every trace."""
+    messages = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Your refund is on its way."}]}])
+    user = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Where is my refund?"}]}])
+
+    def root(span_id: str, reply: str) -> dict:
+        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": user}
+        attributes["gen_ai.output.messages"] = reply
+        return {
+            "traceId": span_id * 2,
+            "spanId": span_id,
+            "name": "invoke_agent shop",
+            "kind": 2,
+            "startTimeUnixNano": 1700000000000000000,
+            "endTimeUnixNano": 1700000001000000000,
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+        }
+
+    spans = [root("1" * 16, messages), root("2" * 16, messages[:40])]
+    assert post(collector.http_endpoint, json_request(spans), "application/json")[0] == 200
+    collector.stop()
+    store = Store(collector.store)
+    rows = store.rows("SELECT trace_id, input, output FROM traces ORDER BY trace_id")
+    assert [(r["input"], r["output"]) for r in rows] == [
+        ("Where is my refund?", "Your refund is on its way."),
+        ("Where is my refund?", None),  # the reply cannot be read; the trace is still counted
+    ]
+    assert build_traces_report(store).calls == 2
+    scored = score_traces(store, scorers=["tool_errors"])
+    assert (scored.scores, scored.not_scored) == (1, {"tool_errors": 1})  # no reply to judge, as with capture off
 
 
 def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):

@@ -23,8 +23,8 @@ s AS (
 roots AS (
     SELECT trial_id, span_id AS root_span_id,
            list_transform(
-               from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
-                         '[{{"parts": [{{"content": "VARCHAR"}}]}}]'),
+               try(from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
+                             '[{{"parts": [{{"content": "VARCHAR"}}]}}]')),
                lambda m: m.parts[1].content) AS replies
     FROM s WHERE {root}
 ),
@@ -71,7 +71,8 @@ ORDER BY t.trial_id
 The trials' ``replies`` are the runner's own copy (run time), used when the spans hold no content
 (capture switched off); rescoring has none (NULL), and ``has_content`` says whether any reply was known.
 ``reply_length`` counts the final reply as the agent gave it (the trial row's ``reply``): the copy in the
-spans is cut at content capture's size limit."""
+spans is cut at content capture's size limit. The root's messages are read with try(): JSON cut short by an SDK's
+attribute length limit (production spans come from any instrumentation) is no reply, not a failed batch."""
 
 NO_REPLIES = "NULL::VARCHAR[] AS replies"
 """The trials' ``replies`` column when rescoring: the store keeps no copy beside the spans."""

@@ -21,8 +21,10 @@ from ._views import COUNTED_MODEL_CALL, current_scores, sql_string
 PRODUCTION = "experiment_id IS NULL"
 """The spans (and scores) of production traces: no experiment."""
 
-_MESSAGES = """from_json(json_extract_string({row}.attributes, '$."{name}"'),
-                       '[{{"role": "VARCHAR", "parts": [{{"type": "VARCHAR", "content": "VARCHAR"}}]}}]')"""
+_MESSAGES = """try(from_json(json_extract_string({row}.attributes, '$."{name}"'),
+                       '[{{"role": "VARCHAR", "parts": [{{"type": "VARCHAR", "content": "VARCHAR"}}]}}]'))"""
+"""try(): a span's messages may be JSON cut short by an SDK's attribute length limit, or not JSON at all (another
+instrumentation's text); from_json raised on it and failed the whole view. Such a trace's messages are NULL."""
 
 
 def _texts(row: str, name: str, role: str | None) -> str:
