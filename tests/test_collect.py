@@ -291,6 +291,22 @@ def test_message_json_cut_by_a_length_limit_costs_that_trace_its_reply_not_every
     assert (scored.scores, scored.not_scored) == (1, {"tool_errors": 1})  # no reply to judge, as with capture off
 
 
+def test_a_service_name_too_long_for_a_folder_name_is_stored_in_full(collector):
+    """Production spans are filed under spans/date=DAY/service=NAME/, the name escaped; a file system allows
+    255 bytes a name, so a service name of 28 Chinese characters (9 bytes each, escaped) could not be written:
+    the collector acknowledged the spans, logged 'File name too long' at every flush, and never stored them."""
+    services = ["客服机器人" * 8, "a" * 300, "a" * 299 + "b"]
+    good = {"traceId": TRACE_ID, "name": "ok", "startTimeUnixNano": 5, "endTimeUnixNano": 9}
+    for n, service in enumerate(services):
+        span = {**good, "spanId": f"{n + 1:016x}"}
+        assert post(collector.http_endpoint, json_request([span], service=service), "application/json")[0] == 200
+    collector.stop()
+    assert collector.stats().spans_written == 3
+    assert sorted(r["service_name"] for r in stored(collector.store)) == sorted(services)
+    folders = {p.parent for p in (collector.store / "spans").rglob("*.parquet")}
+    assert len(folders) == 3 and all(len(f.name.encode()) <= 255 for f in folders)
+
+
 def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):
     spans = agent_spans(2)
     request = encode_spans(spans)

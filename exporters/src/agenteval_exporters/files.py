@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import logging
 import os
 import time
@@ -39,9 +40,25 @@ PUBLISH_ATTEMPTS = 20
 """How often a file is moved into a partition folder that a concurrent prune keeps renaming away."""
 
 
+MAX_SEGMENT_BYTES = 200
+"""The longest ``key=value`` folder name: file systems allow 255 bytes a name, and a file's own name is separate."""
+
+
 def partition_path(key: str, value: str) -> str:
-    """``key=value`` with the value escaped so that any id is one safe path segment."""
-    return f"{key}={quote(value, safe='')}"
+    """``key=value`` with the value escaped so that any id is one safe path segment.
+
+    Escaping multiplies non-ASCII text by up to 9 (a service name of 28 Chinese characters passed 255 bytes),
+    and a folder name the file system refuses meant spans that were acknowledged and never written. A longer
+    value is cut, and a hash of the whole keeps distinct values in distinct folders; nothing reads the value
+    back from the path (the rows hold it)."""
+    escaped = quote(value, safe="")
+    if len(key) + 1 + len(escaped) <= MAX_SEGMENT_BYTES:
+        return f"{key}={escaped}"
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    cut = escaped[: MAX_SEGMENT_BYTES - len(key) - 2 - len(digest)]
+    if "%" in cut[-2:]:  # not half an escape
+        cut = cut[: cut.rindex("%")]
+    return f"{key}={cut}~{digest}"
 
 
 def new_file_name() -> str:
