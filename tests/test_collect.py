@@ -307,6 +307,21 @@ def test_a_service_name_too_long_for_a_folder_name_is_stored_in_full(collector):
     assert len(folders) == 3 and all(len(f.name.encode()) <= 255 for f in folders)
 
 
+def test_a_parent_span_id_of_zeros_is_no_parent(collector):
+    """An all-zero id is OpenTelemetry's invalid id, which some senders write for a root's parent instead of
+    leaving it empty. It was stored as parent "0000000000000000": the root was then no root to online scoring
+    (which takes the spans without a parent), so its trace was never scored."""
+    request = encode_spans(agent_spans(1))
+    (root,) = (s for s in request.resource_spans[0].scope_spans[0].spans if not s.parent_span_id)
+    root.parent_span_id = bytes(8)
+    zero_parent = {"traceId": TRACE_ID, "spanId": SPAN_ID, "parentSpanId": "0" * 16, "name": "json root"}
+    assert post(collector.http_endpoint, request.SerializeToString())[0] == 200
+    assert post(collector.http_endpoint, json_request([zero_parent]), "application/json")[0] == 200
+    collector.stop()
+    roots = sorted(r["name"] for r in stored(collector.store) if r["parent_span_id"] is None)
+    assert roots == sorted([root.name, "json root"])
+
+
 def test_a_protobuf_span_with_bad_ids_or_times_is_rejected_alone(collector):
     spans = agent_spans(2)
     request = encode_spans(spans)

@@ -23,6 +23,8 @@ from agenteval_exporters.encode import columns_to_batch, hex_id_column
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 MAX_NANOS = 2**63 - 1  # what a timestamp[ns] column holds
+NO_PARENT = bytes(SPAN_ID_BYTES)
+"""An all-zero parent id: OpenTelemetry's invalid id, stored as no parent (a root), as an empty one is."""
 
 # The SDK's enum names, which the store's ``kind`` and ``status_code`` columns hold. OTLP's UNSPECIFIED kind
 # may be taken as INTERNAL (trace.proto).
@@ -109,10 +111,13 @@ class SpanColumns:
     def decoded(self) -> Decoded:
         if not self.names:
             return Decoded(None, self.rejected, self.reason)
+        parents = self.parent_span_ids
+        if NO_PARENT in parents:  # a root, as written by senders that fill the invalid id in for "none"
+            parents = [b"" if parent == NO_PARENT else parent for parent in parents]
         batch = columns_to_batch(
             trace_ids=hex_id_column(self.trace_ids, TRACE_ID_BYTES),
             span_ids=hex_id_column(self.span_ids, SPAN_ID_BYTES),
-            parent_span_ids=hex_id_column(self.parent_span_ids, SPAN_ID_BYTES),
+            parent_span_ids=hex_id_column(parents, SPAN_ID_BYTES),
             names=self.names,
             kinds=self.kinds,
             starts=self.starts,
