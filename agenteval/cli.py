@@ -1358,6 +1358,11 @@ def collect(
         f"{stats.requests_refused:,} requests refused while busy"
         + (f"; {stats.traces_scored:,} traces scored, {stats.scores_written:,} scores" if scorer is not None else "")
     )
+    if stats.spans_lost:
+        raise AgentevalError(
+            f"agenteval collect: {stats.spans_lost:,} acknowledged spans could not be written to {collector.store} "
+            "(the errors above say why: a full disk, a folder that cannot be made)"
+        )
 
 
 if __name__ == "__main__":

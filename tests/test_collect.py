@@ -539,6 +539,30 @@ def test_the_command_receives_until_a_signal_then_writes_everything(tmp_path, st
     assert len(stored(store)) == 80
 
 
+def test_spans_the_store_would_not_take_are_counted_as_lost_and_the_command_fails(tmp_path):
+    """The store refuses every file (a full disk; here a file where the day's folder must go): the spans were
+    acknowledged and are lost when the collector stops. It said "stopped; 40 spans written" and exited 0."""
+    store = tmp_path / "cli-store"
+    (store / "spans").mkdir(parents=True)
+    (store / "spans" / "date=2023-11-14").write_text("not a folder")  # the day of the spans below
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        endpoint = line.split(" on ")[1].split(";")[0]
+        good = {"traceId": TRACE_ID, "name": "ok", "startTimeUnixNano": 1700000000000000000}
+        spans = [{**good, "spanId": f"{n + 1:016x}", "endTimeUnixNano": 1700000000000000001} for n in range(40)]
+        assert post(endpoint, json_request(spans), "application/json")[0] == 200
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1, out + err
+    assert "stopped; 0 spans written" in out and "40 acknowledged spans could not be written" in err, out + err
+
+
 def test_a_port_in_use_is_a_one_line_error(tmp_path, collector):
     done = subprocess.run(
         [sys.executable, "-m", "agenteval.cli", "collect", "--port", str(collector.http_port), "--no-grpc"],

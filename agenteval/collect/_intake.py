@@ -52,6 +52,9 @@ class CollectStats:
     requests_refused: int
     traces_scored: int = 0
     scores_written: int = 0
+    spans_lost: int = 0
+    """Acknowledged spans the store would not take (a full disk, a refused folder), lost when the collector
+    stopped; not counted as written."""
 
     def __add__(self, other: CollectStats) -> CollectStats:
         """Two receivers' counts together (a collector's HTTP workers and its own)."""
@@ -79,7 +82,7 @@ class Intake:
         self._lock = threading.Condition()
         self._in_flight = 0  # requests past the "closing?" check and not yet queued
         self._closing = False
-        self._received = self._written = self._rejected = self._refused = 0
+        self._received = self._written = self._rejected = self._refused = self._lost = 0
         self._writer = threading.Thread(target=self._write, name="agenteval-collect-writer", daemon=True)
         self._writer.start()
 
@@ -116,7 +119,8 @@ class Intake:
 
     def stats(self) -> CollectStats:
         with self._lock:
-            return CollectStats(self._received, self._written, self._rejected, self._refused)
+            written = self._written - self._lost
+            return CollectStats(self._received, written, self._rejected, self._refused, spans_lost=self._lost)
 
     def stop_accepting(self) -> None:
         """Refuse new requests, and wait for those already accepted to be queued."""
@@ -131,6 +135,9 @@ class Intake:
             self._lock.notify_all()
         self._writer.join()
         self.exporter.shutdown()
+        with self._lock:
+            # Handed to the writer is not written: what it could not publish by now is lost, and said so.
+            self._lost = min(self.exporter.spans_unwritten, self._written)
 
     def _write(self) -> None:
         while True:

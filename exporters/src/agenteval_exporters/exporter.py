@@ -136,6 +136,12 @@ class ParquetSpanExporter(SpanExporter):
             self._log_failure("publish the last spans")
 
     @property
+    def spans_unwritten(self) -> int:
+        """Spans handed over that reached no published file (the store kept refusing them); after
+        :meth:`shutdown`, those that are lost."""
+        return self._writer.rows_unwritten
+
+    @property
     def files_written(self) -> int:
         return self._writer.files_written
 

@@ -285,6 +285,12 @@ class PartitionedWriter:
         if error is not None:
             raise error
 
+    @property
+    def rows_unwritten(self) -> int:
+        """Rows handed over that are in no published file: dropped past the retry limit, or (once closed) kept
+        for a retry that will not come."""
+        return self.rows_dropped + sum(t.num_rows for tables in self._retry.values() for t in tables)
+
     def _keep_for_retry(self, partition: str, tables: list[pa.Table]) -> None:
         kept = tables + self._retry.get(partition, [])
         rows = sum(t.num_rows for t in kept)
