@@ -16,14 +16,17 @@ import time
 from urllib.parse import quote
 
 import httpx
+import pyarrow as pa
 import pytest
 from dashboard_server import PAYLOAD, dashboard, make_store
 
+from agenteval import evaluate
 from agenteval.analysis import build_report, compare
 from agenteval.dashboard._queries import case_page
 from agenteval.render._report_formats import interval, pct
 from agenteval.scorers._judge_check import read_labels
 from agenteval.store import Store
+from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +144,33 @@ def test_a_comparison_with_an_experiment_that_does_not_exist_is_a_404(runs, site
         missing = get(site, path, follow_redirects=True)
         assert missing.status_code == 404 and "no experiment &#39;no-such-run&#39;" in missing.text, path
     assert get(site, f"/compare/{a}/{runs['candidate'][:-2]}").status_code == 200  # a unique prefix still works
+
+
+def test_a_trials_spans_written_twice_are_shown_once(tmp_path):
+    """Spans written twice (a run's OTLP export pointed at a collect into its own store, which docs/collect.md
+    warns of, or an exporter's retry through collect): the tree walked each copy's children once per copy, so a
+    trial 6 spans deep showed 126 spans, and a deeper one millions."""
+    store = tmp_path / "store"
+    experiment = evaluate("mock", "arithmetic", cases=1, attempts=1, store=store, progress="none").id
+    spans = Store(store).rows("SELECT * FROM spans WHERE experiment_id = ?", [experiment])
+    assert max(_depths(spans).values()) >= 1  # a tree, not a flat list
+    exporter = ParquetSpanExporter(store)
+    exporter.export_batch(pa.Table.from_pylist(spans, schema=SPAN_SCHEMA).to_batches()[0])
+    exporter.shutdown()
+    (trial,) = {s["trial_id"] for s in spans}
+    assert len(Store(store).rows("SELECT * FROM spans WHERE trial_id = ?", [trial])) == 2 * len(spans)
+    with dashboard(str(store)) as site:
+        page = get(site, f"/experiments/{experiment}/trials/{trial}")
+    assert page.status_code == 200 and page.text.count("<details") == len(spans)
+
+
+def _depths(spans: list[dict]) -> dict[str, int]:
+    parents = {s["span_id"]: s["parent_span_id"] for s in spans}
+
+    def depth(span_id: str) -> int:
+        return 0 if parents.get(span_id) not in parents else 1 + depth(parents[span_id])
+
+    return {span_id: depth(span_id) for span_id in parents}
 
 
 def test_stored_payloads_are_shown_as_text(runs, site):

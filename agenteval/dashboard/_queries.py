@@ -366,7 +366,13 @@ def span_tree(spans: list[dict[str, Any]]) -> list[SpanNode]:
     """Spans in tree order (each after its parent, siblings by start), with their place on the timeline."""
     if not spans:
         return []
-    ids = {s["span_id"] for s in spans}
+    # A span written twice (an export retried through collect, a run's spans sent to its own store) is one span:
+    # each copy of a parent walked every copy of its children, so the tree grew as 2 to the power of its depth.
+    unique: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        unique.setdefault(span["span_id"], span)
+    spans = list(unique.values())
+    ids = set(unique)
     children: dict[str | None, list[dict[str, Any]]] = {}
     for span in spans:
         parent = span["parent_span_id"] if span["parent_span_id"] in ids else None
