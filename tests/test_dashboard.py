@@ -221,6 +221,20 @@ def test_a_verdict_is_recorded_in_the_store_and_exported_as_judge_check_labels(r
     assert item.trial_id == trial["trial_id"] and item.human is True
 
 
+@pytest.mark.parametrize("target", ["/\\evil.example/", "/\t/evil.example/", "/\n/evil.example/", "\\\\evil.example"])
+def test_a_verdict_never_redirects_to_another_site_by_a_path_a_browser_reads_as_one(runs, site, target):
+    """Browsers take a backslash for a slash and drop tabs and newlines from an address: "/\\evil.example" in
+    the form's ``next`` was a same-site path to the check and "//evil.example" to the browser."""
+    eid = runs["baseline"]
+    trial = Store(runs["store"]).rows("SELECT trial_id FROM trials WHERE experiment_id = ? LIMIT 1", [eid])[0]
+    with httpx.Client(base_url=site) as client:
+        client.get("/")
+        form = {"csrf_token": client.cookies["agenteval_csrf"], "experiment_id": eid}
+        form |= {"trial_id": trial["trial_id"], "verdict": "pass", "next": target}
+        done = client.post("/review", data=form, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/"
+
+
 def test_writes_from_another_site_or_without_the_forms_token_are_refused(runs, site):
     trial = Store(runs["store"]).rows("SELECT trial_id FROM trials LIMIT 1")[0]["trial_id"]
     before = store_files(runs["store"])

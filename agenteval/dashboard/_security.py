@@ -145,4 +145,8 @@ def same_site_path(target: str) -> str:
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
         return "/"
+    # Browsers read a backslash as a slash and drop tabs and newlines from an address, so "/\\host" and
+    # "/\t/host" lead to another site as "//host" does.
+    if "\\" in target or any(ord(c) < 0x20 or c == "\x7f" for c in target):
+        return "/"
     return target
