@@ -180,3 +180,32 @@ def test_sums_and_decimals_are_numbers_in_json_and_csv(store):
     assert json.loads(result.output) == [{"total": 12, "price": 1.25, "big": 100}]
     as_csv = list(csv.DictReader(io.StringIO(sql(store, query, "csv").output)))
     assert as_csv == [{"total": "12", "price": "1.25", "big": "100"}]
+
+
+def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(store, tmp_path):
+    """EXPLAIN ANALYZE runs the statement it explains: a COPY under it wrote into the store, which
+    the connection's allowed_directories lets through, so the statement explained must be a read too."""
+    target = store / "trials" / "experiment_id=fake" / "part-1.parquet"
+    before = fingerprint(store)
+    for query in (
+        f"EXPLAIN ANALYZE COPY (SELECT * FROM trial_history) TO '{target}'",
+        f"EXPLAIN ANALYSE COPY (SELECT 1 AS x) TO '{store / 'written.csv'}'",
+        f"EXPLAIN (ANALYZE) COPY (SELECT 1 AS x) TO '{store / 'written.csv'}'",
+        f"EXPLAIN (FORMAT JSON, ANALYZE) COPY (SELECT 1 AS x) TO '{store / 'written.csv'}'",
+        f"EXPLAIN /* a comment */ ANALYZE COPY (SELECT 1 AS x) TO '{store / 'written.csv'}'",
+        "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+        "EXPLAIN ANALYZE CHECKPOINT",
+    ):
+        result = sql(store, query)
+        assert result.exit_code == 1, (query, result.output)
+        assert result.output.startswith("Error: ") and "not allowed" in result.output, (query, result.output)
+        assert fingerprint(store) == before, query
+    for query in (
+        "EXPLAIN ANALYZE SELECT count(*) FROM trials",
+        "EXPLAIN (ANALYZE, FORMAT JSON) SELECT 1",
+        "EXPLAIN (SELECT 1)",
+        "EXPLAIN ANALYZE WITH t AS (SELECT 1) SELECT * FROM t",
+    ):
+        result = sql(store, query)
+        assert result.exit_code == 0, (query, result.output)
+    assert fingerprint(store) == before
