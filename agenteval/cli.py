@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -174,6 +175,15 @@ def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
 
+def echo_rendered(text: str, fmt: str) -> None:
+    """A rendered query result on stdout. CSV is the one format that holds values raw: on a terminal they show
+    as escapes, as in every table; elsewhere (a file, a program) they go out exactly, which click's echo would
+    not do (it strips ANSI sequences from what is not a terminal, so stored ids lost bytes on the way)."""
+    if fmt == "csv" and sys.stdout.isatty():
+        text = visible(text, newlines=True)
+    click.echo(text, color=True)  # color=True: written as it is, never stripped
+
+
 def _debugging() -> bool:
     context = click.get_current_context(silent=True)
     return bool(context and context.find_root().params.get("debug"))
@@ -272,7 +282,7 @@ def sql(query: str, store: str | None, fmt: str) -> None:
     SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
     from .render._tables import render
 
-    click.echo(render(existing_store(store).query(query, read_only=True), fmt))
+    echo_rendered(render(existing_store(store).query(query, read_only=True), fmt), fmt)
 
 
 @main.command()
@@ -1101,9 +1111,8 @@ def experiments(store: str | None, fmt: str) -> None:
     rows = list_experiments(existing_store(store))
     for row in rows:
         row["pass_rate"] = None if row["pass_rate"] is None else round(row["pass_rate"], 3)
-    click.echo(
-        render(pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())}), fmt)
-    )
+    table = pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())})
+    echo_rendered(render(table, fmt), fmt)
 
 
 @main.command(name="plugins")
@@ -1120,7 +1129,7 @@ def plugins_command(fmt: str) -> None:
 
     rows = check_plugins()
     columns = [field.name for field in dataclasses.fields(PluginStatus)]
-    click.echo(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt))
+    echo_rendered(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt), fmt)
     if not rows:  # on stderr: the table stays a table for whatever reads it
         click.echo(
             "no plugins installed: a distribution adds one with an entry point in agenteval.scorers, "

@@ -4,8 +4,14 @@ HTML, while JSON keeps them raw."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import pty
 import re
+import subprocess
+import sys
 import unicodedata
 from html.parser import HTMLParser
 
@@ -107,6 +113,40 @@ def test_listings_and_sql_show_hostile_values_as_visible_escapes(hostile, args):
     out = cli(*args, "--store", hostile["store"]).output
     assert_inert(out)
     assert "U+202E" in out
+
+
+def _sql_csv(store: str, *, terminal: bool) -> bytes:
+    """`agenteval sql --format csv` in a process of its own, its output a pipe or a terminal (a pty)."""
+    command = [sys.executable, "-m", "agenteval.cli", "sql", SQL, "--format", "csv", "--store", store]
+    if not terminal:
+        return subprocess.run(command, capture_output=True, check=True, timeout=60).stdout
+    main_end, sub_end = pty.openpty()
+    with subprocess.Popen(command, stdout=sub_end, stderr=subprocess.DEVNULL) as process:
+        os.close(sub_end)
+        out = b""
+        while chunk := _read_pty(main_end):
+            out += chunk
+        assert process.wait(timeout=60) == 0
+    os.close(main_end)
+    return out.replace(b"\r\n", b"\n")  # the terminal's own line ends (onlcr)
+
+
+def _read_pty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the process closed its end
+        return b""
+
+
+def test_sql_csv_keeps_the_raw_values_in_a_pipe_and_shows_escapes_on_a_terminal(hostile):
+    """CSV is data: piped to a file or a program it is exactly what is stored (click stripped ANSI sequences from
+    what was not a terminal, so ids lost bytes); on a terminal its values show as escapes, like every table."""
+    rows = list(csv.DictReader(io.StringIO(_sql_csv(hostile["store"], terminal=False).decode(), newline="")))
+    assert {row["case_id"] for row in rows} == set(HOSTILE_IDS)
+    assert {row["category"] for row in rows} == set(HOSTILE_CATEGORIES)
+    shown = _sql_csv(hostile["store"], terminal=True).decode()
+    assert_inert(shown)
+    assert "q\\x1b[2J0" in shown and "q<U+202E>2cod.exe" in shown
 
 
 def test_compare_and_gate_on_the_terminal_and_in_the_step_summary(hostile, tmp_path):
