@@ -274,3 +274,20 @@ def test_power_with_a_drop_concentrated_in_a_share_of_the_cases():
 def test_power_from_an_unknown_experiment_says_so(runs):
     result = CliRunner().invoke(main, ["power", "--from", "nope", "--store", str(runs["store"])])
     assert result.exit_code == 1 and "no experiment 'nope'" in result.output and "Traceback" not in result.output
+
+
+def test_a_continuous_scorers_mean_is_the_exact_mean_of_its_scores(tmp_path):
+    """Scores summed one after another lose their last bits, differently for each order the query gives them in:
+    60 scores of 0.1 reported a mean of 0.09999999999999991, and a report saved and one computed could differ."""
+    from agenteval.scorers import Scorer
+
+    tenth = Scorer("tenth", continuous=True, sql="struct_pack(value := 0.1, passed := NULL, reason := NULL)")
+    store = tmp_path / "store"
+    run = evaluate("mock", "arithmetic", cases=20, attempts=3, store=store, scorers=[tenth], progress="none")
+    for report in (
+        build_report(Store(store), run.id),
+        json.loads(CliRunner().invoke(main, ["report", run.id, "--store", str(store), "--format", "json"]).output),
+    ):
+        scorers = report["scorers"] if isinstance(report, dict) else [dataclasses.asdict(s) for s in report.scorers]
+        (figures,) = [s for s in scorers if s["scorer"] == "tenth"]
+        assert figures["scored"] == 60 and figures["mean"] == 0.1

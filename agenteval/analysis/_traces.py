@@ -91,7 +91,8 @@ GROUP BY ALL
 
 SCORER_FIGURES = """
 SELECT scorer, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
-       avg(value) AS mean, avg(passed::INT) AS pass_rate, count(*) FILTER (WHERE error IS NOT NULL) AS errors
+       fsum(value) / count(value) AS mean, avg(passed::INT) AS pass_rate,
+       count(*) FILTER (WHERE error IS NOT NULL) AS errors
 FROM trace_scores WHERE trace_id IN (SELECT trace_id FROM selected) GROUP BY scorer ORDER BY scorer
 """
 

@@ -73,7 +73,8 @@ TRIAL_FIGURES = (
 
 SCORER_FIGURES = """
 SELECT scorer, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
-       avg(value) AS mean, avg(passed::INT) AS pass_rate, count(*) FILTER (WHERE error IS NOT NULL) AS errors
+       fsum(value) / count(value) AS mean, avg(passed::INT) AS pass_rate,
+       count(*) FILTER (WHERE error IS NOT NULL) AS errors
 FROM current_scores GROUP BY scorer ORDER BY scorer
 """
 
