@@ -1,6 +1,7 @@
 """A store that cannot be written: a run that hits a full disk (or a file-size limit) mid-way keeps every
-trial it saved, records why it failed, and resumes; a read-only store refuses `run` and `rescore` with
-one line, and no file changes. Each runs the command line as a real process."""
+trial it saved, records why it failed, and resumes; a read-only store refuses `run`, `rescore`, `compact`,
+`doctor` and `prune` with one line (`doctor --dry-run` checks it), and no file changes. Each runs the command
+line as a real process."""
 
 from __future__ import annotations
 
@@ -137,4 +138,33 @@ def test_run_and_rescore_on_a_read_only_store_say_so_in_one_line_and_change_noth
     finally:
         for folder in folders:
             folder.chmod(0o755)
+    assert fingerprint(store) == before
+
+
+def test_doctor_dry_run_reads_a_read_only_store_and_the_maintenance_commands_say_it_cannot_be_written(tmp_path):
+    """A store copied read-only (`chmod -R a-w`, a read-only mount): the doctor's dry run, which only reads, checks
+    it (it stopped on the compaction lock's file: '[Errno 13] Permission denied'), and compact, doctor and prune
+    say in one line that the store cannot be written, as run and rescore do."""
+    store = tmp_path / "store"
+    done = agenteval(
+        "run", "-d", "arithmetic", "--cases", "5", "--attempts", "1", "-a", "mock", "-q", "--store", str(store)
+    )
+    assert done.returncode == 0, done.stderr
+    (store / "trials" / "experiment_id=x").mkdir()
+    (store / "trials" / "experiment_id=x" / "part-0.parquet").write_bytes(b"cut short")
+    before = fingerprint(store)
+    paths = [store, *store.rglob("*")]
+    for path in paths:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        checked = agenteval("doctor", "--dry-run", "--store", str(store), unprivileged=True)
+        assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr[-3000:]
+        assert "part-0.parquet: unreadable" in checked.stdout and "left in place (--dry-run)" in checked.stdout
+        for command in (["doctor"], ["compact"], ["prune", "--older-than", "30d"]):
+            refused = agenteval(*command, "--store", str(store), unprivileged=True)
+            line = error_line(refused)
+            assert f"the store at {store} cannot be written" in line and "permission" in line.lower(), line
+    finally:
+        for path in paths:
+            path.chmod(0o755 if path.is_dir() else 0o644)
     assert fingerprint(store) == before

@@ -20,7 +20,7 @@ from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, loca
 
 from ..errors import AgentevalError
 from . import _schemas
-from ._lease import store_lease
+from ._lease import LOCKS, store_lease
 from ._schemas import TABLE_NAMES, schema_file
 from ._trace_views import trace_views
 from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
@@ -68,9 +68,17 @@ LOCKED_SETTINGS = (
 @contextlib.contextmanager
 def compaction_lock(root: StoreRoot, wait: float) -> Iterator[None]:
     """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
-    seconds for another holder, then raises :class:`StoreBusy`."""
+    seconds for another holder, then raises :class:`StoreBusy`; :class:`StoreNotWritable` when its lock file cannot
+    be made or opened (a read-only store)."""
     lease = store_lease(root, COMPACTION_LEASE)
-    if not lease.acquire(wait):
+    try:
+        taken = lease.acquire(wait)
+    except OSError as exc:
+        raise StoreNotWritable(
+            f"the store at {root} cannot be written ({exc.strerror or exc}: {exc.filename or LOCKS}); "
+            "check its permissions and free space, or choose another with --store"
+        ) from exc
+    if not taken:
         raise StoreBusy(
             f"{root} is being compacted by {lease.holder()}; waited {wait:g} s. "
             "Run `agenteval compact` again once it has finished, or give it longer with --wait."
