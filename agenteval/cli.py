@@ -37,9 +37,21 @@ from .run._options import (
     NEAR_DUPLICATE_SIMILARITY,
 )
 
+
+class FloatRange(click.FloatRange):
+    """click's FloatRange without NaN, which compares false with both bounds and so passed every range check:
+    the gate's limits then passed every test (``--max-drop nan`` let a significant drop through as exit 0)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number != number:  # NaN, the one float unequal to itself
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
 alpha_option = click.option(
     "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FloatRange(0, 1, min_open=True, max_open=True),
     default=DEFAULT_ALPHA,
     show_default=True,
     help="Significance level of the one-sided tests (0.025 is as strict as a two-sided 95% test).",
@@ -161,7 +173,7 @@ def trace_policy_options(given_with: str) -> Callable[[Callable[..., Any]], Call
         )(fn)
         return click.option(
             "--sample",
-            type=click.FloatRange(0, 1, min_open=True),
+            type=FloatRange(0, 1, min_open=True),
             default=1.0,
             show_default=True,
             help=f"With {given_with}: the share of traces to score, chosen by trace id as OpenTelemetry's ratio "
@@ -311,7 +323,7 @@ def validate(file: str) -> None:
 )
 @click.option(
     "--unanswerable",
-    type=click.FloatRange(0, 1),
+    type=FloatRange(0, 1),
     default=0.1,
     show_default=True,
     help="Share of questions the documents do not answer (expected: unknown).",
@@ -402,7 +414,7 @@ def datasets(as_json: bool) -> None:
 )
 @click.option(
     "--similarity",
-    type=click.FloatRange(0.0, 1.0),
+    type=FloatRange(0.0, 1.0),
     default=NEAR_DUPLICATE_SIMILARITY,
     show_default=True,
     help="Word-set similarity from which two inputs count as near-duplicates.",
@@ -454,7 +466,7 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--concurrency", "-j", type=click.IntRange(min=1), show_default=str(DEFAULT_CONCURRENCY))
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True),  # NaN too is refused by the run's options, naming what it needs
     show_default=str(DEFAULT_TIMEOUT),
     help="Seconds per trial.",
 )
@@ -922,7 +934,7 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
 @click.option("--candidate", required=True)
 @click.option(
     "--max-drop",
-    type=click.FloatRange(0, 1),
+    type=FloatRange(0, 1),
     default=DEFAULT_MAX_DROP,
     show_default=True,
     help="Drops up to this much are tolerated.",
@@ -930,7 +942,7 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
 @alpha_option
 @click.option(
     "--max-infra",
-    type=click.FloatRange(0, 1),
+    type=FloatRange(0, 1),
     default=DEFAULT_MAX_INFRA,
     show_default=True,
     help="Refuse to judge when more than this share of either run failed for infrastructure reasons.",
@@ -989,7 +1001,7 @@ def gate_command(
 @main.command()
 @click.option(
     "--pass-rate",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FloatRange(0, 1, min_open=True, max_open=True),
     default=None,
     help=f"The baseline pass rate [default: {DEFAULT_PASS_RATE}, or the --from experiment's].",
 )
@@ -997,24 +1009,24 @@ def gate_command(
     "--attempts", type=click.IntRange(min=1), default=None, help=f"[default: {DEFAULT_ATTEMPTS}, or --from's]"
 )
 @click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
-@click.option("--drop", "drops", type=click.FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
+@click.option("--drop", "drops", type=FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
 @alpha_option
 @click.option(
     "--target-power",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FloatRange(0, 1, min_open=True, max_open=True),
     default=DEFAULT_TARGET_POWER,
     show_default=True,
 )
 @click.option(
     "--spread",
-    type=click.FloatRange(0, 0.5),
+    type=FloatRange(0, 0.5),
     default=None,
     help="Standard deviation of the cases' true pass rates [default: estimated from --from, else "
     "half the largest possible variance; the largest, sqrt(p(1 - p)), is every case all-or-nothing].",
 )
 @click.option(
     "--affected",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FloatRange(0, 1, min_open=True),
     default=1.0,
     show_default=True,
     help="Share of the cases the drop falls on: 0.2 takes drop / 0.2 from a fifth of the cases (in proportion "
@@ -1145,7 +1157,7 @@ def plugins_command(fmt: str) -> None:
 @store_option
 @click.option(
     "--wait",
-    type=click.FloatRange(min=0),
+    type=FloatRange(min=0),
     default=None,
     help="Seconds to wait for another compaction of the store to finish [default: 300].",
 )
@@ -1300,7 +1312,7 @@ def doctor(store: str | None, dry_run: bool) -> None:
 @trace_policy_options("--score")
 @click.option(
     "--score-delay",
-    type=click.FloatRange(min=0),
+    type=FloatRange(min=0),
     default=DEFAULT_SCORE_DELAY,
     show_default=True,
     help="With --score: seconds between a trace's root span arriving and the trace being scored.",

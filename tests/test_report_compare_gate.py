@@ -231,6 +231,28 @@ def test_gate_command_and_github_step_summary(runs, tmp_path, monkeypatch):
     assert usage.exit_code == 2  # click's usage error stays 2
 
 
+@pytest.mark.parametrize("option", ["--max-drop", "--max-infra", "--alpha"])
+def test_gate_refuses_nan_for_its_limits_instead_of_letting_a_regression_through(runs, option):
+    """NaN compares false with every bound, so click's ranges let it in and every check it took part in
+    passed: a significant drop, or a flood of infrastructure failures, was 'no regression (exit 0)'."""
+    for candidate in ("worse", "flooded"):
+        args = ["gate", "--baseline", runs["good"], "--candidate", runs[candidate], "--store", str(runs["store"])]
+        result = CliRunner().invoke(main, [*args, option, "nan"])
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
+
+
+def test_the_gate_from_python_refuses_limits_that_are_not_shares(runs):
+    store = Store(runs["store"])
+    for limits in ({"max_drop": float("nan")}, {"alpha": float("nan")}, {"max_infra": float("nan")}, {"alpha": 2.0}):
+        decision = gate(store, runs["good"], runs["worse"], **limits)
+        assert decision.exit_code == 3 and "each limit is a share from 0 to 1" in decision.reasons[0], limits
+
+
+def test_power_refuses_nan_in_one_line():
+    result = CliRunner().invoke(main, ["power", "--pass-rate", "0.85", "--drop", "nan"])
+    assert result.exit_code == 2 and "Invalid value for '--drop'" in result.output, result.output
+
+
 def test_power_command(runs):
     runner = CliRunner()
     result = runner.invoke(main, ["power", "--pass-rate", "0.85", "--attempts", "3", "--cases", "55", "--drop", "0.1"])

@@ -285,6 +285,11 @@ def gate(
     is not completed (unless ``allow_incomplete``), when their datasets differ (unless
     ``allow_different_datasets``), or when more than ``max_infra`` of either experiment's trials failed
     for infrastructure reasons. Never raises for what a user can cause: that is a refusal too."""
+    limits = {"max_drop": max_drop, "alpha": alpha, "max_infra": max_infra}
+    # NaN fails this test too: it compares false with any bound, so every check it took part in passed.
+    unusable = [f"{name} {value!r}" for name, value in limits.items() if not 0 <= value <= 1]
+    if unusable:
+        return GateDecision(REFUSED, "refused", [f"{', '.join(unusable)}: each limit is a share from 0 to 1"])
     try:
         comparison = compare(store, baseline_id, candidate_id)
     except (NotComparable, duckdb.Error, OSError) as exc:
