@@ -121,3 +121,27 @@ def test_the_doctor_removes_saved_figures_that_cannot_be_read_and_reports_still_
     report = doctor(Store(store))
     assert report.healthy and report.snapshots_removed == [folder] and not folder.exists()
     assert build_report(Store(store), first).to_dict() == before
+
+
+def test_a_readable_file_whose_column_types_do_not_fit_its_table_is_set_aside_so_compaction_merges_again(two_runs):
+    """A file that reads but holds a column of another type (text attempts: written by hand or by another tool)
+    made every compaction leave its partition, pointing to the doctor, which found every file readable."""
+    import pyarrow as pa
+
+    store, first, _ = two_runs
+    (good,) = (store / "trials" / f"experiment_id={first}").glob("*.parquet")
+    rows = pq.read_table(good).slice(0, 2)
+    rows = rows.set_column(rows.schema.get_field_index("attempt"), "attempt", pa.array(["one", "two"]))
+    rows = rows.set_column(rows.schema.get_field_index("trial_id"), "trial_id", pa.array(["x1", "x2"]))
+    alien = good.with_name("part-alien.parquet")
+    pq.write_table(rows, alien)
+    compacted = agenteval(store, "compact")
+    assert compacted.returncode == 0 and "left 1 partition(s) as they were" in compacted.stderr, compacted.stderr
+
+    dry = agenteval(store, "doctor", "--dry-run")
+    assert dry.returncode == 1 and f"{alien}: unreadable" in dry.stdout, dry.stdout
+    assert "do not fit the trials table" in dry.stdout and "2 rows" in dry.stdout
+    assert agenteval(store, "doctor").returncode == 0 and not alien.exists()
+    compacted = agenteval(store, "compact")
+    assert compacted.returncode == 0 and "left" not in compacted.stderr, compacted.stderr
+    assert Store(store).rows("SELECT count(*) AS n FROM trials WHERE experiment_id = ?", [first]) == [{"n": 12}]

@@ -16,11 +16,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
-from ._compact import COMPACT_WAIT_SECONDS
+from ._compact import COMPACT_WAIT_SECONDS, conform
 from ._schemas import TABLES
 from ._snapshots import SNAPSHOT_SUFFIX, snapshot_folders
 from ._store import Store, StoreNotWritable, compaction_lock
@@ -127,10 +128,21 @@ def _readable(snapshot: Path) -> bool:
 
 def _check(table: str, path: Path) -> UnreadableFile | None:
     try:
-        pq.read_table(path, use_threads=False, pre_buffer=False)
+        _fits(table, pq.read_table(path, use_threads=False, pre_buffer=False))
         return None
     except Exception as exc:  # any way a file can fail to read is what the doctor looks for
         return UnreadableFile(table, path, path.stat().st_size, _footer_rows(path), f"{type(exc).__name__}: {exc}")
+
+
+def _fits(table: str, rows: pa.Table) -> None:
+    """Raise unless ``rows`` take ``table``'s column types, as compaction casts them (missing columns are an older
+    version's, and fine). A column of another type reads, but no compaction can merge its partition ever after,
+    and it turns the view's column into text: set aside like a file that cannot be read at all."""
+    schema = TABLES[table]
+    try:
+        conform(rows, pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata))
+    except pa.ArrowException as exc:
+        raise ValueError(f"its columns do not fit the {table} table: {type(exc).__name__}: {exc}") from exc
 
 
 def _footer_rows(path: Path | str, filesystem: Any = None) -> int | None:
@@ -152,7 +164,7 @@ def _check_remote(root: RemoteRoot, table: str, dry_run: bool) -> tuple[int, lis
             checked += 1
             key = f"{root.path}/{file.relative}"
             try:
-                pq.read_table(key, use_threads=False, pre_buffer=False, filesystem=root.fs)
+                _fits(table, pq.read_table(key, use_threads=False, pre_buffer=False, filesystem=root.fs))
                 continue
             except Exception as exc:  # any way a file can fail to read is what the doctor looks for
                 error = f"{type(exc).__name__}: {exc}"
