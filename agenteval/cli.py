@@ -19,7 +19,7 @@ from .collect._settings import (
     DEFAULT_SCORE_DELAY,
     ENV_TOKEN,
 )
-from .errors import AgentevalError
+from .errors import AgentevalError, OutputNotWritable
 from .render._tables import FORMATS
 from .render._text_safety import visible
 from .run._options import (
@@ -894,8 +894,11 @@ def report(
         return
     text = formats["markdown" if fmt == "table" else fmt](data)
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise OutputNotWritable.at("-o", output, exc) from exc
         click.echo(f"wrote {output}")
     else:
         click.echo(text, nl=False)

@@ -19,6 +19,17 @@ class UsageError(AgentevalError, ValueError):
     exit_code = 2
 
 
+class OutputNotWritable(AgentevalError, OSError):
+    """A file a command was told to write (``-o``) cannot be written: a missing folder, permissions, a full disk."""
+
+    @classmethod
+    def at(cls, option: str, path: object, error: OSError) -> OutputNotWritable:
+        return cls(
+            f"{option} {path}: cannot be written ({error.strerror or error}); check that its folder exists and can "
+            "be written, or choose another file"
+        )
+
+
 class AgentLoadError(AgentevalError, ValueError):
     """The agent could not be loaded: its file, module or factory failed."""
 

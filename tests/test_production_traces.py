@@ -282,6 +282,15 @@ def test_cases_from_traces_runs_its_condition_read_only_and_names_the_option(pro
     assert code == 0 and len(out.read_text().splitlines()) == 21
 
 
+def test_cases_from_traces_to_a_file_that_cannot_be_written_is_one_line_naming_it(production, tmp_path):
+    out = tmp_path / "no such folder" / "cases.jsonl"
+    code, text = cli(production, "cases-from-traces", "--where", "true", "-o", str(out))
+    assert code == 1 and text.strip().splitlines() == [
+        f"Error: -o {out}: cannot be written (No such file or directory); check that its folder exists and can "
+        "be written, or choose another file"
+    ], text
+
+
 def test_prune_removes_whole_old_days_and_never_experiments(tmp_path):
     store = tmp_path / "store"
     old = [produce(store, "shop", "past", 20, days)[1] for days in ("40", "35")]

@@ -117,6 +117,17 @@ def test_html_report_is_one_self_contained_page_with_plots(runs, tmp_path):
     assert "quota_exhausted" in text
 
 
+@pytest.mark.parametrize("args", [["--format", "html"], ["--format", "json"], ["--traces", "--format", "markdown"]])
+def test_a_report_to_a_file_that_cannot_be_written_is_one_line_naming_it(runs, tmp_path, args):
+    target = tmp_path / "no such folder" / "report.out"
+    result = CliRunner().invoke(main, ["report", *args, "--store", str(runs["store"]), "-o", str(target)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert result.output.strip().splitlines() == [
+        f"Error: -o {target}: cannot be written (No such file or directory); check that its folder exists and can "
+        "be written, or choose another file"
+    ]
+
+
 def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
     from agenteval.render import to_html, to_markdown
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import UsageError
+from ..errors import OutputNotWritable, UsageError
 from ..store import Store
 from ..store._store import NotReadOnly
 from ._cases import parse_case
@@ -95,8 +95,12 @@ def cases_from_traces(
         parse_case(record, len(records) + 1)  # a case this writes is one the dataset format accepts
         records.append(record)
     staged = target.with_name(f".{target.name}.partial")
-    with open(staged, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(staged, target)
+    try:
+        with open(staged, "w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(staged, target)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)  # a disk that filled up leaves no half-written file behind
+        raise OutputNotWritable.at("-o", target, exc) from exc
     return CasesFromTraces(str(target), len(records), len(rows), without)
