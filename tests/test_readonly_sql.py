@@ -209,3 +209,15 @@ def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(store, tmp_pat
         result = sql(store, query)
         assert result.exit_code == 0, (query, result.output)
     assert fingerprint(store) == before
+
+
+def test_csv_keeps_every_digit_of_a_float(store):
+    """CSV is for other programs: a float rounded to six digits for display (1.23457e+08 for 123456789.123, a trial
+    of 20 minutes to the second) summed to other totals than the report's."""
+    query = (
+        "SELECT 123456789.123::DOUBLE AS big, 0.000123456789::DOUBLE AS small, sum(duration_ms) AS total FROM trials"
+    )
+    exact = json.loads(sql(store, query).output)[0]
+    as_csv = list(csv.DictReader(io.StringIO(sql(store, query, "csv").output)))
+    assert [{k: float(v) for k, v in row.items()} for row in as_csv] == [exact]
+    assert exact["big"] == 123456789.123 and exact["small"] == 0.000123456789

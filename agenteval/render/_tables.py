@@ -23,13 +23,14 @@ def _number(value: decimal.Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, *, exact: bool = False) -> str:
+    """``value`` as text; ``exact`` (CSV, read by programs) keeps every digit of a float, where people read six."""
     if value is None:
         return ""
     if isinstance(value, decimal.Decimal):
         return format(value, "f")  # the exact digits, never an exponent
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return repr(value) if exact else f"{value:.6g}"
     if isinstance(value, datetime.datetime):
         return value.isoformat()
     return str(value)
@@ -66,7 +67,7 @@ def render(table: pa.Table, fmt: str = "table") -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(names)
-        writer.writerows([[_cell(row[n]) for n in names] for row in rows])
+        writer.writerows([[_cell(row[n], exact=True) for n in names] for row in rows])
         return out.getvalue().rstrip("\n")
     if fmt == "markdown":
         return markdown_table(names, [[_cell(row[n]) for n in names] for row in rows])
