@@ -324,3 +324,17 @@ def test_a_continuous_scorers_mean_is_the_exact_mean_of_its_scores(tmp_path):
         scorers = report["scorers"] if isinstance(report, dict) else [dataclasses.asdict(s) for s in report.scorers]
         (figures,) = [s for s in scorers if s["scorer"] == "tenth"]
         assert figures["scored"] == 60 and figures["mean"] == 0.1
+
+
+def test_power_from_an_experiment_that_passed_everything_says_what_to_give(runs):
+    """A baseline that passed every trial has no variance to size a drop from: the error named --pass-rate, which
+    the user had not given."""
+    result = CliRunner().invoke(main, ["power", "--from", runs["small"], "--store", str(runs["store"])])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        f"Error: --from {runs['small']}: its pass rate is 100%, from which no drop can be sized; give the pass rate "
+        "to plan for with --pass-rate (e.g. 0.95)"
+    ], result.output
+    given = CliRunner().invoke(
+        main, ["power", "--from", runs["small"], "--pass-rate", "0.95", "--store", str(runs["store"])]
+    )
+    assert given.exit_code == 0 and "baseline pass rate 0.95" in given.output, given.output

@@ -182,7 +182,13 @@ def build_model(
     if from_experiment:
         rates, attempts_run = _experiment_rates(store, from_experiment)
         attempts = attempts or attempts_run
-        pass_rate = pass_rate or math.fsum(rates) / len(rates)
+        if pass_rate is None:
+            pass_rate = math.fsum(rates) / len(rates)
+            if not 0 < pass_rate < 1:  # said here: the model's own check names --pass-rate, which was not given
+                raise UsageError(
+                    f"--from {from_experiment}: its pass rate is {pass_rate:.0%}, from which no drop can be sized; "
+                    "give the pass rate to plan for with --pass-rate (e.g. 0.95)"
+                )
         variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
         return PowerModel(pass_rate, attempts, variance, alpha, affected)
     pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
