@@ -748,6 +748,11 @@ def rescore(
             f"not re-run, for want of message content (captured off when it ran): {visible(skipped)}; "
             "their earlier scores stand"
         )
+    if result.without_case:
+        click.echo(
+            f"not re-run on {sum(result.without_case.values())} trials whose case is not in the store's cases table "
+            f"({visible(', '.join(result.without_case))}); their earlier scores stand"
+        )
     if figures.pass_rate is not None:
         click.echo(
             f"pass rate with the current scores: {figures.pass_rate:.1%} "

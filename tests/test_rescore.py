@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from click.testing import CliRunner
 
@@ -150,6 +151,27 @@ def test_rescore_command(tmp_path):
     assert bad.exit_code == 2 and "not a built-in scorer" in bad.output  # an option that cannot work
     missing = runner.invoke(main, ["rescore", "nope", "--store", str(store)])
     assert missing.exit_code == 1 and "no experiment 'nope'" in missing.output
+
+
+def test_trials_whose_case_snapshot_is_gone_keep_their_scores_and_the_rest_are_rescored(tmp_path):
+    """A damaged cases file set aside by the doctor (or a store restored in part) leaves trials without their
+    case, which every scorer needs: rescore ended in a KeyError traceback and scored nothing."""
+    import pyarrow.parquet as pq
+
+    store = tmp_path / "s"
+    experiment = evaluate("mock", "arithmetic", cases=5, attempts=2, store=store, progress="none")
+    before = summarize(Store(store), experiment.id)
+    (snapshot,) = (store / "cases" / f"experiment_id={experiment.id}").glob("*.parquet")
+    cases = pq.read_table(snapshot)
+    lost = sorted(cases.column("case_id").to_pylist())[:2]
+    pq.write_table(cases.filter(pc.invert(pc.is_in(cases.column("case_id"), pa.array(lost)))), snapshot)
+    done = CliRunner().invoke(main, ["rescore", experiment.id, "--store", str(store)])
+    assert done.exit_code == 0, done.output
+    assert "12 scores for 6 trials" in done.output
+    assert f"not re-run on 4 trials whose case is not in the store's cases table ({', '.join(lost)})" in done.output
+    after = summarize(Store(store), experiment.id)
+    assert (after.passed, after.wrong, after.failed) == (before.passed, before.wrong, before.failed)
+    assert Store(store).rows("SELECT count(*) AS n FROM score_history")[0]["n"] == 20 + 12
 
 
 def test_scores_from_a_raising_scorer_are_stored_and_the_run_completes(tmp_path):

@@ -53,6 +53,10 @@ class RescoreResult:
     """Saving the experiment's figures for reports afterwards (see ``agenteval.store._snapshots``)."""
     otlp: ex.OTLPExport | None = None
     """With ``otlp=True``: the evaluation spans sent to the backend, and those it refused."""
+    without_case: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Case id -> trials not re-run because the case is not in the store's ``cases`` table (a damaged snapshot
+    set aside by ``agenteval doctor``, a store restored in part): every scorer reads the case, so their earlier
+    scores stand."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -98,10 +102,17 @@ def rescore(
     started = time.perf_counter()
     bounds = _batches(store, experiment.experiment_id, batch_size)
     total_trials = sum(count for _, _, count in bounds)
-    done = scores = 0
+    done = scores = rescored = 0
     not_scored: Counter[str] = Counter()
+    without_case: Counter[str] = Counter()
     for low, high, count in bounds:
         features = _features(store, experiment.experiment_id, low, high)
+        case_ids = features.column("case_id").to_pylist()
+        known = [case_id in cases for case_id in case_ids]
+        if not all(known):  # one lost case costs its own trials, not the pass
+            without_case.update(case_id for case_id, found in zip(case_ids, known, strict=True) if not found)
+            features = features.filter(pa.array(known))
+        rescored += features.num_rows
         judged = engine.judge(features, cases)
         not_scored.update(judged.not_scored)
         table = score_table(experiment.experiment_id, judged, pass_id, time.time_ns())
@@ -129,13 +140,14 @@ def rescore(
     return RescoreResult(
         experiment.experiment_id,
         pass_id,
-        total_trials,
+        rescored,
         scores,
         [s.name for s in chosen],
         seconds,
         dict(not_scored),
         time.perf_counter() - started - seconds,
         sent,
+        dict(sorted(without_case.items())),
     )
 
 
