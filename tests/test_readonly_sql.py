@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.run import evaluate
-from agenteval.store import Store
+from agenteval.store import NotReadOnly, Store
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +111,6 @@ def test_an_empty_query_is_a_clear_error(store):
 
 
 def test_read_only_connection_from_python_is_locked_and_the_default_stays_the_callers(store, tmp_path):
-    from agenteval.store import NotReadOnly
-
     before = fingerprint(store)
     con = Store(store).connect(read_only=True)
     assert con.execute("SELECT count(*) FROM trials").fetchone() == (8,)
@@ -221,3 +219,34 @@ def test_csv_keeps_every_digit_of_a_float(store):
     as_csv = list(csv.DictReader(io.StringIO(sql(store, query, "csv").output)))
     assert [{k: float(v) for k, v in row.items()} for row in as_csv] == [exact]
     assert exact["big"] == 123456789.123 and exact["small"] == 0.000123456789
+
+
+def test_a_select_whose_cte_copies_to_a_file_is_refused_and_writes_nothing(store, tmp_path):
+    """DuckDB runs a COPY given as a CTE of a SELECT (the statement's type is SELECT): it wrote anywhere in the
+    store, even over a trials file (here with no rows: the trials lost), so a read must hold no operator that
+    writes, however it is spelled."""
+    trials_file = next((store / "trials").glob("experiment_id=*/*.parquet"))
+    emptied = f"COPY (SELECT * FROM trial_history WHERE false) TO '{trials_file}' (FORMAT parquet)"
+    written = f"COPY (SELECT 1 AS x) TO '{store / 'written.csv'}'"
+    before = fingerprint(store)
+    for query in (
+        f"WITH x AS ({emptied}) SELECT 1",
+        f"WITH x AS ({written}) SELECT * FROM x",
+        f"WITH x AS MATERIALIZED ({written}) SELECT 1",
+        f"WITH t AS (SELECT 1), x AS ({written}) SELECT * FROM t",
+        f"EXPLAIN ANALYZE WITH x AS ({written}) SELECT 1",
+    ):
+        result = sql(store, query)
+        assert result.exit_code == 1, (query, result.output)
+        assert result.output.startswith("Error: ") and "not allowed" in result.output, (query, result.output)
+        assert fingerprint(store) == before, query
+    assert json.loads(sql(store, "SELECT count(*) AS n FROM trials").output) == [{"n": 8}]
+    # From Python with parameters, which the plan is made with too.
+    copy = f"WITH x AS (COPY (SELECT ?::INT AS a) TO '{store / 'written.csv'}') SELECT 1 AS one"
+    with pytest.raises(NotReadOnly, match="COPY_TO_FILE is not allowed"):
+        Store(store).query(copy, [5], read_only=True)
+    assert fingerprint(store) == before
+    # Words are not operators: a read that names them still runs.
+    assert json.loads(sql(store, "SELECT 1 AS copy, 'COPY x TO y' AS text").output) == [
+        {"copy": 1, "text": "COPY x TO y"}
+    ]

@@ -157,8 +157,8 @@ def _arrow_columns(table: str, con: duckdb.DuckDBPyConnection) -> list[tuple[str
     return [(name, str(kind)) for name, kind in zip(schema.names, types, strict=True)]
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise :class:`NotReadOnly` unless ``sql`` is exactly one read statement."""
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str, parameters: Sequence[Any] | None = None) -> None:
+    """Raise :class:`NotReadOnly` unless ``sql`` (run with ``parameters``) is exactly one read statement."""
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -167,12 +167,13 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise NotReadOnly("no SQL statement given; write one read statement, e.g. SELECT count(*) FROM trials")
     if len(statements) > 1:
         raise NotReadOnly(f"{len(statements)} statements given; the store's SQL runs one read statement at a time")
-    kind = statements[0].type
+    kind, run = statements[0].type, statements[0].query
     if kind == duckdb.StatementType.EXPLAIN:
         # EXPLAIN ANALYZE runs what it explains, and the connection may write where it may read (the store):
         # the statement explained must be one read too.
+        run = _explained(run)
         try:
-            explained = con.extract_statements(_explained(statements[0].query))
+            explained = con.extract_statements(run)
         except duckdb.Error:
             explained = []  # not found where expected: refused, as anything not known to be a read
         kind = explained[0].type if len(explained) == 1 else duckdb.StatementType.INVALID
@@ -181,6 +182,40 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
             f"{kind.name} is not allowed: the store's SQL is read-only "
             "(SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN of one of these)"
         )
+    # A SELECT may still write: DuckDB runs a COPY given as one of its CTEs. What it would run is in its plan.
+    writer = _writing_operator(con, run, parameters)
+    if writer is not None:
+        raise NotReadOnly(f"{writer} is not allowed: the store's SQL is read-only, and this statement would write")
+
+
+WRITING_OPERATORS = ("COPY", "INSERT", "UPDATE", "DELETE", "CREATE", "EXPORT", "ATTACH", "DROP", "ALTER")
+"""Words in the names of the plan operators that write (COPY_TO_FILE, BATCH_COPY_TO_FILE, INSERT, ...); not MERGE,
+which a join that reads is named after (PIECEWISE_MERGE_JOIN)."""
+
+
+def _writing_operator(con: duckdb.DuckDBPyConnection, sql: str, parameters: Sequence[Any] | None = None) -> str | None:
+    """The name of the first operator in ``sql``'s physical plan that writes, if any. A statement that cannot be
+    planned (with the parameters it is run with) cannot run either: its own error says why when it is run."""
+    import json
+
+    try:
+        rows = con.execute(f"EXPLAIN (FORMAT JSON) {sql}", parameters or None).fetchall()
+    except duckdb.Error:
+        return None
+    nodes: list[Any] = []
+    for _, plan in rows:
+        try:
+            loaded = json.loads(plan)
+        except ValueError:  # not the plan this reads: refused, as anything not known to be a read
+            return "a plan that cannot be read"
+        nodes.extend(loaded if isinstance(loaded, list) else [loaded])
+    while nodes:
+        node = nodes.pop()
+        name = str(node.get("name", ""))
+        if any(word in name.upper() for word in WRITING_OPERATORS):
+            return name
+        nodes.extend(node.get("children", []))
+    return None
 
 
 EXPLAIN_WORDS = frozenset({"EXPLAIN", "ANALYZE", "ANALYSE"})
@@ -393,7 +428,7 @@ class Store:
 
         def read(con: duckdb.DuckDBPyConnection) -> pa.Table:
             if read_only:
-                check_read_only(con, sql)
+                check_read_only(con, sql, parameters)
             return con.sql(sql, params=parameters or None).to_arrow_table()
 
         return self._on_connection(read, read_only=read_only)
