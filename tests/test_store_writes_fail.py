@@ -1,6 +1,6 @@
 """A store that cannot be written: a run that hits a full disk (or a file-size limit) mid-way keeps every
 trial it saved, records why it failed, and resumes; a read-only store refuses `run`, `rescore`, `compact`,
-`doctor` and `prune` with one line (`doctor --dry-run` checks it), and no file changes. Each runs the command
+`doctor` and `prune` with one line (their `--dry-run`s read it), and no file changes. Each runs the command
 line as a real process."""
 
 from __future__ import annotations
@@ -160,6 +160,8 @@ def test_doctor_dry_run_reads_a_read_only_store_and_the_maintenance_commands_say
         checked = agenteval("doctor", "--dry-run", "--store", str(store), unprivileged=True)
         assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr[-3000:]
         assert "part-0.parquet: unreadable" in checked.stdout and "left in place (--dry-run)" in checked.stdout
+        listed = agenteval("prune", "--older-than", "30d", "--dry-run", "--store", str(store), unprivileged=True)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-3000:]
         for command in (["doctor"], ["compact"], ["prune", "--older-than", "30d"]):
             refused = agenteval(*command, "--store", str(store), unprivileged=True)
             line = error_line(refused)
