@@ -257,8 +257,9 @@ class _Commands(click.Group):
             ctx.exit(exc.exit_code)
         except Exception as exc:
             from .store._doctor import damaged_store_message
+            from .store._store import unreachable_store_message
 
-            damaged = damaged_store_message(exc)
+            damaged = damaged_store_message(exc) or unreachable_store_message(exc)
             if damaged is None or ctx.params.get("debug"):
                 raise
             click.echo(f"Error: {visible(damaged)}", err=True)

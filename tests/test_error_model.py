@@ -146,3 +146,42 @@ def test_cases_with_a_dataset_file_is_refused_and_points_to_sample(tmp_path):
     done = agenteval("run", "--dataset", "hard", "--cases", "20", "--agent", "mock", store=tmp_path / "store")
     one_line_error(done, 2, "--cases sets the size of the generated arithmetic dataset")
     assert "--sample N" in done.stderr
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # bound, then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("credentials", [False, True], ids=["no-credentials", "unreachable-endpoint"])
+@pytest.mark.parametrize("args", [["report"], ["sql", "SELECT 1"], ["compact"]], ids=["report", "sql", "compact"])
+def test_a_store_on_object_storage_that_cannot_be_reached_is_one_line(tmp_path, credentials, args):
+    """Without credentials, or with an endpoint where no server answers, every command ended in botocore's
+    traceback (NoCredentialsError, EndpointConnectionError)."""
+    pytest.importorskip("s3fs")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}",
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        **({"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret-never-shown"} if credentials else {}),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args, "--store", "s3://evals/team"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    wanted = "EndpointConnectionError" if credentials else "NoCredentialsError"
+    one_line_error(done, 1, "the store on object storage cannot be used", wanted, "AWS_ENDPOINT_URL")
+    assert "secret-never-shown" not in done.stderr + done.stdout
+
+
+def test_a_store_url_without_a_bucket_is_one_line():
+    one_line_error(agenteval("report", "--store", "s3://"), 1, "'s3://' names no bucket")

@@ -87,6 +87,27 @@ def compaction_lock(root: StoreRoot, wait: float) -> Iterator[None]:
         yield
 
 
+def unreachable_store_message(error: BaseException | None) -> str | None:
+    """One line for an error reaching a store on object storage (a URL without a bucket, no credentials, an
+    endpoint where no server answers, access refused: botocore's errors, raised from any read or write), naming
+    what to check; None for any other error. Never a credential: botocore's messages hold none."""
+    from agenteval_exporters.storefs import StoreLocationError
+
+    while error is not None:
+        if isinstance(error, StoreLocationError):
+            return str(error)
+        if any(cls.__module__.split(".")[0] in ("botocore", "aiobotocore") for cls in type(error).__mro__):
+            said = " ".join(str(error).split())  # some span lines (a bucket name's rule)
+            said = said if len(said) <= 200 else said[:199] + "…"
+            return (
+                f"the store on object storage cannot be used ({type(error).__name__}: {said}); check --store (or "
+                "AGENTEVAL_STORE), the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile) and "
+                "AWS_ENDPOINT_URL"
+            )
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
