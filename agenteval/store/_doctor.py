@@ -8,7 +8,6 @@ file whole, moves those that fail into ``.quarantine/`` under the store (renamed
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -24,7 +23,7 @@ from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 from ._compact import COMPACT_WAIT_SECONDS, conform
 from ._schemas import TABLES
 from ._snapshots import SNAPSHOT_SUFFIX, snapshot_folders
-from ._store import Store, StoreNotWritable, compaction_lock
+from ._store import Store, compaction_lock
 
 QUARANTINE = ".quarantine"
 """Where unreadable files go, under the store, each named ``<file>.unreadable``."""
@@ -91,13 +90,7 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
     Holds the compaction lock meanwhile, so no compaction merges a file while it is examined."""
     if not store.root.is_dir():
         raise FileNotFoundError(f"there is no store at {store.root}")
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(compaction_lock(store.root, wait=wait))
-        except StoreNotWritable:
-            if not dry_run:
-                raise
-            # A dry run only reads, and a store no one can write has no compaction to wait for.
+    with compaction_lock(store.root, wait=wait, only_reading=dry_run):
         checked, unreadable = 0, []
         for table in TABLES:
             if isinstance(store.root, RemoteRoot):

@@ -22,7 +22,7 @@ from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY
 
 from ..errors import UsageError
 from ._compact import COMPACT_WAIT_SECONDS
-from ._store import Store, StoreNotWritable, compaction_lock
+from ._store import Store, compaction_lock
 
 PRUNING = ".pruning"
 """Where removed partitions wait for deletion: inside the store, outside every table's glob."""
@@ -140,13 +140,7 @@ def prune(
             f"agenteval prune works on a store on disk, not on {store_root}: on object storage, expire the "
             "spans/date=DAY/ and scores/date=DAY/ prefixes with the bucket's own lifecycle rules"
         )
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(compaction_lock(store_root, wait=wait))
-        except StoreNotWritable:
-            if not dry_run:
-                raise
-            # A dry run only reads, and a store no one can write has no compaction to wait for.
+    with compaction_lock(store_root, wait=wait, only_reading=dry_run):
         if not dry_run:
             finish_earlier_prunes(store_root)
         for table in PRODUCTION_TABLES:

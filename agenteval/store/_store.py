@@ -66,14 +66,18 @@ LOCKED_SETTINGS = (
 
 
 @contextlib.contextmanager
-def compaction_lock(root: StoreRoot, wait: float) -> Iterator[None]:
+def compaction_lock(root: StoreRoot, wait: float, only_reading: bool = False) -> Iterator[None]:
     """Hold ``root``'s compaction lease (an OS lock that dies with its process); waits up to ``wait``
     seconds for another holder, then raises :class:`StoreBusy`; :class:`StoreNotWritable` when its lock file cannot
-    be made or opened (a read-only store)."""
+    be made or opened (a read-only store), unless ``only_reading`` (a dry run): a store no one can write has no
+    compaction to wait for, and the caller goes on without the lock."""
     lease = store_lease(root, COMPACTION_LEASE)
     try:
         taken = lease.acquire(wait)
     except OSError as exc:
+        if only_reading:
+            yield
+            return
         raise StoreNotWritable(
             f"the store at {root} cannot be written ({exc.strerror or exc}: {exc.filename or LOCKS}); "
             "check its permissions and free space, or choose another with --store"
