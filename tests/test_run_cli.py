@@ -69,6 +69,24 @@ def test_run_usage_errors(tmp_path):
     assert unknown.exit_code == 2 and "unknown mock agent option 'speed'" in unknown.output  # a usage error
 
 
+def test_a_model_name_that_cannot_be_read_is_blamed_on_the_option_that_gave_it(tmp_path):
+    """``--judge nope`` said "--model 'nope': expected PROVIDER/MODEL", an option the user had not given."""
+    runner = CliRunner()
+    store = str(tmp_path / "s")
+    ran = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--cases", "2", "--store", store])
+    assert ran.exit_code == 0, ran.output
+    experiment_id = Store(store).rows("SELECT experiment_id FROM experiments")[0]["experiment_id"]
+    run = ["run", "-d", "arithmetic", "-a", "mock", "--store", store]
+    for command, option in (
+        (["run", "-d", "arithmetic", "--model", "nope", "--store", store], "--model"),
+        ([*run, "--judge", "nope"], "--judge"),
+        ([*run, "--simulate-users", "mistral/large"], "--simulate-users"),
+        (["rescore", experiment_id, "--judge", "nope", "--store", store], "--judge"),
+    ):
+        said = runner.invoke(main, command)
+        assert said.exit_code == 2 and f"Error: {option} " in said.output, (command, said.output)
+
+
 def test_a_run_sends_its_spans_to_the_otlp_backend_too(tmp_path, monkeypatch, receiver):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
     experiment = evaluate("mock", "arithmetic", cases=3, attempts=1, store=tmp_path / "s", progress="none")

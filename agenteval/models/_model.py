@@ -80,7 +80,7 @@ class Model:
 
     def __init__(
         self,
-        name: str,
+        name: str | ModelName,
         *,
         base_url: str | None = None,
         api_key: str | None = None,
@@ -93,7 +93,7 @@ class Model:
         limiter: Limiter | None = None,
         params: dict[str, Any] | None = None,
     ) -> None:
-        self.name = parse_model_name(name)
+        self.name = name if isinstance(name, ModelName) else parse_model_name(name)
         self._sdk = _sdk(self.name)
         self.adapter = ADAPTERS[self.name.provider]
         self.base_url = effective_base_url(self.name, base_url)

@@ -34,28 +34,31 @@ class RunModels:
             return cls()
         from ..models._cache import ResponseCache
         from ..models._model import Model
+        from ..models._names import parse_model_name
         from ..models._simulator import ModelUserSimulator
         from ..scorers._judge import llm_judge
 
         found = cls(cache=ResponseCache(options.cache) if options.cache else None)
 
-        def model(name: str, url: str | None, **settings: Any) -> Model:
-            made = Model(name, base_url=url, cache=found.cache, **settings)
+        def model(name: str, option: str, url: str | None, **settings: Any) -> Model:
+            made = Model(parse_model_name(name, option), base_url=url, cache=found.cache, **settings)
             found.models.append(made)
             return made
 
         if options.model:
             chosen = model(
                 options.model,
+                "--model",
                 urls.get("model") or options.base_url,
                 temperature=options.temperature,
                 max_tokens=options.max_tokens,
             )
             found.agent = reference_agent(chosen, dataset, corpus=options.corpus, max_steps=options.max_steps)
         if options.judge:
-            found.judge = llm_judge(model(options.judge, urls.get("judge") or options.judge_base_url))
+            found.judge = llm_judge(model(options.judge, "--judge", urls.get("judge") or options.judge_base_url))
         if options.simulate_users:
-            simulator = model(options.simulate_users, urls.get("simulator") or options.simulator_base_url)
+            simulator_url = urls.get("simulator") or options.simulator_base_url
+            simulator = model(options.simulate_users, "--simulate-users", simulator_url)
             found.simulator = ModelUserSimulator(simulator)
         return found
 

@@ -146,10 +146,11 @@ def judge_check(
 ) -> JudgeCheck:
     """Grade every labelled item with ``judge`` and compare with the humans."""
     from ..models._model import Model
+    from ..models._names import parse_model_name
     from ._judge import LLMJudge
 
     items = read_labels(labels, store)
-    model = Model(judge, base_url=base_url)
+    model = Model(parse_model_name(judge, "--judge"), base_url=base_url)
 
     async def grade_all() -> list[Any]:
         try:

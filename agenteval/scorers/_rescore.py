@@ -155,9 +155,10 @@ def _judge(name: str | None, base_url: str | None) -> Scorer | None:
     if name is None:
         return None
     from ..models._model import Model
+    from ..models._names import parse_model_name
     from ._judge import llm_judge
 
-    return llm_judge(Model(name, base_url=base_url))
+    return llm_judge(Model(parse_model_name(name, "--judge"), base_url=base_url))
 
 
 def _judge_spans_collected(experiment_id: str) -> TrialCollector:

@@ -183,10 +183,11 @@ class TraceScorer:
         chosen = trace_scorers(scorers, self.policy)
         if judge is not None:
             from ..models._model import Model
+            from ..models._names import parse_model_name
             from ._judge import llm_judge
 
             chosen = [s for s in chosen if s.name != "llm_judge"] + [
-                llm_judge(Model(judge, base_url=judge_base_url), reference_free=True)
+                llm_judge(Model(parse_model_name(judge, "--judge"), base_url=judge_base_url), reference_free=True)
             ]
         self.judged = any(s.name == "llm_judge" for s in chosen)
         self.scorers = chosen
