@@ -180,6 +180,18 @@ def test_sums_and_decimals_are_numbers_in_json_and_csv(store):
     assert as_csv == [{"total": "12", "price": "1.25", "big": "100"}]
 
 
+def test_json_output_is_strict_json_when_values_are_not_finite(store):
+    """JSON has no NaN or Infinity; written as Python writes them, jq and JSON.parse refused the whole result."""
+    query = "SELECT 'nan'::DOUBLE AS x, ['inf'::DOUBLE, 1.5] AS l, {'a': '-inf'::FLOAT, 'b': 2} AS s"
+    result = sql(store, query)
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    assert json.loads(result.output, parse_constant=refuse) == [{"x": None, "l": [None, 1.5], "s": {"a": None, "b": 2}}]
+
+
 def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(store, tmp_path):
     """EXPLAIN ANALYZE runs the statement it explains: a COPY under it wrote into the store, which
     the connection's allowed_directories lets through, so the statement explained must be a read too."""

@@ -7,6 +7,7 @@ import datetime
 import decimal
 import io
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -37,12 +38,18 @@ def _cell(value: Any, *, exact: bool = False) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or Infinity: strict parsers (jq, JSON.parse) refuse the whole document
     if isinstance(value, decimal.Decimal) and value.is_finite():
         return _number(value)
     if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
     return value
 
 
@@ -62,7 +69,7 @@ def render(table: pa.Table, fmt: str = "table") -> str:
     rows = to_rows(table)
     names = table.column_names
     if fmt == "json":
-        return json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in rows], indent=2, default=str)
+        return json.dumps([_jsonable(row) for row in rows], indent=2, default=str, allow_nan=False)
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
