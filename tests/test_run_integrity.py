@@ -88,6 +88,35 @@ def test_an_agent_cannot_end_the_run(tmp_path, kind, raised):
     assert experiment.summary.trials == 6
 
 
+class AgentAbort(BaseException):
+    """An agent's own BaseException subclass, as some frameworks define to unwind past ``except Exception``."""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    "raised",
+    [AgentAbort("gave up"), asyncio.CancelledError("the agent's own")],
+    ids=["BaseException subclass", "CancelledError"],
+)
+def test_any_base_exception_from_the_agent_costs_its_trial_only(tmp_path, kind, raised):
+    def sync_agent(question: str) -> str:
+        if "0 +" in question:
+            raise raised
+        return answer(question)
+
+    async def async_agent(question: str) -> str:
+        return sync_agent(question)
+
+    agent = sync_agent if kind == "sync" else async_agent
+    experiment = evaluate(agent, dataset("raises", "a", "b"), attempts=2, store=tmp_path, progress="none")
+    assert experiment.status == "completed"
+    found = outcomes(tmp_path, experiment.id)
+    assert found["raises"][:2] == ("failed", "agent_error")
+    assert found["raises"][2].startswith(type(raised).__name__)
+    assert found["a"][0] == found["b"][0] == "passed"
+    assert experiment.summary.trials == 6
+
+
 def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
     agent_file = tmp_path / "quitter.py"
     agent_file.write_text("import sys\n\ndef answer(question):\n    sys.exit(0)\n")

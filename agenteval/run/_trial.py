@@ -181,9 +181,16 @@ class TrialRunner:
                 return replies, error, False
             except StopNow:
                 raise
-            # The agent's failure is data here, not a crash: even sys.exit() or a KeyboardInterrupt raised by
-            # its own code costs that trial only (a real second Ctrl-C arrives as StopNow).
-            except (Exception, SystemExit, KeyboardInterrupt) as error:
+            except asyncio.CancelledError as error:
+                # A cancellation of this task (the run stopping) goes on; a CancelledError the agent raised
+                # itself, with no cancel asked for, is its failure like any other.
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                return replies, error, False
+            # The agent's failure is data here, not a crash: even sys.exit(), a KeyboardInterrupt, GeneratorExit
+            # or its own BaseException subclass costs that trial only (a real second Ctrl-C arrives as StopNow).
+            except BaseException as error:
                 return replies, error, False
         # An agent that swallowed its cancellation, or that held the event loop past the deadline (so the
         # timer could not fire), returned an answer; but a trial that ran past its timeout is a timeout.
