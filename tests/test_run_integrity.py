@@ -117,6 +117,36 @@ def test_any_base_exception_from_the_agent_costs_its_trial_only(tmp_path, kind, 
     assert experiment.summary.trials == 6
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("raised", "message"),
+    [
+        (StopIteration("done"), "RuntimeError: coroutine raised StopIteration"),
+        (GeneratorExit("closed"), "GeneratorExit"),
+    ],
+    ids=["StopIteration", "GeneratorExit"],
+)
+def test_exceptions_a_future_cannot_carry_still_fail_the_agent_s_trial_at_once(tmp_path, kind, raised, message):
+    def sync_agent(question: str) -> str:
+        if "0 +" in question:
+            raise raised
+        return answer(question)
+
+    async def async_agent(question: str) -> str:
+        return sync_agent(question)
+
+    agent = sync_agent if kind == "sync" else async_agent
+    started = time.monotonic()
+    experiment = evaluate(agent, dataset("raises", "a"), attempts=2, timeout=20, store=tmp_path, progress="none")
+    assert time.monotonic() - started < 15  # not left waiting for its timeout
+    assert experiment.status == "completed"
+    found = outcomes(tmp_path, experiment.id)
+    assert found["raises"][:2] == ("failed", "agent_error")
+    assert found["raises"][2].startswith(message)
+    assert found["a"][0] == "passed"
+    assert experiment.summary.trials == 4
+
+
 def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
     agent_file = tmp_path / "quitter.py"
     agent_file.write_text("import sys\n\ndef answer(question):\n    sys.exit(0)\n")

@@ -225,7 +225,7 @@ class TrialRunner:
             result = await self.agent.fn(*args, **kwargs)
         else:
             assert self._workers is not None
-            result = await self._workers.submit(self.agent.fn, *args, **kwargs)
+            result = await self._workers.call(self.agent.fn, *args, **kwargs)
         text = reply_text(result)
         return storable_text(text if text is not None else ("" if result is None else str(result)))
 

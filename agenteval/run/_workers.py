@@ -60,6 +60,17 @@ class SyncWorkers:
             threading.Thread(target=self._work, name=self._name, daemon=True).start()
         return future
 
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``await submit(fn, ...)``, with what ``fn`` raised raised here as it was, even an exception that a
+        future cannot carry as it is (see :class:`_Carried`)."""
+        try:
+            return await self.submit(fn, *args, **kwargs)
+        except _Carried as carried:
+            error = carried.error
+        # Raised from this coroutine's frame, it travels up the awaiting coroutines like any exception (a
+        # StopIteration becomes "coroutine raised StopIteration", as it does from an async function).
+        raise error
+
     def close(self) -> None:
         """Let idle workers end now and busy ones once their call returns."""
         with self._lock:
@@ -102,6 +113,17 @@ class SyncWorkers:
 _Outcome = tuple[Callable[[Any], None], Any]
 
 
+class _Carried(Exception):
+    """An exception a future cannot hand to its awaiting task as it is: a future refuses StopIteration (the
+    call's outcome would never arrive, so the caller waited out its timeout), and a GeneratorExit thrown into a
+    task closes every coroutine it awaits through instead of reaching the one that awaits the call (so no
+    ``except`` there could catch it). :meth:`SyncWorkers.call` raises it again as it was."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 def _call(
     future: asyncio.Future[Any], ctx: contextvars.Context, fn: Callable[..., Any], args: tuple, kwargs: dict
 ) -> _Outcome | None:
@@ -109,6 +131,8 @@ def _call(
         return None
     try:
         return (future.set_result, ctx.run(fn, *args, **kwargs))
+    except (StopIteration, GeneratorExit) as exc:
+        return (future.set_exception, _Carried(exc))
     except BaseException as exc:  # handed to the awaiting task
         return (future.set_exception, exc)
 
