@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -93,3 +96,24 @@ def test_a_run_sends_its_spans_to_the_otlp_backend_too(tmp_path, monkeypatch, re
     stored = Store(tmp_path / "s").rows("SELECT span_id FROM spans WHERE experiment_id = ?", [experiment.id])
     received = {s["span_id"] for s in receiver.spans}
     assert {s["span_id"] for s in stored} <= received and len(stored) == 9
+
+
+def test_a_progress_output_that_goes_away_does_not_stop_the_run(tmp_path):
+    # `agenteval run ... 2>&1 | head -1`, a CI log collector that died: the progress lines have nowhere to go.
+    store = tmp_path / "s"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agenteval.cli", "run", "-d", "arithmetic", "-a", "mock", "--cases", "10"]
+        + ["--attempts", "2", "-j", "2", "--agent-option", "latency=0.05", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None and process.stdout is not None
+    assert b"20 trials to run" in process.stderr.readline()
+    process.stderr.close()  # the reader is gone: every later progress line meets a broken pipe
+    output = process.stdout.read().decode()
+    assert process.wait(timeout=120) == 0, output
+    assert "passed 20" in output
+    rows = Store(store).rows("SELECT status FROM experiments")
+    assert [row["status"] for row in rows] == ["completed"]
+    assert Store(store).rows("SELECT count(*) AS n FROM trials")[0]["n"] == 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 PLAIN_EVERY_SECONDS = 5.0
@@ -18,6 +19,18 @@ class Progress:
         self.outcomes = {"passed": 0, "wrong": 0, "failed": 0}
         self.infrastructure = 0
         self.rate_limited = 0
+        self.gone = False
+        """The output went away (a closed pipe, ``agenteval run 2>&1 | head``): the progress goes quiet."""
+
+    def _shown(self, show: Callable[[], Any]) -> None:
+        """``show()``; an output that cannot be written stops the progress, never the run (which would lose
+        the trials finished but not saved yet, and leave the experiment saying running)."""
+        if self.gone:
+            return
+        try:
+            show()
+        except (OSError, ValueError):  # a broken pipe; ValueError: the file was closed under the run
+            self.gone = True
 
     @staticmethod
     def create(mode: str = "auto") -> Progress:
@@ -70,19 +83,22 @@ class PlainProgress(Progress):
 
     def start(self, total: int, experiment_id: str) -> None:
         super().start(total, experiment_id)
-        print(f"experiment {experiment_id}: {total} trials to run", file=sys.stderr, flush=True)
+        self._print(f"experiment {experiment_id}: {total} trials to run")
 
     def refresh(self) -> None:
         now = time.monotonic()
         if now - self._last >= PLAIN_EVERY_SECONDS:
             self._last = now
-            print(self.line(), file=sys.stderr, flush=True)
+            self._print(self.line())
 
     def note(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        self._print(message)
 
     def finish(self) -> None:
-        print(self.line(), file=sys.stderr, flush=True)
+        self._print(self.line())
+
+    def _print(self, text: str) -> None:
+        self._shown(lambda: print(text, file=sys.stderr, flush=True))
 
 
 class BarProgress(Progress):
@@ -104,8 +120,8 @@ class BarProgress(Progress):
 
     def start(self, total: int, experiment_id: str) -> None:
         super().start(total, experiment_id)
-        self._live.start()
-        self._live.console.print(f"experiment {experiment_id}: {total} trials to run", markup=False, highlight=False)
+        self._shown(self._live.start)
+        self._note(f"experiment {experiment_id}: {total} trials to run")
         self._task = self._bar.add_task("trials", total=total)
 
     def refresh(self) -> None:
@@ -114,8 +130,11 @@ class BarProgress(Progress):
             self._status.plain = self.line().split(" done · ", 1)[1]
 
     def note(self, message: str) -> None:
-        self._live.console.print(message, markup=False, highlight=False)
+        self._note(message)
 
     def finish(self) -> None:
         self.refresh()
-        self._live.stop()
+        self._shown(self._live.stop)
+
+    def _note(self, message: str) -> None:
+        self._shown(lambda: self._live.console.print(message, markup=False, highlight=False))
