@@ -275,3 +275,19 @@ class _Page(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
+
+
+def test_the_progress_notes_show_hostile_case_ids_as_visible_escapes(tmp_path, capsys):
+    # Cases left out for want of a user simulator are named on the progress output as the run starts.
+    cases = [
+        Case(id=f"sim{TITLE}{CLEAR}\u202e", input="Hello", expected_output="", simulated_user="a customer"),
+        Case(id="plain", input="What is 1 + 1?", expected_output="2"),
+    ]
+    dataset = Dataset("notes", "notes(test)", "hash-notes", cases)
+    experiment = evaluate(
+        lambda question: "2", dataset, attempts=1, skip_simulated=True, store=tmp_path / "s", progress="plain"
+    )
+    assert experiment.summary.this_run["not_run_simulated"] == 1
+    err = capsys.readouterr().err
+    assert_inert(err)
+    assert "sim\\x1b]0;pwned\\x07\\x1b[2J<U+202E>" in err

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..render._text_safety import visible
+
 PLAIN_EVERY_SECONDS = 5.0
 
 
@@ -92,7 +94,7 @@ class PlainProgress(Progress):
             self._print(self.line())
 
     def note(self, message: str) -> None:
-        self._print(message)
+        self._print(visible(message))  # notes quote case ids, which come from the dataset
 
     def finish(self) -> None:
         self._print(self.line())
@@ -130,7 +132,7 @@ class BarProgress(Progress):
             self._status.plain = self.line().split(" done · ", 1)[1]
 
     def note(self, message: str) -> None:
-        self._note(message)
+        self._note(visible(message))  # notes quote case ids, which come from the dataset
 
     def finish(self) -> None:
         self.refresh()
