@@ -307,9 +307,9 @@ def validate(file: str) -> None:
     try:
         dataset = load_file(file)
     except DatasetError as exc:
-        click.echo(str(exc), err=True)
+        click.echo(visible(str(exc), newlines=True), err=True)  # one problem a line; they quote the file
         count = len(exc.problems) + exc.more
-        click.echo(f"{file}: {count} problem{'s' if count != 1 else ''}", err=True)
+        click.echo(visible(f"{file}: {count} problem{'s' if count != 1 else ''}"), err=True)
         raise SystemExit(1) from None
     categories = len(dataset.categories())
     click.echo(f"{file}: {len(dataset)} cases in {categories} categor{'ies' if categories != 1 else 'y'}, all valid")

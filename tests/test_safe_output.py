@@ -291,3 +291,14 @@ def test_the_progress_notes_show_hostile_case_ids_as_visible_escapes(tmp_path, c
     err = capsys.readouterr().err
     assert_inert(err)
     assert "sim\\x1b]0;pwned\\x07\\x1b[2J<U+202E>" in err
+
+
+def test_validate_shows_a_hostile_field_name_as_visible_escapes(tmp_path):
+    # An unknown field is named as the file spells it: the one place a problem quotes the dataset without repr().
+    dataset = tmp_path / "cases.jsonl"
+    line = {"input": "What is 1 + 1?", "expected_output": "2", f"note{TITLE}{CLEAR}\u202e": "x"}
+    dataset.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    result = cli("validate", str(dataset))
+    assert result.exit_code == 1
+    assert_inert(result.output)
+    assert "cases.jsonl:1: note\\x1b]0;pwned\\x07\\x1b[2J<U+202E>: unknown field" in result.output
