@@ -13,6 +13,7 @@ import pytest
 
 from agenteval import configure_capture
 from agenteval.dataset import Case, Dataset
+from agenteval.errors import AgentevalError
 from agenteval.run import RunRefused, evaluate
 from agenteval.scorers import rescore
 from agenteval.store import Store
@@ -231,3 +232,22 @@ def test_rescoring_without_content_leaves_content_scorers_unjudged_and_says_so(t
     assert said.returncode == 0
     assert "not re-run, for want of message content" in said.stdout and "answer_match (12 trials)" in said.stdout
     assert "pass rate with the current scores: 100.0%" in said.stdout
+
+
+@pytest.mark.parametrize(
+    ("dataset_spec", "options", "refusal"),
+    [
+        ("arithmetic", {"cases": 0}, "--cases must be between 1 and"),
+        ("file", {"sample": 0}, "--sample must be at least 1"),
+        ("file", {"sample": -5}, "--sample must be at least 1"),
+    ],
+    ids=["cases=0", "sample=0", "sample=-5"],
+)
+def test_zero_cases_or_a_sample_of_zero_is_refused_not_taken_for_every_case(tmp_path, dataset_spec, options, refusal):
+    # The command line refuses these (IntRange); from Python, 0 ran the whole dataset, at the model's cost.
+    if dataset_spec == "file":
+        dataset_spec = tmp_path / "cases.jsonl"
+        dataset_spec.write_text('{"input": "What is 1 + 0?", "expected_output": "1"}\n')
+    with pytest.raises(AgentevalError, match=refusal):
+        evaluate(answer, dataset_spec, attempts=1, store=tmp_path / "s", progress="none", **options)
+    assert not (tmp_path / "s" / "trials").exists()

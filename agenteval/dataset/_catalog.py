@@ -95,7 +95,7 @@ def load_dataset(name_or_path: str | Path, *, cases: int | None = None, seed: in
     """
     text = str(name_or_path)
     if text == GENERATED:
-        generated = arithmetic_cases(cases or DEFAULT_ARITHMETIC_CASES, seed)
+        generated = arithmetic_cases(DEFAULT_ARITHMETIC_CASES if cases is None else cases, seed)  # 0 is refused
         return Dataset(
             GENERATED, f"{GENERATED}(cases={len(generated)}, seed={seed})", dataset_hash(generated), generated
         )

@@ -76,6 +76,9 @@ class RunOptions:
             raise UsageError("--attempts must be at least 1")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be at least 1")
+        # None is every case; 0 is not (it ran the whole dataset, as if no sample had been asked for).
+        if self.sample is not None and self.sample < 1:
+            raise UsageError(f"--sample must be at least 1, not {self.sample}; leave it out to run every case")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan passes a plain "<= 0" check
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
         if self.max_steps < 1:
