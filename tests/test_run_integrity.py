@@ -251,3 +251,17 @@ def test_zero_cases_or_a_sample_of_zero_is_refused_not_taken_for_every_case(tmp_
     with pytest.raises(AgentevalError, match=refusal):
         evaluate(answer, dataset_spec, attempts=1, store=tmp_path / "s", progress="none", **options)
     assert not (tmp_path / "s" / "trials").exists()
+
+
+def test_a_sync_callable_that_returns_a_coroutine_is_awaited_not_scored_as_its_repr(tmp_path):
+    # A lambda or a plain wrapper around an async agent: its answer is what the coroutine returns, not
+    # "<coroutine object ...>" scored as a wrong answer (with the coroutine never run).
+    async def real_agent(question: str) -> str:
+        await asyncio.sleep(0.01)
+        return answer(question)
+
+    experiment = evaluate(
+        lambda question: real_agent(question), dataset("a", "b"), attempts=2, store=tmp_path, progress="none"
+    )
+    assert experiment.summary.passed == 4
+    assert {row[0] for row in outcomes(tmp_path, experiment.id).values()} == {"passed"}

@@ -226,6 +226,10 @@ class TrialRunner:
         else:
             assert self._workers is not None
             result = await self._workers.call(self.agent.fn, *args, **kwargs)
+            # A sync callable wrapping an async agent (a lambda, a plain decorator) hands back its coroutine:
+            # the answer is what that returns, as for the user simulator, never the coroutine's repr.
+            if inspect.isawaitable(result):
+                result = await result
         text = reply_text(result)
         return storable_text(text if text is not None else ("" if result is None else str(result)))
 
