@@ -265,3 +265,28 @@ def test_a_sync_callable_that_returns_a_coroutine_is_awaited_not_scored_as_its_r
     )
     assert experiment.summary.passed == 4
     assert {row[0] for row in outcomes(tmp_path, experiment.id).values()} == {"passed"}
+
+
+def test_an_agent_that_changes_the_working_directory_cannot_move_the_store(tmp_path):
+    # The default store, ./.agenteval, is relative; an agent that works in a folder of its own (os.chdir into a
+    # workspace) must not send the rest of the run's files into a second store there.
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    agent_file = tmp_path / "wanderer.py"
+    agent_file.write_text(
+        f"import os\n\ndef answer(question):\n    os.chdir({str(workspace)!r})\n    return question.split()[2]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--cases", "3", "--attempts", "2"]
+        + ["--agent", f"{agent_file}:answer", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "AGENTEVAL_STORE"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (workspace / ".agenteval").exists()
+    store = Store(tmp_path / ".agenteval")
+    assert store.rows("SELECT status FROM experiments") == [{"status": "completed"}]
+    assert store.rows("SELECT count(*) AS n FROM trials") == [{"n": 6}]

@@ -159,6 +159,10 @@ async def evaluate_async(
     and SIGTERM are installed for the run only, from the main thread only.
     """
     target = store if isinstance(store, Store) else Store(store)
+    if isinstance(target.root, Path) and not target.root.is_absolute():
+        # The folder meant is the one under today's working directory: an agent that changes it (os.chdir into a
+        # workspace) must not send the rest of the run's files to a second store there.
+        target = Store(target.root.absolute())
     given: dict[str, Any] = {
         name: value
         for name, value in (
