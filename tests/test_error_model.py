@@ -46,8 +46,10 @@ def test_the_errors_users_cause_are_agenteval_errors():
         ("import sys\nsys.exit(3)\n", "raised SystemExit: 3", ":2)"),
         ("import not_a_module_anywhere\n", "No module named 'not_a_module_anywhere'", ":1)"),
         ("def answer(q):\n    return q\nraise RuntimeError('no config')\n", "RuntimeError: no config", ":3)"),
+        ("class Abort(BaseException):\n    pass\n\nraise Abort('stop here')\n", "Abort: stop here", ":4)"),
+        ("raise GeneratorExit('closed')\n", "GeneratorExit: closed", ":1)"),
     ],
-    ids=["syntax", "sys-exit", "import", "raises"],
+    ids=["syntax", "sys-exit", "import", "raises", "base-exception", "generator-exit"],
 )
 def test_an_agent_file_that_fails_to_import_names_its_file_and_line(tmp_path, body, field, message):
     agent_file = tmp_path / "broken_agent.py"

@@ -209,13 +209,16 @@ def _import(spec: str) -> tuple[Any, str, str | None, FileImport | None]:
 
 
 def _guarded(spec: str, doing: str, step: Callable[[], Any]) -> Any:
-    """``step()``; whatever the user's code raises, even ``sys.exit()``, becomes one line naming the
-    file and line where it was raised."""
+    """``step()``; whatever the user's code raises, even ``sys.exit()`` or its own ``BaseException`` subclass,
+    becomes one line naming the file and line where it was raised. A KeyboardInterrupt goes on: it may be
+    the user's Ctrl-C during a slow import."""
     try:
         return step()
     except SyntaxError as exc:
         raise AgentLoadError(f"--agent {spec}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from exc
-    except (Exception, SystemExit) as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
         raise AgentLoadError(f"--agent {spec}: {doing} raised {exception_text(exc)}{_where(exc)}") from exc
 
 
