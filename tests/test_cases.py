@@ -176,6 +176,29 @@ def test_a_number_as_expected_output_means_its_text(tmp_path):
     assert case.expected_output == "4"
 
 
+def test_nan_and_infinity_are_refused_with_their_field(tmp_path):
+    # Python's json.dumps writes NaN for a missing float (pandas' empty cells): an expected answer of NaN
+    # scored every reply wrong against the text "NaN", and metadata holding one put JSON into the store that
+    # strict readers (Polars, Spark, JavaScript) cannot parse.
+    content = (
+        '{"input": "q", "expected_output": NaN}\n'
+        '{"input": "q", "expected_output": "a", "metadata": {"score": {"raw": [1, -Infinity]}}}\n'
+        '{"input": "q", "expected_output": 1e400}\n'
+        '{"input": "q", "expected_output": "a", "acceptable_outputs": [Infinity]}\n'
+        '{"input": "q", "expected_output": 2.5, "metadata": {"n": 1e308}}\n'
+    )
+    path = write(tmp_path, content)
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [(p.line, p.field, p.message.split(" is not")[0]) for p in info.value.problems] == [
+        (1, "expected_output", "NaN"),
+        (2, "metadata.score.raw", "-Infinity"),
+        (3, "expected_output", "1e400"),
+        (4, "acceptable_outputs", "Infinity"),
+    ]
+    assert "write null, a finite number or a string" in info.value.problems[0].message
+
+
 def test_builtin_names_and_paths_load_alike(tmp_path):
     by_name = load_dataset("mixed")
     by_path = load_dataset(by_name.path)

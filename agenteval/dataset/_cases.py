@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,29 @@ def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, An
                 raise _DuplicateKey(key)
             seen.add(key)
     return record
+
+
+class _NonFinite:
+    """A ``NaN``, ``Infinity`` or a number too large for a float, as the line wrote it. JSON has no such numbers,
+    but Python's ``json`` reads them (and ``json.dumps`` writes a missing float as ``NaN``): kept as this marker so
+    the line is refused naming the field, rather than the case expecting the text "NaN" or the store holding JSON
+    that strict readers cannot parse."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _non_finite_at(value: Any, field: str = "") -> tuple[str, str] | None:
+    """The first field (named as for a lone surrogate) holding a :class:`_NonFinite`, and the text written there."""
+    if isinstance(value, _NonFinite):
+        return field, value.text
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = key if isinstance(key, str) and not field else field if isinstance(key, int) else f"{field}.{key}"
+        found = _non_finite_at(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 class _Invalid(Exception):
@@ -427,6 +451,15 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     problems: list[Problem] = []
     more = 0
     first_line_of: dict[str, int] = {}
+    non_finite: list[_NonFinite] = []  # made by the JSON hooks below; a line without any is not walked for them
+
+    def constant(text: str) -> _NonFinite:
+        non_finite.append(_NonFinite(text))
+        return non_finite[-1]
+
+    def finite_float(text: str) -> float | _NonFinite:
+        value = float(text)
+        return value if math.isfinite(value) else constant(text)
 
     def report(line: int, field: str | None, message: str) -> None:
         nonlocal more
@@ -447,8 +480,15 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             text = text.removeprefix("\ufeff")
         if not text.strip():
             continue
+        non_finite.clear()
         try:
-            record = json.loads(text, object_pairs_hook=_object_without_duplicate_keys)
+            record = json.loads(
+                text,
+                object_pairs_hook=_object_without_duplicate_keys,
+                parse_constant=constant,
+                parse_float=finite_float,
+            )
+            found = _non_finite_at(record) if non_finite else None
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
             continue
@@ -457,6 +497,10 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             continue
         except RecursionError:
             report(number, None, "JSON nested too deeply to read; flatten the line")
+            continue
+        if found is not None:
+            field, written = found
+            report(number, field, f"{written} is not a number JSON allows; write null, a finite number or a string")
             continue
         try:
             case = parse_case(record, number)
