@@ -120,6 +120,21 @@ def test_every_option_that_cannot_work_exits_2_with_one_line(tmp_path, args, mes
     one_line_error(done, 2, message)
 
 
+@pytest.mark.parametrize(
+    ("price", "shown"),
+    [("null", "None"), ('"cheap"', "'cheap'"), ("NaN", "nan"), ("-5", "-5"), ("true", "True")],
+    ids=["null", "text", "nan", "negative", "boolean"],
+)
+def test_a_price_that_is_not_a_finite_non_negative_number_is_one_line_naming_the_model(tmp_path, price, shown):
+    # A NaN price printed "cost $nan" and made `report --format json` write NaN, which is not JSON; a negative one
+    # a negative cost; null a traceback.
+    (tmp_path / "prices.json").write_text(f'{{"models": {{"mock-model": {{"input": {price}, "output": 1}}}}}}')
+    run = ["run", "-d", "arithmetic", "--cases", "2", "--agent", "mock", "--prices", "prices.json"]
+    done = agenteval(*run, store=tmp_path, cwd=tmp_path)
+    one_line_error(done, 2, "--prices prices.json: 'mock-model' input", f"not {shown}")
+    assert not (tmp_path / "experiments").exists()
+
+
 def test_an_empty_dataset_is_refused_and_a_large_sample_is_said_out_loud(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")

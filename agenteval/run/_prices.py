@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,25 @@ def load_prices(override: str | Path | None = None) -> Prices:
         for model, price in models.items():
             if not (isinstance(price, dict) and {"input", "output"} <= set(price)):
                 raise UsageError(f"--prices {override}: {model!r} needs input and output prices per million tokens")
-            table[model] = {"input": float(price["input"]), "output": float(price["output"])}
+            table[model] = {side: _price(override, model, side, price[side]) for side in ("input", "output")}
     return table
+
+
+def _price(override: str | Path, model: str, side: str, value: Any) -> float:
+    """One price as a number of dollars; anything else is refused here, naming it: a NaN printed "cost $nan" and
+    made JSON reports invalid, a negative price a negative cost, and null or text raised from ``float``."""
+    number = math.nan
+    if not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if not (math.isfinite(number) and number >= 0):
+        raise UsageError(
+            f"--prices {override}: {model!r} {side} must be US dollars per million tokens, a number of 0 or more, "
+            f"not {value!r}"
+        )
+    return number
 
 
 def price_for(prices: Prices, model: str | None) -> dict[str, float] | None:
