@@ -170,3 +170,24 @@ def test_audit_of_a_dataset_every_case_of_which_is_judged_says_nothing_more():
     assert report.judging.unscorable == [] and report.judging.rubric_only == 0
     assert report.judging.answer + report.judging.criteria == report.cases
     assert "Nothing judges" not in CliRunner().invoke(main, ["audit", "hard"]).output
+
+
+def test_audit_of_templated_inputs_shows_some_near_duplicate_pairs_and_counts_the_rest(tmp_path):
+    # Inputs from one template are all alike: their pairs grow with the square of the cases (1,000 such cases
+    # printed a 500,000-row table in 90 s and 1.5 GB); the terminal shows a few, --json lists them all.
+    path = tmp_path / "templated.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"input": f"What is the refund policy for order number {1000 + i}?", "expected_output": "x"})
+            + "\n"
+            for i in range(120)
+        )
+    )
+    pairs = 120 * 119 // 2
+    result = CliRunner().invoke(main, ["audit", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    shown = [line for line in result.output.splitlines() if " 0.80 " in line]
+    assert len(shown) == 50
+    assert f"and {pairs - 50} more near-duplicate pairs (agenteval audit --json lists them all)" in result.output
+    as_json = json.loads(CliRunner().invoke(main, ["audit", str(path), "--json"]).output)
+    assert len(as_json["near_duplicates"]) == pairs

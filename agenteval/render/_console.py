@@ -54,19 +54,26 @@ def audit_view(report: AuditReport) -> RenderableType:
     if report.duplicates:
         parts.append(rich_table(["duplicate inputs (case ids)"], [[", ".join(g)] for g in report.duplicates]))
     if report.near_duplicates:
+        # Inputs from one template are all alike, and their pairs grow with the square of the cases (1,000 such
+        # cases made a 500,000-row table): a few are shown, the count of the rest said.
         parts.append(
             rich_table(
                 ["case", "case", "similarity"],
-                [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates],
+                [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates[:SHOWN_PAIRS]],
                 title="Near-duplicate inputs (check they test different things)",
             )
         )
+        more = len(report.near_duplicates) - SHOWN_PAIRS
+        if more > 0:
+            parts.append(Text(f"... and {more} more near-duplicate pairs (agenteval audit --json lists them all)"))
     if not report.duplicates and not report.near_duplicates:
         parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
     return Group(*parts)
 
 
 SHOWN_IDS = 10
+SHOWN_PAIRS = 50
+"""Near-duplicate pairs the terminal shows; ``audit --json`` lists every one."""
 
 
 def _judging_view(judging: Judging) -> list[RenderableType]:
