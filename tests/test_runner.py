@@ -474,6 +474,37 @@ def test_resume_refuses_a_changed_agent_or_dataset(tmp_path):
         evaluate("mock", "arithmetic", store=tmp_path / "empty", resume=True, progress="none")
 
 
+def test_an_agent_file_is_one_version_however_its_path_is_written(tmp_path, monkeypatch):
+    """The version hashed the spec as typed: `-a a.py:plain` and `-a ./a.py:plain` were two agents, so a resume
+    from another folder (or a shard in another checkout) was refused as "the agent changed"."""
+    from agenteval.agents._loading import load_agent
+    from agenteval.analysis import _experiments as ex
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "a.py").write_text(AGENT_FILE)
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps({"input": f"{n}+0?", "expected_output": str(n)}) + "\n" for n in range(4)))
+    store = tmp_path / "s"
+    monkeypatch.chdir(checkout)
+    versions = {load_agent(spec).version for spec in ("a.py:plain", "./a.py:plain", f"{checkout / 'a.py'}:plain")}
+    assert len(versions) == 1
+    first = evaluate("a.py:plain", str(data), attempts=1, store=store, progress="none")
+    monkeypatch.chdir(tmp_path)
+    resumed = evaluate("checkout/a.py:plain", str(data), store=store, resume=first.id, progress="none")
+    assert resumed.id == first.id and resumed.version == first.version and resumed.summary.trials == 4
+
+    # An experiment recorded when the version hashed the spec as typed still resumes.
+    legacy = load_agent("checkout/a.py:plain")._version_of("checkout/a.py:plain")
+    assert legacy != first.version
+    old = evaluate("checkout/a.py:plain", str(data), attempts=1, store=store, progress="none")
+    saved = ex.find(Store(store), old.id)
+    saved.version, saved.status = legacy, ex.INTERRUPTED
+    ex.save(Store(store), saved)
+    again = evaluate("checkout/a.py:plain", str(data), store=store, resume=old.id, progress="none")
+    assert again.status == "completed" and again.summary.trials == 4
+
+
 def test_retry_failed_infra_supersedes_and_keeps_both(tmp_path):
     run = dict(
         cases=10,

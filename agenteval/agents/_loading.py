@@ -70,9 +70,19 @@ class LoadedAgent:
     @property
     def version(self) -> str:
         """A hash of the agent's configuration: its source file's content (or, without a readable
-        file, its compiled code) and its options. Any change to either gives a new version."""
+        file, its compiled code) and its options. Any change to either gives a new version; the folder an
+        agent file is named from does not (``-a agents.py:f``, ``-a ./agents.py:f`` and its absolute path, or
+        two checkouts of it, are one agent)."""
+        return self._version_of(_identity(self.spec))
+
+    def is_version(self, version: str, recorded_spec: str) -> bool:
+        """Whether an experiment's recorded ``version`` is this agent's: as :attr:`version` hashes it, or as
+        versions were hashed before 2026-12, from the spec as typed (``recorded_spec``, the experiment's)."""
+        return version in (self.version, self._version_of(recorded_spec))
+
+    def _version_of(self, spec: str) -> str:
         digest = hashlib.sha256()
-        digest.update(self.spec.encode())
+        digest.update(spec.encode())
         if self.source_available and self.source_file:
             digest.update(Path(self.source_file).read_bytes())
         else:
@@ -82,6 +92,12 @@ class LoadedAgent:
         if model_config is not None:
             digest.update(json.dumps(model_config, sort_keys=True, default=str).encode())
         return digest.hexdigest()[:12]
+
+
+def _identity(spec: str) -> str:
+    """``spec`` as the version hashes it: a ``FILE.py:ATTR`` by its file's name, without the folder."""
+    module_part, sep, attr = spec.rpartition(":")
+    return f"{Path(module_part).name}:{attr}" if sep and module_part.endswith(".py") else spec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
@@ -19,6 +19,9 @@ from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError
 from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
 from ._trial import TrialPlan
+
+if TYPE_CHECKING:
+    from ..agents._loading import LoadedAgent
 
 
 class RunRefused(AgentevalError, ValueError):
@@ -77,12 +80,12 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
 
 
-def check_resumable(previous: ex.Experiment, agent_version: str, dataset: Dataset) -> None:
+def check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:
     """A resume must run the same agent over the same dataset, or its trials would mix two."""
-    if previous.version != agent_version:
+    if not agent.is_version(previous.version, previous.agent):
         raise RunRefused(
             f"cannot resume {previous.experiment_id}: the agent changed (version {previous.version} -> "
-            f"{agent_version}); its trials would mix two agents. Start a new run instead."
+            f"{agent.version}); its trials would mix two agents. Start a new run instead."
         )
     if previous.dataset_hash != dataset.hash:
         raise RunRefused(

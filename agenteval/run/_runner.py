@@ -389,7 +389,7 @@ class _Run:
             loaded = load_scorers([*options.scorers, *scorers] if previous else scorers)
             engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_THREADS)
             if previous is not None:
-                check_resumable(previous, agent.version, dataset)
+                check_resumable(previous, agent, dataset)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
                 done = ex.done_trials(store, experiment.experiment_id)
@@ -455,7 +455,7 @@ class _Run:
         )
         models = RunModels.build(options, dataset, recipe.urls, store.root)
         agent = models.agent if models.agent is not None else own_agent(recipe.agent, options)
-        if agent.version != recipe.experiment.version:
+        if not agent.is_version(recipe.experiment.version, recipe.experiment.agent):
             agent.release()
             raise RunRefused(
                 f"the agent {agent.spec} on this worker is version {agent.version}, the run's is "
