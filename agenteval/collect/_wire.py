@@ -113,7 +113,7 @@ def status_fields(raw: bytes) -> tuple[int, str]:
 def text(value: str | bytes) -> str:
     """A string field of these messages: ``str``, or its bytes when they are not UTF-8 (read as attribute
     values are, with U+FFFD for what is not)."""
-    return value if type(value) is str else value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 _DOUBLE = struct.Struct("<d")
