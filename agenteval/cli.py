@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import click
@@ -194,6 +196,27 @@ def echo_rendered(text: str, fmt: str) -> None:
     if fmt == "csv" and sys.stdout.isatty():
         text = visible(text, newlines=True)
     click.echo(text, color=True)  # color=True: written as it is, never stripped
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While the run lasts, what the agent prints (its own code, a child process it starts) goes to stderr:
+    with ``--json`` stdout carries the summary alone, for ``jq`` or another program to read."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1) if sys.stdout.fileno() == 1 else None
+    except (AttributeError, OSError, ValueError):  # not a file (a test runner's capture)
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _debugging() -> bool:
@@ -585,40 +608,41 @@ def run(
     if retry_failed and resume is None:
         raise click.UsageError("--retry-failed goes with --resume")
     try:
-        experiment = evaluate(
-            agent_spec or "",
-            dataset,
-            attempts=attempts,
-            concurrency=concurrency,
-            timeout=timeout,
-            sample=sample,
-            sample_seed=sample_seed,
-            cases=cases,
-            name=name,
-            store=store,
-            agent_options=_agent_options(agent_options),
-            resume=False if resume is None else True if resume == "latest" else resume,
-            retry_failed=retry_failed,
-            scorers=list(scorers),
-            prices=prices,
-            progress="none" if quiet or as_json else "auto",
-            model=model,
-            base_url=base_url,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            max_steps=max_steps,
-            corpus=corpus,
-            judge=judge,
-            judge_base_url=judge_base_url,
-            simulate_users=simulate_users,
-            simulator_base_url=simulator_base_url,
-            skip_simulated=skip_simulated,
-            cache=True if cache == STORE_CACHE else cache,
-            shard=shard,
-            experiment_id=experiment_id,
-            executor=executor,
-            ray_address=ray_address,
-        )
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():
+            experiment = evaluate(
+                agent_spec or "",
+                dataset,
+                attempts=attempts,
+                concurrency=concurrency,
+                timeout=timeout,
+                sample=sample,
+                sample_seed=sample_seed,
+                cases=cases,
+                name=name,
+                store=store,
+                agent_options=_agent_options(agent_options),
+                resume=False if resume is None else True if resume == "latest" else resume,
+                retry_failed=retry_failed,
+                scorers=list(scorers),
+                prices=prices,
+                progress="none" if quiet or as_json else "auto",
+                model=model,
+                base_url=base_url,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                max_steps=max_steps,
+                corpus=corpus,
+                judge=judge,
+                judge_base_url=judge_base_url,
+                simulate_users=simulate_users,
+                simulator_base_url=simulator_base_url,
+                skip_simulated=skip_simulated,
+                cache=True if cache == STORE_CACHE else cache,
+                shard=shard,
+                experiment_id=experiment_id,
+                executor=executor,
+                ray_address=ray_address,
+            )
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)
         raise SystemExit(130) from None

@@ -4,6 +4,7 @@ resume keeps the caller's word, and content capture off does not turn right answ
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -123,6 +124,31 @@ def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_p
     )
     assert done.returncode == 0, done.stderr
     assert '"agent_error": 9' in done.stdout
+
+
+def test_run_json_keeps_stdout_for_the_summary_when_the_agent_prints(tmp_path):
+    """With --json, stdout is for a program (``| jq``): an agent that prints, or starts a process that does,
+    put its lines before the JSON, and nothing could read the summary. They go to stderr while the run lasts."""
+    agent_file = tmp_path / "chatty.py"
+    agent_file.write_text(
+        "import os, sys\n\n"
+        "def answer(question):\n"
+        "    print('thinking about', question)\n"
+        "    os.system(f'{sys.executable} -c \"print(123456789)\"')\n"
+        "    return question.split()[2]\n"
+    )
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--cases", "2", "--attempts", "1"]
+        + ["--agent", f"{agent_file}:answer", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["trials"] == 2
+    assert done.stderr.count("thinking about") == 2 and done.stderr.count("123456789") == 2, done.stderr
 
 
 def test_resume_refuses_options_that_differ_from_the_stored_run(tmp_path):
