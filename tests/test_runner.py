@@ -247,6 +247,26 @@ def test_usage_of_the_try_that_counts_is_apart_from_every_try(tmp_path):
     assert (summary.input_tokens, summary.input_tokens_all_tries) == (10, 30)
 
 
+def test_an_agent_that_streams_its_reply_is_scored_on_the_text_it_streamed(tmp_path):
+    """A generator of chunks (plain text, or an SDK's deltas) was scored as its repr, "<generator object ...>":
+    a wrong answer every time, and a pass rate of 0% for an agent that answered right."""
+
+    def streams(question: str):
+        yield "it is "
+        yield {"choices": [{"delta": {"content": "4"}}]}  # an OpenAI chunk, as a dict
+
+    async def streams_async(question: str):
+        for chunk in ("it ", "is ", "4"):
+            await asyncio.sleep(0)
+            yield chunk
+
+    for streaming in (streams, streams_async):
+        experiment = evaluate(streaming, dataset(q("a"), q("b")), attempts=1, store=tmp_path, progress="none")
+        assert experiment.summary.passed == 2, streaming.__name__
+        replies = {row["reply"] for row in trials(tmp_path, experiment.id)}
+        assert replies == {"it is 4"}, streaming.__name__
+
+
 def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
     release = threading.Event()
     hung: list[threading.Thread] = []

@@ -19,7 +19,7 @@ from agenteval_exporters.conventions import OWN_SCOPES, derived
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, error_type, record_error
 from agenteval_instrumentation.messages import reply_message, text_part
-from agenteval_instrumentation.responses import reply_text
+from agenteval_instrumentation.responses import chunk_text, reply_text
 from agenteval_instrumentation.text import storable_text
 
 from ..agents._loading import LoadedAgent, accepts_messages, is_async
@@ -225,11 +225,13 @@ class TrialRunner:
             result = await self.agent.fn(*args, **kwargs)
         else:
             assert self._workers is not None
-            result = await self._workers.call(self.agent.fn, *args, **kwargs)
+            result = await self._workers.call(_drained, self.agent.fn, *args, **kwargs)
             # A sync callable wrapping an async agent (a lambda, a plain decorator) hands back its coroutine:
             # the answer is what that returns, as for the user simulator, never the coroutine's repr.
             if inspect.isawaitable(result):
                 result = await result
+        if inspect.isasyncgen(result):  # an async generator streams its reply: its chunks' text, joined
+            result = "".join([chunk_text(chunk) or "" async for chunk in result])
         text = reply_text(result)
         return storable_text(text if text is not None else ("" if result is None else str(result)))
 
@@ -363,3 +365,13 @@ def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
             last, last_end = attributes, span.end_time or 0
     reasons = last.get(A.GEN_AI_RESPONSE_FINISH_REASONS) if last is not None else None
     return (reasons[0] if reasons else None), waits
+
+
+def _drained(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, on a sync agent's worker; a generator it returns (a reply streamed in chunks:
+    text, or an SDK's deltas) is read to its end there, and the reply is its chunks' text joined, never the
+    generator's repr."""
+    result = fn(*args, **kwargs)
+    if inspect.isgenerator(result):
+        return "".join(chunk_text(chunk) or "" for chunk in result)
+    return result
