@@ -110,18 +110,22 @@ def test_an_agent_cannot_end_the_run(tmp_path, kind, raised, message):
     assert experiment.summary.trials == 6
 
 
-def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
-    agent_file = tmp_path / "quitter.py"
-    agent_file.write_text("import sys\n\ndef answer(question):\n    sys.exit(0)\n")
-    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
-    done = subprocess.run(
-        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--cases", "3"]
+def run_json(tmp_path, agent_source: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``agenteval run --json`` over the arithmetic dataset with ``answer`` from a file holding ``agent_source``."""
+    agent_file = tmp_path / "agent_file.py"
+    agent_file.write_text(agent_source)
+    return subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", *options]
         + ["--agent", f"{agent_file}:answer", "--json"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")},
         timeout=120,
     )
+
+
+def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_path):
+    done = run_json(tmp_path, "import sys\n\ndef answer(question):\n    sys.exit(0)\n", "--cases", "3")
     assert done.returncode == 0, done.stderr
     assert '"agent_error": 9' in done.stdout
 
@@ -129,23 +133,14 @@ def test_sys_exit_in_an_agent_file_gives_a_summary_and_the_right_exit_code(tmp_p
 def test_run_json_keeps_stdout_for_the_summary_when_the_agent_prints(tmp_path):
     """With --json, stdout is for a program (``| jq``): an agent that prints, or starts a process that does,
     put its lines before the JSON, and nothing could read the summary. They go to stderr while the run lasts."""
-    agent_file = tmp_path / "chatty.py"
-    agent_file.write_text(
+    chatty = (
         "import os, sys\n\n"
         "def answer(question):\n"
         "    print('thinking about', question)\n"
         "    os.system(f'{sys.executable} -c \"print(123456789)\"')\n"
         "    return question.split()[2]\n"
     )
-    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
-    done = subprocess.run(
-        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", "arithmetic", "--cases", "2", "--attempts", "1"]
-        + ["--agent", f"{agent_file}:answer", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    done = run_json(tmp_path, chatty, "--cases", "2", "--attempts", "1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["trials"] == 2
     assert done.stderr.count("thinking about") == 2 and done.stderr.count("123456789") == 2, done.stderr
