@@ -44,7 +44,8 @@ class SyncWorkers:
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """Run ``fn(*args, **kwargs)`` on a worker with the caller's context (so its spans nest under the
         caller's); the returned future settles on the caller's loop. Cancelling the future abandons the call:
-        whatever it returns later is discarded."""
+        whatever it returns later is discarded. A StopIteration or GeneratorExit comes wrapped (see
+        :class:`_Carried`): :meth:`call` is the way to await a call."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         with self._lock:

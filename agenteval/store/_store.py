@@ -48,6 +48,15 @@ class NoStore(AgentevalError, ValueError):
 class StoreNotWritable(AgentevalError, OSError):
     """The store's files could not be written: its permissions, a read-only file system, a full disk."""
 
+    @classmethod
+    def at(cls, root: StoreRoot, error: OSError, what: str | None = None) -> StoreNotWritable:
+        """The one-line error for ``root``, from the ``error`` writing it (``what``: the file it was writing)."""
+        where = f": {what}" if what else ""
+        return cls(
+            f"the store at {root} cannot be written ({error.strerror or error}{where}); "
+            "check its permissions and free space, or choose another with --store"
+        )
+
 
 class NotReadOnly(AgentevalError, ValueError):
     """A statement given to a read-only query is not a single read (``SELECT``, ``DESCRIBE``, ``EXPLAIN``, ...)."""
@@ -78,10 +87,7 @@ def compaction_lock(root: StoreRoot, wait: float, only_reading: bool = False) ->
         if only_reading:
             yield
             return
-        raise StoreNotWritable(
-            f"the store at {root} cannot be written ({exc.strerror or exc}: {exc.filename or LOCKS}); "
-            "check its permissions and free space, or choose another with --store"
-        ) from exc
+        raise StoreNotWritable.at(root, exc, str(exc.filename or LOCKS)) from exc
     if not taken:
         raise StoreBusy(
             f"{root} is being compacted by {lease.holder()}; waited {wait:g} s. "
@@ -290,10 +296,7 @@ class Store:
         except AgentevalError:
             raise
         except OSError as exc:
-            raise StoreNotWritable(
-                f"the store at {self.root} cannot be written ({exc.strerror or exc}); "
-                "check its permissions and free space, or choose another with --store"
-            ) from exc
+            raise StoreNotWritable.at(self.root, exc) from exc
 
     def _lay_out(self) -> None:
         if isinstance(self.root, RemoteRoot):
