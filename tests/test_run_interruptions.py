@@ -146,3 +146,56 @@ def test_a_second_sigint_stops_at_once_and_the_run_still_resumes(tmp_path):
     summary = resume(store)
     assert summary["experiment_id"] == experiment_id and summary["status"] == "completed"
     assert_complete_and_unique(store, experiment_id)
+
+
+STUBBORN_AGENT = """
+import asyncio
+
+async def agent(question: str) -> str:
+    if question.startswith("stubborn"):
+        while True:  # catches its cancellation and carries on, for ever
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass
+    return "fine"
+"""
+
+
+def stubborn_run(tmp_path: Path, stubborn: int, fine: int, timeout: str) -> subprocess.Popen:
+    (tmp_path / "stubborn.py").write_text(STUBBORN_AGENT)
+    cases = [{"id": f"s{i}", "input": f"stubborn {i}", "expected_output": "fine"} for i in range(stubborn)]
+    cases += [{"id": f"f{i}", "input": f"fine {i}", "expected_output": "fine"} for i in range(fine)]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--dataset", str(tmp_path / "cases.jsonl")]
+    command += ["--agent", f"{tmp_path / 'stubborn.py'}:agent", "--attempts", "1", "--timeout", timeout]
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_an_async_agent_that_ignores_its_cancellation_costs_only_its_own_trials(tmp_path):
+    # It once held the run for ever: the trial waited on the agent after cancelling it, and so did the
+    # event loop's close.
+    child = stubborn_run(tmp_path, stubborn=3, fine=20, timeout="0.5")
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0 and "Traceback" not in err, err
+    rows = Store(tmp_path / "store").rows("SELECT case_id, outcome, failure_type, error_message FROM trials")
+    assert len(rows) == 23
+    assert sorted(r["case_id"] for r in rows if r["outcome"] == "passed") == sorted(f"f{i}" for i in range(20))
+    left = [r for r in rows if r["case_id"].startswith("s")]
+    assert {(r["failure_type"], r["outcome"]) for r in left} == {("timeout", "failed")}
+    assert all("it was left running" in r["error_message"] for r in left)
+
+
+def test_ctrl_c_stops_a_run_whose_agent_ignores_its_cancellation(tmp_path):
+    child = stubborn_run(tmp_path, stubborn=2, fine=30, timeout="300")
+    wait_until(lambda: (tmp_path / "store").exists() and trial_count(tmp_path / "store") >= 30, "the fine trials")
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted; continue with: agenteval run --resume" in out
+    store = Store(tmp_path / "store")
+    assert store.rows("SELECT status FROM experiments") == [{"status": "interrupted"}]
+    # The stubborn trials stay missing (a resume runs them); what finished is kept.
+    assert store.rows("SELECT count(*) AS n FROM trials") == [{"n": 30}]
+

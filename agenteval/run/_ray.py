@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
+from ._loop import run_to_the_end
 from ._plan import trial_id
 from ._scheduler import TICK_SECONDS
 from ._trial import TrialPlan
@@ -115,7 +116,7 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
     with _working_folder(recipe.cwd):
         run = _Run.for_worker(recipe, fresh)
         try:
-            rows, cache_hits = asyncio.run(run.run_chunk())
+            rows, cache_hits = run_to_the_end(run.run_chunk())
         finally:
             run.agent.release()
             use_limiters(None)

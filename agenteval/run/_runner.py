@@ -54,6 +54,7 @@ from ._environment import environment
 from ._executors import Executor, LocalExecutor, RunRecipe, executor_for
 from ._export import OTLPForwarder, judged_root, outcome_attributes
 from ._failures import register_plugins
+from ._loop import run_to_the_end
 from ._memory import arrow_on_system_allocator
 from ._models import RunModels, check_agent_and_model, own_agent
 from ._options import RunOptions, changed_on_resume
@@ -234,7 +235,7 @@ def _to_the_end(run: Callable[P, Coroutine[Any, Any, ex.Experiment]]) -> Callabl
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(run(*args, **kwargs))
+            return run_to_the_end(run(*args, **kwargs))
         return _run_beside_running_loop(lambda: run(*args, **kwargs))
 
     return blocking
@@ -266,7 +267,7 @@ def _run_beside_running_loop(make_run: Callable[[], Coroutine[Any, Any, ex.Exper
 
     def work() -> None:
         try:
-            state["experiment"] = asyncio.run(main())
+            state["experiment"] = run_to_the_end(main())
         except BaseException as exc:  # raised again in the waiting thread
             state["error"] = exc
 
@@ -504,7 +505,7 @@ class _Run:
         """Run :attr:`plans` on this event loop, ``concurrency`` at a time, scoring and saving as they finish."""
         await run_all(
             self.plans,
-            runner.run,
+            runner,
             self.pending,
             self._save_finished,
             self.stop,

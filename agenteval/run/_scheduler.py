@@ -4,6 +4,10 @@
 :data:`BATCH_TRIALS` trials have finished, the tick hands the finished trials on (to be scored and saved).
 A stop request cancels the trials still running (they stay missing, so ``--resume`` runs them) and keeps
 what finished.
+
+An async agent cancelled at its timeout that will not end (it swallows ``CancelledError``) holds its worker
+for ever: the tick gives its trial up as a timeout, leaves that worker behind and starts another in its place;
+a stop waits for cancelled trials no longer than the runner's grace either.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from ._trial import TrialPlan, TrialResult
+from ._loop import leave_running, start_task
+from ._trial import GivenUp, TrialPlan, TrialResult, TrialRunner
 
 TICK_SECONDS = 1.0
 """How often finished trials are scored and saved. Each micro-batch has a fixed cost (the feature query,
@@ -29,17 +35,17 @@ BLOCKED_LOOP_SECONDS = 1.0
 
 async def run_all(
     plans: Sequence[TrialPlan],
-    run_one: Callable[[TrialPlan], Awaitable[TrialResult]],
+    runner: TrialRunner,
     finished: list[TrialResult],
     tick: Callable[[], Awaitable[None]],
     stop: asyncio.Event,
     concurrency: int,
     on_blocked: Callable[[float], None],
 ) -> None:
-    """Run every plan (``concurrency`` at a time), appending each result to ``finished``; call ``tick``
-    every :data:`TICK_SECONDS`, or sooner once :data:`BATCH_TRIALS` results wait (it takes the results out of
-    ``finished``; the caller hands on what is left when this returns). When ``stop`` is set, unfinished
-    trials are cancelled. An exception from ``run_one`` or ``tick`` (a failure of the harness, not of a
+    """Run every plan with ``runner`` (``concurrency`` at a time), appending each result to ``finished``; call
+    ``tick`` every :data:`TICK_SECONDS`, or sooner once :data:`BATCH_TRIALS` results wait (it takes the results out
+    of ``finished``; the caller hands on what is left when this returns). When ``stop`` is set, unfinished
+    trials are cancelled. An exception from ``runner.run`` or ``tick`` (a failure of the harness, not of a
     trial) stops the run and is raised."""
     queue = iter(plans)
     loop = asyncio.get_running_loop()
@@ -53,7 +59,11 @@ async def run_all(
         for plan in queue:
             if stop.is_set():
                 return
-            finished.append(await run_one(plan))
+            try:
+                result = await runner.run(plan)
+            except GivenUp:  # this worker was left behind, and another took its place
+                return
+            finished.append(result)
             if len(finished) >= BATCH_TRIALS:
                 tick_now()
             # An agent that never suspends (no I/O) would otherwise starve the tick: nothing would be
@@ -75,25 +85,51 @@ async def run_all(
             if late >= BLOCKED_LOOP_SECONDS and not warned:
                 warned = True  # once a run: the trials that ran past their timeout say it each
                 on_blocked(late)
+            replace_stuck_workers()
             await tick()
 
+    def replace_stuck_workers() -> None:
+        for result, task in runner.give_up_overdue(time.monotonic()):
+            finished.append(result)
+            if task in running:
+                running.discard(task)
+                leave_running(task)
+                running.add(start_task(worker()))
+                if not changed[0].done():  # the main loop waits on the workers it knew of
+                    changed[0].set_result(None)
+
+    running: set[asyncio.Task[None]] = set()
+    changed: list[asyncio.Future[None]] = [loop.create_future()]  # set when workers were replaced
     keeper = asyncio.create_task(ticking())
-    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(plans) or 1))]
+    running.update(start_task(worker()) for _ in range(min(concurrency, len(plans) or 1)))
     stopper = asyncio.create_task(stop.wait())
     try:
-        running = set(workers)
         while running:
-            done, _ = await asyncio.wait(running | {stopper, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(running | {stopper, keeper, changed[0]}, return_when=asyncio.FIRST_COMPLETED)
+            if changed[0].done():
+                changed[0] = loop.create_future()
             for task in done & (running | {keeper}):
                 task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
             running -= done
             if stopper in done:
-                for task in running:  # unfinished trials are re-run by --resume
-                    task.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
+                await _cancelled(running, runner.grace)  # unfinished trials are re-run by --resume
                 break
     finally:
         keeper.cancel()
         stopper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+
+
+async def _cancelled(tasks: set[asyncio.Task[Any]], grace: float) -> None:
+    """Cancel ``tasks`` and wait for them to end, at most ``grace`` seconds; those that will not are left behind."""
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    ended, stuck = await asyncio.wait(tasks, timeout=grace)
+    for task in ended:
+        if not task.cancelled():
+            task.exception()  # seen, as gathering them would (a trial's failure is in its result, not here)
+    for task in stuck:
+        leave_running(task)

@@ -26,6 +26,7 @@ from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
 from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error, retried
+from ._loop import CANCEL_GRACE_SECONDS
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
 
@@ -34,6 +35,11 @@ MAX_BACKOFF = 30.0
 LOOP_BLOCKED = (
     "the trial ran past its timeout while the event loop was blocked, so its timer could not fire: a blocking "
     "call (time.sleep, sync I/O) inside an async agent holds up every trial; await instead, or make the agent sync"
+)
+LEFT_RUNNING = (
+    "the trial ran past its timeout and the agent was still running {grace:g} s after it was cancelled: it catches "
+    "CancelledError without raising it again (a bare except, or except BaseException), or blocks the event loop; "
+    "it was left running and the run went on without it"
 )
 
 UserSimulator = Callable[[str, list[dict[str, str]]], "str | None | Awaitable[str | None]"]
@@ -45,6 +51,11 @@ message, or None (or "") to end the conversation. Sync or async."""
 class StopNow(KeyboardInterrupt):
     """A second Ctrl-C or SIGTERM: the run stops at once. Any other KeyboardInterrupt raised inside
     an agent is that trial's failure."""
+
+
+class GivenUp(Exception):
+    """Raised in a trial's task when its agent ends after the trial was given up on (see
+    :meth:`TrialRunner.give_up_overdue`): its result was recorded already."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +92,20 @@ class TrialResult:
     """Model calls answered from the response cache (``--cache``), the judge's and simulator's included."""
 
 
+@dataclasses.dataclass
+class _Running:
+    """A trial in progress: what a result needs if its agent has to be left behind."""
+
+    plan: TrialPlan
+    task: asyncio.Task[Any] | None
+    started_ns: int
+    overdue_at: float
+    root: Any = None
+    trace_id: str | None = None
+    replies: list[str] = dataclasses.field(default_factory=list)
+    retries: int = 0
+
+
 class TrialRunner:
     """Runs trials of one agent in one experiment."""
 
@@ -106,6 +131,9 @@ class TrialRunner:
         self._with_messages = accepts_messages(agent.fn)
         self._async = is_async(agent.fn)
         self._workers = None if self._async else SyncWorkers()
+        self.grace = min(CANCEL_GRACE_SECONDS, timeout)
+        """How long an agent cancelled at its timeout may take to end before its trial is given up on."""
+        self._running: dict[str, _Running] = {}
 
     def close(self) -> None:
         """Let the sync agent's worker threads end (a hung call's worker ends when the call returns)."""
@@ -117,26 +145,30 @@ class TrialRunner:
         token = trial_context(tag)
         started = time.time_ns()
         deadline = time.monotonic() + self.timeout
-        replies: list[str]
+        running = _Running(plan, asyncio.current_task(), started, deadline + self.grace)
+        self._running[plan.trial_id] = running
         exc: BaseException | None
         timed_out: bool | str
-        trace_id: str | None
-        retries, replies, exc, timed_out, trace_id = 0, [], None, False, None
+        exc, timed_out = None, False
         try:
             while True:
                 root = self.tracer.start_span(f"invoke_agent {self.agent.name}", attributes=self._root_attributes(plan))
-                trace_id = format(root.get_span_context().trace_id, "032x")
+                running.root, running.trace_id = root, format(root.get_span_context().trace_id, "032x")
                 users: list[str] = []
-                replies, exc, timed_out = await self._attempt(plan.case, root, deadline, users)
+                running.replies = []
+                exc, timed_out = await self._attempt(plan.case, root, deadline, users, running.replies)
+                if self._running.get(plan.trial_id) is not running:  # given up on meanwhile: its result is out
+                    raise GivenUp(plan.trial_id)
                 # The user's side is new information only when a simulator wrote it: a case's own input and
                 # turns are in its snapshot already (and encoding them on every trial's root costs the harness).
-                self._end_root(root, users if plan.case.simulated_user else [], replies, exc, timed_out)
+                self._end_root(root, users if plan.case.simulated_user else [], running.replies, exc, timed_out)
                 found = provider_error(exc) if exc is not None else None
                 # A rate limit the model layer already waited out as far as it may is not retried again here.
                 if found is None or found.type != RATE_LIMITED or (exc is not None and retried(exc)):
                     break
-                retries += 1
-                wait = min(found.retry_after or min(2 ** (retries - 1), MAX_BACKOFF), deadline - time.monotonic())
+                running.retries += 1
+                backoff = min(2 ** (running.retries - 1), MAX_BACKOFF)
+                wait = min(found.retry_after or backoff, deadline - time.monotonic())
                 if wait <= 0:
                     timed_out = True
                     break
@@ -147,8 +179,35 @@ class TrialRunner:
                     self.on_rate_limit(-1)
         finally:
             current_trial.reset(token)
+            if self._running.get(plan.trial_id) is running:
+                del self._running[plan.trial_id]
         spans = self.collector.take(self.experiment_id, plan.trial_id)
-        return self._result(plan, trace_id, started, replies, exc, timed_out, retries, spans)
+        return self._result(plan, running.trace_id, started, running.replies, exc, timed_out, running.retries, spans)
+
+    def give_up_overdue(self, now: float) -> list[tuple[TrialResult, asyncio.Task[Any] | None]]:
+        """The trials whose agent is still running :attr:`grace` seconds past their timeout, cancelled and not
+        ending (it swallows its cancellation): each one's result, a timeout, and the task still running it, for the
+        caller to leave behind. Whatever that agent does later changes nothing recorded."""
+        overdue = [running for running in self._running.values() if running.overdue_at <= now]
+        given_up = []
+        for running in overdue:
+            del self._running[running.plan.trial_id]
+            message = LEFT_RUNNING.format(grace=self.grace)
+            if running.root is not None:
+                self._end_root(running.root, [], running.replies, None, message)
+            spans = self.collector.take(self.experiment_id, running.plan.trial_id)
+            result = self._result(
+                running.plan,
+                running.trace_id,
+                running.started_ns,
+                running.replies,
+                None,
+                message,
+                running.retries,
+                spans,
+            )
+            given_up.append((result, running.task))
+        return given_up
 
     def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -162,14 +221,13 @@ class TrialRunner:
         return attributes
 
     async def _attempt(
-        self, case: Case, root: Any, deadline: float, users: list[str]
-    ) -> tuple[list[str], BaseException | None, bool | str]:
-        """The replies, the exception raised, and whether the trial timed out (or why, as text); ``users``
-        fills with the user's messages, simulated ones included."""
-        replies: list[str] = []
+        self, case: Case, root: Any, deadline: float, users: list[str], replies: list[str]
+    ) -> tuple[BaseException | None, bool | str]:
+        """The exception raised, and whether the trial timed out (or why, as text); ``replies`` fills with the
+        agent's replies, ``users`` with the user's messages, simulated ones included."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return replies, None, True
+            return None, True
         with trace.use_span(root, end_on_exit=False, record_exception=False, set_status_on_exception=False):
             timer = asyncio.timeout(remaining)
             try:
@@ -177,8 +235,8 @@ class TrialRunner:
                     await self._converse(case, replies, users)
             except TimeoutError as error:
                 if timer.expired():
-                    return replies, None, True
-                return replies, error, False
+                    return None, True
+                return error, False
             except StopNow:
                 raise
             except asyncio.CancelledError as error:
@@ -187,18 +245,18 @@ class TrialRunner:
                 task = asyncio.current_task()
                 if task is None or task.cancelling():
                     raise
-                return replies, error, False
+                return error, False
             # The agent's failure is data here, not a crash: even sys.exit(), a KeyboardInterrupt, GeneratorExit
             # or its own BaseException subclass costs that trial only (a real second Ctrl-C arrives as StopNow).
             except BaseException as error:
-                return replies, error, False
+                return error, False
         # An agent that swallowed its cancellation, or that held the event loop past the deadline (so the
         # timer could not fire), returned an answer; but a trial that ran past its timeout is a timeout.
         if timer.expired():
-            return replies, None, True
+            return None, True
         if time.monotonic() > deadline:
-            return replies, None, LOOP_BLOCKED
-        return replies, None, False
+            return None, LOOP_BLOCKED
+        return None, False
 
     async def _converse(self, case: Case, replies: list[str], user_turns: list[str]) -> None:
         """The agent answers each user message in turn; ``replies`` and ``user_turns`` fill as it goes."""
