@@ -14,6 +14,8 @@ from typing import IO
 import pyarrow.parquet as pq
 from waiting import wait_until
 
+from agenteval.analysis import find
+from agenteval.dashboard._queries import experiments as dashboard_experiments
 from agenteval.store import Store
 
 CASES, ATTEMPTS = 60, 3
@@ -199,3 +201,40 @@ def test_ctrl_c_stops_a_run_whose_agent_ignores_its_cancellation(tmp_path):
     # The stubborn trials stay missing (a resume runs them); what finished is kept.
     assert store.rows("SELECT count(*) AS n FROM trials") == [{"n": 30}]
 
+
+def statuses_shown(store: Path) -> dict[str, str]:
+    """The experiment's status as each place that shows it says it."""
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+
+    def command(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenteval.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    (listed,) = json.loads(command("experiments", "--format", "json"))
+    (row,) = dashboard_experiments(Store(store))
+    return {
+        "experiments": listed["status"],
+        "report": json.loads(command("report", "--format", "json"))["experiment"]["status"],
+        "find": find(Store(store)).status,
+        "dashboard": row.status,
+    }
+
+
+def test_a_killed_run_is_shown_interrupted_not_running_and_still_resumes(tmp_path):
+    store = tmp_path / "store"
+    child = start(store, "--agent-option", "latency=0.2")  # about 18 s: still running when it is killed
+    wait_for_trials(store, 20)
+    assert set(statuses_shown(store).values()) == {"running"}
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    # Its record cannot say otherwise (nothing ran to write it), but no process holds the run any more.
+    assert Store(store).rows("SELECT status FROM experiments") == [{"status": "running"}]
+    assert set(statuses_shown(store).values()) == {"interrupted"}
+    (shown,) = dashboard_experiments(Store(store), status="interrupted")
+    assert dashboard_experiments(Store(store), status="running") == []
+    summary = resume(store)
+    assert summary["experiment_id"] == shown.experiment_id and summary["status"] == "completed"
+    assert set(statuses_shown(store).values()) == {"completed"}

@@ -15,12 +15,14 @@ from typing import Any
 import duckdb
 
 from ..store import Store
+from ..store._lease import is_running
 from ..store._snapshots import judged_connection
 from ..store._views import current_trials
 from ._report_data import ShardProgress
 from ._stats import clustered_mean_of_totals, interval95
-
-RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
+from ._statuses import COMPLETED as COMPLETED  # the statuses, read here as ex.COMPLETED, ...
+from ._statuses import FAILED as FAILED
+from ._statuses import INTERRUPTED, RUNNING
 
 
 def fetch(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -101,6 +103,21 @@ class Experiment:
         )
 
 
+def status_now(store: Store, experiment_id: str, recorded: str, shard: str | None = None) -> str:
+    """An experiment's status as recorded, except that a run recorded ``running`` that no live process holds any
+    more (killed with SIGKILL, its machine lost: nothing could record its end) is ``interrupted``, as it is for
+    ``--resume``. ``shard``: the record's shard (``K/N``) of a run in shards."""
+    if recorded != RUNNING or is_running(store.root, experiment_id, shard):
+        return recorded
+    return INTERRUPTED
+
+
+def as_now(store: Store, experiment: Experiment) -> Experiment:
+    """``experiment`` with its status as :func:`status_now` tells it."""
+    status = status_now(store, experiment.experiment_id, experiment.status, experiment.options.get("shard"))
+    return experiment if status == experiment.status else dataclasses.replace(experiment, status=status)
+
+
 def save(store: Store, experiment: Experiment) -> None:
     """Record the experiment's current state (a new row; the newest wins)."""
     store.write("experiments", [experiment.row()])
@@ -129,7 +146,7 @@ def find(
         raise ValueError(f"experiment id {experiment_id!r} is ambiguous: {', '.join(r['experiment_id'] for r in rows)}")
     exact = [r for r in rows if r["experiment_id"] == experiment_id]
     chosen = exact[0] if exact else rows[0] if rows else None
-    return Experiment.from_row(chosen) if chosen else None
+    return as_now(store, Experiment.from_row(chosen)) if chosen else None
 
 
 SHARD_RECORDS = """
@@ -143,7 +160,7 @@ def shard_records(store: Store, experiment_id: str, con: duckdb.DuckDBPyConnecti
     """The newest record of each shard that has run of a sharded experiment (see ``agenteval.run._shards``);
     ``con``: a connection of the store's already open."""
     rows = store.rows(SHARD_RECORDS, [experiment_id]) if con is None else fetch(con, SHARD_RECORDS, [experiment_id])
-    return [Experiment.from_row(row) for row in rows]
+    return [as_now(store, Experiment.from_row(row)) for row in rows]
 
 
 NOT_STARTED = "not started"
@@ -178,22 +195,27 @@ def find_shard(store: Store, experiment_id: str, shard: str) -> Experiment | Non
 def find_exact(store: Store, experiment_id: str) -> Experiment | None:
     """The experiment with this very id (not a prefix), or None."""
     rows = store.rows("SELECT * FROM experiments WHERE experiment_id = ?", [experiment_id])
-    return Experiment.from_row(rows[0]) if rows else None
+    return as_now(store, Experiment.from_row(rows[0])) if rows else None
 
 
 EXPERIMENT_LIST = """
 SELECT e.experiment_id, e.name, e.status, e.dataset_name, e.version, e.agent, e.started_at, e.error,
        count(t.trial_id) AS trials,
        avg(t.passed::INT) AS pass_rate,
-       count(*) FILTER (WHERE t.outcome = 'failed') AS failed
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
+       json_extract_string(e.options, '$.shard') AS shard
 FROM experiments e LEFT JOIN trials t USING (experiment_id)
 GROUP BY ALL ORDER BY e.started_at DESC
 """
 
 
 def list_experiments(store: Store) -> list[dict[str, Any]]:
-    """The store's experiments, newest first, with trial count and pass rate."""
-    return store.rows(EXPERIMENT_LIST)
+    """The store's experiments, newest first, with trial count and pass rate (the status as :func:`status_now`
+    tells it)."""
+    rows = store.rows(EXPERIMENT_LIST)
+    for row in rows:
+        row["status"] = status_now(store, row["experiment_id"], row["status"], row.pop("shard"))
+    return rows
 
 
 def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:

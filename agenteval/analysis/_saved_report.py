@@ -27,6 +27,7 @@ from agenteval_exporters.partitions import store_path
 from .. import __version__
 from ..store._fingerprints import SNAPSHOTS, files_fingerprint
 from ._report_data import Report, report_from_dict
+from ._statuses import RUNNING
 
 if TYPE_CHECKING:
     import duckdb
@@ -120,6 +121,8 @@ def saved_report(store: str | os.PathLike[str] | None, experiment_id: str | None
         report = report_from_dict(saved["report"])
     except (KeyError, TypeError, ValueError) as exc:  # damaged: compute it instead
         logger.debug("agenteval: saved report of %s not read: %s", experiment_id, exc)
+        return None
+    if report.experiment.status == RUNNING:  # saved while it ran: whether it still runs is not in any file
         return None
     return report
 

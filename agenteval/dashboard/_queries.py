@@ -17,7 +17,7 @@ import duckdb
 
 from agenteval_instrumentation import attributes as A
 
-from ..analysis._experiments import fetch
+from ..analysis._experiments import fetch, status_now
 from ..analysis._stats import clustered_mean_of_totals, interval95
 from ..store import Store
 from ..store._snapshots import judged_connection
@@ -69,10 +69,11 @@ EXPERIMENTS = """
 SELECT e.experiment_id, e.name, e.dataset_name, e.version, e.agent, e.status, e.started_at, e.options,
        (SELECT count(*) FROM cases c WHERE c.experiment_id = e.experiment_id) AS planned_cases
 FROM experiments e
-WHERE (? IS NULL OR e.dataset_name = ?) AND (? IS NULL OR e.status = ?)
+WHERE (? IS NULL OR e.dataset_name = ?)
   AND (? IS NULL OR contains(lower(coalesce(e.name, '') || ' ' || e.experiment_id), lower(?)))
 ORDER BY e.started_at DESC
 """
+"""The status is filtered on once it is known as it is now (see ``status_now``), not as recorded."""
 
 STARTED = "SELECT experiment_id, started_at FROM experiments"
 
@@ -95,7 +96,11 @@ def experiments(
     # Not read-only: an experiment without saved figures (a running one) has them computed into a temporary
     # folder, as a report does.
     with contextlib.closing(store.connect()) as opened:
-        listed = fetch(opened, EXPERIMENTS, [dataset, dataset, status, status, text, text])
+        listed = fetch(opened, EXPERIMENTS, [dataset, dataset, text, text])
+        for row in listed:
+            shard = json.loads(row["options"] or "{}").get("shard")
+            row["status"] = status_now(store, row["experiment_id"], row["status"], shard)
+        listed = [row for row in listed if status is None or row["status"] == status]
         for row in listed:
             with judged_connection(store, row["experiment_id"], con=opened) as con:
                 by_case[row["experiment_id"]] = fetch(con, FIGURES_BY_CASE)
@@ -138,7 +143,10 @@ def filter_choices(store: Store) -> dict[str, list[str]]:
     """The datasets and statuses the experiments page can filter by."""
     with contextlib.closing(store.connect(read_only=True)) as con:
         datasets = [r[0] for r in con.execute("SELECT DISTINCT dataset_name FROM experiments ORDER BY 1").fetchall()]
-        statuses = [r[0] for r in con.execute("SELECT DISTINCT status FROM experiments ORDER BY 1").fetchall()]
+        records = con.execute(
+            "SELECT experiment_id, status, json_extract_string(options, '$.shard') FROM experiments"
+        ).fetchall()
+    statuses = sorted({status_now(store, eid, status, shard) for eid, status, shard in records})
     return {"datasets": [d for d in datasets if d], "statuses": statuses}
 
 

@@ -46,7 +46,7 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
-from ..store._lease import AnyLease, experiment_lease
+from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, experiment_lease
 from ..store._snapshots import judged_connection
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
@@ -414,7 +414,8 @@ class _Run:
                     _check_joins_its_shards(store, experiment, shard)
                 store.ensure()  # everything checked; a store that cannot be written is said before anything runs
                 lease = _lease(store, experiment.experiment_id, shard)
-                if not lease.acquire():  # another process runs this very shard (a new id is never held)
+                # Held already: another process runs this very shard (a new id is never held).
+                if not lease.acquire(TAKE_WAIT_SECONDS):
                     raise RunRefused(f"shard {shard} of {experiment.experiment_id} is running ({lease.holder()})")
                 on_failure.callback(lease.release)
                 plans = new_trials(chosen, options.attempts)
@@ -986,7 +987,7 @@ def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> 
     if found is None:
         raise RunRefused(f"cannot resume: there is {what} in {store.root}")
     lease = _lease(store, found.experiment_id, shard)
-    if not lease.acquire():  # its run is alive: two processes would run the same trials
+    if not lease.acquire(TAKE_WAIT_SECONDS):  # its run is alive: two processes would run the same trials
         raise RunRefused(
             f"cannot resume {found.experiment_id}: it is still running ({lease.holder()}); "
             "wait for it to finish, or stop it (Ctrl-C) and resume it then"

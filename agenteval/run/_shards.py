@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..dataset._cases import Case
 from ..errors import UsageError
+from ..store._lease import run_lease_name
 
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 EXPERIMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -54,7 +55,7 @@ class Shard:
 
     def lease_name(self, experiment_id: str) -> str:
         """The name of this shard's lease (see ``agenteval.store._lease``)."""
-        return f"{experiment_id}.shard-{self.index}-of-{self.count}"
+        return run_lease_name(experiment_id, str(self))
 
 
 def shard_of(case_id: str, count: int) -> int:

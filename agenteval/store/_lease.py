@@ -29,6 +29,9 @@ else:
 LOCKS = ".locks"
 """The folder of lock files under the store (no table's glob reaches it)."""
 POLL_SECONDS = 0.05
+TAKE_WAIT_SECONDS = 1.0
+"""How long a run waits for an experiment's lease before saying another process holds it: asking whether a run is
+alive (see :meth:`Lease.in_use`) holds the lock for an instant."""
 
 
 class Lease:
@@ -72,6 +75,25 @@ class Lease:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the lock
 
+    def in_use(self) -> bool:
+        """Whether a process holds the lock, this one included. Asking takes a shared lock for an instant (only a
+        holder refuses it): a process taking the lock in that instant is refused, so takers wait a moment."""
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError:  # cannot tell: as if held, so nothing is called dead on a guess
+            return True
+        try:
+            _lock(fd, shared=True)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def holder(self) -> str:
         """Who holds the lock, as the holder wrote it (``process N, since ...``)."""
         try:
@@ -86,11 +108,11 @@ class Lease:
         self.release()
 
 
-def _lock(fd: int) -> None:
-    if sys.platform == "win32":
+def _lock(fd: int, shared: bool = False) -> None:
+    if sys.platform == "win32":  # no shared locks: an exclusive one, dropped as the descriptor closes
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
     else:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
 
 
 logger = logging.getLogger(__name__)
@@ -237,13 +259,18 @@ def experiment_lease(root: StoreRoot, experiment_id: str) -> AnyLease:
     return store_lease(root, f"experiment-{experiment_id}")
 
 
-def is_running(root: StoreRoot, experiment_id: str) -> bool:
-    """Whether a live process holds the experiment's lease (a run killed by any means does not)."""
-    lease = experiment_lease(root, experiment_id)
+def run_lease_name(experiment_id: str, shard: str | None = None) -> str:
+    """The name a run's lease goes by: the experiment's id, or for one shard (``K/N``) of a run in shards, that
+    shard's own (each shard runs in its own process)."""
+    if shard is None:
+        return experiment_id
+    index, _, count = shard.partition("/")
+    return f"{experiment_id}.shard-{index}-of-{count}"
+
+
+def is_running(root: StoreRoot, experiment_id: str, shard: str | None = None) -> bool:
+    """Whether a live process holds the run's lease, this one included (a run killed by any means does not)."""
+    lease = experiment_lease(root, run_lease_name(experiment_id, shard))
     if isinstance(lease, RemoteLease):
         return lease.running()
-    if not lease.path.exists():
-        return False
-    taken = lease.acquire()
-    lease.release()
-    return not taken
+    return lease.in_use()
