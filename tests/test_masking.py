@@ -7,9 +7,11 @@ import dataclasses
 import json
 from typing import Any
 
+import pyarrow.parquet as pq
 import pydantic
 import pytest
 
+from agenteval.store import Store
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, configure_capture, llm_call, tool
 from agenteval_instrumentation.masking import is_secret_key, mask_text
@@ -184,3 +186,31 @@ def test_secret_key_names_in_any_case_style(key, secret):
 def test_short_and_plain_text_is_returned_as_it_is():
     for text in ("", "ok", "sk-1", "What is the weather in Paris?"):
         assert mask_text(text) is text
+
+
+def test_a_trial_rows_reply_is_masked_and_redacted_as_its_spans_are(tmp_path):
+    # The trial row kept the reply as the agent gave it: a secret masked in the spans, and text the user's redactor
+    # hid from them, were stored in trials.reply all the same.
+    from agenteval import evaluate
+    from agenteval.dataset import Case, Dataset
+
+    secret, email = "sk-proj-PLANTEDreplykey0123456789abcdef", "bob@example.com"
+
+    def scrub(attribute: str, value: Any) -> Any:
+        return json.loads(json.dumps(value).replace(email, "[email]"))
+
+    configure_capture(redactor=scrub)
+
+    def agent(question: str) -> str:
+        return f"Your key is {secret}; write to {email} for help. The answer is 4."
+
+    case = Case(id="c", input="What is 2 + 2?", expected_output="4", max_length=1000)
+    store = tmp_path / "s"
+    experiment = evaluate(agent, Dataset("d", "d(test)", "hash-d", [case]), store=store, attempts=1, progress="none")
+    (row,) = Store(store).rows("SELECT reply, passed FROM trials WHERE experiment_id = ?", [experiment.id])
+    assert row == {"reply": "Your key is ***; write to [email] for help. The answer is 4.", "passed": True}
+    for path in store.rglob("*.parquet"):
+        text = json.dumps(pq.read_table(path).to_pylist(), default=str)
+        assert secret not in text and email not in text, path.relative_to(store)
+    (length,) = Store(store).rows("SELECT reason FROM scores WHERE scorer = 'reply_length'")
+    assert length["reason"].startswith(f"{len(row['reply'])} characters")  # the reply as stored: masked, not cut

@@ -226,6 +226,9 @@ async def evaluate_async(
 
 P = ParamSpec("P")
 
+STORED_REPLY = "agenteval.trial.reply"
+"""The name a capture redactor is called with for a trial row's reply (a str; not a span attribute)."""
+
 
 def _to_the_end(run: Callable[P, Coroutine[Any, Any, ex.Experiment]]) -> Callable[P, ex.Experiment]:
     """A blocking call of ``run`` with its very parameters (one signature to keep, not two)."""
@@ -754,7 +757,11 @@ class _Run:
 
     @staticmethod
     def _stored_reply(result: TrialResult) -> str | None:
-        return (result.replies[-1] if result.replies else None) if capture.config.enabled else None
+        """The final reply as the trial row keeps it: none with content capture off; otherwise through the redactor
+        and secret masking, as the root span's copy is, but whole (``reply_length`` counts it)."""
+        if not capture.config.enabled or not result.replies:
+            return None
+        return capture.whole_text(STORED_REPLY, result.replies[-1])
 
     def _trial_row(self, result: TrialResult, outcome: str) -> dict[str, Any]:
         failure = result.failure

@@ -70,9 +70,10 @@ ORDER BY t.trial_id
 """``{trials}`` and ``{spans}`` are relations: registered Arrow tables at run time, store views when rescoring.
 The trials' ``replies`` are the runner's own copy (run time), used when the spans hold no content
 (capture switched off); rescoring has none (NULL), and ``has_content`` says whether any reply was known.
-``reply_length`` counts the final reply as the agent gave it (the trial row's ``reply``): the copy in the
-spans is cut at content capture's size limit. The root's messages are read with try(): JSON cut short by an SDK's
-attribute length limit (production spans come from any instrumentation) is no reply, not a failed batch."""
+``reply_length`` counts the final reply as the trial row keeps it (``reply``: redacted and masked as the spans'
+copy, but whole): the copy in the spans is cut at content capture's size limit. The root's messages are read with
+try(): JSON cut short by an SDK's attribute length limit (production spans come from any instrumentation) is no
+reply, not a failed batch."""
 
 NO_REPLIES = "NULL::VARCHAR[] AS replies"
 """The trials' ``replies`` column when rescoring: the store keeps no copy beside the spans."""

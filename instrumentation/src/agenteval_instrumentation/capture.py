@@ -301,12 +301,22 @@ def error_stacktrace(exc: BaseException, message: str) -> str:
 
 def _recordable(attribute: str, text: str, limit: int) -> str:
     """``text`` through the redactor, masked and cut; a redactor that fails or returns None hides it."""
-    if config.redactor is not None:
-        try:
-            redacted = config.redactor(attribute, text)
-        except Exception:
-            return NOT_CAPTURED
-        if redacted is None:
-            return NOT_CAPTURED
-        text = redacted if isinstance(redacted, str) else str(redacted)
-    return storable_text(_text(text, limit))
+    redacted = _redacted(attribute, text)
+    return NOT_CAPTURED if redacted is None else storable_text(_text(redacted, limit))
+
+
+def whole_text(attribute: str, text: str) -> str | None:
+    """``text`` as it may be stored whole (a trial's reply): through the redactor, secrets masked, never cut; None
+    where the redactor hides it (it returns None or raises)."""
+    redacted = _redacted(attribute, text)
+    return None if redacted is None else storable_text(_text(redacted, len(redacted)))
+
+
+def _redacted(attribute: str, text: str) -> str | None:
+    if config.redactor is None:
+        return text
+    try:
+        redacted = config.redactor(attribute, text)
+    except Exception:
+        return None
+    return None if redacted is None else redacted if isinstance(redacted, str) else str(redacted)
