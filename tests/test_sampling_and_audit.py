@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.dataset import Case, Dataset, audit, load_dataset
+from agenteval.dataset._audit import MAX_LISTED_PAIRS
 from agenteval.dataset._sampling import allocate, sample_cases
 
 
@@ -116,6 +117,20 @@ def test_audit_near_duplicates_match_a_brute_force_comparison():
         if sets[i] != sets[j] and len(sets[i] & sets[j]) / len(sets[i] | sets[j]) >= 0.7
     }
     assert {(a, b) for a, b, _ in report.near_duplicates} == expected
+    assert report.near_duplicate_pairs == len(expected)
+    # The groups are the pairs' connected components: every case of a group is linked to the rest of it.
+    grouped = [set(group) for group in report.near_duplicate_groups]
+    assert sorted(len(g) for g in grouped) == sorted(len(g) for g in _components(expected))
+    assert all(any({a, b} <= g for g in grouped) for a, b in expected)
+
+
+def _components(pairs: set[tuple[str, str]]) -> list[set[str]]:
+    groups: list[set[str]] = []
+    for a, b in pairs:
+        touching = [g for g in groups if a in g or b in g]
+        merged = {a, b}.union(*touching)
+        groups = [g for g in groups if g not in touching] + [merged]
+    return groups
 
 
 def test_audit_command(tmp_path):
@@ -172,22 +187,23 @@ def test_audit_of_a_dataset_every_case_of_which_is_judged_says_nothing_more():
     assert "Nothing judges" not in CliRunner().invoke(main, ["audit", "hard"]).output
 
 
-def test_audit_of_templated_inputs_shows_some_near_duplicate_pairs_and_counts_the_rest(tmp_path):
+def test_audit_of_templated_inputs_groups_them_and_counts_their_pairs_without_holding_them(tmp_path):
     # Inputs from one template are all alike: their pairs grow with the square of the cases (1,000 such cases
-    # printed a 500,000-row table in 90 s and 1.5 GB); the terminal shows a few, --json lists them all.
+    # printed a 500,000-row table in 90 s and 1.5 GB; 3,000 held 4.5 million pairs, 500 MB, even for --json).
+    # The audit groups them, shows and lists a few pairs and counts them all.
     path = tmp_path / "templated.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"input": f"What is the refund policy for order number {1000 + i}?", "expected_output": "x"})
-            + "\n"
-            for i in range(120)
-        )
-    )
-    pairs = 120 * 119 // 2
+    cases = 120
+    inputs = [f"What is the refund policy for order number {1000 + i}?" for i in range(cases)]
+    records = [{"id": f"o{i}", "input": text, "expected_output": "x"} for i, text in enumerate(inputs)]
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    pairs = cases * (cases - 1) // 2
     result = CliRunner().invoke(main, ["audit", str(path)], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     shown = [line for line in result.output.splitlines() if " 0.80 " in line]
     assert len(shown) == 50
-    assert f"and {pairs - 50} more near-duplicate pairs (agenteval audit --json lists them all)" in result.output
+    assert f"and {pairs - 50:,} more near-duplicate pairs (agenteval audit --json lists 1,000)" in result.output
+    assert "│ 120   │ o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, ... │" in result.output
     as_json = json.loads(CliRunner().invoke(main, ["audit", str(path), "--json"]).output)
-    assert len(as_json["near_duplicates"]) == pairs
+    assert len(as_json["near_duplicates"]) == MAX_LISTED_PAIRS < pairs
+    assert as_json["near_duplicate_pairs"] == pairs
+    assert as_json["near_duplicate_groups"] == [[f"o{i}" for i in range(cases)]]

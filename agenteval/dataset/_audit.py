@@ -75,7 +75,12 @@ class AuditReport:
     duplicates: list[list[str]]
     """groups of case ids whose inputs are the same once normalised"""
     near_duplicates: list[tuple[str, str, float]]
-    """pairs of case ids whose inputs are alike (similarity), not identical"""
+    """pairs of case ids whose inputs are alike (similarity), not identical: the first
+    :data:`MAX_LISTED_PAIRS` found, in the dataset's order"""
+    near_duplicate_pairs: int = 0
+    """how many such pairs there are in all"""
+    near_duplicate_groups: list[list[str]] = dataclasses.field(default_factory=list)
+    """case ids linked by near-duplicate pairs (directly or through others), largest group first"""
     min_per_category: int = MIN_CASES_PER_CATEGORY
 
 
@@ -96,6 +101,7 @@ def audit(
     used = Counter(
         name for case in cases for name, default in OPTIONAL_DEFAULTS.items() if getattr(case, name) != default
     )
+    alike = near_duplicates(cases, similarity)
     return AuditReport(
         dataset=dataset.name,
         cases=len(cases),
@@ -105,7 +111,9 @@ def audit(
         judging=judging(cases),
         thin_categories={c: n for c, n in categories.items() if n < min_per_category},
         duplicates=duplicate_groups(cases),
-        near_duplicates=near_duplicate_pairs(cases, similarity),
+        near_duplicates=alike.pairs,
+        near_duplicate_pairs=alike.total,
+        near_duplicate_groups=alike.groups,
         min_per_category=min_per_category,
     )
 
@@ -122,18 +130,36 @@ def _text(case: Case) -> str:
     return normalize(" ".join(case.turns) if case.turns else case.input)
 
 
-def near_duplicate_pairs(cases: Sequence[Case], threshold: float) -> list[tuple[str, str, float]]:
-    """Pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but are not identical.
+MAX_LISTED_PAIRS = 1000
+"""Near-duplicate pairs an audit lists. Inputs from one template are all alike, so their pairs grow with the square
+of the cases (3,000 such cases: 4.5 million pairs, 500 MB held); past this many they are counted and grouped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NearDuplicates:
+    """Pairs of cases whose inputs are alike: the first :data:`MAX_LISTED_PAIRS`, how many in all, and the groups
+    they link (largest first, ids in the dataset's order)."""
+
+    pairs: list[tuple[str, str, float]]
+    total: int
+    groups: list[list[str]]
+
+
+def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_LISTED_PAIRS) -> NearDuplicates:
+    """The pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but are not identical.
 
     A prefix-filtered similarity join: words are ordered rarest first, and two sets can only reach
     the threshold if they share a word among their first ``|x| - ceil(threshold * |x|) + 1``, so only
-    those candidates are compared. Exact on the result, and fast on large datasets.
+    those candidates are compared. Exact on the result, and fast on large datasets; what it holds grows with
+    the cases and ``listed``, never with the pairs.
     """
     sets = [frozenset(_text(case).split()) for case in cases]
     frequency = Counter(word for words in sets for word in words)
     ordered = [sorted(words, key=lambda w: (frequency[w], w)) for words in sets]
     index: dict[str, list[int]] = {}
-    pairs = []
+    linked = _Groups(len(cases))
+    pairs: list[tuple[str, str, float]] = []
+    total = 0
     for i, words in enumerate(ordered):
         if not words:
             continue
@@ -143,8 +169,36 @@ def near_duplicate_pairs(cases: Sequence[Case], threshold: float) -> list[tuple[
             candidates.update(index.get(word, ()))
             index.setdefault(word, []).append(i)
         for j in sorted(candidates):
-            union = len(sets[i] | sets[j])
-            score = len(sets[i] & sets[j]) / union if union else 0.0
+            shared = len(sets[i] & sets[j])
+            score = shared / (len(sets[i]) + len(sets[j]) - shared)
             if score >= threshold and sets[i] != sets[j]:
-                pairs.append((cases[j].id, cases[i].id, round(score, 3)))
-    return pairs
+                total += 1
+                linked.join(i, j)
+                if len(pairs) < listed:
+                    pairs.append((cases[j].id, cases[i].id, round(score, 3)))
+    groups = [[cases[k].id for k in group] for group in linked.groups()]
+    return NearDuplicates(pairs, total, groups)
+
+
+class _Groups:
+    """Disjoint sets of case positions (union-find, with path halving)."""
+
+    def __init__(self, size: int) -> None:
+        self._parent = list(range(size))
+
+    def _root(self, k: int) -> int:
+        parent = self._parent
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def join(self, a: int, b: int) -> None:
+        self._parent[self._root(a)] = self._root(b)
+
+    def groups(self) -> list[list[int]]:
+        """Groups of two or more, largest first (then by their first position), positions in order."""
+        members: dict[int, list[int]] = {}
+        for k in range(len(self._parent)):
+            members.setdefault(self._root(k), []).append(k)
+        return sorted((g for g in members.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))

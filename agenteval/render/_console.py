@@ -54,18 +54,7 @@ def audit_view(report: AuditReport) -> RenderableType:
     if report.duplicates:
         parts.append(rich_table(["duplicate inputs (case ids)"], [[", ".join(g)] for g in report.duplicates]))
     if report.near_duplicates:
-        # Inputs from one template are all alike, and their pairs grow with the square of the cases (1,000 such
-        # cases made a 500,000-row table): a few are shown, the count of the rest said.
-        parts.append(
-            rich_table(
-                ["case", "case", "similarity"],
-                [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates[:SHOWN_PAIRS]],
-                title="Near-duplicate inputs (check they test different things)",
-            )
-        )
-        more = len(report.near_duplicates) - SHOWN_PAIRS
-        if more > 0:
-            parts.append(Text(f"... and {more} more near-duplicate pairs (agenteval audit --json lists them all)"))
+        parts.extend(_near_duplicates_view(report))
     if not report.duplicates and not report.near_duplicates:
         parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
     return Group(*parts)
@@ -73,7 +62,33 @@ def audit_view(report: AuditReport) -> RenderableType:
 
 SHOWN_IDS = 10
 SHOWN_PAIRS = 50
-"""Near-duplicate pairs the terminal shows; ``audit --json`` lists every one."""
+"""Near-duplicate pairs the terminal shows; ``audit --json`` lists more (see ``MAX_LISTED_PAIRS``)."""
+SHOWN_GROUPS = 10
+
+
+def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:
+    # Inputs from one template are all alike, and their pairs grow with the square of the cases: the groups
+    # they make say it in a line each, a few pairs show what alike means, and the rest are counted.
+    groups = [
+        [f"{len(group):,}", ", ".join(group[:SHOWN_IDS]) + (", ..." if len(group) > SHOWN_IDS else "")]
+        for group in report.near_duplicate_groups[:SHOWN_GROUPS]
+    ]
+    title = "Near-duplicate inputs, grouped (check they test different things)"
+    parts: list[RenderableType] = [rich_table(["cases", "case ids"], groups, title=title)]
+    if len(report.near_duplicate_groups) > SHOWN_GROUPS:
+        parts.append(Text(f"... and {len(report.near_duplicate_groups) - SHOWN_GROUPS:,} more groups"))
+    parts.append(
+        rich_table(
+            ["case", "case", "similarity"],
+            [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates[:SHOWN_PAIRS]],
+            title="Near-duplicate pairs",
+        )
+    )
+    more = report.near_duplicate_pairs - min(SHOWN_PAIRS, len(report.near_duplicates))
+    if more > 0:
+        listed = len(report.near_duplicates)
+        parts.append(Text(f"... and {more:,} more near-duplicate pairs (agenteval audit --json lists {listed:,})"))
+    return parts
 
 
 def _judging_view(judging: Judging) -> list[RenderableType]:
