@@ -42,7 +42,7 @@ def leave_running(task: asyncio.Task[Any]) -> None:
     """Give up on ``task``: it runs on as long as the loop does, and the loop closes without it (no "Task was
     destroyed but it is pending" when it is collected: leaving it was the point)."""
     _left.add(task)
-    task._log_destroy_pending = False  # the attribute asyncio itself clears on tasks it gives up on
+    task._log_destroy_pending = False  # type: ignore[attr-defined]  # as asyncio clears it on tasks it gives up on
 
 
 def run_to_the_end(main: Coroutine[Any, Any, T]) -> T:

@@ -105,10 +105,11 @@ async def run_all(
     stopper = asyncio.create_task(stop.wait())
     try:
         while running:
-            done, _ = await asyncio.wait(running | {stopper, keeper, changed[0]}, return_when=asyncio.FIRST_COMPLETED)
+            watched: set[asyncio.Future[Any]] = {*running, stopper, keeper, changed[0]}
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             if changed[0].done():
                 changed[0] = loop.create_future()
-            for task in done & (running | {keeper}):
+            for task in done & {*running, keeper}:
                 task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
             running -= done
             if stopper in done:
