@@ -1410,6 +1410,7 @@ def collect(
     click.echo(
         f"agenteval collect: stopped; {stats.spans_written:,} spans written, {stats.spans_rejected:,} rejected, "
         f"{stats.requests_refused:,} requests refused while busy"
+        + (f"; {stats.spans_repeated:,} spans sent again, stored once" if stats.spans_repeated else "")
         + (f"; {stats.traces_scored:,} traces scored, {stats.scores_written:,} scores" if scorer is not None else "")
     )
     if stats.spans_lost:

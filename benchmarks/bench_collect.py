@@ -1,9 +1,10 @@
 """``agenteval collect`` throughput: spans per second received over OTLP and written to the store.
 
 Client processes (``--clients``, 2 by default) send prepared OTLP requests of 512 spans (the SDK's batch size),
-encoded once beforehand by the SDK's own OTLP encoder, so the clients cost little and the collector is what is
-measured. Timed: from the first request to the collector's graceful stop, when every span is published in
-Parquet files (so decoding, the write queue, encoding to Arrow and the Parquet writer are all inside). The
+encoded beforehand by the SDK's own OTLP encoder, so the clients cost little and the collector is what is
+measured. Every request holds other traces (one template, its trace ids renumbered): the collector stores a
+request sent again only once. Timed: from the first request to the collector's graceful stop, when every span is
+published in Parquet files (so decoding, the write queue, encoding to Arrow and the Parquet writer are all inside). The
 spans are production-shaped: an agent turn, a model call with usage, two tool calls, 4-8 attributes each, a
 service resource, no experiment. The target, from the issue: at least 100,000 spans/s over HTTP protobuf.
 
@@ -41,6 +42,25 @@ from agenteval_instrumentation import attributes as A
 
 BATCH = 512
 TARGET = 100_000
+
+
+def request_bodies(count: int) -> list[bytes]:
+    """``count`` OTLP requests of 512 production-shaped spans (128 traces of 4) each: one template whose trace ids
+    are renumbered in each, so no two requests are the same."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    template = ExportTraceServiceRequest.FromString(request_body())
+    bodies = []
+    for number in range(count):
+        request = ExportTraceServiceRequest()
+        request.CopyFrom(template)
+        suffix = number.to_bytes(4, "big")
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    span.trace_id = span.trace_id[:12] + suffix
+        bodies.append(request.SerializeToString())
+    return bodies
 
 
 def request_body() -> bytes:
@@ -88,11 +108,11 @@ def request_body() -> bytes:
     return encode_spans(memory.get_finished_spans()).SerializeToString()
 
 
-def http_client(endpoint: str, body: bytes, requests: int, start: multiprocessing.synchronize.Event) -> None:
+def http_client(endpoint: str, bodies: list[bytes], start: multiprocessing.synchronize.Event) -> None:
     host, port = endpoint.split("//")[1].split("/")[0].split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     start.wait()
-    for _ in range(requests):
+    for body in bodies:
         while True:
             connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
             response = connection.getresponse()
@@ -104,13 +124,13 @@ def http_client(endpoint: str, body: bytes, requests: int, start: multiprocessin
             time.sleep(float(response.getheader("Retry-After", "1")))
 
 
-def grpc_client(target: str, body: bytes, requests: int, start: multiprocessing.synchronize.Event) -> None:
+def grpc_client(target: str, bodies: list[bytes], start: multiprocessing.synchronize.Event) -> None:
     import grpc
 
     with grpc.insecure_channel(target) as channel:
         export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
         start.wait()
-        for _ in range(requests):
+        for body in bodies:
             while True:
                 try:
                     export(body, timeout=60)
@@ -122,7 +142,7 @@ def grpc_client(target: str, body: bytes, requests: int, start: multiprocessing.
 
 
 def run_once(
-    protocol: str, body: bytes, spans: int, clients: int, warm_up: float, workers: int = 1
+    protocol: str, bodies: list[bytes], spans: int, clients: int, warm_up: float, workers: int = 1
 ) -> tuple[float, float, int]:
     """Seconds from the first request to the last span published, the collector's CPU seconds (its process
     and its workers: the clients are others), and the requests it refused as busy."""
@@ -138,7 +158,8 @@ def run_once(
             if protocol == "grpc"
             else (collector.http_endpoint, http_client)
         )
-        processes = [context.Process(target=client, args=(target, body, requests, start)) for _ in range(clients)]
+        shares = [bodies[k * requests : (k + 1) * requests] for k in range(clients)]
+        processes = [context.Process(target=client, args=(target, share, start)) for share in shares]
         for process in processes:
             process.start()
         time.sleep(warm_up)  # the clients start, connect and wait at the start line (not timed)
@@ -178,13 +199,13 @@ def main() -> None:
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="HTTP worker processes to measure")
     parser.add_argument("--warm-up", type=float, default=1.0, help="seconds for the clients to start (not timed)")
     options = parser.parse_args()
-    body = request_body()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
+    bodies = request_bodies(spans // BATCH)
     sides = [(p, w) for p in options.protocols for w in (options.workers if p == "http" else [1])]
     runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {side: [] for side in sides}
     for _ in range(options.repeats):
         for protocol, workers in sides:
-            runs[protocol, workers].append(run_once(protocol, body, spans, options.clients, options.warm_up, workers))
+            runs[protocol, workers].append(run_once(protocol, bodies, spans, options.clients, options.warm_up, workers))
     for (protocol, workers), measured in runs.items():
         times = [r[0] for r in measured]
         rate = spans / statistics.median(times)

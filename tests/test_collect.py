@@ -374,9 +374,10 @@ def test_malformed_truncated_oversized_and_unknown_requests_get_their_answers(tm
         assert status == 400
         status, _, _ = post(url.replace("/v1/traces", "/v1/metrics"), valid)
         assert status == 404
-        # Still serving: compressed either way, the valid request is stored.
+        # Still serving: compressed either way, a valid request is stored.
         assert post(url, gzip.compress(valid), **{"Content-Encoding": "gzip"})[0] == 200
-        assert post(url, zlib.compress(valid), **{"Content-Encoding": "deflate"})[0] == 200
+        deflated = encode_spans(agent_spans(2, prefix="deflated-")).SerializeToString()
+        assert post(url, zlib.compress(deflated), **{"Content-Encoding": "deflate"})[0] == 200
         assert post(url, b"", "application/x-protobuf")[0] == 200  # an empty request is a valid, empty export
     assert len(stored(tmp_path / "s")) == 16
 
@@ -497,7 +498,7 @@ def test_with_a_token_only_clients_that_send_it_are_heard(tmp_path):
         headers = {"authorization": "Bearer s3cret"}
         http = HttpExporter(endpoint=collector.http_endpoint, headers=headers)
         grpc_ = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, headers=headers)
-        assert http.export(spans) == grpc_.export(spans) == SpanExportResult.SUCCESS
+        assert http.export(spans) == grpc_.export(agent_spans(1, prefix="grpc-")) == SpanExportResult.SUCCESS
     assert len(stored(tmp_path / "s")) == 8
 
 
@@ -528,7 +529,7 @@ def test_the_command_receives_until_a_signal_then_writes_everything(tmp_path, st
         spans = agent_spans(10)
         assert HttpExporter(endpoint=endpoint).export(spans) == SpanExportResult.SUCCESS
         grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True)
-        assert grpc_exporter.export(spans) == SpanExportResult.SUCCESS
+        assert grpc_exporter.export(agent_spans(10, prefix="grpc-")) == SpanExportResult.SUCCESS
         process.send_signal(stop_signal)
         out, err = process.communicate(timeout=60)
     finally:
@@ -590,3 +591,26 @@ def test_answers_carry_their_headers_and_keep_the_connection_open_until_one_clos
     response.read()
     assert (response.status, response.getheader("Connection"), response.will_close) == (415, "close", True)
     connection.close()
+
+
+def test_a_request_sent_again_is_answered_alike_and_stored_once(collector):
+    """A client that did not get its answer sends the request again (the SDK's exporters retry the same bytes,
+    gzip'ed anew, with another timestamp in the gzip header). Its spans were stored once per request: twice."""
+    body = encode_spans(agent_spans(2, prefix="retried-")).SerializeToString()
+    spans = len(agent_spans(2))
+    first = post(collector.http_endpoint, gzip.compress(body, mtime=1), **GZIP)
+    again = post(collector.http_endpoint, gzip.compress(body, mtime=2), **GZIP)
+    assert again[0] == first[0] == 200 and again[2] == first[2]
+    other = encode_spans(agent_spans(1, prefix="other-")).SerializeToString()
+    assert post(collector.http_endpoint, other)[0] == 200  # another request is stored as ever
+    channel = grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}")
+    export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+    export(body, timeout=30)  # the same request over gRPC: the same spans
+    channel.close()
+    collector.stop()
+    names = sorted(r["name"] for r in stored(collector.store))
+    expected = [s.name for s in agent_spans(2, prefix="retried-")] + [s.name for s in agent_spans(1, prefix="other-")]
+    assert names == sorted(expected)
+    stats = collector.stats()
+    assert (stats.spans_received, stats.spans_written) == (len(expected), len(expected))
+    assert stats.spans_repeated == 2 * spans

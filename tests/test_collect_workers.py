@@ -109,10 +109,11 @@ def test_a_worker_that_dies_is_replaced_and_receiving_goes_on(tmp_path):
             "a replacement worker",
         )
         assert after[1] == before[1]
-        for _ in range(4):  # fresh connections: each goes to a worker still alive
-            assert post(collector.http_endpoint, body)[0] == 200
+        for n in range(4):  # fresh connections: each goes to a worker still alive
+            later = encode_spans(agent_spans(5, prefix=f"later-{n}-")).SerializeToString()
+            assert post(collector.http_endpoint, later)[0] == 200
         exporter = HttpExporter(endpoint=collector.http_endpoint)
-        assert exporter.export(agent_spans(5)) == SpanExportResult.SUCCESS
+        assert exporter.export(agent_spans(5, prefix="exported-")) == SpanExportResult.SUCCESS
     # The killed worker's first request may have been lost with it (it was acknowledged but not yet published),
     # as with a collector process killed; the five after it are all stored.
     assert len(stored_span_ids(tmp_path / "s")) in (100, 120)

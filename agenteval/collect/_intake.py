@@ -7,6 +7,10 @@ stops gracefully (:meth:`Intake.close` drains the queue, then flushes the writer
 decoded, and the receivers answer "unavailable, retry after a second" (HTTP 503 with ``Retry-After``, gRPC
 UNAVAILABLE with RetryInfo), which OTLP clients retry: they slow down and lose nothing.
 
+A request whose decoded body is the same as one already queued (an OTLP client sends a request again when its
+answer did not reach it) gets the first one's answer and stores nothing more: the last
+:data:`REMEMBERED_REQUESTS` requests are known by a digest of their body.
+
 Rows are written by the in-process exporter's own writer (:class:`~agenteval_exporters.ParquetSpanExporter`),
 so collected spans land where that exporter puts spans without an experiment (``spans/date=YYYY-MM-DD/``),
 in the same files and partitions.
@@ -15,9 +19,10 @@ in the same files and partitions.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -40,6 +45,10 @@ class Answer:
     message: str = ""
 
 
+OK = Answer("ok")
+"""The answer to a request whose every span was taken (one object, however many requests remember it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CollectStats:
     """Counts since start: spans acknowledged, written (handed to the writer), rejected as invalid, and
@@ -55,6 +64,9 @@ class CollectStats:
     spans_lost: int = 0
     """Acknowledged spans the store would not take (a full disk, a refused folder), lost when the collector
     stopped; not counted as written."""
+    spans_repeated: int = 0
+    """Spans of requests sent again (the same body as one already queued), acknowledged and not stored twice; not
+    counted as received."""
 
     def __add__(self, other: CollectStats) -> CollectStats:
         """Two receivers' counts together (a collector's HTTP workers and its own)."""
@@ -82,13 +94,18 @@ class Intake:
         self._lock = threading.Condition()
         self._in_flight = 0  # requests past the "closing?" check and not yet queued
         self._closing = False
-        self._received = self._written = self._rejected = self._refused = self._lost = 0
+        self._received = self._written = self._rejected = self._refused = self._lost = self._repeated = 0
+        self._answered: OrderedDict[bytes, tuple[int, Answer]] = OrderedDict()  # digest -> its spans, its answer
         self._writer = threading.Thread(target=self._write, name="agenteval-collect-writer", daemon=True)
         self._writer.start()
 
     def receive(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Answer:
         """Decode ``body`` and queue its spans; the answer for the client."""
+        digest = hashlib.blake2b(body, digest_size=16).digest()
         with self._lock:
+            repeated = self._repeat(digest)
+            if repeated is not None:
+                return repeated
             if self._closing or self._queued >= self.max_queued_spans:
                 self._refused += 1
                 return Answer("busy", message="agenteval collect cannot keep up; retry later")
@@ -98,7 +115,12 @@ class Intake:
                 decoded = decode(body)
             except PayloadError as exc:
                 return Answer("invalid", message=str(exc))
+            answer = Answer("ok", decoded.rejected, decoded.reason or "") if decoded.rejected or decoded.reason else OK
             with self._lock:
+                repeated = self._repeat(digest)  # the same request, sent again while this one was decoded
+                if repeated is not None:
+                    return repeated
+                rows = 0
                 if decoded.batch is not None:
                     self._queue.append(decoded.batch)
                     rows = decoded.batch.num_rows
@@ -108,7 +130,10 @@ class Intake:
                     if self._waiting >= WAKE_ROWS > self._waiting - rows:  # see WAKE_ROWS
                         self._lock.notify_all()
                 self._rejected += decoded.rejected
-            return Answer("ok", decoded.rejected, decoded.reason or "")
+                self._answered[digest] = (rows, answer)
+                if len(self._answered) > REMEMBERED_REQUESTS:
+                    self._answered.popitem(last=False)
+            return answer
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -117,10 +142,27 @@ class Intake:
                 if self._closing:
                     self._lock.notify_all()
 
+    def _repeat(self, digest: bytes) -> Answer | None:
+        """The answer given to a request with this digest already queued, counted as repeated; None if there was
+        none. Called holding the lock."""
+        known = self._answered.get(digest)
+        if known is None:
+            return None
+        self._answered.move_to_end(digest)
+        self._repeated += known[0]
+        return known[1]
+
     def stats(self) -> CollectStats:
         with self._lock:
             written = self._written - self._lost
-            return CollectStats(self._received, written, self._rejected, self._refused, spans_lost=self._lost)
+            return CollectStats(
+                self._received,
+                written,
+                self._rejected,
+                self._refused,
+                spans_lost=self._lost,
+                spans_repeated=self._repeated,
+            )
 
     def stop_accepting(self) -> None:
         """Refuse new requests, and wait for those already accepted to be queued."""
@@ -166,6 +208,11 @@ class Intake:
                 self._queued -= rows
                 self._written += rows
 
+
+REMEMBERED_REQUESTS = 65_536
+"""How many queued requests a repeat of is recognised (13 MB of digests and answers when full). OTLP clients send a
+request again within a minute or two of the first try; at a hundred 512-span requests a second this covers ten
+minutes."""
 
 WAKE_ROWS = 4_096
 WAKE_SECONDS = 0.05
