@@ -331,6 +331,22 @@ def test_an_async_agent_that_hangs_is_cancelled_at_the_timeout(tmp_path):
     assert row["failure_type"] == "timeout" and cancelled == [True]
 
 
+def test_an_async_agent_that_cancels_its_own_task_fails_its_trial_not_the_run(tmp_path):
+    # Its task is the worker's: the cancel ended the worker, and the run with a CancelledError.
+    async def cancels_itself(message):
+        if message == "cancel":
+            asyncio.current_task().cancel()
+            await asyncio.sleep(1)
+        return "4"
+
+    cases = [q("cancel", "cancel"), *(q(f"c{i}") for i in range(5))]
+    experiment = run_agent(tmp_path, cancels_itself, *cases, concurrency=1)
+    rows = {r["case_id"]: r for r in trials(tmp_path / "s", experiment.id)}
+    assert experiment.status == "completed" and len(rows) == 6
+    assert all(rows[f"c{i}"]["outcome"] == "passed" for i in range(5))
+    assert (rows["cancel"]["outcome"], rows["cancel"]["failure_type"]) == ("failed", "agent_error")
+
+
 def test_sync_agents_keep_the_trace_context_in_their_threads(tmp_path):
     @tool
     def lookup(country: str) -> str:

@@ -113,9 +113,11 @@ async def run_all(
                 task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
             running -= done
             if stopper in done:
+                runner.cancelling_trials = True
                 await _cancelled(running, runner.grace)  # unfinished trials are re-run by --resume
                 break
     finally:
+        runner.cancelling_trials = True  # whatever ends the run (a harness failure, a cancel) cancels what is left
         keeper.cancel()
         stopper.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -134,6 +134,9 @@ class TrialRunner:
         self.grace = min(CANCEL_GRACE_SECONDS, timeout)
         """How long an agent cancelled at its timeout may take to end before its trial is given up on."""
         self._running: dict[str, _Running] = {}
+        self.cancelling_trials = False
+        """Set by whoever cancels the trials' tasks (a stop, the end of the run): a cancellation then goes on,
+        where any other is the agent's failure."""
 
     def close(self) -> None:
         """Let the sync agent's worker threads end (a hung call's worker ends when the call returns)."""
@@ -240,11 +243,14 @@ class TrialRunner:
             except StopNow:
                 raise
             except asyncio.CancelledError as error:
-                # A cancellation of this task (the run stopping) goes on; a CancelledError the agent raised
-                # itself, with no cancel asked for, is its failure like any other.
+                # The run cancelling its trials (stopping, or its loop closing) goes on. Any other cancellation is the
+                # agent's doing: a CancelledError it raised, or a cancel of its own task (which is the worker's, so
+                # it is taken back): its failure like any other.
                 task = asyncio.current_task()
-                if task is None or task.cancelling():
+                if task is None or self.cancelling_trials:
                     raise
+                while task.cancelling():
+                    task.uncancel()
                 return error, False
             # The agent's failure is data here, not a crash: even sys.exit(), a KeyboardInterrupt, GeneratorExit
             # or its own BaseException subclass costs that trial only (a real second Ctrl-C arrives as StopNow).
