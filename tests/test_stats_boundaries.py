@@ -1,0 +1,72 @@
+"""The statistics of compare, gate and power at their edges: a drop of exactly the allowed one, a category of one
+case, differences near -100%, drops a pass rate cannot take, extreme significance levels. Each over real runs of
+an agent that follows a schedule written in its cases, into a real store, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.run import evaluate
+
+
+def scheduled(which: int):
+    """An agent for cases whose input is "ID:BASELINE/CANDIDATE": schedule ``which`` of the two says, attempt by
+    attempt, whether it answers right (P) or wrong (F)."""
+    calls: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def agent(message: str) -> str:
+        with lock:
+            attempt = calls.get(message, 0)
+            calls[message] = attempt + 1
+        schedule = message.split(":")[1].split("/")[which]
+        return "ok" if schedule[attempt % len(schedule)] == "P" else "wrong"
+
+    return agent
+
+
+def pair(tmp_path: Path, groups: list[tuple[int, str, str | None]], attempts: int) -> tuple[str, str, str]:
+    """A baseline and a candidate run of one dataset: ``count`` cases following ``schedules`` in each group, of
+    ``category``. Returns the store and both ids."""
+    lines = []
+    for count, schedules, category in groups:
+        for _ in range(count):
+            n = len(lines)
+            row: dict[str, Any] = {"id": f"c{n:04d}", "input": f"c{n}:{schedules}", "expected_output": "ok"}
+            if category:
+                row["category"] = category
+            lines.append(json.dumps(row))
+    dataset = tmp_path / "cases.jsonl"
+    dataset.write_text("\n".join(lines) + "\n")
+    store = str(tmp_path / "store")
+    ids = [
+        evaluate(scheduled(which), str(dataset), attempts=attempts, store=store, progress="none").id for which in (0, 1)
+    ]
+    return store, ids[0], ids[1]
+
+
+def strict_json(text: str) -> Any:
+    """JSON as every other parser reads it: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_drop_of_exactly_max_drop_is_tolerated(tmp_path):
+    """490 of 500 trials passing, then 480: a drop of exactly 2 points, which --max-drop 0.02 tolerates. The mean of
+    the per-case differences (0.6 - 0.8 is -0.20000000000000007) came out -0.020000000000000007, and the gate
+    exited 1, 'the drop exceeds 2%'."""
+    store, baseline, candidate = pair(tmp_path, [(10, "PPPPF/PPPFF", None), (90, "PPPPP/PPPPP", None)], attempts=5)
+    args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store]
+    exact = CliRunner().invoke(main, [*args, "--max-drop", "0.02"])
+    assert exact.exit_code == 0 and "the drop is within 2%" in exact.output, exact.output
+    below = CliRunner().invoke(main, [*args, "--max-drop", "0.019"])
+    assert below.exit_code == 1, below.output
