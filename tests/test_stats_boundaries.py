@@ -70,3 +70,14 @@ def test_a_drop_of_exactly_max_drop_is_tolerated(tmp_path):
     assert exact.exit_code == 0 and "the drop is within 2%" in exact.output, exact.output
     below = CliRunner().invoke(main, [*args, "--max-drop", "0.019"])
     assert below.exit_code == 1, below.output
+
+
+def test_the_gate_names_its_limits_as_given_not_rounded_to_whole_points(tmp_path):
+    """--max-drop 0.019 printed 'the drop exceeds 2%' of a drop of 2.0%, and --max-drop 0.025 'the drop is within
+    2%' of the same drop: the limit rounded to whole points contradicted the difference beside it."""
+    store, baseline, candidate = pair(tmp_path, [(10, "PPPPF/PPPFF", None), (90, "PPPPP/PPPPP", None)], attempts=5)
+    args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store]
+    below = CliRunner().invoke(main, [*args, "--max-drop", "0.019"])
+    assert below.exit_code == 1 and "the drop exceeds 1.9% and is significant" in below.output, below.output
+    above = CliRunner().invoke(main, [*args, "--max-drop", "0.025"])
+    assert above.exit_code == 0 and "the drop is within 2.5%" in above.output, above.output

@@ -318,10 +318,16 @@ def _infrastructure_refusals(comparison: Comparison, max_infra: float) -> list[s
             experiment = comparison.baseline if role == "baseline" else comparison.candidate
             refusals.append(
                 f"{share:.1%} of the {role}'s trials ({infra} of {trials}) failed for infrastructure reasons "
-                f"(limit {max_infra:.0%}): the API, not the agent, decided them. Re-run the failed ones with "
+                f"(limit {_share(max_infra)}): the API, not the agent, decided them. Re-run the failed ones with "
                 f"agenteval run --resume {experiment.experiment_id} --retry-failed infra"
             )
     return refusals
+
+
+def _share(limit: float) -> str:
+    """A limit as the percentage given: rounded to whole points, --max-drop 0.019 read 'the drop exceeds 2%' of a
+    2.0% drop, and 0.025 'within 2%' of a 2.2% one."""
+    return f"{limit * 100:g}%"
 
 
 def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecision:
@@ -343,10 +349,10 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
         return GateDecision(
             REGRESSION,
             "regression",
-            [numbers, f"the drop exceeds {max_drop:.0%} and is significant at alpha {alpha}", power_note],
+            [numbers, f"the drop exceeds {_share(max_drop)} and is significant at alpha {alpha}", power_note],
             comparison,
         )
-    why = f"the drop is within {max_drop:.0%}" if not exceeds else f"the drop is not significant at alpha {alpha}"
+    why = f"the drop is within {_share(max_drop)}" if not exceeds else f"the drop is not significant at alpha {alpha}"
     if mde > max(max_drop, 0.0) and drop > 0:
         why += f"; this comparison could not reliably see drops under {mde:.1%} (underpowered)"
     return GateDecision(PASS, "no regression", [numbers, why, power_note], comparison)
