@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
@@ -81,3 +82,18 @@ def test_the_gate_names_its_limits_as_given_not_rounded_to_whole_points(tmp_path
     assert below.exit_code == 1 and "the drop exceeds 1.9% and is significant" in below.output, below.output
     above = CliRunner().invoke(main, [*args, "--max-drop", "0.025"])
     assert above.exit_code == 0 and "the drop is within 2.5%" in above.output, above.output
+
+
+def test_compare_json_is_strict_json_when_a_category_has_one_shared_case(tmp_path):
+    """A category of one case has no standard error: `compare --json` printed NaN for it (standard_error, ci95,
+    p_drop, minimum_detectable_drop), which jq and JSON.parse refuse. Now null, as a report gives it."""
+    store, baseline, candidate = pair(tmp_path, [(10, "PPP/PPF", "many"), (1, "PPP/PFF", "solo")], attempts=3)
+    result = CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store, "--json"])
+    assert result.exit_code == 0, result.output
+    data = strict_json(result.stdout)
+    solo = data["categories"]["solo"]
+    assert solo["cases"] == 1 and solo["difference"] == pytest.approx(-2 / 3)
+    assert solo["standard_error"] is None and solo["ci95"] is None and solo["p_drop"] is None
+    assert data["categories"]["many"]["ci95"] is not None
+    table = CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store])
+    assert table.exit_code == 0 and "│ solo" in table.output, table.output

@@ -81,10 +81,14 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         def paired(d: PairedDifference) -> dict[str, Any]:
-            low, high = d.interval()
+            # A category of one shared case has no standard error (NaN): null, as in a report, since NaN is not
+            # JSON and `compare --json` must parse everywhere (jq, JSON.parse refused it).
+            if math.isnan(d.standard_error):
+                unknown = dict.fromkeys(("standard_error", "ci95", "p_drop", "minimum_detectable_drop"))
+                return {**dataclasses.asdict(d), **unknown}
             return {
                 **dataclasses.asdict(d),
-                "ci95": [low, high],
+                "ci95": list(d.interval()),
                 "p_drop": d.p_drop(),
                 "minimum_detectable_drop": d.minimum_detectable_drop(),
             }

@@ -203,7 +203,7 @@ def comparison_view(comparison: dict) -> RenderableType:
             pct(d["baseline"]),
             pct(d["candidate"]),
             f"{d['difference']:+.1%}",
-            "–" if d["standard_error"] != d["standard_error"] else f"{d['ci95'][0]:+.1%} to {d['ci95'][1]:+.1%}",
+            "–" if d["ci95"] is None else f"{d['ci95'][0]:+.1%} to {d['ci95'][1]:+.1%}",
         ]
         for name, d in comparison["categories"].items()
     ]
