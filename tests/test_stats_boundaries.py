@@ -97,3 +97,15 @@ def test_compare_json_is_strict_json_when_a_category_has_one_shared_case(tmp_pat
     assert data["categories"]["many"]["ci95"] is not None
     table = CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store])
     assert table.exit_code == 0 and "│ solo" in table.output, table.output
+
+
+def test_the_interval_of_a_difference_stays_within_100_points(tmp_path):
+    """9 of 10 cases passing, then none: a difference of -90% with a standard error of 10 points, whose normal
+    interval read -109.6% to -70.4%, a drop no pass rate can take. Clipped to [-1, 1] as a rate's is to [0, 1]."""
+    store, baseline, candidate = pair(tmp_path, [(9, "P/F", None), (1, "F/F", None)], attempts=1)
+    data = strict_json(CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store, "--json"]).stdout)
+    overall = data["overall"]
+    assert overall["difference"] == pytest.approx(-0.9) and overall["standard_error"] == pytest.approx(0.1)
+    assert overall["ci95"] == [-1.0, pytest.approx(-0.9 + 1.959964 * 0.1)]
+    gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
+    assert gate.exit_code == 1 and "(95% CI -100.0% to -70.4%)" in gate.output, gate.output

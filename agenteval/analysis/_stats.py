@@ -99,8 +99,11 @@ class PairedDifference:
     standard_error: float
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
+        """The normal interval, clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases passing,
+        then none, read -109.6% to -70.4%)."""
         z = NORMAL.inv_cdf(0.5 + level / 2)
-        return self.difference - z * self.standard_error, self.difference + z * self.standard_error
+        low, high = self.difference - z * self.standard_error, self.difference + z * self.standard_error
+        return max(-1.0, low), min(1.0, high)
 
     def p_drop(self) -> float:
         """One-sided p-value of "the candidate is no worse": small when the drop is real."""
