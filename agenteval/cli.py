@@ -1086,7 +1086,7 @@ def power(
     each with its own error bar (the same cases), which catches far less when cases differ a lot."""
     import json
 
-    from .analysis._power import build_model, power_table
+    from .analysis._power import build_model, default_drops, power_table
 
     try:
         model = build_model(
@@ -1101,7 +1101,7 @@ def power(
     except ValueError as exc:
         _raise_as_one_line(exc)
     table = power_table(
-        model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or [0.05, 0.10, 0.15], target_power
+        model, list(cases_list) or [25, 55, 100, 200, 400], list(drops) or default_drops(model), target_power
     )
     if as_json:
         click.echo(json.dumps(table.to_dict(), indent=2))

@@ -109,3 +109,19 @@ def test_the_interval_of_a_difference_stays_within_100_points(tmp_path):
     assert overall["ci95"] == [-1.0, pytest.approx(-0.9 + 1.959964 * 0.1)]
     gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
     assert gate.exit_code == 1 and "(95% CI -100.0% to -70.4%)" in gate.output, gate.output
+
+
+def test_power_refuses_a_drop_larger_than_the_pass_rate_and_leaves_it_out_of_the_defaults():
+    """At a pass rate of 0.1 the default 15-point drop cannot happen, yet `power --pass-rate 0.1` printed it
+    caught '78% / 89%' at 25 cases (unpaired above paired), and --pass-rate 1e-300 --drop 0.5 crashed on a NaN."""
+    defaults = CliRunner().invoke(main, ["power", "--pass-rate", "0.1", "--json"])
+    assert defaults.exit_code == 0, defaults.output
+    assert strict_json(defaults.output)["drops"] == [0.05, 0.1]  # a drop of the whole pass rate can happen
+    for rate, drop in (("0.1", "0.15"), ("1e-300", "0.5")):
+        result = CliRunner().invoke(main, ["power", "--pass-rate", rate, "--drop", drop])
+        assert result.exit_code == 2 and result.output.strip().splitlines() == [
+            f"Error: --drop {float(drop):g} is more than the pass rate {float(rate):g}, which cannot fall below 0; "
+            f"give drops up to {float(rate):g}"
+        ], result.output
+    none_fit = CliRunner().invoke(main, ["power", "--pass-rate", "0.04"])
+    assert none_fit.exit_code == 2 and "give the drops to tabulate with --drop (up to 0.04)" in none_fit.output

@@ -82,6 +82,10 @@ class PowerModel:
         """Each affected case keeps 1 - r of its pass rate, r = drop / (share x pass rate): the drop is
         taken where there are passes to lose, so no case goes below 0, and the cases lose drop on average."""
         p, s2, k = self.pass_rate, self.between_case_variance, self.attempts
+        if drop > p:  # r > 1: cases would pass less than never, and the variances came out as any number
+            raise UsageError(
+                f"--drop {drop:g} is more than the pass rate {p:g}, which cannot fall below 0; give drops up to {p:g}"
+            )
         share = self.affected_share(drop)
         r = drop / (share * p)
         second_moment = s2 + p * p  # E p_i²
@@ -146,6 +150,22 @@ class PowerModel:
             "run's pass rate with its own case-clustered error, as when two reports are set side by side",
             f"one-sided test at alpha {self.alpha}; normal approximation",
         ]
+
+
+DEFAULT_DROPS = (0.05, 0.10, 0.15)
+"""The drops ``agenteval power`` tabulates without ``--drop``: those up to the pass rate."""
+
+
+def default_drops(model: PowerModel) -> list[float]:
+    """:data:`DEFAULT_DROPS` that the model's pass rate can take; with a pass rate of 0.1, a 15-point drop read
+    '78% / 89%' as if it could happen."""
+    drops = [d for d in DEFAULT_DROPS if d <= model.pass_rate]
+    if not drops:
+        raise UsageError(
+            f"at a pass rate of {model.pass_rate:g} none of the default drops ({', '.join(map(str, DEFAULT_DROPS))}) "
+            f"can happen; give the drops to tabulate with --drop (up to {model.pass_rate:g})"
+        )
+    return drops
 
 
 def default_model(pass_rate: float, attempts: int, alpha: float = DEFAULT_ALPHA, affected: float = 1.0) -> PowerModel:
