@@ -125,3 +125,16 @@ def test_power_refuses_a_drop_larger_than_the_pass_rate_and_leaves_it_out_of_the
         ], result.output
     none_fit = CliRunner().invoke(main, ["power", "--pass-rate", "0.04"])
     assert none_fit.exit_code == 2 and "give the drops to tabulate with --drop (up to 0.04)" in none_fit.output
+
+
+def test_a_tiny_alpha_the_options_accept_is_judged_not_an_internal_error(tmp_path):
+    """--alpha takes any share strictly between 0 and 1, but z(1 - alpha) was computed from 1 - alpha, which is 1.0
+    for alpha 1e-17: power crashed with a traceback (StatisticsError) and the gate refused, 'internal error'."""
+    power = CliRunner().invoke(main, ["power", "--alpha", "1e-17", "--cases", "25", "--drop", "0.5", "--json"])
+    assert power.exit_code == 0, power.output
+    table = strict_json(power.output)
+    assert 0 < table["paired"][0][0] < 0.5 and table["cases_needed"][0] > 25  # z(1 - 1e-17) is 8.5: strict
+    store, baseline, candidate = pair(tmp_path, [(9, "P/F", None), (1, "F/F", None)], attempts=1)
+    args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--alpha", "1e-17"]
+    gate = CliRunner().invoke(main, args)
+    assert gate.exit_code == 1 and "significant at alpha 1e-17" in gate.output, gate.output

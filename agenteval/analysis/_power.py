@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
-from ._stats import NORMAL
+from ._stats import NORMAL, z_upper
 
 DEFAULT_SPREAD_SHARE = 0.5
 """Without a past experiment to estimate from, the between-case variance is taken as half its largest
@@ -115,7 +115,7 @@ class PowerModel:
     def _power(self, cases: int, drop: float, true: float, tested: float) -> float:
         """Phi((d - z(1 - alpha) SE_tested) / SE_true): the test divides by the error it estimates,
         and the difference varies by the true one."""
-        threshold = NORMAL.inv_cdf(1 - self.alpha) * math.sqrt(tested / cases)
+        threshold = z_upper(self.alpha) * math.sqrt(tested / cases)
         true_error = math.sqrt(true / cases)
         if true_error == 0:
             return 1.0 if drop > threshold else 0.0
@@ -126,9 +126,7 @@ class PowerModel:
         m = [(z(1 - alpha) sqrt(U) + z(target) sqrt(V)) / d]², U = V when paired."""
         v = self.variances(drop)
         tested = v.paired if paired else v.unpaired
-        root = (
-            NORMAL.inv_cdf(1 - self.alpha) * math.sqrt(tested) + NORMAL.inv_cdf(target) * math.sqrt(v.paired)
-        ) / drop
+        root = (z_upper(self.alpha) * math.sqrt(tested) + NORMAL.inv_cdf(target) * math.sqrt(v.paired)) / drop
         return max(2, math.ceil(root * root))
 
     def assumptions(self) -> list[str]:
@@ -291,7 +289,7 @@ def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000,
     hit = rng.random((runs, cases)) < share
     baseline = rng.binomial(k, rates) / k
     candidate = rng.binomial(k, rates * (1 - hit * drop / (share * p))) / k
-    critical = -NORMAL.inv_cdf(1 - model.alpha)
+    critical = -z_upper(model.alpha)
 
     def rejects(difference: Any, standard_error: Any) -> float:
         # No error at all: the test rejects exactly when the candidate is worse.

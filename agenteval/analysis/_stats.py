@@ -62,6 +62,12 @@ def wilson95(count: int, total: int) -> tuple[float, float] | None:
 NORMAL = NormalDist()
 
 
+def z_upper(alpha: float) -> float:
+    """z(1 - alpha), the one-sided critical value, as -z(alpha): the same by symmetry, and defined for every alpha
+    the options accept (1 - 1e-17 is 1.0 in floats, where inv_cdf raised and --alpha 1e-17 crashed)."""
+    return -NORMAL.inv_cdf(alpha)
+
+
 def pass_at_k(attempts: int, passes: int, k: int) -> float:
     """The chance that at least one of k attempts drawn from this case's n passes (unbiased estimator)."""
     if k > attempts:
@@ -113,7 +119,7 @@ class PairedDifference:
 
     def minimum_detectable_drop(self, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_TARGET_POWER) -> float:
         """The smallest drop a one-sided test at ``alpha`` catches with ``power``, at this standard error."""
-        return (NORMAL.inv_cdf(1 - alpha) + NORMAL.inv_cdf(power)) * self.standard_error
+        return (z_upper(alpha) + NORMAL.inv_cdf(power)) * self.standard_error
 
 
 def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -> PairedDifference:
