@@ -138,3 +138,14 @@ def test_a_tiny_alpha_the_options_accept_is_judged_not_an_internal_error(tmp_pat
     args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--alpha", "1e-17"]
     gate = CliRunner().invoke(main, args)
     assert gate.exit_code == 1 and "significant at alpha 1e-17" in gate.output, gate.output
+
+
+def test_power_says_a_drop_is_too_small_to_size_instead_of_a_traceback():
+    """--drop accepts any share above 0; at 1e-200 the cases needed overflowed ('OverflowError: cannot convert
+    float infinity to integer'). 1e-10, far below any drop worth catching, still gets its count."""
+    tiny = CliRunner().invoke(main, ["power", "--drop", "1e-200", "--cases", "25"])
+    assert tiny.exit_code == 2 and tiny.output.strip().splitlines() == [
+        "Error: --drop 1e-200 is too small for any number of cases to catch; give a larger drop"
+    ], tiny.output
+    small = CliRunner().invoke(main, ["power", "--drop", "1e-10", "--cases", "25", "--json"])
+    assert small.exit_code == 0 and strict_json(small.output)["cases_needed"][0] > 10**19, small.output

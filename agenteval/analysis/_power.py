@@ -127,6 +127,8 @@ class PowerModel:
         v = self.variances(drop)
         tested = v.paired if paired else v.unpaired
         root = (z_upper(self.alpha) * math.sqrt(tested) + NORMAL.inv_cdf(target) * math.sqrt(v.paired)) / drop
+        if not math.isfinite(root * root):  # --drop 1e-200: ceil(inf) raised OverflowError, a traceback
+            raise UsageError(f"--drop {drop:g} is too small for any number of cases to catch; give a larger drop")
         return max(2, math.ceil(root * root))
 
     def assumptions(self) -> list[str]:
