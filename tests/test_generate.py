@@ -152,3 +152,21 @@ def test_a_generated_dataset_runs_with_the_reference_agent_searching_its_corpus(
     )
     assert recall[0]["n"] == len(cases)
     assert experiment.options["corpus"] == str((tmp_path / "corpus.jsonl").resolve())
+
+
+def test_files_named_alike_in_two_folders_give_distinct_passage_ids_and_a_file_given_twice_counts_once(
+    model_server, tmp_path
+):
+    """docs/en/handbook.md and docs/fr/handbook.md both gave handbook-001: the corpus held the id twice and a
+    case's relevant_docs named either passage."""
+    docs = tmp_path / "docs"
+    (docs / "en").mkdir(parents=True)
+    (docs / "fr").mkdir()
+    (docs / "en" / "handbook.md").write_text(HANDBOOK)
+    (docs / "fr" / "handbook.md").write_text(NOTES)
+    model_server.responder = generator
+    done = generate(model_server, tmp_path, str(docs / "en" / "handbook.md"))  # also inside docs/: once
+    assert done.returncode == 0, done.stderr
+    corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
+    assert [d["id"] for d in corpus] == ["handbook-001", "handbook-002", "handbook-003", "handbook-2-001"]
+    assert len(model_server.requests) == 4

@@ -86,33 +86,37 @@ class Generated:
 
 
 def document_files(paths: Sequence[str | Path]) -> list[Path]:
-    """The ``.md`` and ``.txt`` files among ``paths`` (folders searched recursively), in a stable order."""
-    found: list[Path] = []
+    """The ``.md`` and ``.txt`` files among ``paths`` (folders searched recursively), in a stable order, each
+    once (a file given beside its folder would otherwise put its passages in the corpus twice)."""
+    found: dict[Path, Path] = {}
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
         elif path.is_file():
-            found.append(path)
+            files = [path]
         else:
             raise UsageError(f"{given}: no such file or folder")
+        for file in files:
+            found.setdefault(file.resolve(), file)
     if not found:
         raise UsageError(f"no .md or .txt files in {', '.join(map(str, paths))}")
-    return found
+    return list(found.values())
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "doc"
 
 
-def split_passages(path: Path) -> list[Passage]:
+def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
     """One file's passages: paragraphs gathered up to :data:`PASSAGE_CHARS`; a markdown heading starts a new
-    passage and titles it (and those after it, until the next heading)."""
+    passage and titles it (and those after it, until the next heading). Their ids are ``stem-001`` and on,
+    ``stem`` by default the file name's slug."""
     text = path.read_text(encoding="utf-8", errors="replace")
     title = path.stem
     pieces: list[str] = []
     passages: list[Passage] = []
-    stem = _slug(path.stem)
+    stem = stem or _slug(path.stem)
 
     def close() -> None:
         body = "\n\n".join(pieces).strip()
@@ -136,6 +140,23 @@ def split_passages(path: Path) -> list[Passage]:
         pieces.append(block)
     close()
     return passages
+
+
+def _stems(files: Sequence[Path]) -> list[tuple[Path, str]]:
+    """Each file with the stem of its passage ids: its name's slug, made unique (``faq``, ``faq-2``). Files named
+    alike in two folders (``en/faq.md``, ``fr/faq.md``) gave the same ids, so the corpus held two ``faq-001`` and
+    a case's ``relevant_docs`` named either."""
+    taken: set[str] = set()
+    stems = []
+    for path in files:
+        base = stem = _slug(path.stem)
+        number = 1
+        while stem in taken:
+            number += 1
+            stem = f"{base}-{number}"
+        taken.add(stem)
+        stems.append((path, stem))
+    return stems
 
 
 def normalised(text: str) -> str:
@@ -189,7 +210,7 @@ def generate(
         raise UsageError("--unanswerable must be a share between 0 and 1")
     if count < 1:
         raise UsageError("-n must be at least 1")
-    passages = [p for path in document_files(documents) for p in split_passages(path)]
+    passages = [p for path, stem in _stems(document_files(documents)) for p in split_passages(path, stem)]
     if not passages:
         raise UsageError(f"no passage of at least {MIN_PASSAGE_CHARS} characters in the documents")
     rng = random.Random(seed)
