@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import sys
@@ -378,6 +379,12 @@ def generate(
         if done == total or done % max(1, total // 10) == 0:
             click.echo(f"asked {done}/{total} passages", err=True)
 
+    outputs = (("-o", output), ("--corpus-out", corpus_out))
+    for option, path in outputs:
+        # Said before the model is asked: a missing folder found at the end cost every call, for nothing kept.
+        if not os.path.isdir(os.path.dirname(path) or "."):
+            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+            raise OutputNotWritable.at(option, path, missing)
     made = draft(
         documents,
         Model(model, base_url=base_url),
@@ -386,8 +393,12 @@ def generate(
         seed=seed,
         on_progress=progress,
     )
-    write_jsonl(output, [case.to_dict() for case in made.cases])
-    write_jsonl(corpus_out, [passage.to_document() for passage in made.passages])
+    written = ([case.to_dict() for case in made.cases], [passage.to_document() for passage in made.passages])
+    for (option, path), records in zip(outputs, written, strict=True):
+        try:
+            write_jsonl(path, records)
+        except OSError as exc:
+            raise OutputNotWritable.at(option, path, exc) from exc
     unknown = sum(case.expected_output == "unknown" for case in made.cases)
     click.echo(
         f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {output} and {len(made.passages)} passages "

@@ -170,3 +170,21 @@ def test_files_named_alike_in_two_folders_give_distinct_passage_ids_and_a_file_g
     corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
     assert [d["id"] for d in corpus] == ["handbook-001", "handbook-002", "handbook-003", "handbook-2-001"]
     assert len(model_server.requests) == 4
+
+
+def test_an_output_in_a_missing_folder_is_one_line_naming_it_before_the_model_is_asked(model_server, tmp_path):
+    """-o or --corpus-out in a folder that does not exist ended in a FileNotFoundError traceback, after every
+    passage had been asked (and paid for)."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    for option, target in (("-o", tmp_path / "gone" / "cases.jsonl"), ("--corpus-out", tmp_path / "gone" / "c.jsonl")):
+        command = [sys.executable, "-m", "agenteval.cli", "generate", str(tmp_path / "docs"), "-n", "5"]
+        outputs = {"-o": str(tmp_path / "cases.jsonl"), "--corpus-out": str(tmp_path / "corpus.jsonl")}
+        outputs[option] = str(target)
+        command += [*(item for pair in outputs.items() for item in pair), "--model", "openai/generator"]
+        done = subprocess.run([*command, "--base-url", model_server.openai_url], capture_output=True, text=True)
+        assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+            f"Error: {option} {target}: cannot be written (No such file or directory); check that its folder "
+            "exists and can be written, or choose another file"
+        ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
