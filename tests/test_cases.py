@@ -240,3 +240,33 @@ def test_validate_command(tmp_path):
     assert f"{bad}:2: invalid JSON" in failed.output and "2 problems" in failed.output
     missing = runner.invoke(main, ["validate", str(tmp_path / "absent.jsonl")])
     assert missing.exit_code == 1 and "no such file" in missing.output
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + '"x"' + "]" * levels
+
+
+def test_deep_json_is_refused_at_a_fixed_depth_so_validate_and_run_agree(tmp_path):
+    """How deep Python's json reads depends on how deep in the program it is called: metadata nested 980 levels
+    passed `validate` and was refused by `run` (and `audit`) as "nested too deeply". The limit is now the format's."""
+    shallow = '{"id": "shallow", "input": "a", "expected_output": "", "metadata": {"m": ' + nested(98) + "}}"
+    path = write(
+        tmp_path,
+        lines(
+            shallow,
+            '{"id": "deep", "input": "b", "expected_output": "", "metadata": {"m": ' + nested(150) + "}}",
+            '{"id": "deeper", "input": "c", "expected_output": "", "metadata": {"m": ' + nested(5000) + "}}",
+        ),
+    )
+    expected = [
+        f"{path}:2: metadata: JSON nested too deeply (more than 100 levels); flatten it",
+        f"{path}:3: JSON nested too deeply (more than 100 levels); flatten it",  # too deep for json to read
+        f"{path}: 2 problems",
+    ]
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == expected, done.output
+    audited = CliRunner().invoke(main, ["audit", str(path)])
+    assert audited.exit_code == 1 and expected[0] in audited.output and expected[1] in audited.output
+    path.write_text(lines(shallow))
+    (case,) = load_file(path)
+    assert json.dumps(case.metadata) == '{"m": ' + nested(98) + "}"

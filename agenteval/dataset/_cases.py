@@ -171,6 +171,33 @@ def _non_finite_at(value: Any, field: str = "") -> tuple[str, str] | None:
     return None
 
 
+MAX_NESTING = 100
+"""The most levels a line's JSON may nest (lists in objects in lists, in ``metadata``): far beyond any real case.
+Python reads about 1,000 levels, fewer the deeper in a program it reads them, so without a limit of its own a line
+``validate`` accepted could be refused by ``run``, or read back from the store by neither."""
+
+
+def _too_deep(record: Any) -> str | None:
+    """The field (``""`` for the line itself) holding JSON nested more than :data:`MAX_NESTING` levels, or None.
+    A loop, not recursion: the depth is what is in question."""
+    fields = record.items() if isinstance(record, dict) else [("", record)]
+    for field, value in fields:
+        level: list[Any] = [value]
+        for _ in range(MAX_NESTING):
+            level = [
+                item
+                for container in level
+                if isinstance(container, (dict, list))
+                for item in (container.values() if isinstance(container, dict) else container)
+            ]
+            if not level:
+                break
+        else:
+            if any(isinstance(item, (dict, list)) for item in level):
+                return field
+    return None
+
+
 class _Invalid(Exception):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
@@ -488,7 +515,8 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
                 parse_constant=constant,
                 parse_float=finite_float,
             )
-            found = _non_finite_at(record) if non_finite else None
+            deep = _too_deep(record)
+            found = _non_finite_at(record) if non_finite and deep is None else None
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
             continue
@@ -496,7 +524,9 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
             continue
         except RecursionError:
-            report(number, None, "JSON nested too deeply to read; flatten the line")
+            deep = ""
+        if deep is not None:
+            report(number, deep, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it")
             continue
         if found is not None:
             field, written = found
