@@ -171,6 +171,20 @@ def test_blank_lines_bom_and_crlf(tmp_path):
     assert [(c.id, c.line, c.input) for c in cases] == [("1", 1, "q1"), ("4", 4, "q2")]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_utf16_file_is_one_problem_saying_to_save_it_as_utf8(tmp_path, encoding):
+    """Windows PowerShell's `>` writes UTF-16: every line after the first read as "invalid JSON at column 1:
+    Expecting value", a problem per line (50, then "... and N more") burying the one that said what was wrong."""
+    records = lines(*({"input": f"q{i}", "expected_output": "a"} for i in range(80)))
+    bom = {"utf-16-be": "\ufeff"}.get(encoding, "")  # the plain codecs write their byte order mark themselves
+    path = write(tmp_path, (bom + records).encode(encoding))
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == [
+        f"{path}:1: the file is UTF-16 or UTF-32 (it starts with their byte order mark); save it as UTF-8",
+        f"{path}: 1 problem",
+    ], done.output
+
+
 def test_a_number_as_expected_output_means_its_text(tmp_path):
     (case,) = load_file(write(tmp_path, lines({"input": "2+2?", "expected_output": 4}))).cases
     assert case.expected_output == "4"

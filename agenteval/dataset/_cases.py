@@ -469,6 +469,10 @@ def _distinct(field: str, items: tuple[str, ...], key: Callable[[str], str]) -> 
     return items
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+"""How UTF-16 (little- and big-endian) and UTF-32 (little-endian starts as UTF-16's; big-endian) files start."""
+
+
 def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     """Validate every line; raise :class:`DatasetError` listing the problems if there are any.
 
@@ -496,6 +500,13 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             more += 1
 
     for number, text in enumerate(lines, start=1):
+        if number == 1 and isinstance(text, bytes) and text.startswith(_UTF16_BOMS):
+            # Every line of such a file is wrong the same way (Windows PowerShell writes UTF-16 with `>`): one
+            # problem saying what to do, not one per line each saying "invalid JSON at column 1".
+            report(
+                number, None, "the file is UTF-16 or UTF-32 (it starts with their byte order mark); save it as UTF-8"
+            )
+            break
         if isinstance(text, bytes):
             try:
                 text = text.decode("utf-8")
