@@ -207,3 +207,21 @@ def test_audit_of_templated_inputs_groups_them_and_counts_their_pairs_without_ho
     assert len(as_json["near_duplicates"]) == MAX_LISTED_PAIRS < pairs
     assert as_json["near_duplicate_pairs"] == pairs
     assert as_json["near_duplicate_groups"] == [[f"o{i}" for i in range(cases)]]
+
+
+def test_audit_shows_an_id_or_category_holding_a_line_break_on_one_line(tmp_path):
+    """A table cell keeps line breaks (for replies): the duplicate group of "x\\nforged" and "b" showed as a row
+    "x" and a row "forged, b", ids that are not in the file."""
+    path = tmp_path / "cases.jsonl"
+    records = [
+        {"id": "x\nforged", "input": "Same question?", "expected_output": "a", "category": "one\ntwo"},
+        {"id": "b", "input": "same question", "expected_output": "a"},
+        {"id": "c\nd", "input": "What is the refund window for shoes?", "expected_output": "a"},
+        {"id": "e", "input": "What is the refund window for hats?", "expected_output": "a"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = CliRunner().invoke(main, ["audit", str(path), "--similarity", "0.5"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "x\\x0aforged, b" in result.output and "c\\x0ad, e" in result.output, result.output
+    assert "one\\x0atwo" in result.output
+    assert not any(line.strip(" │┃").startswith(("forged", "d,", "d ", "two")) for line in result.output.splitlines())

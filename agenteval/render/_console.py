@@ -31,7 +31,7 @@ def audit_view(report: AuditReport) -> RenderableType:
     present = {d for row in report.difficulties.values() for d in row}
     difficulty_names = [d for d in (*DIFFICULTIES, "unset") if d in present]
     rows = [
-        [category, str(count), *(str(report.difficulties[category].get(d, 0)) for d in difficulty_names)]
+        [visible(category), str(count), *(str(report.difficulties[category].get(d, 0)) for d in difficulty_names)]
         for category, count in report.categories.items()
     ]
     parts: list[RenderableType] = [
@@ -52,7 +52,7 @@ def audit_view(report: AuditReport) -> RenderableType:
     else:
         parts.append(Text(f"Every category has at least {report.min_per_category} cases.", style="green"))
     if report.duplicates:
-        parts.append(rich_table(["duplicate inputs (case ids)"], [[", ".join(g)] for g in report.duplicates]))
+        parts.append(rich_table(["duplicate inputs (case ids)"], [[_ids(g)] for g in report.duplicates]))
     if report.near_duplicates:
         parts.extend(_near_duplicates_view(report))
     if not report.duplicates and not report.near_duplicates:
@@ -61,6 +61,14 @@ def audit_view(report: AuditReport) -> RenderableType:
 
 
 SHOWN_IDS = 10
+
+
+def _ids(ids: list[str]) -> str:
+    """Case ids as one cell, each on the line it shares with the others: a table cell keeps line breaks (for
+    replies), and an id holding one split the list, showing ids that are not there."""
+    return ", ".join(visible(i) for i in ids)
+
+
 SHOWN_PAIRS = 50
 """Near-duplicate pairs the terminal shows; ``audit --json`` lists more (see ``MAX_LISTED_PAIRS``)."""
 SHOWN_GROUPS = 10
@@ -70,7 +78,7 @@ def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:
     # Inputs from one template are all alike, and their pairs grow with the square of the cases: the groups
     # they make say it in a line each, a few pairs show what alike means, and the rest are counted.
     groups = [
-        [f"{len(group):,}", ", ".join(group[:SHOWN_IDS]) + (", ..." if len(group) > SHOWN_IDS else "")]
+        [f"{len(group):,}", _ids(group[:SHOWN_IDS]) + (", ..." if len(group) > SHOWN_IDS else "")]
         for group in report.near_duplicate_groups[:SHOWN_GROUPS]
     ]
     title = "Near-duplicate inputs, grouped (check they test different things)"
@@ -80,7 +88,7 @@ def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:
     parts.append(
         rich_table(
             ["case", "case", "similarity"],
-            [[a, b, f"{s:.2f}"] for a, b, s in report.near_duplicates[:SHOWN_PAIRS]],
+            [[visible(a), visible(b), f"{s:.2f}"] for a, b, s in report.near_duplicates[:SHOWN_PAIRS]],
             title="Near-duplicate pairs",
         )
     )
