@@ -108,7 +108,24 @@ def test_the_interval_of_a_difference_stays_within_100_points(tmp_path):
     assert overall["difference"] == pytest.approx(-0.9) and overall["standard_error"] == pytest.approx(0.1)
     assert overall["ci95"] == [-1.0, pytest.approx(-0.9 + 1.959964 * 0.1)]
     gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
-    assert gate.exit_code == 1 and "(95% CI -100.0% to -70.4%)" in gate.output, gate.output
+    assert gate.exit_code == 1 and "(90% CI -100.0% to -73.6%)" in gate.output, gate.output
+
+
+def test_the_gate_shows_the_interval_of_its_own_test(tmp_path):
+    """The gate's test is one-sided at alpha, and it printed a 95% interval beside it: 3 of 50 cases going from
+    PPP to PPF read "difference -2.0% (95% CI -4.2% to +0.2%), one-sided p = 0.038 ... significant at alpha 0.05".
+    Its interval is the 1 - 2 alpha one, whose upper end is below 0 exactly when the test rejects."""
+    store, baseline, candidate = pair(tmp_path, [(3, "PPP/PPF", None), (47, "P/P", None)], attempts=3)
+    for alpha, level, verdict in (("0.05", "90%", 1), ("0.01", "98%", 0)):
+        gate = CliRunner().invoke(
+            main,
+            ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--max-drop", "0.01"]
+            + ["--alpha", alpha],
+        )
+        assert gate.exit_code == verdict, gate.output
+        line = " ".join(gate.output.split())
+        high = float(line.split(f"({level} CI ")[1].split(" to ")[1].split("%")[0])
+        assert (high < 0) == (verdict == 1), line
 
 
 def test_power_refuses_a_drop_larger_than_the_pass_rate_and_leaves_it_out_of_the_defaults():

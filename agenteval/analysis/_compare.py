@@ -339,9 +339,13 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
     overall = comparison.overall
     drop, p_value = -overall.difference, overall.p_drop()
     mde = overall.minimum_detectable_drop(alpha)
+    # The interval whose upper end is below 0 exactly when the one-sided test at alpha rejects "no drop" (90% at
+    # alpha 0.05): beside a 95% one, "significant" was printed next to an interval that held 0.
+    level = 1 - 2 * alpha
+    low, high = overall.test_interval(alpha)
     numbers = (
         f"baseline {overall.baseline:.1%}, candidate {overall.candidate:.1%} over {overall.cases} shared cases; "
-        f"difference {overall.difference:+.1%} (95% CI {overall.interval()[0]:+.1%} to {overall.interval()[1]:+.1%}), "
+        f"difference {overall.difference:+.1%} ({level * 100:.4g}% CI {low:+.1%} to {high:+.1%}), "
         f"one-sided p = {p_value:.3f}"
     )
     power_note = f"smallest drop this comparison detects with 80% power: {mde:.1%}"

@@ -107,7 +107,14 @@ class PairedDifference:
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         """The normal interval, clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases passing,
         then none, read -109.6% to -70.4%)."""
-        z = NORMAL.inv_cdf(0.5 + level / 2)
+        return self._within(NORMAL.inv_cdf(0.5 + level / 2))
+
+    def test_interval(self, alpha: float) -> tuple[float, float]:
+        """The 1 - 2 alpha interval (90% at alpha 0.05), clipped: its upper end is below 0 exactly when the
+        one-sided test at ``alpha`` rejects "no drop"."""
+        return self._within(z_upper(alpha))
+
+    def _within(self, z: float) -> tuple[float, float]:
         low, high = self.difference - z * self.standard_error, self.difference + z * self.standard_error
         return max(-1.0, low), min(1.0, high)
 
