@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -248,13 +249,24 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
 
 
 def _move_back_late_files(replacement: Path, folder: Path, manifest: _Manifest) -> None:
-    """After the swap: files not merged go back to the partition, merged ones are deleted."""
+    """After the swap: files not merged go back to the partition, merged ones are deleted, and the emptied
+    folder is removed. A writer that looked the partition's folder up just before the swap publishes into
+    ``replacement`` whenever its move lands, also after the folder was listed: then the folder is not empty
+    and is emptied again. Once it is removed, such a move finds no folder, and the writer publishes into the
+    partition instead (``StagedFile._move_into``)."""
     merged = set(manifest.merged)
-    for path in replacement.iterdir():
-        if path.name in merged:
-            path.unlink()
-        else:
-            os.replace(path, folder / path.name)
+    while True:
+        for path in replacement.iterdir():
+            if path.name in merged:
+                path.unlink()
+            else:
+                os.replace(path, folder / path.name)
+        try:
+            replacement.rmdir()
+            return
+        except OSError as exc:  # not empty: a file came in after the listing, which is listed again
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
 
 
 def _remove_merged(folder: Path, manifest: _Manifest) -> None:
