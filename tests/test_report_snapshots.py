@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -196,6 +198,45 @@ def test_compaction_saves_again_the_figures_it_put_out_of_date(tmp_path, monkeyp
     assert current.is_dir() and snapshot_folders(store) == [current]  # the stale one went
     report = build_report(store, experiment).to_dict()
     assert report["outcomes"]["wrong"] == 20 and report == live(store, experiment)
+
+
+READ_AN_OLD_SNAPSHOT = """
+import os, sys, time
+from agenteval.store import Store
+from agenteval.store._snapshots import SNAPSHOTS, judged_connection, snapshot_folders
+
+store, experiment = Store(sys.argv[1]), sys.argv[2]
+(saved,) = snapshot_folders(store)
+an_hour_ago = time.time() - 3600
+os.utime(saved, (an_hour_ago, an_hour_ago))  # saved an hour ago, and current ever since
+with judged_connection(store, experiment) as con:
+    (view,) = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'judged'").fetchone()
+    print("chosen", SNAPSHOTS in view, flush=True)
+    assert sys.stdin.readline() == "go\\n"  # a writer replaced it meanwhile
+    print(con.execute("SELECT count(*) FROM judged").fetchone()[0], flush=True)
+"""
+
+
+def test_a_report_reading_an_old_snapshot_keeps_it_when_a_writer_replaces_it(tmp_path):
+    # A snapshot an hour old was removed by the save that replaced it, under a report that had just chosen it:
+    # "IO Error: No files found that match the pattern .../judged*.figures".
+    store = Store(tmp_path / "store")
+    experiment = evaluate("mock", "arithmetic", cases=10, attempts=2, store=store, progress="none").id
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READ_AN_OLD_SNAPSHOT, str(store.root), experiment],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout.readline().split() == ["chosen", "True"], reader.communicate()[1]
+    command = [sys.executable, "-m", "agenteval.cli", "rescore", experiment, "--store", str(store.root)]
+    rescored = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert rescored.returncode == 0, rescored.stderr
+    out, err = reader.communicate("go\n", timeout=60)
+    assert reader.returncode == 0, err
+    assert out.split() == ["20"]
+    assert len(snapshot_folders(store)) == 2  # the rescore's own, and the one read, gone at a save a minute on
 
 
 def test_snapshot_files_are_never_reached_by_a_glob_over_the_store(tmp_path):

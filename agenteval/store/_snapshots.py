@@ -61,7 +61,7 @@ BUCKET_TRIALS = 500_000
 this many trials' scores, not by the experiment's size (about 400 MB at two passes of two scorers)."""
 
 STALE_SNAPSHOT_SECONDS = 60.0
-"""A replaced snapshot is removed once older than this: a reader that chose it just before has finished by then."""
+"""A replaced snapshot is removed once replaced for this long: a reader that chose it before has finished by then."""
 
 SCORE_FIGURES = "experiment_id, trial_id, scorer, value, passed, continuous, error"
 USAGE_FIGURES = ", ".join([*views.USAGE, *(name + views.ALL_TRIES for name in views.USAGE)])
@@ -305,9 +305,20 @@ def _save(con: duckdb.DuckDBPyConnection, store: Store, experiment_id: str, curr
 
 
 def _remove_replaced(kept: Path) -> None:
-    """Remove the experiment's older snapshots, and leftovers of killed saves, once nobody can be reading them."""
+    """Remove the experiment's older snapshots, and leftovers of killed saves, once nobody can be reading them.
+
+    A snapshot is chosen, however old, for as long as the files are the same; a newer one, saved from the files
+    as they were when it was saved, says they had changed by then. So a snapshot goes once one saved after it is
+    :data:`STALE_SNAPSHOT_SECONDS` old, not once it is that old itself: an hour-old snapshot replaced just now
+    may have been chosen by a report still reading it."""
     cutoff = time.time() - STALE_SNAPSHOT_SECONDS
+    saved: dict[Path, float] = {}
     for other in kept.parent.iterdir():
         with contextlib.suppress(OSError):
-            if other != kept and other.stat().st_mtime < cutoff:
+            saved[other] = other.stat().st_mtime
+    settled = [when for folder, when in saved.items() if when < cutoff and not folder.name.endswith(STAGED_SUFFIX)]
+    for other, when in saved.items():
+        replaced = other.name.endswith(STAGED_SUFFIX) or any(when < later for later in settled)
+        if other != kept and replaced and when < cutoff:
+            with contextlib.suppress(OSError):
                 shutil.rmtree(other)
