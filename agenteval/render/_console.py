@@ -61,17 +61,15 @@ def audit_view(report: AuditReport) -> RenderableType:
 
 
 SHOWN_IDS = 10
+SHOWN_PAIRS = 50
+"""Near-duplicate pairs the terminal shows; ``audit --json`` lists more (see ``MAX_LISTED_PAIRS``)."""
+SHOWN_GROUPS = 10
 
 
 def _ids(ids: list[str]) -> str:
     """Case ids as one cell, each on the line it shares with the others: a table cell keeps line breaks (for
     replies), and an id holding one split the list, showing ids that are not there."""
     return ", ".join(visible(i) for i in ids)
-
-
-SHOWN_PAIRS = 50
-"""Near-duplicate pairs the terminal shows; ``audit --json`` lists more (see ``MAX_LISTED_PAIRS``)."""
-SHOWN_GROUPS = 10
 
 
 def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:

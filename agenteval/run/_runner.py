@@ -46,7 +46,7 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
-from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, experiment_lease
+from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, experiment_lease, run_lease
 from ..store._snapshots import judged_connection
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
@@ -1003,7 +1003,7 @@ def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> 
 
 
 def _lease(store: Store, experiment_id: str, shard: Shard | None) -> AnyLease:
-    return experiment_lease(store.root, shard.lease_name(experiment_id) if shard else experiment_id)
+    return run_lease(store.root, experiment_id, None if shard is None else str(shard))
 
 
 def _new_experiment_id(store: Store, given: str | None, name: str | None, shard: Shard | None) -> str:

@@ -95,20 +95,20 @@ async def run_all(
                 running.discard(task)
                 leave_running(task)
                 running.add(start_task(worker()))
-                if not changed[0].done():  # the main loop waits on the workers it knew of
-                    changed[0].set_result(None)
+                if not changed.done():  # the main loop waits on the workers it knew of
+                    changed.set_result(None)
 
     running: set[asyncio.Task[None]] = set()
-    changed: list[asyncio.Future[None]] = [loop.create_future()]  # set when workers were replaced
+    changed: asyncio.Future[None] = loop.create_future()  # set when workers were replaced
     keeper = asyncio.create_task(ticking())
     running.update(start_task(worker()) for _ in range(min(concurrency, len(plans) or 1)))
     stopper = asyncio.create_task(stop.wait())
     try:
         while running:
-            watched: set[asyncio.Future[Any]] = {*running, stopper, keeper, changed[0]}
+            watched: set[asyncio.Future[Any]] = {*running, stopper, keeper, changed}
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-            if changed[0].done():
-                changed[0] = loop.create_future()
+            if changed.done():
+                changed = loop.create_future()
             for task in done & {*running, keeper}:
                 task.result()  # a failure of the harness itself (not of a trial) stops the run loudly
             running -= done

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from ..dataset._cases import Case
 from ..errors import UsageError
-from ..store._lease import run_lease_name
 
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 EXPERIMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -52,10 +51,6 @@ class Shard:
 
     def cases(self, cases: Sequence[Case]) -> list[Case]:
         return [case for case in cases if self.holds(case.id)]
-
-    def lease_name(self, experiment_id: str) -> str:
-        """The name of this shard's lease (see ``agenteval.store._lease``)."""
-        return run_lease_name(experiment_id, str(self))
 
 
 def shard_of(case_id: str, count: int) -> int:

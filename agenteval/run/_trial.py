@@ -146,9 +146,8 @@ class TrialRunner:
     async def run(self, plan: TrialPlan) -> TrialResult:
         tag = TrialTag(self.experiment_id, plan.case.id, plan.trial_id, plan.attempt)
         token = trial_context(tag)
-        started = time.time_ns()
         deadline = time.monotonic() + self.timeout
-        running = _Running(plan, asyncio.current_task(), started, deadline + self.grace)
+        running = _Running(plan, asyncio.current_task(), time.time_ns(), deadline + self.grace)
         self._running[plan.trial_id] = running
         exc: BaseException | None
         timed_out: bool | str
@@ -184,33 +183,26 @@ class TrialRunner:
             current_trial.reset(token)
             if self._running.get(plan.trial_id) is running:
                 del self._running[plan.trial_id]
-        spans = self.collector.take(self.experiment_id, plan.trial_id)
-        return self._result(plan, running.trace_id, started, running.replies, exc, timed_out, running.retries, spans)
+        return self._finished(running, exc, timed_out)
 
     def give_up_overdue(self, now: float) -> list[tuple[TrialResult, asyncio.Task[Any] | None]]:
         """The trials whose agent is still running :attr:`grace` seconds past their timeout, cancelled and not
         ending (it swallows its cancellation): each one's result, a timeout, and the task still running it, for the
         caller to leave behind. Whatever that agent does later changes nothing recorded."""
         overdue = [running for running in self._running.values() if running.overdue_at <= now]
-        given_up = []
+        message = LEFT_RUNNING.format(grace=self.grace)
         for running in overdue:
             del self._running[running.plan.trial_id]
-            message = LEFT_RUNNING.format(grace=self.grace)
             if running.root is not None:
                 self._end_root(running.root, [], running.replies, None, message)
-            spans = self.collector.take(self.experiment_id, running.plan.trial_id)
-            result = self._result(
-                running.plan,
-                running.trace_id,
-                running.started_ns,
-                running.replies,
-                None,
-                message,
-                running.retries,
-                spans,
-            )
-            given_up.append((result, running.task))
-        return given_up
+        return [(self._finished(running, None, message), running.task) for running in overdue]
+
+    def _finished(self, running: _Running, exc: BaseException | None, timed_out: bool | str) -> TrialResult:
+        """The result of a trial that is over (or given up on), with the spans gathered for it."""
+        spans = self.collector.take(self.experiment_id, running.plan.trial_id)
+        return self._result(
+            running.plan, running.trace_id, running.started_ns, running.replies, exc, timed_out, running.retries, spans
+        )
 
     def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
         attributes: dict[str, Any] = {

@@ -268,9 +268,14 @@ def run_lease_name(experiment_id: str, shard: str | None = None) -> str:
     return f"{experiment_id}.shard-{index}-of-{count}"
 
 
+def run_lease(root: StoreRoot, experiment_id: str, shard: str | None = None) -> AnyLease:
+    """The lease a run of ``experiment_id`` holds (of its shard ``K/N``, for a run in shards)."""
+    return experiment_lease(root, run_lease_name(experiment_id, shard))
+
+
 def is_running(root: StoreRoot, experiment_id: str, shard: str | None = None) -> bool:
     """Whether a live process holds the run's lease, this one included (a run killed by any means does not)."""
-    lease = experiment_lease(root, run_lease_name(experiment_id, shard))
+    lease = run_lease(root, experiment_id, shard)
     if isinstance(lease, RemoteLease):
         return lease.running()
     return lease.in_use()
