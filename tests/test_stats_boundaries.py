@@ -166,3 +166,24 @@ def test_power_says_a_drop_is_too_small_to_size_instead_of_a_traceback():
     ], tiny.output
     small = CliRunner().invoke(main, ["power", "--drop", "1e-10", "--cases", "25", "--json"])
     assert small.exit_code == 0 and strict_json(small.output)["cases_needed"][0] > 10**19, small.output
+
+
+def test_runs_where_every_case_passes_are_not_reported_as_certain(tmp_path):
+    """11 cases passing all 3 attempts, twice. The report read "95% CI 100.0% to 100.0%", and compare and the gate
+    an interval of +0.0% to +0.0% and "detects drops of 0.0%": certainty no 11 cases give. Now the report gives
+    Wilson's interval of 11 passes in 11, and the comparison the most that 11 unchanged cases leave possible."""
+    store, baseline, candidate = pair(tmp_path, [(11, "PPP/PPP", None)], attempts=3)
+    report = strict_json(CliRunner().invoke(main, ["report", candidate, "--store", store, "--format", "json"]).output)
+    assert report["overall"]["pass_rate"] == 1.0
+    assert report["overall"]["ci95"] == [pytest.approx(0.7412, abs=1e-4), 1.0]
+    shown = CliRunner().invoke(main, ["report", candidate, "--store", store])
+    assert "74.1%" in shown.output and "100.0% to 100.0%" not in shown.output, shown.output
+    compared = CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store, "--json"])
+    overall = strict_json(compared.output)["overall"]
+    assert overall["no_spread"] and overall["ci95"] == [pytest.approx(-0.259, abs=1e-3), pytest.approx(0.259, abs=1e-3)]
+    assert overall["minimum_detectable_drop"] == pytest.approx(0.328, abs=1e-3)
+    table = " ".join(CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store]).output.split())
+    assert "detects drops of 32.8% with 80% power" in table and "the spread is unknown" in table, table
+    gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
+    line = " ".join(gate.output.split())
+    assert gate.exit_code == 0 and "80% power: 32.8% (no case's pass rate moved" in line, line

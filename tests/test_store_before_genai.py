@@ -1,6 +1,8 @@
 """A store written before the GenAI message shapes (tests/data/store-before-genai, by commit 42cfd87: provider
 message shapes, no finish_reason, retrieval ids under the older name only, no wraps_model_call column) still
-reports what that code reported, and rescoring it gives the scores it gave."""
+reports what that code reported, and rescoring it gives the scores it gave. The pass-rate intervals in
+expected.json are the ones computed since they became Wilson's at the effective number of trials (they had read
+0.0% to 0.0% for categories where no case passed); every other figure is that code's."""
 
 from __future__ import annotations
 

@@ -26,7 +26,15 @@ if TYPE_CHECKING:
         SpanLatency,
         TokenUse,
     )
-    from ._stats import clustered_mean, interval95, paired_difference, pass_at_k, pass_hat_k
+    from ._stats import (
+        clustered_mean,
+        clustered_rate,
+        interval95,
+        paired_difference,
+        pass_at_k,
+        pass_hat_k,
+        rate_interval95,
+    )
     from ._traces import TracesReport, build_traces_report
 
 __all__, __getattr__, __dir__ = lazy_exports(
@@ -51,6 +59,14 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "TokenUse",
         ),
         "._traces": ("TracesReport", "build_traces_report"),
-        "._stats": ("clustered_mean", "interval95", "paired_difference", "pass_at_k", "pass_hat_k"),
+        "._stats": (
+            "clustered_mean",
+            "clustered_rate",
+            "interval95",
+            "paired_difference",
+            "pass_at_k",
+            "pass_hat_k",
+            "rate_interval95",
+        ),
     },
 )

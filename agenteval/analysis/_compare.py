@@ -17,7 +17,7 @@ from ..store import Store
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
-from ._stats import PairedDifference, paired_difference
+from ._stats import PairedDifference, no_spread_note, paired_difference
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""
@@ -349,6 +349,8 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
         f"one-sided p = {p_value:.3f}"
     )
     power_note = f"smallest drop this comparison detects with 80% power: {mde:.1%}"
+    if overall.no_spread:
+        power_note += f" ({no_spread_note(overall.cases)})"
     # The difference is a mean of float rates (0.6 - 0.8 is -0.20000000000000007), so a drop of exactly max_drop
     # (490 of 500 trials passing, then 480) came out a rounding error above it and was judged a regression.
     # Real drops differ from max_drop by a share of a trial, far more than the tolerance.

@@ -19,7 +19,7 @@ from ..store._lease import is_running
 from ..store._snapshots import judged_connection
 from ..store._views import current_trials
 from ._report_data import ShardProgress
-from ._stats import clustered_mean_of_totals, interval95
+from ._stats import clustered_rate
 from ._statuses import COMPLETED as COMPLETED  # the statuses, read here as ex.COMPLETED, ...
 from ._statuses import FAILED as FAILED
 from ._statuses import INTERRUPTED, RUNNING
@@ -330,12 +330,8 @@ def summarize(
             return summarize(store, experiment_id, opened)
     figures = counts(con)
     per_case = con.execute("SELECT count(*), count(*) FILTER (WHERE passed) FROM judged GROUP BY case_id").fetchall()
-    _, standard_error = clustered_mean_of_totals(per_case)
+    _, standard_error, interval = clustered_rate(per_case)
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
-    figures["pass_rate_ci95"] = (
-        None
-        if figures["pass_rate"] is None or math.isnan(standard_error)
-        else interval95(figures["pass_rate"], standard_error)
-    )
+    figures["pass_rate_ci95"] = None if figures["pass_rate"] is None or math.isnan(interval[0]) else interval
     figures["cases"] = len(per_case)
     return Figures(**figures)

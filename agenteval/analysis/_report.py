@@ -32,7 +32,7 @@ from ._report_data import (
     SpanLatency,
     TokenUse,
 )
-from ._stats import clustered_mean_of_totals, interval95, pass_at_k, pass_hat_k
+from ._stats import clustered_rate, pass_at_k, pass_hat_k
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
@@ -96,8 +96,7 @@ def _conversation(row: dict[str, Any]) -> Conversation:
 
 
 def _rate(cases: list[dict[str, Any]], k: list[PassAtK]) -> dict[str, Any]:
-    mean, standard_error = clustered_mean_of_totals([(c["attempts"], c["passes"]) for c in cases])
-    low, high = interval95(mean, standard_error)
+    mean, standard_error, (low, high) = clustered_rate([(c["attempts"], c["passes"]) for c in cases])
     return {
         "pass_rate": None if math.isnan(mean) else mean,
         "se": None if math.isnan(standard_error) else standard_error,

@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 REPORTS = "reports"
 """The folder of saved reports, in the store's snapshots folder."""
 
-REPORT_VERSION = 1
-"""Part of every fingerprint, with agenteval's version: bump it when what a report holds changes."""
+REPORT_VERSION = 2
+"""Part of every fingerprint, with agenteval's version: bump it when what a report holds changes (2: pass-rate
+intervals are Wilson's at the effective number of trials)."""
 
 NEWEST = "newest.json"
 """Names the experiment whose saved report ``agenteval report`` without an id shows."""

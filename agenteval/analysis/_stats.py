@@ -40,6 +40,14 @@ def clustered_mean_of_totals(totals_by_case: Sequence[tuple[int, float]]) -> tup
     return mean, math.sqrt(spread * clusters / (clusters - 1)) / n
 
 
+def clustered_rate(totals_by_case: Sequence[tuple[int, float]]) -> tuple[float, float, tuple[float, float]]:
+    """A pass rate from each case's (attempts, passes): the rate, its standard error clustered by case, and its
+    95% interval (:func:`rate_interval95`); NaN for what is unknown."""
+    rate, standard_error = clustered_mean_of_totals(totals_by_case)
+    trials, cases = sum(count for count, _ in totals_by_case), sum(1 for count, _ in totals_by_case if count)
+    return rate, standard_error, rate_interval95(rate, standard_error, trials, cases)
+
+
 def interval95(mean: float, standard_error: float) -> tuple[float, float]:
     """The normal 95% interval, clipped to [0, 1] (it is a rate)."""
     if math.isnan(standard_error):
@@ -47,16 +55,37 @@ def interval95(mean: float, standard_error: float) -> tuple[float, float]:
     return max(0.0, mean - Z95 * standard_error), min(1.0, mean + Z95 * standard_error)
 
 
+def rate_interval95(rate: float, standard_error: float, trials: int, cases: int) -> tuple[float, float]:
+    """The 95% interval of a pass rate over ``trials`` clustered in ``cases``: Wilson's, at the effective number of
+    trials the clustered standard error implies, p(1 - p) / SE², at most ``trials`` (Korn and Graubard, 1998).
+
+    Where the trials show no spread (all passed, all failed, or every case passed the same share of its
+    attempts) the standard error is 0 and says nothing: the effective number is then the number of cases, since
+    attempts of one case may agree only because they are alike. The normal interval read "100.0% to 100.0%" for 11
+    cases that all passed; this one reads 74.1% to 100%. NaN where the standard error is unknown (one case)."""
+    if math.isnan(standard_error) or math.isnan(rate) or trials <= 0:
+        return math.nan, math.nan
+    spread = rate * (1 - rate)
+    effective = min(trials, spread / standard_error**2) if standard_error > 0 and spread > 0 else cases
+    return _wilson(rate, max(effective, 1))
+
+
 def wilson95(count: int, total: int) -> tuple[float, float] | None:
     """The Wilson 95% interval of the rate ``count / total`` of independent events (traces, each its own unit):
     unlike the normal one it does not shrink to nothing at a rate of 0 or 1. None without events."""
     if total <= 0:
         return None
-    rate, z2 = count / total, Z95 * Z95
+    return _wilson(count / total, total)
+
+
+def _wilson(rate: float, total: float) -> tuple[float, float]:
+    """Wilson's score interval of a rate observed over ``total`` independent events (a real number: an effective
+    count may be one), with the ends at a rate of exactly 0 or 1 exact rather than a rounding error off."""
+    z2 = Z95 * Z95
     centre = (rate + z2 / (2 * total)) / (1 + z2 / total)
     half = Z95 * math.sqrt(rate * (1 - rate) / total + z2 / (4 * total * total)) / (1 + z2 / total)
-    low = 0.0 if count == 0 else max(0.0, centre - half)
-    return low, 1.0 if count == total else min(1.0, centre + half)
+    low = 0.0 if rate == 0 else max(0.0, centre - half)
+    return low, 1.0 if rate == 1 else min(1.0, centre + half)
 
 
 NORMAL = NormalDist()
@@ -103,6 +132,10 @@ class PairedDifference:
     candidate: float
     difference: float
     standard_error: float
+    """Clustered by case; where no case's difference departs from their mean, :func:`unseen_spread_error`."""
+    no_spread: bool = False
+    """No case's difference departed from their mean (every case passed, or changed alike, in both runs): the
+    spread is unknown rather than zero, and ``standard_error`` is the most the unchanged cases leave possible."""
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         """The normal interval, clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases passing,
@@ -136,7 +169,29 @@ def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -
     difference, standard_error = mean_over_cases(diffs)
     base = math.fsum(baseline[c] for c in shared) / len(shared) if shared else math.nan
     cand = math.fsum(candidate[c] for c in shared) / len(shared) if shared else math.nan
-    return PairedDifference(len(shared), base, cand, difference, standard_error)
+    # 11 cases passing in both runs had a standard error of 0: an interval of +0.0% to +0.0%, and "detects drops
+    # of 0.0%", from a comparison that could miss a drop of a quarter.
+    no_spread = standard_error == 0
+    if no_spread:
+        standard_error = unseen_spread_error(len(shared))
+    return PairedDifference(len(shared), base, cand, difference, standard_error, no_spread)
+
+
+def no_spread_note(cases: int) -> str:
+    """What a comparison whose cases show no spread says of its interval and detectable drop."""
+    return (
+        f"no case's pass rate moved apart from the rest, so the spread is unknown: the interval and the detectable "
+        f"drop assume the most that {cases} such cases leave possible"
+    )
+
+
+def unseen_spread_error(cases: int) -> float:
+    """The standard error given to a paired difference when no case's difference departed from the mean.
+
+    Seeing none of ``cases`` change leaves a share of up to z²/(n + z²) possible at 95% (the upper end of Wilson's
+    interval of 0 in n): that share is taken as the interval's half-width, so z / (n + z²) as a standard error.
+    It is 25.9% of half-width at 11 cases, 1.9% at 200."""
+    return Z95 / (cases + Z95 * Z95)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import duckdb
 from agenteval_instrumentation import attributes as A
 
 from ..analysis._experiments import fetch, status_now
-from ..analysis._stats import clustered_mean_of_totals, interval95
+from ..analysis._stats import clustered_rate
 from ..store import Store
 from ..store._snapshots import judged_connection
 from ..store._views import current_scores, current_trials, judged_trials, sql_string
@@ -107,7 +107,7 @@ def experiments(
     out = []
     for row in listed:
         cases = by_case.get(row["experiment_id"], [])
-        mean, se = clustered_mean_of_totals([(c["attempts"], c["passes"]) for c in cases])
+        mean, se, interval = clustered_rate([(c["attempts"], c["passes"]) for c in cases])
         attempts = json.loads(row["options"] or "{}").get("attempts")
         out.append(
             ExperimentRow(
@@ -125,7 +125,7 @@ def experiments(
                 failed=sum(c["failed"] for c in cases),
                 infrastructure_failures=sum(c["infrastructure"] for c in cases),
                 pass_rate=None if math.isnan(mean) else mean,
-                ci95=None if math.isnan(se) else interval95(mean, se),
+                ci95=None if math.isnan(interval[0]) else interval,
                 input_tokens=_total(c["input_tokens"] for c in cases),
                 output_tokens=_total(c["output_tokens"] for c in cases),
                 cost_usd=_total(c["cost"] for c in cases),

@@ -189,6 +189,7 @@ def run_summary(summary: Summary) -> str:
 
 def comparison_view(comparison: dict) -> RenderableType:
     """``agenteval compare``: the paired difference with its interval, per category, what moved and changed."""
+    from ..analysis._stats import no_spread_note
     from ._report_formats import pct
 
     overall = comparison["overall"]
@@ -200,6 +201,7 @@ def comparison_view(comparison: dict) -> RenderableType:
             f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
             f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
         ),
+        *([Text(f"note: {no_spread_note(overall['cases'])}")] if overall.get("no_spread") else []),
         *(Text(visible(f"warning: {w['message']}"), style="yellow") for w in comparison["warnings"]),
     ]
     rows = [
