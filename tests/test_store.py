@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import threading
 import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 from waiting import wait_until
 
 from agenteval.cli import main
+from agenteval.errors import AgentevalError
 from agenteval.store import TABLES, TRIALS, Store, compact
 from agenteval.store._views import raw_table
 from agenteval_exporters import SPAN_SCHEMA
@@ -93,6 +97,63 @@ def test_write_and_query_the_other_tables(tmp_path):
     counts = store.query("SELECT experiment_id, count(*) n FROM trials GROUP BY 1 ORDER BY 1").to_pylist()
     assert counts == [{"experiment_id": "e1", "n": 4}, {"experiment_id": "e2", "n": 2}]
     assert pq.read_schema(written[0]).remove_metadata() == TRIALS.remove_metadata()
+
+
+def span_rows(experiment: str | None, n: int, day: str, service: str | None) -> list[dict]:
+    start = datetime.datetime.fromisoformat(f"{day}T23:59:00+00:00")
+    return [
+        {
+            "trace_id": f"{experiment or service}-{day}-trace",
+            "span_id": f"{experiment or service}-{day}-{i}",
+            "name": "chat m",
+            "kind": "INTERNAL",
+            "start_time": start,
+            "end_time": start + datetime.timedelta(seconds=1),
+            "duration_ms": 1000.0,
+            "status_code": "OK",
+            "service_name": service,
+            "experiment_id": experiment,
+        }
+        for i in range(n)
+    ]
+
+
+def test_write_publishes_spans_without_an_experiment_where_the_span_writer_does(tmp_path):
+    """Store.write("spans") kept spans of experiments only: production spans (no experiment) were dropped without
+    a word. Every row written is read back, in the folders the buffered span writer (the exporter's) uses."""
+    rows = (
+        span_rows("e1", 3, "2026-01-05", "shop")
+        + span_rows(None, 4, "2026-01-05", "shop")
+        + span_rows(None, 2, "2026-01-06", "shop")
+        + span_rows(None, 5, "2026-01-05", "billing / eu")
+        + span_rows(None, 1, "2026-01-05", None)
+        + span_rows("e2", 2, "2026-01-05", "shop")
+    )
+    store = Store(tmp_path / "s")
+    written = store.write("spans", rows)
+    assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == len(rows) == 17
+    assert store.rows("SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL")[0]["n"] == 12
+    assert store.rows("SELECT sum(spans) AS n FROM traces")[0]["n"] == 12  # the production traces' view
+    by_service = store.rows("SELECT service, count(*) AS n FROM traces GROUP BY service ORDER BY service")
+    assert [(r["service"], r["n"]) for r in by_service] == [("billing / eu", 1), ("shop", 2), ("unknown_service", 1)]
+
+    buffered = Store(tmp_path / "buffered")
+    with contextlib.closing(buffered.writer("spans")) as writer:
+        writer.append(pa.RecordBatch.from_pylist(rows, schema=SPAN_SCHEMA))
+    folders = {p.parent.relative_to(store.root / "spans").as_posix() for p in written}
+    assert folders == {
+        p.parent.relative_to(buffered.root / "spans").as_posix() for p in (buffered.root / "spans").rglob("part-*")
+    }
+    assert "date=2026-01-05/service=billing%20%2F%20eu" in folders and "experiment_id=e1" in folders
+
+
+def test_write_refuses_production_spans_without_a_start_time_rather_than_lose_them(tmp_path):
+    store = Store(tmp_path / "s")
+    rows = span_rows(None, 2, "2026-01-05", "shop")
+    rows[1]["start_time"] = None
+    with pytest.raises(AgentevalError, match="1 spans rows have no experiment_id and no start_time"):
+        store.write("spans", rows)
+    assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == 0
 
 
 def test_buffered_writer_publishes_by_time(tmp_path):

@@ -28,7 +28,7 @@ from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from agenteval_exporters.writer import PartitionedWriter
+    from agenteval_exporters.writer import PartitionedWriter, Partitioner
 
 QUERY_RETRIES = 8
 T = TypeVar("T")
@@ -56,6 +56,11 @@ class StoreNotWritable(AgentevalError, OSError):
             f"the store at {root} cannot be written ({error.strerror or error}{where}); "
             "check its permissions and free space, or choose another with --store"
         )
+
+
+class RowsWithoutPartition(AgentevalError, ValueError):
+    """Rows given to :meth:`Store.write` that have nowhere to go: no experiment (and, for a span, no start time to
+    give it a day); refused whole rather than published in part."""
 
 
 class NotReadOnly(AgentevalError, ValueError):
@@ -472,25 +477,55 @@ class Store:
         from agenteval_exporters.writer import PartitionedWriter
 
         self._ensure_once()
-        partitioner = partition_spans if table == "spans" else partition_by_experiment
         return PartitionedWriter(
-            self.root, table, _schemas.TABLES[table], partitioner, max_rows=max_rows, flush_interval=flush_interval
+            self.root,
+            table,
+            _schemas.TABLES[table],
+            partitioner(table),
+            max_rows=max_rows,
+            flush_interval=flush_interval,
         )
 
     def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[StoreRoot]:
-        """Publish ``rows`` at once, one file per experiment."""
+        """Publish ``rows`` at once, one file per partition: per experiment, and for spans of no experiment (production
+        traces) per UTC day and service, as the span writer places them. Raises :class:`RowsWithoutPartition`, and
+        publishes nothing, when a row has nowhere to go."""
         import pyarrow as pa
 
         self._ensure_once()
         schema = _schemas.TABLES[table]
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data
-        if table != "spans" and data.column("experiment_id").null_count:
-            # The experiment partitioner leaves such rows out: refuse rather than lose them. Production rows
-            # (a trace's scores) are published into their day and service (agenteval.scorers._traces).
-            raise ValueError(f"{data.column('experiment_id').null_count} {table} rows have no experiment_id")
+        _check_placeable(table, data)
         written = []
         for batch in data.to_batches():
-            for partition, part in partition_by_experiment(batch):
+            for partition, part in partitioner(table)(batch):
                 written.append(publish(self.root, table, partition, pa.Table.from_batches([part], schema)))
         return written
+
+
+def partitioner(table: str) -> Partitioner:
+    """Where ``table``'s rows go: spans of no experiment into their day and service, anything else by experiment
+    (which leaves out rows of no experiment: see :func:`_check_placeable`)."""
+    return partition_spans if table == "spans" else partition_by_experiment
+
+
+def _check_placeable(table: str, data: pa.Table) -> None:
+    """Raise :class:`RowsWithoutPartition` for rows the partitioner would leave out, or fail on half way."""
+    unplaced = data.column("experiment_id").null_count
+    if not unplaced:
+        return
+    if table != "spans":
+        # Production rows of other tables (a trace's scores) are published into their trace's day and service by
+        # their own writer (agenteval.scorers._traces), which knows the trace.
+        raise RowsWithoutPartition(
+            f"{unplaced} {table} rows have no experiment_id; only spans may have none (production traces)"
+        )
+    import pyarrow.compute as pc
+
+    undated = pc.sum(pc.and_(pc.is_null(data.column("experiment_id")), pc.is_null(data.column("start_time"))))
+    if undated.as_py():
+        raise RowsWithoutPartition(
+            f"{undated.as_py()} spans rows have no experiment_id and no start_time: a span of no experiment is kept "
+            "in the folder of the UTC day it started"
+        )
