@@ -3,6 +3,7 @@ finished or rolled back, and nothing that is not a published Parquet file ends i
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -16,11 +17,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from test_store import span_rows
 from waiting import wait_until
 
 from agenteval.cli import main
 from agenteval.run import evaluate
-from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact
+from agenteval.store import TABLES, TRIALS, Store, StoreBusy, compact, doctor, prune
 from agenteval_exporters.partitions import partition_by_experiment
 from agenteval_exporters.writer import PartitionedWriter
 
@@ -68,8 +70,10 @@ def misplaced_parquet(root: Path) -> list[Path]:
     bad = []
     for path in root.rglob("*.parquet"):
         parts = path.relative_to(root).parts
+        partition = parts[1:-1]  # experiment_id=<id>, or date=<day>/service=<name> for production rows
         published = parts[0] in TABLES and (
-            (len(parts) == 3 and parts[2].startswith("part-")) or (len(parts) == 2 and parts[1].startswith("_schema-"))
+            (partition and all("=" in p for p in partition) and parts[-1].startswith("part-"))
+            or (len(parts) == 2 and parts[1].startswith("_schema-"))
         )
         if not published:
             bad.append(path)
@@ -198,6 +202,77 @@ def test_a_compaction_killed_half_way_loses_and_doubles_nothing(tmp_path, moment
     assert not (tmp_path / "s.compacting").is_dir() and not (store.root / ".compacting").exists()
     compact(store)
     assert trial_counts(store.root) == (total + late, total + late)
+
+
+# A prune killed after its rename leaves nothing that a glob over the whole store reaches, once the store is used.
+
+KILLED_PRUNE = """
+import datetime, importlib, sys
+from agenteval.store import Store
+
+pruning = importlib.import_module("agenteval.store._prune")  # the module, which `prune` shadows
+measure = pruning._measure
+
+def renamed(*args):
+    print("renamed", flush=True)
+    sys.stdin.readline()  # killed here: the day is renamed away, and neither measured nor deleted yet
+    return measure(*args)
+
+pruning._measure = renamed
+pruning.prune(Store(sys.argv[1]), datetime.timedelta(days=30))
+"""
+
+
+def whole_store_spans(root: Path) -> tuple[int, int]:
+    """(spans, distinct span ids) in every file under the store ending in .parquet: a user's own DuckDB query."""
+    glob = f"{root}/**/*.parquet"  # DuckDB's ** goes into folders whose names start with a dot (.pruning too)
+    query = f"SELECT count(span_id), count(DISTINCT span_id) FROM read_parquet('{glob}', union_by_name = true)"
+    return duckdb.sql(query).fetchall()[0]
+
+
+def view_spans(root: Path) -> int:
+    # read_only: a read never writes, so it leaves what the killed prune left where it is
+    return Store(root).query("SELECT count(*) AS n FROM spans", read_only=True).to_pylist()[0]["n"]
+
+
+NEXT_USE = {
+    "open": lambda root: Store(root).connect().close(),
+    "write": lambda root: Store(root).write("trials", trial_rows("e9", 0, 1)),
+    "prune": lambda root: prune(Store(root), datetime.timedelta(days=30)),
+    "compact": lambda root: compact(Store(root)),
+    "doctor": lambda root: doctor(Store(root)),
+}
+
+
+@pytest.mark.parametrize("next_use", NEXT_USE)
+@pytest.mark.parametrize("home", ["beside", "inside"])
+def test_a_prune_killed_after_its_rename_leaves_no_parquet_file_a_glob_over_the_store_counts(tmp_path, home, next_use):
+    root = tmp_path / "s"
+    now = datetime.datetime.now(datetime.UTC)
+    today, old = now.date().isoformat(), (now - datetime.timedelta(days=40)).date().isoformat()
+    kept = span_rows("e1", 5, today, "shop") + span_rows(None, 7, today, "shop")
+    Store(root).write("spans", kept + span_rows(None, 20, old, "shop"))
+    if home == "inside":  # nothing can be made beside the store: the prune's folder goes inside it
+        (tmp_path / "s.pruning").write_text("in the way")
+    assert whole_store_spans(root) == (32, 32)
+
+    killed = run_script(KILLED_PRUNE, str(root), stdin=subprocess.PIPE)
+    assert killed.stdout.readline().strip() == "renamed", killed.communicate()[1]
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    assert view_spans(root) == 12  # the day left the table's glob in one rename
+    if home == "beside":
+        # Out of the store: no glob over it sees the day, even before anything finishes the prune.
+        assert whole_store_spans(root) == (12, 12) and misplaced_parquet(root) == []
+        assert len(list((tmp_path / "s.pruning").rglob("*.parquet"))) == 1
+    else:
+        assert whole_store_spans(root) == (32, 32)  # the window, until the store is next used (docs/production.md)
+
+    NEXT_USE[next_use](root)
+    assert whole_store_spans(root) == (12, 12) and view_spans(root) == 12
+    assert misplaced_parquet(root) == []
+    assert not (root / ".pruning").exists() and not (tmp_path / "s.pruning").is_dir()
 
 
 LATE_WRITER = """

@@ -141,10 +141,11 @@ def _data_files(folder: Path) -> list[Path]:
 # Workspaces.
 
 
-def _workspace_homes(root: Path) -> tuple[Path, Path]:
-    """(beside the store, inside it): where compactions of ``root`` keep their workspaces."""
+def workspace_homes(root: Path, name: str = WORKSPACES) -> tuple[Path, Path]:
+    """(beside the store, inside it): where compactions (``name``: :data:`WORKSPACES`) and prunes of ``root`` keep
+    their workspaces."""
     resolved = root.resolve()
-    return resolved.parent / f"{resolved.name}{WORKSPACES}", root / WORKSPACES
+    return resolved.parent / f"{resolved.name}{name}", root / name
 
 
 @dataclasses.dataclass
@@ -170,16 +171,22 @@ class _Manifest:
             return None
 
 
-def _new_workspace(root: Path) -> tuple[Path, bool]:
-    """A fresh workspace, and whether it is beside the store (out of every glob over it, on its
-    file system), where the partition's folder can be swapped with it."""
-    beside, inside = _workspace_homes(root)
+def workspace_home(root: Path, name: str = WORKSPACES) -> tuple[Path, bool]:
+    """Where a workspace named ``name`` goes, and whether that is beside the store (out of every glob over it,
+    on its file system, so a store's folder can be renamed there); else inside the store (not made here)."""
+    beside, inside = workspace_homes(root, name)
     with contextlib.suppress(OSError):
         beside.mkdir(exist_ok=True)
         if beside.stat().st_dev == root.stat().st_dev:
-            return _fresh(beside), True
+            return beside, True
         beside.rmdir()  # another file system: renames from there would fail
-    return _fresh(inside), False
+    return inside, False
+
+
+def _new_workspace(root: Path) -> tuple[Path, bool]:
+    """A fresh workspace, and whether it is beside the store, where the partition's folder can be swapped with it."""
+    home, beside = workspace_home(root)
+    return _fresh(home), beside
 
 
 def _fresh(home: Path) -> Path:
@@ -336,19 +343,22 @@ def _pending(root: StoreRoot) -> list[Path]:
     found: list[Path] = []
     if isinstance(root, RemoteRoot):
         return found
-    for home in _workspace_homes(root):
+    for home in workspace_homes(root):
         with contextlib.suppress(OSError):  # no home, or a live compaction just removed it
             found += sorted(w for w in home.iterdir() if w.is_dir())
     return found
 
 
 def recover(store: Store, wait: float = 0) -> int:
-    """Finish or roll back compactions of ``store`` that were killed half way; returns how many.
+    """Finish or roll back compactions of ``store`` that were killed half way, and finish prunes killed after their
+    rename (:func:`._prune.finish_earlier_prunes`); returns how many.
 
     Skipped (0) when another process holds the compaction lock for more than ``wait`` seconds:
-    that compactor recovers before it starts.
+    that compactor (or pruner) recovers before it starts.
     """
-    if not _pending(store.root):  # the usual case: no lock taken, nothing written
+    from ._prune import prunes_left
+
+    if not _pending(store.root) and not prunes_left(store.root):  # the usual case: no lock taken, nothing written
         return 0
     try:
         with compaction_lock(store.root, wait=wait):
@@ -363,6 +373,9 @@ def recover(store: Store, wait: float = 0) -> int:
 def _recover_locked(root: StoreRoot) -> int:
     if isinstance(root, RemoteRoot):
         return 0
+    from ._prune import finish_earlier_prunes
+
+    pruned = finish_earlier_prunes(root)
     pending = _pending(root)
     for workspace in pending:
         manifest = _Manifest.load(workspace)
@@ -370,7 +383,7 @@ def _recover_locked(root: StoreRoot) -> int:
             _finish_or_roll_back(root, workspace, manifest)
         # No manifest: killed before the swap, so the partition was never touched.
         _remove_workspace(workspace)
-    return len(pending)
+    return len(pending) + pruned
 
 
 def _finish_or_roll_back(root: Path, workspace: Path, manifest: _Manifest) -> None:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
 from ._compact import COMPACT_WAIT_SECONDS, conform
+from ._prune import finish_earlier_prunes
 from ._schemas import TABLES
 from ._snapshots import SNAPSHOT_SUFFIX, snapshot_folders
 from ._store import Store, compaction_lock
@@ -91,6 +92,8 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
     if not store.root.is_dir():
         raise FileNotFoundError(f"there is no store at {store.root}")
     with compaction_lock(store.root, wait=wait, only_reading=dry_run):
+        if not dry_run:
+            finish_earlier_prunes(store.root)  # a killed prune's files, which a glob over the store may reach
         checked, unreadable = 0, []
         for table in TABLES:
             if isinstance(store.root, RemoteRoot):

@@ -1,9 +1,16 @@
 """Retention of production traces: whole day partitions removed at once, experiments never touched.
 
 A day's folder (``spans/date=<day>/``, or one service's ``date=<day>/service=<name>/``) is first moved out of every
-table's glob in one rename, into ``<store>/.pruning/``, and deleted from there: a reader sees the whole partition or
-none of it, never part. Its scores (``scores/date=<day>/...``) go with it. The store's compaction lock is held
-throughout, so no compaction swaps a folder being removed; a prune killed after its rename is finished by the next.
+table's glob in one rename and deleted from there: a reader sees the whole partition or none of it, never part. Its
+scores (``scores/date=<day>/...``) go with it. The store's compaction lock is held throughout, so no compaction swaps a
+folder being removed.
+
+The folder goes beside the store (``<store>.pruning/``), where compactions keep their workspaces: out of reach of any
+glob over the store, ``<store>/**/*.parquet`` included, so a prune killed after its rename leaves nothing such a
+query counts twice. Where nothing can be made beside the store on its file system, it goes to
+``<store>/.pruning/``: out of every table's glob (the store's views), but a glob over the whole store reaches it
+until it is deleted. Either way, what a killed prune left is deleted by the next prune, compaction, doctor or
+opening of the store for writing (:func:`finish_earlier_prunes`, from :func:`._compact.recover`).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import errno
 import os
 import shutil
 import uuid
@@ -19,13 +27,15 @@ from urllib.parse import unquote
 
 from agenteval_exporters.files import fsync_dir, partition_path
 from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 
 from ..errors import UsageError
-from ._compact import COMPACT_WAIT_SECONDS
+from ._compact import COMPACT_WAIT_SECONDS, workspace_home, workspace_homes
 from ._store import Store, compaction_lock
 
 PRUNING = ".pruning"
-"""Where removed partitions wait for deletion: inside the store, outside every table's glob."""
+"""Where removed partitions wait for deletion: beside the store (``<store>.pruning/``) or, failing that, inside it
+(``<store>/.pruning/``, outside every table's glob)."""
 
 PRODUCTION_TABLES = ("spans", "scores")
 """The tables with production partitions: traces' spans and their scores."""
@@ -95,28 +105,70 @@ def _measure(table: str, root: Path, folder: Path) -> PrunedPartition:
 def _remove(store_root: Path, table: str, folder: Path) -> PrunedPartition:
     """Move ``folder`` out of every glob in one rename, measure what it held then (a writer may have published
     into it until the rename), and delete it."""
-    trash = store_root / PRUNING
-    trash.mkdir(exist_ok=True)
-    away = trash / uuid.uuid4().hex
-    os.replace(folder, away)
+    away = _rename_away(store_root, folder)
     fsync_dir(folder.parent)
     removed = _measure(table, away, away)
     removed.partition = folder.relative_to(store_root / table).as_posix()
     shutil.rmtree(away, ignore_errors=True)
+    _remove_empty_homes(store_root)
     return removed
 
 
-def finish_earlier_prunes(store_root: Path) -> int:
-    """Delete what a prune killed after its rename left in ``.pruning/``; returns how many folders."""
-    trash = store_root / PRUNING
-    if not trash.is_dir():
-        return 0
-    left = list(trash.iterdir())
+def _rename_away(store_root: Path, folder: Path) -> Path:
+    """Rename ``folder`` into the prune's home, beside the store if it can be; returns where it went."""
+    home, beside = workspace_home(store_root, PRUNING)
+    if beside:
+        try:
+            return _rename_into(home, folder)
+        except OSError as exc:
+            # The same device number, yet another mount (a bind mount): the rename must stay inside the store.
+            if exc.errno != errno.EXDEV:
+                raise
+        home = _homes(store_root)[1]
+    return _rename_into(home, folder)
+
+
+def _rename_into(home: Path, folder: Path) -> Path:
+    home.mkdir(exist_ok=True)
+    away = home / uuid.uuid4().hex
+    os.replace(folder, away)
+    return away
+
+
+def _homes(store_root: Path) -> tuple[Path, Path]:
+    """(beside the store, inside it): where prunes put what they remove."""
+    return workspace_homes(store_root, PRUNING)
+
+
+def _remove_empty_homes(store_root: Path) -> None:
+    for home in _homes(store_root):
+        with contextlib.suppress(OSError):  # not empty (another store's prune cannot share it), or absent
+            home.rmdir()
+
+
+def prunes_left(store_root: StoreRoot) -> list[Path]:
+    """What prunes killed after their rename left (a live prune's too, unless the caller holds the lock); none on
+    object storage, which has no prune."""
+    if isinstance(store_root, RemoteRoot):
+        return []
+    left: list[Path] = []
+    for home in _homes(store_root):
+        with contextlib.suppress(OSError):  # no home: the usual case
+            left += sorted(home.iterdir())
+    return left
+
+
+def finish_earlier_prunes(store_root: StoreRoot) -> int:
+    """Delete what prunes killed after their rename left; returns how many folders. The caller holds the store's
+    compaction lock, which a live prune holds until it has deleted what it moved."""
+    left = prunes_left(store_root)
     for path in left:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+    if left and isinstance(store_root, Path):
+        _remove_empty_homes(store_root)
     return len(left)
 
 
