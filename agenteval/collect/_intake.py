@@ -9,7 +9,10 @@ UNAVAILABLE with RetryInfo), which OTLP clients retry: they slow down and lose n
 
 A request whose decoded body is the same as one already queued (an OTLP client sends a request again when its
 answer did not reach it) gets the first one's answer and stores nothing more: the last
-:data:`REMEMBERED_REQUESTS` requests are known by a digest of their body.
+:data:`~._recent.REMEMBERED_REQUESTS` requests are known by a digest of their body, in a table that a collector's
+worker processes share (:mod:`._recent`), so a repeat is recognised whichever process takes it. A copy that arrives
+while the first is still being queued waits for the first's answer, up to :data:`PENDING_WAIT_SECONDS`, and is
+then refused as busy (clients retry that), never queued twice.
 
 Rows are written by the in-process exporter's own writer (:class:`~agenteval_exporters.ParquetSpanExporter`),
 so collected spans land where that exporter puts spans without an experiment (``spans/date=YYYY-MM-DD/``),
@@ -22,7 +25,8 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections import OrderedDict, deque
+import time
+from collections import deque
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -30,6 +34,7 @@ import pyarrow as pa
 from agenteval_exporters import ParquetSpanExporter
 
 from ._decode import Decoded, PayloadError
+from ._recent import CLAIMED, RecentRequests, Remembered
 from ._settings import DEFAULT_MAX_QUEUED_SPANS
 
 logger = logging.getLogger(__name__)
@@ -47,6 +52,8 @@ class Answer:
 
 OK = Answer("ok")
 """The answer to a request whose every span was taken (one object, however many requests remember it)."""
+BUSY = Answer("busy", message="agenteval collect cannot keep up; retry later")
+STILL_QUEUEING = Answer("busy", message="agenteval collect is still queueing the same request; retry later")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +90,13 @@ class Intake:
         exporter: ParquetSpanExporter,
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
         on_written: Callable[[pa.RecordBatch], None] | None = None,
+        recent: RecentRequests | None = None,
     ) -> None:
+        """``recent``: the requests queued lately, shared with the collector's other processes (one of its own
+        otherwise, closed with it)."""
         self.exporter = exporter
+        self.recent = recent if recent is not None else RecentRequests()
+        self._owns_recent = recent is None
         self.on_written = on_written
         """Told of each batch the writer handed over (online scoring takes the traces whose roots it holds)."""
         self.max_queued_spans = max_queued_spans
@@ -95,46 +107,39 @@ class Intake:
         self._in_flight = 0  # requests past the "closing?" check and not yet queued
         self._closing = False
         self._received = self._written = self._rejected = self._refused = self._lost = self._repeated = 0
-        self._answered: OrderedDict[bytes, tuple[int, Answer]] = OrderedDict()  # digest -> its spans, its answer
         self._writer = threading.Thread(target=self._write, name="agenteval-collect-writer", daemon=True)
         self._writer.start()
 
     def receive(self, body: bytes, decode: Callable[[bytes], Decoded]) -> Answer:
         """Decode ``body`` and queue its spans; the answer for the client."""
         digest = hashlib.blake2b(body, digest_size=16).digest()
+        repeated = self._claim(digest)
+        if repeated is not None:
+            return repeated
         with self._lock:
-            repeated = self._repeat(digest)
-            if repeated is not None:
-                return repeated
-            if self._closing or self._queued >= self.max_queued_spans:
+            refused = self._closing or self._queued >= self.max_queued_spans
+            if refused:
                 self._refused += 1
-                return Answer("busy", message="agenteval collect cannot keep up; retry later")
-            self._in_flight += 1
+            else:
+                self._in_flight += 1
+        if refused:
+            self.recent.release(digest)
+            return BUSY
+        queued = False
         try:
             try:
                 decoded = decode(body)
             except PayloadError as exc:
                 return Answer("invalid", message=str(exc))
             answer = Answer("ok", decoded.rejected, decoded.reason or "") if decoded.rejected or decoded.reason else OK
-            with self._lock:
-                repeated = self._repeat(digest)  # the same request, sent again while this one was decoded
-                if repeated is not None:
-                    return repeated
-                rows = 0
-                if decoded.batch is not None:
-                    self._queue.append(decoded.batch)
-                    rows = decoded.batch.num_rows
-                    self._queued += rows
-                    self._waiting += rows
-                    self._received += rows
-                    if self._waiting >= WAKE_ROWS > self._waiting - rows:  # see WAKE_ROWS
-                        self._lock.notify_all()
-                self._rejected += decoded.rejected
-                self._answered[digest] = (rows, answer)
-                if len(self._answered) > REMEMBERED_REQUESTS:
-                    self._answered.popitem(last=False)
+            rows = self._queue_decoded(decoded)
+            # Remembered once queued, not before: a repeat answered "ok" meanwhile would be acknowledged unqueued.
+            self.recent.remember(digest, rows, answer.rejected, answer.message)
+            queued = True
             return answer
         finally:
+            if not queued:  # unreadable, or a bug: a repeat is decoded anew
+                self.recent.release(digest)
             with self._lock:
                 self._in_flight -= 1
                 # Waking the writer and a stopper on every request cost ~5% of the receivers' time holding the
@@ -142,15 +147,41 @@ class Intake:
                 if self._closing:
                     self._lock.notify_all()
 
-    def _repeat(self, digest: bytes) -> Answer | None:
-        """The answer given to a request with this digest already queued, counted as repeated; None if there was
-        none. Called holding the lock."""
-        known = self._answered.get(digest)
-        if known is None:
-            return None
-        self._answered.move_to_end(digest)
-        self._repeated += known[0]
-        return known[1]
+    def _claim(self, digest: bytes) -> Answer | None:
+        """None when this request is the caller's to queue; else the answer: the one its first copy got (its spans
+        counted as repeated), or busy when the first copy is still being queued after ``PENDING_WAIT_SECONDS``."""
+        deadline = time.monotonic() + PENDING_WAIT_SECONDS
+        pause = 0.001
+        while True:
+            known = self.recent.claim(digest)
+            if known == CLAIMED:
+                return None
+            if isinstance(known, Remembered):
+                with self._lock:
+                    self._repeated += known.rows
+                return Answer("ok", known.rejected, known.message) if known.rejected or known.message else OK
+            # Another thread or process is queueing the same bytes (a client that gave up waiting sent them again).
+            if time.monotonic() >= deadline:
+                with self._lock:
+                    self._refused += 1
+                return STILL_QUEUEING
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+    def _queue_decoded(self, decoded: Decoded) -> int:
+        """Queue the decoded rows (waking the writer when enough wait) and count them; how many rows."""
+        with self._lock:
+            rows = 0
+            if decoded.batch is not None:
+                self._queue.append(decoded.batch)
+                rows = decoded.batch.num_rows
+                self._queued += rows
+                self._waiting += rows
+                self._received += rows
+                if self._waiting >= WAKE_ROWS > self._waiting - rows:  # see WAKE_ROWS
+                    self._lock.notify_all()
+            self._rejected += decoded.rejected
+        return rows
 
     def stats(self) -> CollectStats:
         with self._lock:
@@ -180,6 +211,8 @@ class Intake:
         with self._lock:
             # Handed to the writer is not written: what it could not publish by now is lost, and said so.
             self._lost = min(self.exporter.spans_unwritten, self._written)
+        if self._owns_recent:
+            self.recent.close()
 
     def _write(self) -> None:
         while True:
@@ -209,10 +242,9 @@ class Intake:
                 self._written += rows
 
 
-REMEMBERED_REQUESTS = 65_536
-"""How many queued requests a repeat of is recognised (13 MB of digests and answers when full). OTLP clients send a
-request again within a minute or two of the first try; at a hundred 512-span requests a second this covers ten
-minutes."""
+PENDING_WAIT_SECONDS = 2.0
+"""How long a copy of a request waits for the first copy (on another thread or process) to be queued before it is
+refused as busy: decoding 512 spans takes milliseconds, the largest request seconds; a busy answer is retried."""
 
 WAKE_ROWS = 4_096
 WAKE_SECONDS = 0.05

@@ -23,6 +23,7 @@ from ._grpc import GrpcReceiver
 from ._http import HttpReceiver
 from ._intake import CollectStats, Intake
 from ._online import OnlineScoring
+from ._recent import RecentRequests
 from ._settings import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
@@ -92,6 +93,7 @@ class Collector:
         self._http_workers: HttpWorkers | None = None
         self._grpc: GrpcReceiver | None = None
         self._intake: Intake | None = None
+        self._recent: RecentRequests | None = None
         self._scorer, self._score_delay = score, score_delay
         self._online: OnlineScoring | None = None
         self._threads: list[threading.Thread] = []
@@ -107,8 +109,10 @@ class Collector:
         online = None
         if self._scorer is not None:
             online = OnlineScoring(self._scorer, exporter.force_flush, self._score_delay)
-        intake = Intake(exporter, self._max_queued_spans, online.written if online is not None else None)
-        self._intake, self._online = intake, online
+        # One memory of recent requests for gRPC here and every HTTP worker: a repeat is stored once wherever it lands.
+        recent = RecentRequests()
+        intake = Intake(exporter, self._max_queued_spans, online.written if online is not None else None, recent)
+        self._intake, self._online, self._recent = intake, online, recent
         try:
             try:
                 if self.workers > 1:
@@ -125,9 +129,10 @@ class Collector:
             if self._http_workers is not None:
                 self._http_workers.close()
             intake.close()
+            recent.close()
             if online is not None:
                 online.close()
-            self._intake = self._online = self._http = self._http_workers = None
+            self._intake = self._online = self._http = self._http_workers = self._recent = None
             raise
         if self._http is not None:
             thread = threading.Thread(
@@ -141,6 +146,7 @@ class Collector:
 
     def _start_workers(self, port: int) -> HttpWorkers:
         online = self._online
+        assert self._recent is not None
         settings = WorkerSettings(
             store=str(self.store),
             address=(self.host, port),
@@ -151,7 +157,7 @@ class Collector:
             report_roots=online is not None,
         )
         on_roots = online.roots_written if online is not None else None
-        workers = HttpWorkers((self.host, port), settings, self.workers, on_roots)
+        workers = HttpWorkers((self.host, port), settings, self.workers, self._recent, on_roots)
         if online is not None:
             online.publish = self._publish_everywhere
         return workers.start()
@@ -177,6 +183,8 @@ class Collector:
         if self._http_workers is not None:
             self._http_workers.close()  # each worker writes out its queue
         self._intake.close()
+        if self._recent is not None:
+            self._recent.close()  # every worker has exited: no one uses it now
         if self._online is not None:
             self._online.close()  # the traces still waiting, scored now that every span is written
 

@@ -5,7 +5,9 @@ parent listens and accepts, and passes each connection whole (its file descripto
 worker process with the fewest open connections. A worker reads that connection's requests, decodes them,
 answers, and writes the spans through an intake and a Parquet writer of its own, exactly as a one-process
 collector does, so an answer still means its spans are queued for the store. Several writers' files land in
-the same partitions, as several instrumented processes' do.
+the same partitions, as several instrumented processes' do. The memory of recent requests is the one table of the
+parent (:mod:`._recent`; its descriptor is passed at start like a connection), so a request sent again is stored
+once whichever worker takes each copy.
 
 The parent coordinates stopping: each worker refuses new requests, answers those in progress, writes what
 is queued, says how many spans it took, and exits. A worker does the same on SIGTERM or SIGINT (a terminal's
@@ -33,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from ._intake import CollectStats, Intake
+from ._recent import RecentRequests
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +74,11 @@ class HttpWorkers:
         address: tuple[str, int],
         settings: WorkerSettings,
         count: int,
+        recent: RecentRequests,
         on_roots: Callable[[list[str]], None] | None = None,
     ) -> None:
-        self.settings, self.count, self.on_roots = settings, count, on_roots
+        """``recent``: the parent's memory of recent requests, which every worker shares."""
+        self.settings, self.count, self.recent, self.on_roots = settings, count, recent, on_roots
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._listener = socket.create_server(address, family=family, backlog=128)
         self._listener.settimeout(POLL_SECONDS)
@@ -91,7 +96,8 @@ class HttpWorkers:
         try:
             # Started together, then waited for: each takes about a second to import what it needs.
             self._workers = [
-                _Worker.launch(n, self.settings, self._worker_died, self.on_roots) for n in range(self.count)
+                _Worker.launch(n, self.settings, self.recent, self._worker_died, self.on_roots)
+                for n in range(self.count)
             ]
             for worker in self._workers:
                 worker.wait_ready()
@@ -168,7 +174,7 @@ class HttpWorkers:
             dead.process.exitcode,
         )
         try:
-            replacement = _Worker.launch(dead.number, self.settings, self._worker_died, self.on_roots)
+            replacement = _Worker.launch(dead.number, self.settings, self.recent, self._worker_died, self.on_roots)
             replacement.wait_ready()
         except Exception:
             logger.exception("agenteval collect: could not start a replacement HTTP worker")
@@ -211,6 +217,7 @@ class _Worker:
         cls,
         number: int,
         settings: WorkerSettings,
+        recent: RecentRequests,
         on_death: Callable[[_Worker], None],
         on_roots: Callable[[list[str]], None] | None,
     ) -> _Worker:
@@ -222,6 +229,7 @@ class _Worker:
         )
         process.start()
         theirs.close()
+        send_handle(ours, recent.fileno(), process.pid)  # the first thing the worker reads
         return cls(number, process, ours, on_death, on_roots)
 
     def wait_ready(self) -> None:
@@ -349,8 +357,9 @@ def serve_worker(channel: Connection, settings: WorkerSettings) -> None:
         if ids:
             send(("roots", ids))
 
+    recent = RecentRequests(recv_handle(channel))
     exporter = ParquetSpanExporter(settings.store, flush_interval=settings.flush_interval)
-    intake = Intake(exporter, settings.max_queued_spans, report_roots if settings.report_roots else None)
+    intake = Intake(exporter, settings.max_queued_spans, report_roots if settings.report_roots else None, recent)
     server = HttpReceiver(
         settings.address,
         intake,
@@ -366,6 +375,7 @@ def serve_worker(channel: Connection, settings: WorkerSettings) -> None:
         intake.stop_accepting()
         server.close()
         intake.close()
+        recent.close()
         send(("stopped", dataclasses.astuple(intake.stats())))
 
 
