@@ -325,7 +325,7 @@ def sql(query: str, store: str | None, fmt: str) -> None:
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
-    """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any."""
+    """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any, or if it has no case."""
     from .dataset._cases import DatasetError, load_file
 
     try:

@@ -256,6 +256,26 @@ def test_validate_command(tmp_path):
     assert missing.exit_code == 1 and "no such file" in missing.output
 
 
+@pytest.mark.parametrize(
+    "content", [b"", b"\n", b"\n   \r\n\t\n", b"\xef\xbb\xbf\r\n"], ids=["0-bytes", "newline", "blanks", "bom"]
+)
+def test_a_file_without_a_case_fails_validate_as_run_refuses_it(tmp_path, content):
+    """An empty file (or one of blank lines) was "0 cases in 0 categories, all valid", exit 0, and then `run`
+    refused it as having no cases: validate now says so, naming the file and what to write."""
+    path = write(tmp_path, content, "empty.jsonl")
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == [
+        f"{path}: has no cases: nothing to run (the file is empty or holds only blank lines); write one case a "
+        'line, each a JSON object such as {"input": "...", "expected_output": "..."}',
+        f"{path}: 1 problem",
+    ], done.output
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [(p.path, p.line, p.field) for p in info.value.problems] == [(str(path), 0, None)]
+    audited = CliRunner().invoke(main, ["audit", str(path)])
+    assert audited.exit_code == 1 and "has no cases" in audited.output and "agenteval validate" in audited.output
+
+
 def nested(levels: int) -> str:
     return "[" * levels + '"x"' + "]" * levels
 

@@ -191,7 +191,7 @@ def test_the_open_ended_example_validates_and_is_scored(tmp_path):
 
 
 def test_validate_prints_the_messages_the_guide_shows(tmp_path, monkeypatch):
-    (console,) = [b for b in blocks(page("datasets.md"), "console") if "agenteval validate" in b]
+    (console,) = [b for b in blocks(page("datasets.md"), "console") if "agenteval validate cases.jsonl" in b]
     command, *shown = console.strip().splitlines()
     good = '{"input": "What is 2 + 2?", "expected_output": "4"}'
     lines = [
@@ -204,6 +204,16 @@ def test_validate_prints_the_messages_the_guide_shows(tmp_path, monkeypatch):
     ]
     monkeypatch.chdir(tmp_path)
     Path("cases.jsonl").write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, shlex.split(command.removeprefix("$ agenteval ")))
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == shown
+
+
+def test_validate_of_an_empty_file_prints_what_the_guide_shows(tmp_path, monkeypatch):
+    (console,) = [b for b in blocks(page("datasets.md"), "console") if "agenteval validate empty.jsonl" in b]
+    command, *shown = console.strip().splitlines()
+    monkeypatch.chdir(tmp_path)
+    Path("empty.jsonl").write_bytes(b"")
     result = CliRunner().invoke(main, shlex.split(command.removeprefix("$ agenteval ")))
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == shown

@@ -84,11 +84,12 @@ class Problem:
 
     path: str
     line: int
+    """0 for the file as a whole (missing, empty, unreadable)."""
     field: str | None
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.path}:{self.line}"
+        where = f"{self.path}:{self.line}" if self.line else self.path
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
@@ -473,10 +474,18 @@ _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 """How UTF-16 (little- and big-endian) and UTF-32 (little-endian starts as UTF-16's; big-endian) files start."""
 
 
+NO_CASES = (
+    "has no cases: nothing to run (the file is empty or holds only blank lines); write one case a line, "
+    'each a JSON object such as {"input": "...", "expected_output": "..."}'
+)
+"""The problem of a file without a single case (reported on line 0, the file itself)."""
+
+
 def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     """Validate every line; raise :class:`DatasetError` listing the problems if there are any.
 
-    Blank lines are skipped but still counted, so line numbers match an editor's.
+    Blank lines are skipped but still counted, so line numbers match an editor's. A file without a case (empty,
+    or only blank lines) is a problem: there is nothing to run.
     """
     cases: list[Case] = []
     problems: list[Problem] = []
@@ -553,6 +562,9 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             continue
         first_line_of[case.id] = number
         cases.append(case)
+    if not cases and not problems:
+        # `run` refuses a dataset without cases; `validate` passing it said the file was fine when it was not.
+        report(0, None, NO_CASES)
     if problems:
         raise DatasetError(problems, more)
     return cases
