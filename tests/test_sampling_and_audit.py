@@ -225,3 +225,37 @@ def test_audit_shows_an_id_or_category_holding_a_line_break_on_one_line(tmp_path
     assert "x\\x0aforged, b" in result.output and "c\\x0ad, e" in result.output, result.output
     assert "one\\x0atwo" in result.output
     assert not any(line.strip(" │┃").startswith(("forged", "d,", "d ", "two")) for line in result.output.splitlines())
+
+
+def test_inputs_that_normalise_to_nothing_are_duplicates_only_of_the_same_text(tmp_path):
+    """Normalising drops what is not a word or an arithmetic sign, so inputs of emoji or punctuation alone all
+    normalised to "" and were listed as duplicates of each other ("👍" and "🎉🎉" the same input)."""
+    inputs = {
+        "thumbs": "👍",
+        "party": "🎉🎉",
+        "thumbs-again": " 👍 ",
+        "puzzled": "?!",
+        "shouting": "?!  ",
+        "turns": None,  # a conversation of emoji alone
+        "word": "👍 hello",
+        "word-again": "🎉 HELLO!",
+    }
+    path = tmp_path / "cases.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"id": key, "expected_output": "", **({"input": text} if text else {"turns": ["🎉", "🎉"]})},
+                ensure_ascii=False,
+            )
+            + "\n"
+            for key, text in inputs.items()
+        ),
+        encoding="utf-8",
+    )
+    done = CliRunner().invoke(main, ["audit", str(path), "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["duplicates"] == [
+        ["thumbs", "thumbs-again"],
+        ["puzzled", "shouting"],
+        ["word", "word-again"],
+    ]

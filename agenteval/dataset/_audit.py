@@ -73,7 +73,8 @@ class AuditReport:
     judging: Judging
     thin_categories: dict[str, int]
     duplicates: list[list[str]]
-    """groups of case ids whose inputs are the same once normalised"""
+    """groups of case ids whose inputs are the same once normalised (those that normalise to nothing, such as
+    emoji alone, compared case-folded with whitespace collapsed)"""
     near_duplicates: list[tuple[str, str, float]]
     """pairs of case ids whose inputs are alike (similarity), not identical: the first
     :data:`MAX_LISTED_PAIRS` found, in the dataset's order"""
@@ -119,15 +120,30 @@ def audit(
 
 
 def duplicate_groups(cases: Sequence[Case]) -> list[list[str]]:
-    """Ids of cases whose inputs (or conversations) are identical once normalised."""
-    groups: dict[str, list[str]] = {}
+    """Ids of cases whose inputs (or conversations) are identical once normalised; inputs that normalise to
+    nothing (only emoji or punctuation) are compared as :func:`_duplicate_key` says."""
+    groups: dict[tuple[bool, str], list[str]] = {}
     for case in cases:
-        groups.setdefault(_text(case), []).append(case.id)
+        groups.setdefault(_duplicate_key(case), []).append(case.id)
     return [ids for ids in groups.values() if len(ids) > 1]
 
 
+def _raw(case: Case) -> str:
+    return " ".join(case.turns) if case.turns else case.input
+
+
 def _text(case: Case) -> str:
-    return normalize(" ".join(case.turns) if case.turns else case.input)
+    return normalize(_raw(case))
+
+
+def _duplicate_key(case: Case) -> tuple[bool, str]:
+    """What two duplicate inputs share: the normalised text, or, when normalising leaves nothing ("👍", "?!"),
+    the text itself case-folded with its whitespace collapsed, so that "👍" and "🎉🎉" are not the same input
+    while two "👍" still are. The flag keeps the two kinds of key apart."""
+    normalised = _text(case)
+    if normalised:
+        return True, normalised
+    return False, " ".join(_raw(case).casefold().split())
 
 
 MAX_LISTED_PAIRS = 1000
