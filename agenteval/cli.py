@@ -449,10 +449,11 @@ def datasets(as_json: bool) -> None:
 )
 @click.option(
     "--similarity",
-    type=FloatRange(0.0, 1.0),
+    type=FloatRange(0.0, 1.0, min_open=True),
     default=NEAR_DUPLICATE_SIMILARITY,
     show_default=True,
-    help="Word-set similarity from which two inputs count as near-duplicates.",
+    help="Word-set similarity (shared words over all their words) from which two inputs count as "
+    "near-duplicates; above 0, as inputs sharing no word are at 0.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool) -> None:

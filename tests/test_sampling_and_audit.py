@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.dataset import Case, Dataset, audit, load_dataset
 from agenteval.dataset._audit import MAX_LISTED_PAIRS
 from agenteval.dataset._sampling import allocate, sample_cases
+from agenteval.errors import UsageError
 
 
 def make(counts: dict[str, int], prefix: str = "") -> list[Case]:
@@ -259,3 +261,20 @@ def test_inputs_that_normalise_to_nothing_are_duplicates_only_of_the_same_text(t
         ["puzzled", "shouting"],
         ["word", "word-again"],
     ]
+
+
+def test_a_similarity_of_0_is_refused_naming_the_option_and_its_range(tmp_path):
+    """Similarity is shared words over all words, so inputs sharing no word are at 0 and `--similarity 0` means
+    every pair; pairs were only looked for among inputs sharing a word, so it counted 1 pair of 3 here."""
+    path = tmp_path / "cases.jsonl"
+    texts = ["alpha beta", "gamma delta", "alpha epsilon"]
+    path.write_text("".join(json.dumps({"input": t, "expected_output": ""}) + "\n" for t in texts))
+    refused = CliRunner().invoke(main, ["audit", str(path), "--similarity", "0"])
+    assert refused.exit_code == 2 and "Invalid value for '--similarity'" in refused.output
+    assert "0.0<x<=1.0" in refused.output, refused.output
+    for threshold in (0.0, -0.5, 1.5, float("nan")):
+        with pytest.raises(UsageError, match=r"--similarity must be above 0 and at most 1"):
+            audit(load_dataset(str(path)), similarity=threshold)
+    # Just above 0, every pair sharing a word is alike, and only those.
+    done = CliRunner().invoke(main, ["audit", str(path), "--similarity", "0.001", "--json"])
+    assert done.exit_code == 0 and json.loads(done.output)["near_duplicate_pairs"] == 1, done.output

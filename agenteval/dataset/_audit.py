@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from ..errors import UsageError
 from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
 
@@ -91,7 +92,9 @@ def audit(
     min_per_category: int = MIN_CASES_PER_CATEGORY,
     similarity: float = NEAR_DUPLICATE_SIMILARITY,
 ) -> AuditReport:
-    """Audit ``dataset``'s coverage and duplicates."""
+    """Audit ``dataset``'s coverage and duplicates. ``similarity`` must be above 0 and at most 1 (see
+    :func:`near_duplicates`)."""
+    check_similarity(similarity)
     cases = dataset.cases
     categories = dataset.categories()
     difficulties: dict[str, dict[str, int]] = {}
@@ -161,14 +164,26 @@ class NearDuplicates:
     groups: list[list[str]]
 
 
+def check_similarity(threshold: float) -> None:
+    """Refuse a ``--similarity`` outside (0, 1]. Inputs that share no word are at 0, so at 0 every pair would be
+    alike, and pairs are looked for only among inputs sharing a word: the count would be wrong, not just long."""
+    if not 0 < threshold <= 1:  # NaN too
+        raise UsageError(
+            f"--similarity must be above 0 and at most 1, not {threshold}: inputs sharing no word are at 0, so at 0 "
+            "every pair would count as alike"
+        )
+
+
 def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_LISTED_PAIRS) -> NearDuplicates:
     """The pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but are not identical.
+    ``threshold`` is above 0 and at most 1 (:func:`check_similarity`).
 
     A prefix-filtered similarity join: words are ordered rarest first, and two sets can only reach
     the threshold if they share a word among their first ``|x| - ceil(threshold * |x|) + 1``, so only
     those candidates are compared. Exact on the result, and fast on large datasets; what it holds grows with
     the cases and ``listed``, never with the pairs.
     """
+    check_similarity(threshold)
     sets = [frozenset(_text(case).split()) for case in cases]
     frequency = Counter(word for words in sets for word in words)
     ordered = [sorted(words, key=lambda w: (frequency[w], w)) for words in sets]
