@@ -278,3 +278,15 @@ def test_a_similarity_of_0_is_refused_naming_the_option_and_its_range(tmp_path):
     # Just above 0, every pair sharing a word is alike, and only those.
     done = CliRunner().invoke(main, ["audit", str(path), "--similarity", "0.001", "--json"])
     assert done.exit_code == 0 and json.loads(done.output)["near_duplicate_pairs"] == 1, done.output
+
+
+def test_a_pair_scoring_exactly_the_threshold_is_found_whatever_the_float_rounding():
+    """0.28 * 25 is 7.000000000000001 in floats while 7 / 25 >= 0.28: the prefix of a 25-word input came out one
+    word short, and a 7-word input made of its 7 commonest words (similarity exactly 0.28) was never compared."""
+    long = " ".join(f"w{i:02d}" for i in range(25))
+    short = " ".join(f"w{i:02d}" for i in range(18, 25))
+    common = [f"w{18 + k % 7} z{k} q{k} r{k} s{k}" for k in range(14)]  # makes the short input's words the commonest
+    cases = [Case(id="long", input=long, expected_output=""), Case(id="short", input=short, expected_output="")]
+    cases += [Case(id=f"c{k}", input=text, expected_output="") for k, text in enumerate(common)]
+    report = audit(Dataset("t", "t", "h", cases), similarity=0.28)
+    assert ("long", "short", 0.28) in report.near_duplicates

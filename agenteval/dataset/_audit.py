@@ -194,7 +194,7 @@ def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_L
     for i, words in enumerate(ordered):
         if not words:
             continue
-        prefix = len(words) - math.ceil(threshold * len(words)) + 1
+        prefix = len(words) - _least_overlap(threshold, len(words)) + 1
         candidates: set[int] = set()
         for word in words[:prefix]:
             candidates.update(index.get(word, ()))
@@ -209,6 +209,19 @@ def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_L
                     pairs.append((cases[j].id, cases[i].id, round(score, 3)))
     groups = [[cases[k].id for k in group] for group in linked.groups()]
     return NearDuplicates(pairs, total, groups)
+
+
+def _least_overlap(threshold: float, size: int) -> int:
+    """The fewest words a set of ``size`` words must share with another to reach ``threshold``, in the float
+    arithmetic the scores are compared in: a score is at most ``shared / size``, and ``ceil(threshold * size)``
+    alone can be one too many (``0.28 * 25`` is ``7.000000000000001``, while ``7 / 25 >= 0.28``), which
+    shortened the prefix and missed pairs scoring exactly the threshold."""
+    least = max(1, math.ceil(threshold * size))
+    while least > 1 and (least - 1) / size >= threshold:
+        least -= 1
+    while least < size and least / size < threshold:
+        least += 1
+    return least
 
 
 class _Groups:
