@@ -188,3 +188,39 @@ def test_an_output_in_a_missing_folder_is_one_line_naming_it_before_the_model_is
             "exists and can be written, or choose another file"
         ], done.stderr
     assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+
+
+def test_a_document_that_is_not_utf8_is_refused_naming_it_and_its_first_bad_byte_before_the_model_is_asked(
+    model_server, tmp_path
+):
+    """A Latin-1 (or UTF-16) document was read with replacement characters, silently: the model was sent
+    mojibake, paid for, and the cases quoted it. Each such file is now named with its first bad byte (counted
+    from 1, as `validate` counts them) before any passage is asked."""
+    write_documents(tmp_path / "docs")
+    latin1 = ("Kettles ship within 3 days. " * 4 + "Le café coûte 2,50 EUR au comptoir.").encode("latin-1")
+    (tmp_path / "docs" / "menu.txt").write_bytes(latin1)
+    (tmp_path / "docs" / "windows.md").write_text(HANDBOOK, encoding="utf-16")  # Notepad's "Unicode"
+    model_server.responder = generator
+    done = generate(model_server, tmp_path)
+    first_bad = latin1.index("é".encode("latin-1")) + 1
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'docs' / 'menu.txt'}: not valid UTF-8 at byte {first_bad}; save the file as UTF-8",
+        f"{tmp_path / 'docs' / 'windows.md'}: the file is UTF-16 or UTF-32 (it starts with their byte order mark); "
+        "save it as UTF-8",
+    ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+    assert not (tmp_path / "corpus.jsonl").exists()
+    # A hostile file name (found by walking the folder) shows as its characters, on its own line.
+    for name in ("menu.txt", "windows.md"):
+        (tmp_path / "docs" / name).unlink()
+    (tmp_path / "docs" / "x\nError: fake\x1b[2J.txt").write_bytes(latin1)
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'docs'}/x\\x0aError: fake\\x1b[2J.txt: not valid UTF-8 at byte {first_bad}; save the "
+        "file as UTF-8"
+    ], done.stderr
+    assert model_server.requests == []
+    # UTF-8 with a byte order mark and CRLF line ends (Windows editors) is read as the plain file is.
+    (tmp_path / "windows.md").write_bytes(b"\xef\xbb\xbf" + HANDBOOK.replace("\n", "\r\n").encode())
+    plain = [(p.title, p.text) for p in split_passages(tmp_path / "docs" / "handbook.md")]
+    assert [(p.title, p.text) for p in split_passages(tmp_path / "windows.md")] == plain

@@ -474,6 +474,30 @@ _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 """How UTF-16 (little- and big-endian) and UTF-32 (little-endian starts as UTF-16's; big-endian) files start."""
 
 
+class NotUtf8(ValueError):
+    """Bytes that are not UTF-8; the message says why and to save the file as UTF-8. ``whole_file``: the file
+    is UTF-16 or UTF-32, so every line of it is wrong the same way."""
+
+    def __init__(self, message: str, *, whole_file: bool) -> None:
+        super().__init__(message)
+        self.whole_file = whole_file
+
+
+def utf8_text(data: bytes, *, file_start: bool) -> str:
+    """``data`` decoded as UTF-8 (a UTF-8 byte order mark is kept), or :class:`NotUtf8`: a UTF-16 or UTF-32 byte
+    order mark when ``data`` starts the file, else the first byte that is not UTF-8, counted from 1 within
+    ``data``. What the dataset loader (``data`` a line) and ``generate`` (a whole document) both say."""
+    if file_start and data.startswith(_UTF16_BOMS):
+        # Windows PowerShell's `>` writes UTF-16, and Notepad's "Unicode"; read as UTF-8 it fails at byte 1.
+        raise NotUtf8(
+            "the file is UTF-16 or UTF-32 (it starts with their byte order mark); save it as UTF-8", whole_file=True
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotUtf8(f"not valid UTF-8 at byte {exc.start + 1}; save the file as UTF-8", whole_file=False) from None
+
+
 NO_CASES = (
     "has no cases: nothing to run (the file is empty or holds only blank lines); write one case a line, "
     'each a JSON object such as {"input": "...", "expected_output": "..."}'
@@ -509,18 +533,14 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             more += 1
 
     for number, text in enumerate(lines, start=1):
-        if number == 1 and isinstance(text, bytes) and text.startswith(_UTF16_BOMS):
-            # Every line of such a file is wrong the same way (Windows PowerShell writes UTF-16 with `>`): one
-            # problem saying what to do, not one per line each saying "invalid JSON at column 1".
-            report(
-                number, None, "the file is UTF-16 or UTF-32 (it starts with their byte order mark); save it as UTF-8"
-            )
-            break
         if isinstance(text, bytes):
             try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                report(number, None, f"not valid UTF-8 at byte {exc.start + 1}; save the file as UTF-8")
+                text = utf8_text(text, file_start=number == 1)
+            except NotUtf8 as exc:
+                report(number, None, str(exc))
+                if exc.whole_file:
+                    # One problem saying what to do, not one per line each saying "invalid JSON at column 1".
+                    break
                 continue
         text = text.rstrip("\r\n")
         if number == 1:

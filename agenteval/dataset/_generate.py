@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
-from ._cases import UNKNOWN_ANSWER, Case
+from ..errors import AgentevalError, UsageError
+from ..render._text_safety import visible
+from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
 
 if TYPE_CHECKING:
     from ..models._model import Model
@@ -56,6 +57,10 @@ PROPOSE_TOOL: dict[str, Any] = {
         "additionalProperties": False,
     },
 }
+
+
+class DocumentError(AgentevalError, ValueError):
+    """Documents that cannot be read as text (not UTF-8): one line per file, naming it and saying what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +116,14 @@ def _slug(text: str) -> str:
 def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
     """One file's passages: paragraphs gathered up to :data:`PASSAGE_CHARS`; a markdown heading starts a new
     passage and titles it (and those after it, until the next heading). Their ids are ``stem-001`` and on,
-    ``stem`` by default the file name's slug."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    ``stem`` by default the file name's slug. A file that is not UTF-8 is a :class:`DocumentError` naming it and
+    its first bad byte: read with replacement characters, it sent the model mojibake (and paid for it)."""
+    try:
+        text = utf8_text(path.read_bytes(), file_start=True).removeprefix("\ufeff")
+    except NotUtf8 as exc:
+        # The message is one line of several (every such file): a line break in a file's name must not make two.
+        raise DocumentError(f"{visible(str(path))}: {exc}") from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # the line ends read_text translated
     title = path.stem
     pieces: list[str] = []
     passages: list[Passage] = []
@@ -210,7 +221,15 @@ def generate(
         raise UsageError("--unanswerable must be a share between 0 and 1")
     if count < 1:
         raise UsageError("-n must be at least 1")
-    passages = [p for path, stem in _stems(document_files(documents)) for p in split_passages(path, stem)]
+    passages: list[Passage] = []
+    unreadable: list[str] = []
+    for path, stem in _stems(document_files(documents)):
+        try:
+            passages += split_passages(path, stem)
+        except DocumentError as exc:
+            unreadable.append(str(exc))  # every such file said at once, before any model call
+    if unreadable:
+        raise DocumentError("\n".join(unreadable))
     if not passages:
         raise UsageError(f"no passage of at least {MIN_PASSAGE_CHARS} characters in the documents")
     rng = random.Random(seed)
