@@ -187,3 +187,29 @@ def test_runs_where_every_case_passes_are_not_reported_as_certain(tmp_path):
     gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
     line = " ".join(gate.output.split())
     assert gate.exit_code == 0 and "80% power: 32.8% (no case's pass rate moved" in line, line
+
+
+def test_every_rate_the_report_prints_has_its_interval(tmp_path):
+    """pass@k, pass^k and each scorer's pass rate were printed bare, against the rule that every figure a report
+    prints comes with its uncertainty. 10 cases passing 2 of 3 attempts and 10 passing all 3: each interval is the
+    one computed by hand from the per-case counts."""
+    from agenteval.analysis import clustered_rate, rate_interval95
+
+    store, _, candidate = pair(tmp_path, [(10, "PPF/PPF", None), (10, "PPP/PPP", None)], attempts=3)
+    data = strict_json(CliRunner().invoke(main, ["report", candidate, "--store", store, "--format", "json"]).output)
+    scorer = next(s for s in data["scorers"] if s["scorer"] == "answer_match")
+    assert scorer["pass_rate"] == pytest.approx(50 / 60)
+    assert scorer["ci95"] == pytest.approx(list(clustered_rate([(3, 2)] * 10 + [(3, 3)] * 10)[2]))
+    by_k = {k["k"]: k for k in data["overall"]["k"]}
+    # pass^2 of a case passing 2 of 3 is C(2,2)/C(3,2) = 1/3; pass@2 is 1. Cases are independent units here.
+    hat = [1 / 3] * 10 + [1.0] * 10
+    mean = sum(hat) / 20
+    standard_error = (sum((v - mean) ** 2 for v in hat) / 19 / 20) ** 0.5
+    assert by_k[2]["pass_hat_k"] == pytest.approx(mean)
+    assert by_k[2]["pass_hat_k_ci95"] == pytest.approx(list(rate_interval95(mean, standard_error, 60, 20)))
+    assert by_k[2]["pass_at_k"] == 1.0 and by_k[2]["pass_at_k_ci95"] == pytest.approx(
+        list(rate_interval95(1.0, 0.0, 60, 20))  # no spread: Wilson's for 20 of 20 cases
+    )
+    table = " ".join(CliRunner().invoke(main, ["report", candidate, "--store", store]).output.split())
+    low, high = scorer["ci95"]
+    assert f"{low:.1%} to {high:.1%}" in table and "83.9% to 100.0%" in table, table

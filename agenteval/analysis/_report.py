@@ -32,7 +32,7 @@ from ._report_data import (
     SpanLatency,
     TokenUse,
 )
-from ._stats import clustered_rate, pass_at_k, pass_hat_k
+from ._stats import clustered_rate, pass_at_k, pass_hat_k, rate_interval95
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
@@ -115,15 +115,24 @@ def _k_rates(cases: list[dict[str, Any]], max_k: int) -> list[PassAtK]:
         n = sum(eligible.values())
         if not n:
             break
-        out.append(
-            PassAtK(
-                k=k,
-                cases=n,
-                pass_at_k=math.fsum(m * pass_at_k(a, p, k) for (a, p), m in eligible.items()) / n,
-                pass_hat_k=math.fsum(m * pass_hat_k(a, p, k) for (a, p), m in eligible.items()) / n,
-            )
-        )
+        trials = sum(m * a for (a, _), m in eligible.items())
+        at_k, at_k_ci95 = _mean_of_cases({pair: pass_at_k(*pair, k) for pair in eligible}, eligible, trials)
+        hat_k, hat_k_ci95 = _mean_of_cases({pair: pass_hat_k(*pair, k) for pair in eligible}, eligible, trials)
+        out.append(PassAtK(k, n, at_k, hat_k, at_k_ci95, hat_k_ci95))
     return out
+
+
+def _mean_of_cases(
+    values: dict[tuple[int, int], float], cases: dict[tuple[int, int], int], trials: int
+) -> tuple[float, tuple[float, float] | None]:
+    """The mean of per-case values (each ``values[pair]`` held by ``cases[pair]`` cases) and its interval:
+    cases are independent, so the standard error is the usual one over cases."""
+    n = sum(cases.values())
+    mean = math.fsum(m * values[pair] for pair, m in cases.items()) / n
+    if n < 2:
+        return mean, None
+    spread = math.fsum(m * (values[pair] - mean) ** 2 for pair, m in cases.items())
+    return mean, rate_interval95(mean, math.sqrt(spread / (n - 1) / n), trials, n)
 
 
 def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:
@@ -201,7 +210,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         cases=len(cases),
         overall=PassRate(**_rate(cases, _k_rates(cases, max_k))),
         categories=categories,
-        scorers=[ScorerFigures(**s) for s in scorers],
+        scorers=[ScorerFigures.from_row(s) for s in scorers],
         outcomes=_outcomes(summary),
         flaky=FlakyCases(count=len(flaky), cases=flaky[:FLAKY_LISTED]),
         latency=Latency(

@@ -7,6 +7,7 @@ shown without loading DuckDB.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -32,6 +33,10 @@ class PassAtK:
     cases: int
     pass_at_k: float
     pass_hat_k: float
+    pass_at_k_ci95: tuple[float, float] | None = None
+    """Each case's estimate is one value (cases are independent): Wilson's at the effective number of trials, as a
+    pass rate's (:func:`._stats.rate_interval95`). None under 2 cases."""
+    pass_hat_k_ci95: tuple[float, float] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,30 @@ class ScorerFigures:
     mean: float | None
     pass_rate: float | None
     errors: int
+    ci95: tuple[float, float] | None = None
+    """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
+    traces): Wilson's at the effective number of scores (:func:`._stats.rate_interval95`). None under 2 of them."""
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ScorerFigures:
+        """From a row of :func:`agenteval.store._snapshots.scorer_figures_sql`."""
+        from ._stats import clustered_standard_error, rate_interval95
+
+        kind = "valued" if row["continuous"] else "judged"
+        figure = row["mean"] if row["continuous"] else row["pass_rate"]
+        units, count = row[f"{kind}_units"], row[kind]
+        spread = row["value_spread" if row["continuous"] else "pass_spread"]
+        standard_error = clustered_standard_error(spread, units, count)
+        interval = None if figure is None else rate_interval95(figure, standard_error, count, units)
+        return cls(
+            scorer=row["scorer"],
+            continuous=row["continuous"],
+            scored=row["scored"],
+            mean=row["mean"],
+            pass_rate=row["pass_rate"],
+            errors=row["errors"],
+            ci95=None if interval is None or math.isnan(interval[0]) else interval,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

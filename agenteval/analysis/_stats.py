@@ -34,10 +34,16 @@ def clustered_mean_of_totals(totals_by_case: Sequence[tuple[int, float]]) -> tup
     if n == 0:
         return math.nan, math.nan
     mean = math.fsum(total for _, total in totals_by_case) / n
-    if clusters < 2:
-        return mean, math.nan
     spread = math.fsum((total - count * mean) ** 2 for count, total in totals_by_case)
-    return mean, math.sqrt(spread * clusters / (clusters - 1)) / n
+    return mean, clustered_standard_error(spread, clusters, n)
+
+
+def clustered_standard_error(spread: float, clusters: int, n: int) -> float:
+    """The clustered standard error of a mean over ``n`` values in ``clusters``, from ``spread``, Σ_c (s_c − n_c·x̄)²
+    (:func:`clustered_mean`); NaN under 2 clusters. Also what SQL that sums the spread itself gives to."""
+    if clusters < 2 or n <= 0:
+        return math.nan
+    return math.sqrt(spread * clusters / (clusters - 1)) / n
 
 
 def clustered_rate(totals_by_case: Sequence[tuple[int, float]]) -> tuple[float, float, tuple[float, float]]:

@@ -14,6 +14,7 @@ import duckdb
 from ..run._failures import classify_recorded
 from ..run._prices import Prices, cost, load_prices
 from ..store import Store
+from ..store._snapshots import scorer_figures_sql
 from ..store._trace_views import PRODUCTION
 from ..store._views import COUNTED_MODEL_CALL
 from ._experiments import fetch
@@ -89,12 +90,10 @@ GROUP BY ALL
 """
 """The agent's model calls beneath each tool's spans (a tool that is itself an agent, or calls one), by model."""
 
-SCORER_FIGURES = """
-SELECT scorer, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
-       fsum(value) / count(value) AS mean, avg(passed::INT) AS pass_rate,
-       count(*) FILTER (WHERE error IS NOT NULL) AS errors
-FROM trace_scores WHERE trace_id IN (SELECT trace_id FROM selected) GROUP BY scorer ORDER BY scorer
-"""
+SCORER_FIGURES = scorer_figures_sql(
+    "(SELECT * FROM trace_scores WHERE trace_id IN (SELECT trace_id FROM selected))", "trace_id"
+)
+"""Each trace is its own unit: its scores are independent of other traces'."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,7 +287,7 @@ def _report(
         models=models,
         tools=_tools(con, prices),
         cost_usd=_sum_costs([m.cost_usd for m in models]),
-        scorers=[ScorerFigures(**row) for row in fetch(con, SCORER_FIGURES)],
+        scorers=[ScorerFigures.from_row(row) for row in fetch(con, SCORER_FIGURES)],
         latest_failures=failures[:RECENT_FAILURES],
     )
 

@@ -39,13 +39,19 @@ Section = tuple[str, list[str], list[list[str]]]
 """A report's section as every format renders it: its heading, its columns, its rows."""
 
 
+SCORER_COLUMNS = ["scorer", "kind", "pass rate / mean", "95% CI", "scored", "errors"]
+"""The columns of :func:`scorer_rows`."""
+
+
 def scorer_rows(scorers: list[ScorerFigures]) -> list[list[str]]:
-    """Each scorer's kind, pass rate (or mean) and counts, as the scorers' table of either report shows them."""
+    """Each scorer's kind, pass rate (or mean) with its interval, and counts, as the scorers' table of either
+    report shows them."""
     return [
         [
             s.scorer,
             "continuous (mean)" if s.continuous else "pass/fail",
             pct(s.mean if s.continuous else s.pass_rate),
+            interval(s.ci95),
             str(s.scored),
             str(s.errors),
         ]
@@ -72,7 +78,11 @@ def sections(report: Report) -> list[Section]:
     ]
     overall = report.overall
     headline = [["pass rate", pct(overall.pass_rate), interval(overall.ci95), "standard error clustered by case"]]
-    k_rows = [[str(k.k), pct(k.pass_at_k), pct(k.pass_hat_k), str(k.cases)] for k in overall.k]
+    k_rows = [
+        [str(k.k), pct(k.pass_at_k), interval(k.pass_at_k_ci95), pct(k.pass_hat_k), interval(k.pass_hat_k_ci95)]
+        + [str(k.cases)]
+        for k in overall.k
+    ]
     categories = [
         [
             c.category,
@@ -127,9 +137,9 @@ def sections(report: Report) -> list[Section]:
     return [
         ("Experiment", ["", ""], about),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
-        ("pass@k and pass^k (over cases)", ["k", "pass@k", "pass^k", "cases"], k_rows),
+        ("pass@k and pass^k (over cases)", ["k", "pass@k", "95% CI", "pass^k", "95% CI", "cases"], k_rows),
         ("By category", ["category", "cases", "trials", "pass rate", "95% CI", "pass^k for k = 1.."], categories),
-        ("Scorers (current scores)", ["scorer", "kind", "pass rate / mean", "scored", "errors"], scorers),
+        ("Scorers (current scores)", SCORER_COLUMNS, scorers),
         ("Failures apart from wrong answers", ["outcome", "trials", "share"], outcomes),
         ("Latency", ["of", "p50", "p95", "count"], latency),
         (

@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ._report_formats import (
+    SCORER_COLUMNS,
     Section,
     failure_bars,
     html_document,
@@ -97,7 +98,7 @@ def sections(report: TracesReport) -> list[Section]:
             ["tool", "calls", "errors", "p50", "p95", "model calls", "input", "output", "cost"],
             tools,
         ),
-        ("Online evaluation (current scores)", ["scorer", "kind", "pass rate / mean", "scored", "errors"], scorers),
+        ("Online evaluation (current scores)", SCORER_COLUMNS, scorers),
         ("Latest failures", ["started", "service", "trace", "type", "message"], latest),
     ]
 

@@ -50,8 +50,9 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 1
-"""Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes."""
+SNAPSHOT_VERSION = 2
+"""Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
+their case, and scorer figures the spread their intervals need)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -63,7 +64,7 @@ this many trials' scores, not by the experiment's size (about 400 MB at two pass
 STALE_SNAPSHOT_SECONDS = 60.0
 """A replaced snapshot is removed once replaced for this long: a reader that chose it before has finished by then."""
 
-SCORE_FIGURES = "experiment_id, trial_id, scorer, value, passed, continuous, error"
+SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, value, passed, continuous, error"
 USAGE_FIGURES = ", ".join([*views.USAGE, *(name + views.ALL_TRIES for name in views.USAGE)])
 TRIAL_FIGURES = (
     "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
@@ -71,12 +72,32 @@ TRIAL_FIGURES = (
 )
 """The columns of ``judged``: what figures use (replies and reasons are large, and reading them costs most)."""
 
-SCORER_FIGURES = """
-SELECT scorer, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
-       fsum(value) / count(value) AS mean, avg(passed::INT) AS pass_rate,
-       count(*) FILTER (WHERE error IS NOT NULL) AS errors
-FROM current_scores GROUP BY scorer ORDER BY scorer
+
+def scorer_figures_sql(scores: str, unit: str) -> str:
+    """Each scorer's figures over ``scores`` (a relation of current scores): what it scored, its pass rate or mean,
+    its errors, and what their intervals need, clustered by ``unit`` (a column: the case, or a production trace):
+    how many were judged and valued, in how many units, and the spread of the units' pass counts and value sums
+    about the scorer's rate and mean (:func:`agenteval.analysis._stats.clustered_standard_error`)."""
+    return f"""
+WITH per_unit AS (
+  SELECT scorer, {unit} AS unit, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
+         count(passed) AS judged, count(*) FILTER (WHERE passed) AS passes, count(value) AS valued,
+         fsum(value) AS value_sum, count(*) FILTER (WHERE error IS NOT NULL) AS errors
+  FROM {scores} GROUP BY ALL),
+totals AS (  -- from the scores themselves: a sum of the units' sums loses the last bits of an exact mean
+  SELECT scorer, avg(passed::INT) AS rate, fsum(value) / count(value) AS mean_value FROM {scores} GROUP BY scorer),
+about AS (SELECT * FROM per_unit JOIN totals USING (scorer))
+SELECT scorer, bool_or(continuous) AS continuous, sum(scored)::BIGINT AS scored, any_value(mean_value) AS mean,
+       any_value(rate) AS pass_rate, sum(errors)::BIGINT AS errors,
+       sum(judged)::BIGINT AS judged, count(*) FILTER (WHERE judged > 0) AS judged_units,
+       coalesce(fsum((passes - judged * rate) ** 2), 0) AS pass_spread,
+       sum(valued)::BIGINT AS valued, count(*) FILTER (WHERE valued > 0) AS valued_units,
+       coalesce(fsum((value_sum - valued * mean_value) ** 2), 0) AS value_spread
+FROM about GROUP BY scorer ORDER BY scorer
 """
+
+
+SCORER_FIGURES = scorer_figures_sql("current_scores", "case_id")
 
 SPAN_LATENCY = f"""
 SELECT coalesce(operation, 'other') AS operation, count(*) AS spans,
