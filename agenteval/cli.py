@@ -468,7 +468,9 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool)
     try:
         report = audit_dataset(load_dataset(dataset), min_per_category=min_per_category, similarity=similarity)
     except DatasetError as exc:
-        raise click.ClickException(f"the dataset has problems; run agenteval validate first\n{exc}") from exc
+        # The problems quote the file (its field names, its ids): shown as validate shows them, escapes visible.
+        message = f"the dataset has problems; run agenteval validate first\n{visible(str(exc), newlines=True)}"
+        raise click.ClickException(message) from exc
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(report), indent=2))
         return

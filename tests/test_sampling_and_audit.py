@@ -290,3 +290,13 @@ def test_a_pair_scoring_exactly_the_threshold_is_found_whatever_the_float_roundi
     cases += [Case(id=f"c{k}", input=text, expected_output="") for k, text in enumerate(common)]
     report = audit(Dataset("t", "t", "h", cases), similarity=0.28)
     assert ("long", "short", 0.28) in report.near_duplicates
+
+
+def test_audit_of_a_bad_dataset_shows_its_problems_with_escapes_visible(tmp_path):
+    """audit printed the loader's problems raw: a field name holding a terminal escape (which the problem quotes)
+    reached the terminal as one, where validate shows it escaped."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"input": "2+2?", "expected_output": "4", "\x1b[2Jcolour": 1}) + "\n")
+    result = CliRunner().invoke(main, ["audit", str(bad)])
+    assert result.exit_code == 1 and "run agenteval validate first" in result.output, result.output
+    assert "\x1b" not in result.output and "\\x1b[2Jcolour" in result.output, result.output
