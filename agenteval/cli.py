@@ -1145,7 +1145,17 @@ def power(
     type=click.Path(dir_okay=False, exists=True),
     help="A file written by `agenteval generate` whose cases to accept or reject (repeatable).",
 )
-def dashboard(store: str | None, host: str, port: int, token: str | None, case_files: tuple[str, ...]) -> None:
+@click.option(
+    "--sql-timeout",
+    "sql_seconds",
+    type=click.FloatRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a statement of the SQL page may run before it is stopped.",
+)
+def dashboard(
+    store: str | None, host: str, port: int, token: str | None, case_files: tuple[str, ...], sql_seconds: float
+) -> None:
     """Serve a local web app over the store: experiments, an experiment's cases and plots, a trial's conversation,
     scores and span timeline, comparisons and the gate, human review, and read-only SQL. Needs
     `pip install 'agenteval[dashboard]'`."""
@@ -1154,7 +1164,7 @@ def dashboard(store: str | None, host: str, port: int, token: str | None, case_f
     def ready(address: str) -> None:
         click.echo(f"agenteval dashboard at {address} (Ctrl+C stops it)", err=True)
 
-    serve(store, host=host, port=port, token=token, case_files=case_files, on_ready=ready)
+    serve(store, host=host, port=port, token=token, case_files=case_files, sql_seconds=sql_seconds, on_ready=ready)
 
 
 @main.command()

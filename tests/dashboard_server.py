@@ -62,6 +62,13 @@ def make_store(root: Path) -> dict[str, str]:
 @contextlib.contextmanager
 def dashboard(store: str, *options: str) -> Iterator[str]:
     """Run `agenteval dashboard --port 0` on ``store`` and yield the address it printed; stopped on exit."""
+    with dashboard_process(store, *options) as (address, _):
+        yield address
+
+
+@contextlib.contextmanager
+def dashboard_process(store: str, *options: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`dashboard`, yielding the process too (to read its memory)."""
     command = [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", store, "--port", "0", *options]
     process = subprocess.Popen(
         command,
@@ -73,7 +80,7 @@ def dashboard(store: str, *options: str) -> Iterator[str]:
     assert process.stderr is not None
     try:
         address = _address(process)
-        yield address.split("?")[0]
+        yield address.split("?")[0], process
     finally:
         process.terminate()
         try:

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 import pytest
-from dashboard_server import PAYLOAD, dashboard, make_store
+from dashboard_server import PAYLOAD, dashboard, dashboard_process, make_store
 
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
@@ -292,6 +292,43 @@ def test_the_sql_page_is_read_only_by_the_same_rule_as_agenteval_sql(runs, site,
         text = get(site, "/sql", params={"q": statement}).text
         assert 'id="sql-error"' in text and 'id="sql-result"' not in text, statement
     assert store_files(runs["store"]) == before
+
+
+def _peak_memory_kb(pid: int) -> int:
+    from pathlib import Path
+
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's peak memory from /proc")
+def test_the_sql_page_fetches_only_the_rows_it_shows(runs):
+    """The page shows 1,000 rows, but the whole result was fetched first: a statement of 400,000 rows of 1,000
+    characters grew the server by 1 GB (and one of billions of rows ran until the memory ran out)."""
+    with dashboard_process(runs["store"]) as (site, process):
+        assert get(site, "/sql", params={"q": "SELECT 1 AS one"}).status_code == 200  # loaded, before measuring
+        before = _peak_memory_kb(process.pid)
+        big = "SELECT i, repeat('x', 1000) AS s FROM range(400000) t(i)"
+        answer = get(site, "/sql", params={"q": big}, timeout=300)
+        grown_mb = (_peak_memory_kb(process.pid) - before) / 1024
+    assert answer.status_code == 200 and "1000 rows shown (more were found)" in answer.text
+    assert answer.text.count("<tr>") == 1001  # the header and the rows shown
+    assert grown_mb < 150, f"the server grew by {grown_mb:.0f} MB for a page of 1,000 rows (400 MB in all)"
+
+
+def test_a_statement_that_runs_too_long_is_stopped_and_the_server_goes_on(runs):
+    """No time limit: a statement that runs for hours kept a worker thread and every core busy after the browser
+    gave up, and Ctrl+C waited for it; forty of them and no page answered."""
+    with dashboard_process(runs["store"], "--sql-timeout", "1") as (site, process):
+        started = time.monotonic()
+        slow = get(site, "/sql", params={"q": "SELECT sum(i % 7) FROM range(1000000000000) t(i)"}, timeout=120)
+        took = time.monotonic() - started
+        assert slow.status_code == 200 and 'id="sql-error"' in slow.text
+        assert "ran longer than 1 s and was stopped" in slow.text
+        assert took < 60, took  # a bound on a wait: the statement itself runs for hours
+        assert "<td>1</td>" in get(site, "/sql", params={"q": "SELECT 1 AS one"}).text
+        process.terminate()
+        process.wait(timeout=20)  # nothing left running to wait for
 
 
 def test_a_token_guards_every_request_and_leaves_the_address_bar(runs):

@@ -58,8 +58,9 @@ def _environment() -> Environment:
 class Dashboard:
     """The pages, over one store, with the case files under review."""
 
-    def __init__(self, store: Store, case_files: list[Path]) -> None:
+    def __init__(self, store: Store, case_files: list[Path], sql_seconds: float = q.SQL_SECONDS) -> None:
         self.store = store
+        self.sql_seconds = sql_seconds
         self.case_files = [CaseFile(Path(p)) for p in case_files]
         self.env = _environment()
 
@@ -176,7 +177,7 @@ class Dashboard:
         result, error = None, None
         if sql.strip():
             try:
-                result = q.run_sql(self.store, sql)
+                result = q.run_sql(self.store, sql, self.sql_seconds)
             except (AgentevalError, duckdb.Error) as exc:
                 error = str(exc).splitlines()[0]
         example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
@@ -276,13 +277,15 @@ def create_app(
     host: str = "127.0.0.1",
     token: str | None = None,
     case_files: list[Path] | None = None,
+    sql_seconds: float = q.SQL_SECONDS,
 ) -> Starlette:
     """The dashboard as an ASGI app serving ``store`` on ``host`` (needed to check the ``Host`` and ``Origin`` of
-    requests); ``token``: what every request must present (required off loopback)."""
+    requests); ``token``: what every request must present (required off loopback); ``sql_seconds``: how long a
+    statement of the SQL page may run."""
     store.require()
     for path in case_files or []:
         CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
-    pages = Dashboard(store, list(case_files or []))
+    pages = Dashboard(store, list(case_files or []), sql_seconds)
     routes = [
         Route("/", pages.experiments),
         Route("/pick", pages.pick),

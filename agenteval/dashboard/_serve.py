@@ -33,11 +33,13 @@ def serve(
     port: int = DEFAULT_PORT,
     token: str | None = None,
     case_files: Sequence[str | Path] = (),
+    sql_seconds: float = 30.0,
     on_ready: Callable[[str], Any] | None = None,
 ) -> None:
     """Serve the dashboard over ``store`` until interrupted. Off loopback, ``token`` is required (see
     :mod:`agenteval.dashboard._security`); ``case_files``: files of ``agenteval generate`` to review;
-    ``on_ready`` is given the address to open once the server listens."""
+    ``sql_seconds``: how long a statement of the SQL page may run before it is stopped; ``on_ready`` is given
+    the address to open once the server listens."""
     require_extra()
     import uvicorn
 
@@ -46,7 +48,7 @@ def serve(
 
     check_binding(host, token)
     target = store if isinstance(store, Store) else Store(store)
-    app = create_app(target, host=host, token=token, case_files=[Path(p) for p in case_files])
+    app = create_app(target, host=host, token=token, case_files=[Path(p) for p in case_files], sql_seconds=sql_seconds)
     config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     if on_ready is not None:
