@@ -187,6 +187,52 @@ def test_stored_payloads_are_shown_as_text(runs, site):
     assert "unsafe-inline" not in headers["content-security-policy"]
 
 
+def test_bidirectional_and_control_characters_show_as_escapes_and_filters_still_match(tmp_path):
+    """A case id "invoice\u202etxt.exe" read as "invoiceexe.txt" on the pages (the reports and the plots show
+    "<U+202E>", as docs/reports.md says every renderer does), and a NUL or an escape went into the page raw. The
+    forms still send the values back as they are: a category with one filters, a case with one can be decided."""
+    bidi, nul = "\u202e", "\x00"
+    cases = [
+        {"id": f"invoice{bidi}txt.exe", "input": "1+1", "expected_output": f"2{bidi}", "category": f"cat{bidi}gory"},
+        {"id": f"nul{nul}esc\x1b[2J", "input": "2+2", "expected_output": "4", "category": "plain"},
+    ]
+    dataset = tmp_path / "bidi.jsonl"
+    dataset.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    store = str(tmp_path / "store")
+    eid = evaluate("mock", dataset, attempts=1, store=store, progress="none").id
+    with dashboard(store, "--review-cases", str(dataset)) as site, httpx.Client(base_url=site) as client:
+        experiment = client.get(f"/experiments/{eid}").text
+        trials = re.findall(r'href="(/experiments/[^"]+/trials/[^"]+)"', experiment)
+        pages = {
+            "list": client.get("/").text,
+            "experiment": experiment,
+            **{f"trial {n}": client.get(path).text for n, path in enumerate(trials)},
+            "sql": client.get(
+                "/sql",
+                params={"q": "SELECT case_id, category, reply FROM trials JOIN cases USING (experiment_id, case_id)"},
+            ).text,
+            "cases": client.get("/review/cases/0").text,
+        }
+        for name, text in pages.items():
+            shown = re.sub(r'value="[^"]*"', "", text)  # what a form sends back is as it is, and not shown
+            assert bidi not in shown and nul not in shown and "\x1b" not in shown, name
+        assert "invoice&lt;U+202E&gt;txt.exe" in experiment and "cat&lt;U+202E&gt;gory" in experiment
+        assert r"nul\x00esc\x1b[2J" in experiment
+        assert (
+            "invoice&lt;U+202E&gt;txt.exe" in pages["sql"] and "&lt;U+202E&gt;" in pages["trial 0"] + pages["trial 1"]
+        )
+        # The filter's option sends the category as it is, and it selects the one case.
+        assert f'<option value="cat{bidi}gory"' in experiment.replace("&#34;", '"')
+        filtered = client.get(f"/experiments/{eid}", params={"category": f"cat{bidi}gory"}).text
+        assert "1 cases match" in filtered and "invoice&lt;U+202E&gt;txt.exe" in filtered
+        # The case file's form sends the case id as it is: the decision is recorded.
+        sent = re.search(r'name="case_id" value="([^"]*)"', pages["cases"]).group(1)
+        assert html.unescape(sent) == cases[0]["id"]
+        form = {"csrf_token": client.cookies["agenteval_csrf"], "case_id": html.unescape(sent), "decision": "accept"}
+        assert client.post("/review/cases/0", data=form).status_code == 303
+        assert json.loads(client.get("/review/cases/0/accepted.jsonl").text)["id"] == cases[0]["id"]
+
+
 def test_a_verdict_is_recorded_in_the_store_and_exported_as_judge_check_labels(runs, site):
     store = Store(runs["store"])
     trial = store.rows("SELECT trial_id, case_id FROM trials WHERE experiment_id = ? LIMIT 1", [runs["baseline"]])[0]

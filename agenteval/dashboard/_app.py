@@ -29,6 +29,7 @@ from ..analysis._experiments import find
 from ..analysis._report import build_report
 from ..errors import AgentevalError
 from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
+from ..render._text_safety import visible
 from ..store import Store
 from . import _queries as q
 from . import _review as review
@@ -40,9 +41,19 @@ REFRESH_SECONDS = 5
 """A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
 
 
+def _shown(value: Any) -> Any:
+    """What a ``{{ ... }}`` of a page shows of a text: its control and bidirectional characters as visible escapes
+    (U+202E as ``<U+202E>``), as every report does, so that a case id or a reply cannot reorder or hide what is read;
+    autoescaping then escapes it. Markup (the plots, ``|e``, ``|tojson``) is left as it is: a form's field that
+    must send a value back as it is writes ``{{ value|e }}``."""
+    return visible(value, newlines=True) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def _environment() -> Environment:
     env = Environment(
-        loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True, default_for_string=True)
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        finalize=_shown,
     )
     env.filters["u"] = lambda value: quote(str(value), safe="")
     env.filters["pct"] = pct
