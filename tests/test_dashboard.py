@@ -146,6 +146,22 @@ def test_a_comparison_with_an_experiment_that_does_not_exist_is_a_404(runs, site
     assert get(site, f"/compare/{a}/{runs['candidate'][:-2]}").status_code == 200  # a unique prefix still works
 
 
+def test_an_id_that_is_the_prefix_of_several_experiments_says_so(runs, site):
+    """The experiment's page said "no experiment '2026' in this store" for a prefix that several experiments share,
+    as if there were none; the report's own error names them."""
+    ids = [runs[key] for key in ("baseline", "candidate", "injected")]
+    shared = ids[0]
+    while not all(eid.startswith(shared) for eid in ids):
+        shared = shared[:-1]
+    assert shared  # the runs' ids all start with the date
+    page = get(site, f"/experiments/{shared}")
+    assert page.status_code == 404 and "ambiguous" in page.text, page.text
+    assert all(eid in page.text for eid in ids)
+    assert "no experiment" in get(site, "/experiments/no-such-run").text
+    unique = get(site, f"/experiments/{runs['candidate'][:-1]}")
+    assert unique.status_code == 200 and f"Experiment {runs['candidate']}" in unique.text
+
+
 def test_a_trials_spans_written_twice_are_shown_once(tmp_path):
     """Spans written twice (a run's OTLP export pointed at a collect into its own store, which docs/collect.md
     warns of, or an exporter's retry through collect): the tree walked each copy's children once per copy, so a

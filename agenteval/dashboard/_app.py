@@ -117,10 +117,13 @@ class Dashboard:
         filters = {key: params.get(key) or None for key in ("category", "outcome", "scorer")}
         with contextlib.closing(self.store.connect()) as con:  # one connection for the report and the cases
             try:
-                report = build_report(self.store, eid, con=con)
-            except ValueError:
+                found = find(self.store, eid, con=con)
+            except ValueError as exc:  # the prefix of several experiments: the error names them
+                return self.not_found(request, str(exc))
+            if found is None:
                 return self.not_found(request, f"no experiment {eid!r} in this store")
-            eid = report.experiment.id
+            eid = found.id
+            report = build_report(self.store, eid, con=con)
             page = q.case_page(
                 self.store,
                 eid,
