@@ -405,6 +405,18 @@ def test_a_token_guards_every_request_and_leaves_the_address_bar(runs):
             assert client.get("/sql").status_code == 200  # the cookie carries it from then on
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="all of 127.0.0.0/8 is loopback on Linux")
+def test_another_loopback_address_answers_at_the_link_it_prints(runs):
+    """Bound to 127.0.0.2 (loopback, so no token is asked), every request through the printed link was refused as
+    "unknown Host": only 127.0.0.1, localhost and [::1] were its names."""
+    with dashboard(runs["store"], "--host", "127.0.0.2") as site:
+        assert site.startswith("http://127.0.0.2:")
+        assert get(site, "/").status_code == 200
+        assert get(site, "/", headers={"Host": "evil.example"}).status_code == 421
+        port = site.rstrip("/").rsplit(":", 1)[1]
+        assert get(site, "/", headers={"Host": f"127.0.0.2:{int(port) + 1}"}).status_code == 421
+
+
 def test_a_host_other_than_loopback_needs_a_token(runs):
     refused = subprocess.run(
         [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", runs["store"], "--host", "0.0.0.0"],

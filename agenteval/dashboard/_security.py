@@ -3,8 +3,8 @@
 - Bound to a loopback address, it answers local requests; bound to any other address it requires the token
   given with ``--token`` on every request (``Authorization: Bearer``, ``?token=`` once, then a cookie), compared
   in constant time.
-- On loopback, ``Host`` must name it (``127.0.0.1``, ``localhost`` or ``[::1]`` at its port): a page on another
-  site cannot reach it through DNS rebinding.
+- On loopback, ``Host`` must name it (``127.0.0.1``, ``localhost``, ``[::1]`` or the address it is bound to, at its
+  port): a page on another site cannot reach it through DNS rebinding.
 - Writes (POST) must come from its own pages: a per-session CSRF token (a cookie, repeated in each form) that
   must match, an ``Origin`` that is its own when the browser sends one, and ``Sec-Fetch-Site`` same-origin.
 - Every response forbids inline script and any source but itself (Content-Security-Policy), framing, and
@@ -71,7 +71,9 @@ class Guard:
         self.token = token
         # Off loopback the names people reach it by are not known here (0.0.0.0, a proxy); the token guards it
         # there, and a rebound name cannot present it: cookies belong to the name the browser used.
-        self.names = {"localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else None
+        # The address it is bound to as well: any of 127.0.0.0/8 is loopback, and the link printed names it.
+        bound = f"[{host.strip('[]')}]" if ":" in host else host
+        self.names = {"localhost", "127.0.0.1", "[::1]", bound} if is_loopback(host) else None
 
     def _host_ok(self, request: Request) -> bool:
         """On loopback, whether ``Host`` names this server at the port it listens on (``--port 0`` too)."""
