@@ -469,6 +469,33 @@ def test_generated_cases_are_accepted_or_rejected_and_the_accepted_download(runs
     assert len((tmp_path / "generated.jsonl.review.jsonl").read_text().splitlines()) == 4
 
 
+def test_a_case_file_broken_or_removed_while_served_is_a_409_that_says_why(runs, tmp_path):
+    """Someone fixing a generated case by hand while reviewing: a bad line (or the file moved away) made the case
+    page, each decision and the download a 500, "Internal Server Error", with a traceback in the server's output."""
+    cases = tmp_path / "generated.jsonl"
+    good = "".join(json.dumps({"id": f"g{n}", "input": f"q{n}", "expected_output": "x"}) + "\n" for n in (1, 2))
+    cases.write_text(good)
+    decisions = tmp_path / "generated.jsonl.review.jsonl"
+    with dashboard(runs["store"], "--review-cases", str(cases)) as site, httpx.Client(base_url=site) as client:
+        assert client.get("/review/cases/0").status_code == 200
+        form = {"csrf_token": client.cookies["agenteval_csrf"], "case_id": "g1", "decision": "accept"}
+        cases.write_text(good + '{"id": "g3", "input": \n')
+        for answer in (
+            client.get("/review/cases/0"),
+            client.post("/review/cases/0", data=form),
+            client.get("/review/cases/0/accepted.jsonl"),
+        ):
+            assert answer.status_code == 409, answer.text
+            assert "generated.jsonl:3: not a case" in answer.text and "fix the file" in answer.text
+        assert not decisions.exists()  # nothing decided on a file that cannot be read
+        cases.unlink()
+        gone = client.get("/review/cases/0")
+        assert gone.status_code == 409 and "No such file" in gone.text
+        cases.write_text(good)  # fixed: it works again
+        assert client.post("/review/cases/0", data=form).status_code == 303
+        assert client.get("/review/cases/0/accepted.jsonl").text == good.splitlines(keepends=True)[0]
+
+
 def test_a_running_experiment_shows_its_progress_while_the_run_writes(runs, site, tmp_path):
     store = runs["store"]
     command = [sys.executable, "-m", "agenteval.cli", "run", "--store", store, "--dataset", "arithmetic"]

@@ -238,16 +238,26 @@ class Dashboard:
         index = _int(request.path_params.get("index"), -1)
         return self.case_files[index] if 0 <= index < len(self.case_files) else None
 
+    def unreadable(self, request: Request, error: AgentevalError) -> HTMLResponse:
+        """A case file under review that cannot be read now (edited into a bad line, moved or deleted since the
+        start): a 409 that says which and why, rather than a 500."""
+        message = f"{error}; fix the file and reload"
+        return self.page(request, "error.html", 409, title="The case file cannot be read", message=message)
+
     def case_file(self, request: Request) -> Response:
         found = self._case_file(request)
         if found is None:
             return self.not_found(request, "no such case file: start the dashboard with --review-cases FILE")
+        try:
+            cases = found.cases()
+        except AgentevalError as exc:
+            return self.unreadable(request, exc)
         return self.page(
             request,
             "case_file.html",
             index=request.path_params["index"],
             path=str(found.path),
-            cases=found.cases(),
+            cases=cases,
             decisions=found.decisions(),
         )
 
@@ -265,14 +275,20 @@ class Dashboard:
             )
         except review.ReviewError as exc:
             return PlainTextResponse(str(exc), status_code=400)
+        except AgentevalError as exc:  # the file cannot be read now
+            return self.unreadable(request, exc)
         return RedirectResponse(f"/review/cases/{request.path_params['index']}", status_code=303)
 
     def accepted(self, request: Request) -> Response:
         found = self._case_file(request)
         if found is None:
             return PlainTextResponse("no such case file", status_code=404)
+        try:
+            accepted = found.accepted_jsonl()
+        except AgentevalError as exc:
+            return self.unreadable(request, exc)
         return PlainTextResponse(
-            found.accepted_jsonl(),
+            accepted,
             media_type="application/x-ndjson",
             headers={"Content-Disposition": 'attachment; filename="accepted.jsonl"'},
         )
