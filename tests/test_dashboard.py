@@ -417,6 +417,29 @@ def test_another_loopback_address_answers_at_the_link_it_prints(runs):
         assert get(site, "/", headers={"Host": f"127.0.0.2:{int(port) + 1}"}).status_code == 421
 
 
+def test_a_write_through_a_tls_proxy_is_accepted(runs):
+    """Off loopback docs/dashboard.md advises a TLS proxy in front; the browser's Origin is then https, which the
+    check compared with http://HOST alone: every verdict was refused as cross-site."""
+    token = "a-long-enough-test-token-0123456789"
+    eid = runs["baseline"]
+    trial = Store(runs["store"]).rows("SELECT trial_id FROM trials WHERE experiment_id = ? LIMIT 1", [eid])[0]
+    with dashboard(runs["store"], "--host", "0.0.0.0", "--token", token) as site:
+        site = site.replace("0.0.0.0", "127.0.0.1")
+        proxied = {"Host": "evals.example.org", "Authorization": f"Bearer {token}"}  # as the proxy passes them on
+        with httpx.Client(base_url=site, headers=proxied) as client:
+            client.get("/")
+            form = {"csrf_token": client.cookies["agenteval_csrf"], "experiment_id": eid, "verdict": "pass"}
+            form |= {"trial_id": trial["trial_id"], "next": "/review"}
+            for origin, status in (
+                ("https://evals.example.org", 303),
+                ("http://evals.example.org", 303),
+                ("https://evil.example", 403),
+                ("https://evals.example.org.evil.example", 403),
+            ):
+                answer = client.post("/review", data=form, headers={"Origin": origin}, follow_redirects=False)
+                assert answer.status_code == status, (origin, answer.text)
+
+
 def test_a_host_other_than_loopback_needs_a_token(runs):
     refused = subprocess.run(
         [sys.executable, "-m", "agenteval.cli", "dashboard", "--store", runs["store"], "--host", "0.0.0.0"],

@@ -94,7 +94,9 @@ class Guard:
     def _same_origin(self, request: Request) -> str | None:
         """Why a write is refused as cross-site, or None."""
         origin = request.headers.get("origin")
-        if origin is not None and origin != f"http://{request.headers.get('host')}":
+        # https too: behind the TLS proxy docs/dashboard.md advises off loopback, the browser's origin is https.
+        host = request.headers.get("host")
+        if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
             return f"origin {origin} is not this dashboard"
         site = request.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
