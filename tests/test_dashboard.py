@@ -417,6 +417,17 @@ def test_another_loopback_address_answers_at_the_link_it_prints(runs):
         assert get(site, "/", headers={"Host": f"127.0.0.2:{int(port) + 1}"}).status_code == 421
 
 
+def test_a_shared_link_with_the_token_keeps_its_page_and_filters(runs):
+    """The token left the address bar by a redirect to the path alone: a link to page 2 of an experiment's failed
+    cases, with ?token=, opened the experiment's first page unfiltered."""
+    token = "a-long-enough-test-token-0123456789"
+    eid = runs["candidate"]
+    with dashboard(runs["store"], "--token", token) as site, httpx.Client(base_url=site) as client:
+        opened = client.get(f"/experiments/{eid}", params={"outcome": "failed", "token": token, "page": "2"})
+        assert opened.status_code == 303 and opened.headers["location"] == f"/experiments/{eid}?outcome=failed&page=2"
+        assert client.get("/", params={"token": token}).url.path == "/"
+
+
 def test_a_write_through_a_tls_proxy_is_accepted(runs):
     """Off loopback docs/dashboard.md advises a TLS proxy in front; the browser's Origin is then https, which the
     check compared with http://HOST alone: every verdict was refused as cross-site."""

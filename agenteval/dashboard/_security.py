@@ -128,7 +128,8 @@ class Guard:
         request.state.csrf = csrf
         if self.token is not None and request.query_params.get("token"):
             # The token leaves the address bar: from now on the cookie carries it.
-            response: Response = RedirectResponse(request.url.remove_query_params("token").path, status_code=303)
+            kept = request.url.remove_query_params("token")  # the rest of a shared link stays: its page, its filters
+            response: Response = RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
         else:
             response = await call_next(request)
         if request.cookies.get(CSRF_COOKIE) != csrf:
