@@ -5,6 +5,7 @@ AIMD limiter under a 429 storm, the response cache keyed by attempt, and errors 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sys
 
 import model_servers as ms
@@ -135,6 +136,35 @@ def test_the_wait_a_429_asks_for_is_read_from_either_header(model_server, api, h
     model_server.script(ms.rate_limited(**header))
     exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
     assert provider_error(exc).retry_after == seconds
+
+
+def _http_date(form: str, seconds_from_now: float) -> str:
+    """An HTTP date in one of the three forms RFC 9110 says a recipient must read: IMF-fixdate, RFC 850, asctime
+    (and RFC 2822's "-0000" zone, which Python reads as a time without a zone)."""
+    when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds_from_now)
+    return {
+        "imf": when.strftime("%a, %d %b %Y %H:%M:%S GMT"),
+        "rfc850": when.strftime("%A, %d-%b-%y %H:%M:%S GMT"),
+        "asctime": when.strftime("%a %b ") + f"{when.day:2d}" + when.strftime(" %H:%M:%S %Y"),
+        "minus-zero": when.strftime("%a, %d %b %Y %H:%M:%S -0000"),
+    }[form]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("form", ["imf", "rfc850", "asctime", "minus-zero"])
+def test_a_retry_after_date_in_any_http_form_is_honoured(model_server, api, form):
+    model_server.script(
+        ms.Reply(status=429, error={"kind": "rate_limit"}, headers={"retry-after": _http_date(form, 30)})
+    )
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    assert 25 <= provider_error(exc).retry_after <= 31
+    assert (classify(exc).type, classify(exc).infrastructure) == ("timeout_after_rate_limit", True)
+    past = _http_date(form, -3600)  # a date gone by: send again at once
+    model_server.script(
+        ms.Reply(status=429, error={"kind": "rate_limit"}, headers={"retry-after": past}), ms.text("ok")
+    )
+    response = complete(model(model_server, api))
+    assert response.text == "ok" and response.retries == 1 and response.waits[0].retry_after
 
 
 @pytest.mark.parametrize("api", APIS)

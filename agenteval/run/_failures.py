@@ -167,7 +167,7 @@ def _header(exc: BaseException, name: str) -> str | None:
 
 def retry_after(exc: BaseException) -> float | None:
     """Seconds to wait that the provider asked for: ``retry-after-ms`` (OpenAI), else ``Retry-After`` in seconds
-    or as an HTTP date; None when it said nothing usable."""
+    or as an HTTP date (any of its three forms, read as GMT); None when it said nothing usable."""
     millis = _header(exc, "retry-after-ms")
     if millis is not None:
         try:
@@ -185,6 +185,8 @@ def retry_after(exc: BaseException) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime dates, and RFC 2822's "-0000": an HTTP date is always GMT
+        when = when.replace(tzinfo=datetime.UTC)
     return _finite_wait((when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
