@@ -64,6 +64,10 @@ class Reply:
     hold_seconds: float = 30.0
     drop_after: int | None = None
     """Streamed: close the connection after this many events, without finishing the message."""
+    body: str | None = None
+    """Sent as the whole answer, as it is (``status`` 200 and ``content_type``): a body of the wrong shape, or
+    one that is not JSON at all, as a broken server or a gateway's error page gives."""
+    content_type: str = "application/json"
 
     @property
     def finish_reason(self) -> str:
@@ -265,7 +269,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = self.server.next_reply(request)
             if reply.hold is not None:
                 reply.hold.wait(reply.hold_seconds)
-            if reply.error is not None:
+            if reply.body is not None:
+                self._raw(reply)
+            elif reply.error is not None:
                 self._error(route.api, reply)
             elif request.stream:
                 self._stream(reply, route.events(reply, body, self.server.next_id()))
@@ -284,6 +290,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for name, value in headers.items():
             self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _raw(self, reply: Reply) -> None:
+        assert reply.body is not None
+        data = reply.body.encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import sys
 
 import model_servers as ms
@@ -358,3 +359,21 @@ def test_calls_waiting_are_counted_for_the_progress_display(model_server):
     assert seen == [1, 0, 1, 0] and calls_waiting() == 0
     progress.waiting(+1)
     assert "1 waiting on rate limits" in progress.line()
+
+
+def _chat_body(content, finish="stop", **extra) -> str:
+    message = {"role": "assistant", "content": content, **extra}
+    choice = {"index": 0, "message": message, "finish_reason": finish}
+    return json.dumps({"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]})
+
+
+def test_content_sent_as_a_list_of_parts_reads_as_its_text(model_server):
+    """Some OpenAI-compatible servers send the message's content as content parts, not a string."""
+    parts = [
+        {"type": "text", "text": "The answer "},
+        {"type": "image_url", "image_url": {}},
+        {"type": "text", "text": "is 4."},
+    ]
+    model_server.script(ms.Reply(body=_chat_body(parts)))
+    response = complete(model(model_server, ms.OPENAI))
+    assert response.text == "The answer is 4." and response.finish_reason == "stop"

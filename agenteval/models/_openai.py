@@ -75,7 +75,7 @@ def read(raw: Any) -> dict[str, Any]:
     reason = choice.finish_reason if choice is not None else None
     usage = raw.usage
     return {
-        "text": (message.content if message is not None else None) or "",
+        "text": _text(message.content if message is not None else None),
         "tool_calls": tuple(calls),
         "finish_reason": CONTENT_FILTER if reason == FINISH_CONTENT_FILTER else FINISH.get(reason or "", OTHER),
         "provider_finish_reason": reason,
@@ -83,6 +83,17 @@ def read(raw: Any) -> dict[str, Any]:
         "model": raw.model,
         "response_id": raw.id,
     }
+
+
+def _text(content: Any) -> str:
+    """The message's text: OpenAI sends a string; some compatible servers send a list of content parts
+    (``[{"type": "text", "text": ...}]``), whose text parts are joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in content]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""
 
 
 def revive(sdk: Any, data: dict[str, Any]) -> Any:
