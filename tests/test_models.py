@@ -377,3 +377,27 @@ def test_content_sent_as_a_list_of_parts_reads_as_its_text(model_server):
     model_server.script(ms.Reply(body=_chat_body(parts)))
     response = complete(model(model_server, ms.OPENAI))
     assert response.text == "The answer is 4." and response.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    "body", ["<html><body>502 Bad Gateway</body></html>", "", '{"id": "cut'], ids=["page", "empty", "cut"]
+)
+def test_an_answer_that_is_not_json_is_an_infrastructure_failure_and_is_retried(model_server, api, body):
+    model_server.script(ms.Reply(body=body))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "not JSON" in str(exc)
+    model_server.script(ms.Reply(body=body), ms.text("whole"))
+    response = complete(model(model_server, api))
+    assert response.text == "whole" and response.retries == 1
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_answer_of_the_wrong_shape_is_an_infrastructure_failure_that_says_what_it_lacks(model_server, api):
+    model_server.script(ms.Reply(body=json.dumps({"object": "list", "data": []})))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "no finished reply" in str(exc)

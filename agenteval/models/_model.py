@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import json
 import os
 import random
 import weakref
@@ -24,7 +25,7 @@ from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import llm_call, set_llm_response
 
 from ..errors import AgentevalError
-from ..run._failures import RATE_LIMITED, RETRIED, StreamEndedEarly, provider_error
+from ..run._failures import RATE_LIMITED, RETRIED, StreamEndedEarly, UnreadableResponse, provider_error
 from . import _anthropic, _openai
 from ._cache import ResponseCache
 from ._limiter import Limiter, limiter_for, waiting
@@ -208,9 +209,16 @@ class Model:
             _record_wait(span, call, Wait(queued, LIMITER))
         outcome = "other"
         try:
-            raw = await self.adapter.send(self._client(), request)
+            try:
+                raw = await self.adapter.send(self._client(), request)
+            except json.JSONDecodeError as exc:
+                raise UnreadableResponse(f"{self.name}: the provider's answer is not JSON ({exc})") from exc
             if not self.adapter.finished(raw):
-                raise StreamEndedEarly(f"{self.name}: the reply ended before the model finished it")
+                raise StreamEndedEarly(
+                    f"{self.name}: the reply ended before the model finished it"
+                    if request.stream
+                    else f"{self.name}: the answer holds no finished reply (no choices or no stop reason)"
+                )
             outcome = "ok"
             return raw
         except Exception as exc:
