@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -68,6 +69,9 @@ class Reply:
     """Sent as the whole answer, as it is (``status`` 200 and ``content_type``): a body of the wrong shape, or
     one that is not JSON at all, as a broken server or a gateway's error page gives."""
     content_type: str = "application/json"
+    drip: float | None = None
+    """Send the (unstreamed) answer a few bytes at a time, this many seconds apart: each wait on the connection
+    is short, the whole answer slow."""
 
     @property
     def finish_reason(self) -> str:
@@ -276,14 +280,14 @@ class _Handler(BaseHTTPRequestHandler):
             elif request.stream:
                 self._stream(reply, route.events(reply, body, self.server.next_id()))
             else:
-                self._json(200, route.plain(reply, body, self.server.next_id()), reply.headers)
+                self._json(200, route.plain(reply, body, self.server.next_id()), reply.headers, reply.drip)
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
             with self.server.lock:
                 self.server.in_flight -= 1
 
-    def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+    def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str], drip: float | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -291,7 +295,13 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if drip is None:
+            self.wfile.write(data)
+            return
+        for start in range(0, len(data), 8):
+            self.wfile.write(data[start : start + 8])
+            self.wfile.flush()
+            time.sleep(drip)
 
     def _raw(self, reply: Reply) -> None:
         assert reply.body is not None

@@ -8,6 +8,7 @@ import asyncio
 import datetime
 import json
 import sys
+import time
 
 import model_servers as ms
 import pytest
@@ -401,3 +402,16 @@ def test_an_answer_of_the_wrong_shape_is_an_infrastructure_failure_that_says_wha
     failure = classify(exc, raised_in="chat")
     assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
     assert "no finished reply" in str(exc)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_answer_sent_a_few_bytes_at_a_time_is_bounded_by_the_request_timeout(model_server, api):
+    """Each wait on the connection is shorter than the timeout; the whole answer (about 2 s) is not: without a
+    bound on the whole, a judge (which no trial's timeout bounds) would wait as long as the server drips."""
+    model_server.script(ms.text("a slow answer " * 4, drip=0.05))
+    started = time.monotonic()
+    exc = raised(model(model_server, api, timeout=1.0, retry=RetryPolicy(max_retries=0)))
+    assert time.monotonic() - started < 5
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert provider_error(exc) is not None and "within 1 s" in str(exc)

@@ -25,7 +25,14 @@ from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import llm_call, set_llm_response
 
 from ..errors import AgentevalError
-from ..run._failures import RATE_LIMITED, RETRIED, StreamEndedEarly, UnreadableResponse, provider_error
+from ..run._failures import (
+    RATE_LIMITED,
+    RETRIED,
+    RequestTimedOut,
+    StreamEndedEarly,
+    UnreadableResponse,
+    provider_error,
+)
 from . import _anthropic, _openai
 from ._cache import ResponseCache
 from ._limiter import Limiter, limiter_for, waiting
@@ -35,7 +42,8 @@ from ._retry import Retry, RetryPolicy
 from ._types import LIMITER, RATE_LIMIT, ModelResponse, Wait
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
-"""Seconds one request may take before the SDK gives up on it (a trial's own timeout still bounds it all)."""
+"""Seconds one request may take before it is given up on (a trial's own timeout still bounds it all); for a
+streamed answer, the longest silence between its events."""
 NO_KEY_NEEDED = "unused"
 """The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
 LIMITER_WAIT_RECORDED = 0.001
@@ -209,10 +217,7 @@ class Model:
             _record_wait(span, call, Wait(queued, LIMITER))
         outcome = "other"
         try:
-            try:
-                raw = await self.adapter.send(self._client(), request)
-            except json.JSONDecodeError as exc:
-                raise UnreadableResponse(f"{self.name}: the provider's answer is not JSON ({exc})") from exc
+            raw = await self._sent(request)
             if not self.adapter.finished(raw):
                 raise StreamEndedEarly(
                     f"{self.name}: the reply ended before the model finished it"
@@ -233,6 +238,23 @@ class Model:
             return retry
         finally:
             self.limiter.release(generation, outcome)
+
+    async def _sent(self, request: ModelRequest) -> Any:
+        """One request to the SDK. The SDK's timeout bounds each wait on the connection, so a body sent a few
+        bytes at a time would never time out there: an answer not streamed is also bounded as a whole."""
+        try:
+            if request.stream:
+                return await self.adapter.send(self._client(), request)
+            bound = asyncio.timeout(self.timeout)
+            try:
+                async with bound:
+                    return await self.adapter.send(self._client(), request)
+            except TimeoutError as exc:
+                if not bound.expired():
+                    raise
+                raise RequestTimedOut(f"{self.name}: no whole answer within {self.timeout:g} s") from exc
+        except json.JSONDecodeError as exc:
+            raise UnreadableResponse(f"{self.name}: the provider's answer is not JSON ({exc})") from exc
 
     def _cached(self, request: ModelRequest) -> tuple[str, Any] | None:
         if self.cache is None:

@@ -62,6 +62,10 @@ class StreamEndedEarly(ConnectionError):
     """A streamed reply ended before the provider said it was finished (the connection went half-way)."""
 
 
+class RequestTimedOut(ConnectionError):
+    """A model request got no whole answer within its timeout (an answer sent a few bytes at a time)."""
+
+
 class UnreadableResponse(ConnectionError):
     """The provider (or a proxy before it) answered with a body that is not JSON: an error page, a cut body."""
 
@@ -305,7 +309,8 @@ def recorded_exception(error_type: str | None, message: str | None, http_status:
     name when there is one, so the matchers read it as they would have read the original."""
     module, _, name = (error_type or "Exception").rpartition(".")
     name = name if name.isidentifier() else "Exception"
-    own = {cls.__name__: cls for cls in (MaxStepsExceeded, InvalidModelOutput, StreamEndedEarly, UnreadableResponse)}
+    errors = (MaxStepsExceeded, InvalidModelOutput, StreamEndedEarly, UnreadableResponse, RequestTimedOut)
+    own = {cls.__name__: cls for cls in errors}
     builtin = getattr(builtins, name, None)
     base = own.get(name) or (builtin if isinstance(builtin, type) and issubclass(builtin, Exception) else Exception)
     text = message or ""
