@@ -415,3 +415,40 @@ def test_an_answer_sent_a_few_bytes_at_a_time_is_bounded_by_the_request_timeout(
     failure = classify(exc, raised_in="chat")
     assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
     assert provider_error(exc) is not None and "within 1 s" in str(exc)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_anthropic_prompt_tokens_read_from_or_written_to_its_cache_are_counted(model_server, spans, stream):
+    """Anthropic's ``input_tokens`` leaves out the prompt's cached tokens, which OpenAI's ``prompt_tokens`` holds."""
+    usage = {"input_tokens": 5, "output_tokens": 7, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 20}
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "test-model",
+        "content": [{"type": "text", "text": "4"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    if stream:
+        started = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "4"}}
+        events = [
+            ("message_start", {"type": "message_start", "message": started}),
+            ("content_block_start", block),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}},
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+        model_server.script(ms.Reply(body=body, content_type="text/event-stream"))
+    else:
+        model_server.script(ms.Reply(body=json.dumps(message)))
+    response = complete(model(model_server, ms.ANTHROPIC, stream=stream))
+    assert (response.text, response.usage.input_tokens, response.usage.output_tokens) == ("4", 1025, 7)
+    (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert chat.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 1025

@@ -33,6 +33,19 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+ANTHROPIC_CACHE_TOKENS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+"""Anthropic counts the prompt's tokens read from or written to its prompt cache apart from ``input_tokens``
+(OpenAI's ``prompt_tokens`` and the Responses API's ``input_tokens`` include their cached tokens)."""
+
+
+def input_tokens(usage: Any) -> int | None:
+    """All the prompt's tokens of a usage object that says ``input_tokens``: Anthropic's cached ones included."""
+    found = _int(_get(usage, "input_tokens"))
+    if found is None:
+        return None
+    return found + sum(_int(_get(usage, name)) or 0 for name in ANTHROPIC_CACHE_TOKENS)
+
+
 def read_response(value: Any) -> ResponseInfo:
     """Everything :class:`ResponseInfo` holds that ``value`` carries; never raises."""
     info = ResponseInfo()
@@ -54,7 +67,7 @@ def _read_into(info: ResponseInfo, value: Any) -> None:
     if usage is not None:
         info.input_tokens = _int(_get(usage, "prompt_tokens"))
         if info.input_tokens is None:
-            info.input_tokens = _int(_get(usage, "input_tokens"))
+            info.input_tokens = input_tokens(usage)
         info.output_tokens = _int(_get(usage, "completion_tokens"))
         if info.output_tokens is None:
             info.output_tokens = _int(_get(usage, "output_tokens"))
