@@ -93,3 +93,33 @@ def test_no_api_key_in_any_table_file_or_output(model_server, tmp_path):
         assert KEY.encode() not in content and ANTHROPIC_KEY.encode() not in content, path
     for output in (done.stdout, done.stderr, report.stdout, report.stderr):
         assert KEY not in output and ANTHROPIC_KEY not in output
+
+
+def test_a_key_that_a_gateway_quotes_back_in_its_error_is_masked_everywhere(model_server, monkeypatch):
+    """A key of no known shape (a gateway's own), which the masking of secret-looking text cannot recognise, quoted
+    back by the server that refused it: neither the trial's error nor the span's nor the run's output has it."""
+    from agenteval import evaluate
+    from agenteval.dataset._cases import Case, Dataset
+    from agenteval.store import Store
+
+    key = "team-blue-7F3A9C2E51D04B86"
+
+    def refuse(request):
+        sent = request.headers.get("authorization", "").removeprefix("Bearer ")
+        error = {"error": {"message": f"Invalid key '{sent}'", "type": "invalid_request_error", "code": "invalid_key"}}
+        return ms.Reply(status=401, body=json.dumps(error))
+
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    model_server.responder = refuse
+    dataset = Dataset("d", "d", "h", [Case(id="a", input="What is 2 + 2?", expected_output="4")])
+    experiment = evaluate("", dataset, model="openai/m", base_url=model_server.openai_url, progress="none", attempts=1)
+    assert model_server.requests and all(key in r.headers.get("authorization", "") for r in model_server.requests)
+    (trial,) = Store().rows(
+        "SELECT failure_type, error_message FROM trials WHERE experiment_id = ?", [experiment.experiment_id]
+    )
+    assert trial["failure_type"] == "llm_error" and "Invalid key '***'" in trial["error_message"]
+    store = Path(Store().root)
+    for path in store.rglob("*.parquet"):
+        table = pq.read_table(path)
+        for name in table.column_names:
+            assert key not in json.dumps(table.column(name).to_pylist(), default=str), f"{path}: column {name}"

@@ -46,6 +46,9 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 streamed answer, the longest silence between its events."""
 NO_KEY_NEEDED = "unused"
 """The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
+MIN_MASKED_KEY = 8
+"""Keys shorter than this are not looked for in errors: masking every short word of a message hides nothing."""
+MASK = "***"
 LIMITER_WAIT_RECORDED = 0.001
 """Waits for a place under the limiter shorter than this are not waits worth a span event."""
 
@@ -227,6 +230,7 @@ class Model:
             outcome = "ok"
             return raw
         except Exception as exc:
+            _mask_key(exc, self._api_key)
             found = provider_error(exc)
             if found is not None and found.type == RATE_LIMITED:
                 outcome = "throttled"
@@ -267,6 +271,37 @@ class Model:
             return key, self.adapter.revive(self._sdk, data["response"])
         except Exception:  # a file of another SDK version: answered anew
             return None
+
+
+def _mask_key(exc: BaseException, key: str) -> None:
+    """``exc`` and the exceptions chained to it with ``key`` masked in their messages and error bodies: a server
+    or gateway that quotes the key it refused would otherwise have it recorded (span, trial, log) verbatim, as a
+    key that does not look like one (a gateway's own) escapes the masking of secret-looking text."""
+    if key == NO_KEY_NEEDED or len(key) < MIN_MASKED_KEY:
+        return
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(key, MASK)
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(masked(v) for v in value)
+        return value
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.args = masked(current.args)
+        for name in ("message", "body"):
+            value = getattr(current, name, None)
+            if isinstance(value, (str, dict, list)):
+                try:
+                    setattr(current, name, masked(value))
+                except AttributeError:
+                    pass
+        current = current.__cause__ or current.__context__
 
 
 def cached_key(model: Model, request: ModelRequest) -> str:
