@@ -7,6 +7,8 @@ import inspect
 import json
 from typing import Any
 
+from agenteval_instrumentation.responses import input_tokens
+
 from ._request import Message, ModelRequest
 from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
 
@@ -170,19 +172,10 @@ def read(raw: Any) -> dict[str, Any]:
         "tool_calls": tuple(calls),
         "finish_reason": FINISH.get(raw.stop_reason or "", OTHER),
         "provider_finish_reason": raw.stop_reason,
-        "usage": Usage(_input_tokens(usage), usage.output_tokens) if usage is not None else Usage(),
+        "usage": Usage(input_tokens(usage), usage.output_tokens) if usage is not None else Usage(),
         "model": raw.model,
         "response_id": raw.id,
     }
-
-
-def _input_tokens(usage: Any) -> int | None:
-    """The prompt's tokens: Anthropic counts those read from or written to its prompt cache apart."""
-    found = usage.input_tokens
-    if not isinstance(found, int):
-        return None
-    cached = (getattr(usage, name, None) for name in ("cache_read_input_tokens", "cache_creation_input_tokens"))
-    return found + sum(n for n in cached if isinstance(n, int))
 
 
 def revive(sdk: Any, data: dict[str, Any]) -> Any:
