@@ -440,3 +440,38 @@ def test_json_column_over_several_chunks_keeps_every_value_in_order():
     column = encode._json_column(values)
     assert column.null_count == len([v for v in values if v is None])
     assert [None if text is None else json.loads(text) for text in column.to_pylist()] == values
+
+
+def test_spans_acknowledged_while_shutting_down_are_all_written(tmp_path, caplog):
+    # SimpleSpanProcessor exports from the application's threads, so an export can race with shutdown(): each
+    # batch either returns SUCCESS and is on disk, or returns FAILURE; none is acknowledged and then left behind.
+    provider = TracerProvider()
+    tracer = provider.get_tracer("t")
+    batch = []
+    for i in range(40):  # many partitions: the last publishing takes a while (one fsync a file)
+        with tracer.start_as_current_span(f"s{i}", attributes={A.EXPERIMENT_ID: f"e{i % 20}"}) as span:
+            pass
+        batch.append(span)
+    caplog.set_level(logging.CRITICAL, logger="agenteval_exporters")
+    for round_ in range(20):
+        store = tmp_path / f"store{round_}"
+        exporter = ParquetSpanExporter(store, flush_interval=3600)
+        acknowledged = []
+        started = threading.Barrier(5)
+
+        def work(exporter: ParquetSpanExporter, acknowledged: list[int], started: threading.Barrier) -> None:
+            started.wait()
+            while exporter.export(batch) is SpanExportResult.SUCCESS:
+                acknowledged.append(len(batch))
+
+        threads = [threading.Thread(target=work, args=(exporter, acknowledged, started)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        started.wait()
+        time.sleep(0.05)
+        exporter.shutdown()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in threads)
+        assert len(read_spans(store)) == sum(acknowledged), f"round {round_}"
+        assert exporter.spans_unwritten == 0

@@ -165,10 +165,10 @@ class PartitionedWriter:
         (raises if it could not be; its rows are kept)."""
         if batch.num_rows == 0:
             return
-        if self._stopped:
-            raise RuntimeError(f"the {self.table_name} writer under {self.root} is closed")
         published = []
-        with self._lock:
+        with self._lock:  # checked under the lock: close() publishes every row accepted before it stopped
+            if self._stopped:
+                raise RuntimeError(f"the {self.table_name} writer under {self.root} is closed")
             for partition, rows in self.partitioner(batch):
                 buffer = self._buffers.setdefault(partition, _Buffer())
                 buffer.batches.append(rows)
@@ -184,27 +184,36 @@ class PartitionedWriter:
 
     def flush(self) -> None:
         """Publish everything buffered; raises if a file could not be written (rows are kept)."""
-        if self._stopped:
-            return
         with self._lock:
-            for partition, buffer in self._buffers.items():
-                self._hand_over(partition, buffer)
-            self._buffers.clear()
-            done = self._publish(None, retry=True)
+            if self._stopped:
+                return
+            done = self._publish_all()
         done.result()
 
     def close(self) -> None:
-        """Publish what is left and stop the background threads. Safe to call twice."""
+        """Publish what is left and stop the background threads. Safe to call twice.
+
+        Appends racing with it either get their rows into the last files or raise: the writer stops taking rows
+        in the same locked step that hands the last ones over, so no row is accepted and then left behind."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._timer.join(timeout=5)
-        try:
-            self.flush()
-        finally:
+        with self._lock:
             self._stopped = True
+            done = self._publish_all()
+        try:
+            done.result()
+        finally:
             self._jobs.put(_STOP)
             self._worker.join(timeout=30)
+
+    def _publish_all(self) -> Future[None]:
+        """Hand every buffer over and queue the publishing of every partition; called under the lock."""
+        for partition, buffer in self._buffers.items():
+            self._hand_over(partition, buffer)
+        self._buffers.clear()
+        return self._publish(None, retry=True)
 
     # The callers' side: jobs are queued under the lock, so they run in the order rows arrived.
 
