@@ -371,3 +371,35 @@ def test_agent_reply_object_with_content(spans):
     assistant("meaning?")
     output = json.loads(by_name(spans, "invoke_agent assistant").attributes[A.GEN_AI_OUTPUT_MESSAGES])
     assert output == [{"role": "assistant", "parts": [{"type": "text", "content": "42"}], "finish_reason": "stop"}]
+
+
+def test_bare_decorators_name_partials_and_callable_objects_after_what_they_call(spans):
+    # A partial and a callable object have no __name__: the bare decorators raised AttributeError on every call.
+    import functools
+
+    def lookup(table: str, key: str) -> str:
+        """Look a key up in a table.
+
+        More text."""
+        return f"{table}:{key}"
+
+    class Searcher:
+        """Search the index."""
+
+        def __call__(self, query: str) -> list[str]:
+            return [f"doc-{query}"]
+
+    assert tool(functools.partial(lookup, "users"))(key="ada") == "users:ada"
+    assert retriever(Searcher())(query="q") == ["doc-q"]
+    assert agent(functools.partial(functools.partial(lookup, "a"), key="b"))() == "a:b"
+    assert tool(name="named")(functools.partial(lookup, "t"))(key="k") == "t:k"
+    assert {s.name for s in spans.get_finished_spans()} == {
+        "execute_tool lookup",
+        "retrieval Searcher",
+        "invoke_agent lookup",
+        "execute_tool named",
+    }
+    for name in ("execute_tool lookup", "execute_tool named"):
+        # the function's own docstring, not functools.partial's ("partial(func, *args, **keywords) - ...")
+        assert by_name(spans, name).attributes[A.GEN_AI_TOOL_DESCRIPTION] == "Look a key up in a table."
+    assert json.loads(by_name(spans, "execute_tool lookup").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"key": "ada"}

@@ -27,12 +27,29 @@ DOCUMENT_ID_KEYS = ("id", "doc_id", "document_id")
 """Keys (or attributes) a ``@retriever`` reads document ids from, in this order."""
 
 
+def _unwrap_partial(fn: Any) -> Any:
+    import functools
+
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    """A decorated callable's name when none is given: a function's or method's ``__name__``, the function a
+    ``functools.partial`` calls, or the class of a callable object."""
+    fn = _unwrap_partial(fn)
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
+
+
 def description_of(fn: Callable[..., Any]) -> str | None:
-    """The first line of ``fn``'s docstring: a ``@tool``'s description when none is given."""
+    """The first line of ``fn``'s docstring (for a ``functools.partial``, the function's it calls): a
+    ``@tool``'s description when none is given."""
     import inspect
 
-    doc = inspect.getdoc(fn)
-    return doc.strip().splitlines()[0] if doc else None
+    doc = inspect.getdoc(_unwrap_partial(fn))
+    return doc.strip().splitlines()[0] if doc and doc.strip() else None
 
 
 class Step:

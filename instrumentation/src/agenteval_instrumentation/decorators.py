@@ -44,9 +44,9 @@ def tool(
     """
 
     def step(f: Callable[..., Any]) -> Step:
-        from ._steps import ToolStep, description_of
+        from ._steps import ToolStep, description_of, name_of
 
-        return ToolStep(f, name or f.__name__, description or description_of(f), capture)
+        return ToolStep(f, name or name_of(f), description or description_of(f), capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
 
@@ -84,9 +84,9 @@ def agent(fn: Any = None, *, name: str | None = None, capture: bool | None = Non
     """Record each call as an ``invoke_agent {name}`` span with its input and reply."""
 
     def step(f: Callable[..., Any]) -> Step:
-        from ._steps import AgentStep
+        from ._steps import AgentStep, name_of
 
-        return AgentStep(f, name or f.__name__, capture)
+        return AgentStep(f, name or name_of(f), capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
 
@@ -108,9 +108,9 @@ def retriever(
     """
 
     def step(f: Callable[..., Any]) -> Step:
-        from ._steps import RetrieverStep
+        from ._steps import RetrieverStep, name_of
 
-        return RetrieverStep(f, name or f.__name__, id_key, capture)
+        return RetrieverStep(f, name or name_of(f), id_key, capture)
 
     return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
 
