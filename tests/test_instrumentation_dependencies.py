@@ -105,6 +105,46 @@ def test_with_no_provider_calls_run_untouched_and_capture_nothing():
     assert out.strip() == "redactor calls: 0"
 
 
+def test_with_no_provider_an_async_generator_still_gets_what_its_consumer_sends_and_throws():
+    # Without a provider the async generator wrapper used ``async for``: asend() values became None, athrow()
+    # and aclose() stopped at the wrapper and never reached the decorated generator (its handlers and its
+    # ``finally`` did not run then). A decorated generator must behave as the undecorated one.
+    out = run_isolated(
+        """
+        import asyncio
+        from agenteval_instrumentation import tool
+
+        seen = []
+
+        @tool
+        async def chat():
+            try:
+                question = yield "ready"
+                seen.append(question)
+                try:
+                    yield "answer"
+                except ValueError as exc:
+                    seen.append(f"caught {exc}")
+                    yield "recovered"
+                yield "more"
+            finally:
+                seen.append("finally")
+
+        async def main():
+            stream = chat()
+            assert await stream.asend(None) == "ready"
+            assert await stream.asend("why?") == "answer"
+            assert await stream.athrow(ValueError("stop")) == "recovered"
+            await stream.aclose()
+            seen.append("closed")
+
+        asyncio.run(main())
+        print(seen)
+        """
+    )
+    assert out.strip() == "['why?', 'caught stop', 'finally', 'closed']"
+
+
 def test_decorating_loads_nothing_until_the_first_call_and_then_records_every_kind():
     # An app that imports decorated code without calling it (a command's --help) pays for neither the
     # OpenTelemetry API nor the recording code; a provider installed after decorating still gets the spans.

@@ -226,10 +226,23 @@ def _async_generator_wrapper(fn: Callable[..., Any], make_step: Callable[[], Ste
         if step is None:
             step = _first_call(make_step)
         span, capturing = start(step, args, kwargs)
-        if not traced(span):
-            async for chunk in fn(*args, **kwargs):
-                yield chunk
-            return
+        if not traced(span):  # no span: pass everything through, as ``yield from`` does for a generator
+            inner = fn(*args, **kwargs)
+            value: Any = None
+            error: BaseException | None = None
+            while True:
+                try:
+                    item = await (inner.athrow(error) if error is not None else inner.asend(value))
+                except StopAsyncIteration:
+                    return
+                error = None
+                try:
+                    value = yield item
+                except GeneratorExit:
+                    await inner.aclose()
+                    raise
+                except BaseException as exc:
+                    error = exc
         ctx = trace.set_span_in_context(span)
         stream = Stream(capturing)
         try:
