@@ -475,3 +475,31 @@ def test_spans_acknowledged_while_shutting_down_are_all_written(tmp_path, caplog
         assert not any(thread.is_alive() for thread in threads)
         assert len(read_spans(store)) == sum(acknowledged), f"round {round_}"
         assert exporter.spans_unwritten == 0
+
+
+def _strict_json(text: str):
+    """JSON as Spark, ClickHouse or a browser read it: no NaN or Infinity words."""
+
+    def refuse(word: str):
+        raise ValueError(f"not JSON: {word}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_and_infinity_are_null_in_the_json_columns_whatever_else_the_span_holds(make_tracer, tmp_path):
+    # orjson writes NaN as null; a span that orjson refuses (an integer past 64 bits, a lone surrogate) went through
+    # the standard library instead, which wrote the words NaN and Infinity: text that is not JSON.
+    tracer, exporter = make_tracer()
+    with tracer.start_as_current_span("big", attributes={"x": float("nan"), "y": float("-inf"), "n": 2**70}) as span:
+        span.add_event("scored", {"score": float("nan"), "scores": (1.0, float("inf"))})
+    with tracer.start_as_current_span("surrogate", attributes={"x": float("inf"), "s": "a\ud800"}):
+        pass
+    with tracer.start_as_current_span("plain", attributes={"x": float("nan")}):
+        pass
+    exporter.force_flush()
+    rows = {r["name"]: r for r in read_spans(tmp_path / "store")}
+    assert _strict_json(rows["big"]["attributes"]) == {"x": None, "y": None, "n": 2**70}
+    (event,) = _strict_json(rows["big"]["events"])
+    assert event["attributes"] == {"score": None, "scores": [1.0, None]}
+    assert _strict_json(rows["surrogate"]["attributes"]) == {"x": None, "s": "a\ufffd"}
+    assert _strict_json(rows["plain"]["attributes"]) == {"x": None}

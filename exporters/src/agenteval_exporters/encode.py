@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import json
+import math
 import sys
 from collections.abc import Sequence
 from functools import lru_cache, partial
@@ -73,7 +74,22 @@ def _dumps_bytes(value: Any) -> bytes:
 
 def _stdlib_dumps_bytes(value: Any) -> bytes:
     # Unescaped, so that a lone surrogate can be replaced: DuckDB's JSON functions reject a "\ud800" escape.
-    return storable_text(json.dumps(value, default=_json_default, ensure_ascii=False)).encode()
+    try:
+        text = json.dumps(value, default=_json_default, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # NaN or an infinity, which JSON has no word for: null, as orjson writes them
+        text = json.dumps(_finite(value), default=_json_default, ensure_ascii=False, allow_nan=False)
+    return storable_text(text).encode()
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (inside dicts, lists and tuples too) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _dumps(value: Any) -> str:
