@@ -403,3 +403,24 @@ def test_bare_decorators_name_partials_and_callable_objects_after_what_they_call
         # the function's own docstring, not functools.partial's ("partial(func, *args, **keywords) - ...")
         assert by_name(spans, name).attributes[A.GEN_AI_TOOL_DESCRIPTION] == "Look a key up in a table."
     assert json.loads(by_name(spans, "execute_tool lookup").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"key": "ada"}
+
+
+def test_keywords_named_like_a_positional_only_parameter_or_args_do_not_overwrite_it(spans):
+    # def f(a, /, **kw) may be called f(1, a=2): a is 1 and kw is {"a": 2}. The bound arguments had "a": 2 only.
+    @tool
+    def search(query, /, *args, limit=10, **options):
+        return query
+
+    assert search("cats", "dogs", query="birds", args="extra", limit=3) == "cats"
+
+    @tool
+    def plain(query, limit=10):
+        return query
+
+    plain("cats", limit=3)
+    recorded = json.loads(by_name(spans, "execute_tool search").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS])
+    assert recorded == {"query": "cats", "args": ["dogs"], "limit": 3, "options": {"query": "birds", "args": "extra"}}
+    assert json.loads(by_name(spans, "execute_tool plain").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {
+        "query": "cats",
+        "limit": 3,
+    }
