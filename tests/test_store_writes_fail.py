@@ -105,6 +105,52 @@ def test_a_run_that_cannot_write_its_files_fails_with_its_reason_keeps_what_it_s
     assert rows(store, "SELECT count(*) FROM spans WHERE parent_span_id IS NULL") == [(400,)]
 
 
+# Short replies (so trial rows stay small) but, after the first second and a half, a 30 KB span per trial: the
+# spans' file passes the file-size limit while the trials' file does not.
+GROWING_SPANS_AGENT = """
+import os, time
+from opentelemetry import trace
+started = None
+tracer = trace.get_tracer("growing-spans")
+
+async def answer(question):
+    global started
+    started = started or time.monotonic()
+    if time.monotonic() - started < 1.5:
+        time.sleep(0.01)
+        return "short"
+    with tracer.start_as_current_span("big", attributes={"blob": os.urandom(15_000).hex()}):
+        return "short"
+"""
+
+
+def test_trial_rows_whose_spans_could_not_be_written_are_not_saved_so_resume_runs_them_again(tmp_path):
+    """The spans' file fails and the trials' file would not: the run's last save wrote the trial rows of the
+    trials whose spans it had just failed to write (302 of 400 with no span), and a resume, seeing rows, never
+    ran them again."""
+    agent = tmp_path / "growing_spans.py"
+    agent.write_text(GROWING_SPANS_AGENT)
+    store = tmp_path / "store"
+    run = ["run", "-d", "arithmetic", "--cases", "400", "--attempts", "1", "-j", "1", "-q", "--store", str(store)]
+
+    failed = agenteval(*run, "-a", f"{agent}:answer", limited=True)
+
+    line = error_line(failed)
+    assert "File too large" in line, line
+    saved = rows(store, "SELECT count(*) FROM trials")[0][0]
+    assert 0 < saved < 400, saved
+    assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN spans s ON s.trial_id = t.trial_id")[0][0] == 0
+    assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN scores s USING (trial_id)")[0][0] == 0
+    [(experiment_id,)] = rows(store, "SELECT experiment_id FROM experiments")
+
+    resumed = agenteval(*run, "-a", f"{agent}:answer", "--resume", experiment_id)
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(store, "SELECT count(*), count(DISTINCT case_id) FROM trials") == [(400, 400)]
+    assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN spans s ON s.trial_id = t.trial_id") == [(0,)]
+    assert rows(store, "SELECT count(*) FROM spans WHERE parent_span_id IS NULL") == [(400,)]
+
+
 def fingerprint(folder: Path) -> dict[str, str]:
     return {
         str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()

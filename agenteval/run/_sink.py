@@ -37,6 +37,9 @@ class StoreSink:
         self.scores = store.writer("scores", flush_interval=NEVER)
         self.trials = None if keep_trials else store.writer("trials", flush_interval=NEVER)
         self.kept: list[dict[str, Any]] = []
+        self._unpublished: list[pa.RecordBatch | list[dict[str, Any]]] = []
+        """Trial rows handed over whose spans and scores are not published yet: they reach the trials writer (or
+        :attr:`kept`) only once those are, so that no file of trial rows can be written before theirs."""
 
     def add(self, spans: pa.RecordBatch | None, scores: pa.Table, trial_rows: list[dict[str, Any]]) -> None:
         """Hand over a micro-batch: the trials' spans, their scores, and their rows (published by :meth:`flush`)."""
@@ -44,32 +47,48 @@ class StoreSink:
             self.spans.append(spans)
         for batch in scores.to_batches():
             self.scores.append(batch)
-        if not trial_rows:
-            return
-        if self.trials is None:
-            self.kept.extend(trial_rows)
-        else:
-            self.trials.append(trial_batch(trial_rows))
+        if trial_rows:
+            self._unpublished.append(trial_rows if self.trials is None else trial_batch(trial_rows))
 
     def flush(self) -> None:
         """Publish everything handed over, spans first, then scores, then trial rows; raises the first
-        storage error (the rows are kept for the next try)."""
+        storage error (the rows are kept for the next try; trial rows wait until their spans and scores are out)."""
         self.spans.flush()
         self.scores.flush()
+        self._release_trials()
         if self.trials is not None:
             self.trials.flush()
 
     def close(self, before: Callable[[], None] = lambda: None) -> OSError | None:
         """Run ``before`` (the last micro-batch), flush and close every writer: each step is tried, so one
-        that fails (a full disk) leaves the others to save what they can. Returns the first storage error."""
+        that fails (a full disk) leaves the others to save what they can; but trial rows whose spans or scores could
+        not be published are dropped, not written (``--resume`` runs those trials again). Returns the first storage
+        error."""
         first: OSError | None = None
-        closing = (self.spans.close, self.scores.close) + ((self.trials.close,) if self.trials is not None else ())
-        for step in (before, self.flush, *closing):
+        for step in (before, self.spans.close, self.scores.close):
             try:
                 step()
             except OSError as exc:
                 first = first or exc
+        if first is None:
+            self._release_trials()
+        self._unpublished.clear()
+        if self.trials is not None:
+            try:
+                self.trials.close()  # rows released earlier whose own file failed are tried once more
+            except OSError as exc:
+                first = first or exc
         return first
+
+    def _release_trials(self) -> None:
+        """Hand the trial rows over, their spans and scores being published."""
+        unpublished, self._unpublished = self._unpublished, []
+        for rows in unpublished:  # each batch once, even if an append raises (its rows are the writer's then)
+            if isinstance(rows, list):
+                self.kept.extend(rows)
+            else:
+                assert self.trials is not None
+                self.trials.append(rows)
 
 
 def trial_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
