@@ -72,6 +72,36 @@ def test_run_usage_errors(tmp_path):
     assert unknown.exit_code == 2 and "unknown mock agent option 'speed'" in unknown.output  # a usage error
 
 
+# The run in a process whose address space is capped, so that planning a run too large for memory fails in seconds
+# (with a MemoryError) instead of filling the machine's memory for minutes.
+CAPPED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from agenteval.cli import main
+sys.argv = ["agenteval", *sys.argv[1:]]
+main()
+"""
+
+
+def test_attempts_too_many_to_plan_are_refused_naming_the_option_before_anything_is_written(tmp_path):
+    """`--attempts 100000000` over 3 cases planned 300,000,000 trials in memory: minutes of swapping and then a
+    MemoryError traceback (or the OOM killer), where a typo deserves one line."""
+    dataset = tmp_path / "three.jsonl"
+    dataset.write_text("".join(f'{{"id": "c{i}", "input": "q{i}", "expected_output": "a"}}\n' for i in range(3)))
+    store = tmp_path / "s"
+    done = subprocess.run(
+        [sys.executable, "-c", CAPPED, "run", "-d", str(dataset), "-a", "mock", "--attempts", "100000000", "-q"]
+        + ["--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "--attempts 100,000,000 over 3 case(s) is 300,000,000 trials" in done.stderr, done.stderr
+    assert not (store / "experiments").exists() or not any((store / "experiments").rglob("*.parquet"))
+
+
 def test_a_model_name_that_cannot_be_read_is_blamed_on_the_option_that_gave_it(tmp_path):
     """``--judge nope`` said "--model 'nope': expected PROVIDER/MODEL", an option the user had not given."""
     runner = CliRunner()

@@ -16,7 +16,7 @@ from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
-from ..errors import AgentevalError
+from ..errors import AgentevalError, UsageError
 from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
 from ._trial import TrialPlan
 
@@ -41,6 +41,23 @@ def chosen_cases(dataset: Dataset, options: RunOptions) -> list[Case]:
             stacklevel=4,
         )
     return sample_cases(dataset.cases, options.sample, options.sample_seed)
+
+
+MAX_TRIALS = 10_000_000
+"""The most trials one process plans (cases x attempts): each plan is held for the run (about 220 bytes), so a
+mistyped ``--attempts`` would otherwise fill the memory for minutes before the run failed."""
+
+
+def check_size(cases: Sequence[Case], attempts: int, sharded: bool) -> None:
+    """Refuse a run too large to plan in memory, before any of it is planned or written."""
+    trials = len(cases) * attempts
+    if trials > MAX_TRIALS:
+        split = "more shards" if sharded else "shards (--shard K/N, see docs/scale.md)"
+        raise UsageError(
+            f"--attempts {attempts:,} over {len(cases):,} case(s) is {trials:,} trials; one run plans at most "
+            f"{MAX_TRIALS:,} (each is held in memory for the run): give fewer --attempts or cases, or split it "
+            f"into {split}"
+        )
 
 
 def new_trials(cases: Iterable[Case], attempts: int) -> list[TrialPlan]:

@@ -61,6 +61,7 @@ from ._options import RunOptions, changed_on_resume
 from ._plan import (
     RunRefused,
     check_resumable,
+    check_size,
     chosen_cases,
     dataset_ref,
     missing_trials,
@@ -388,6 +389,7 @@ class _Run:
             if shard is not None:
                 chosen = shard.cases(chosen)
             chosen, skipped = _simulated_cases_checked(chosen, user_simulator is not None, options.skip_simulated)
+            check_size(chosen, options.attempts, shard is not None)
             prices = load_prices(prices_file)
             # A resumed run's extra scorers come back by their recorded specs, beside any given again.
             loaded = load_scorers([*options.scorers, *scorers] if previous else scorers)
