@@ -145,3 +145,27 @@ def test_a_shard_joins_only_a_run_of_the_same_shape(tmp_path):
     assert whole.returncode == 2 and "runs in shards: resume one with --resume x --shard K/N" in whole.stderr
     taken = agenteval(store, "run", "--dataset", "arithmetic", "--agent", "mock", "--experiment", "x", check=False)
     assert taken.returncode == 1 and "experiment x exists already" in taken.stderr
+
+
+def test_shards_on_two_checkouts_of_the_same_dataset_file_join_one_experiment(tmp_path):
+    """Shards on two machines read the dataset from their own checkout: the same content at two paths. The second
+    shard was refused ("ran with other options: dataset ('/b/cases.jsonl' given, '/a/cases.jsonl' in the run)");
+    a dataset whose content differs is still refused."""
+    store = tmp_path / "store"
+    lines = "".join(f'{{"id": "c{i}", "input": "What is {i} + 1?", "expected_output": "{i + 1}"}}\n' for i in range(8))
+    for checkout in ("a", "b", "c"):
+        (tmp_path / checkout).mkdir()
+        (tmp_path / checkout / "cases.jsonl").write_text(lines)
+    (tmp_path / "c" / "cases.jsonl").write_text(lines.replace("What is 0", "What is zero"))
+    run = ["run", "--agent", "mock", "--attempts", "1", "--experiment", "x", "-q"]
+
+    agenteval(store, *run, "--dataset", str(tmp_path / "a" / "cases.jsonl"), "--shard", "1/3")
+    agenteval(store, *run, "--dataset", str(tmp_path / "b" / "cases.jsonl"), "--shard", "2/3")
+    changed = agenteval(store, *run, "--dataset", str(tmp_path / "c" / "cases.jsonl"), "--shard", "3/3", check=False)
+
+    assert changed.returncode == 1 and "ran another agent or dataset" in changed.stderr, changed.stderr
+    shards = Store(store).rows("SELECT DISTINCT json_extract_string(options, '$.shard') AS s FROM experiment_history")
+    assert sorted(r["s"] for r in shards) == ["1/3", "2/3"]
+    cases = load_dataset(str(tmp_path / "a" / "cases.jsonl")).cases
+    in_two = sorted((c.id, 1) for c in cases if shard_of(c.id, 3) in (1, 2))
+    assert trial_keys(store, "x") == in_two

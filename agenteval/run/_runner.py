@@ -1024,6 +1024,10 @@ def _new_experiment_id(store: Store, given: str | None, name: str | None, shard:
     return given
 
 
+_WHERE_A_SHARD_RUNS = frozenset({"shard", "dataset"})
+"""Options that differ between shards of one experiment: which shard, and the path its dataset was read from."""
+
+
 def _check_joins_its_shards(store: Store, experiment: ex.Experiment, shard: Shard) -> None:
     """A shard joins the other shards of its experiment only if it runs what they run."""
     if ex.find_shard(store, experiment.experiment_id, str(shard)) is not None:
@@ -1043,8 +1047,10 @@ def _check_joins_its_shards(store: Store, experiment: ex.Experiment, shard: Shar
                 f"shard {other_shard} of {experiment.experiment_id} ran another agent or dataset (version "
                 f"{other.version}, dataset hash {other.dataset_hash[:12]}): every shard must run the same"
             )
-        ran = {k: v for k, v in other.options.items() if k != "shard"}
-        changed = changed_on_resume(ran, {k: v for k, v in experiment.options.items() if k != "shard"})
+        # Where the dataset is read from is no part of it (its content hash is compared above): the same file in
+        # two checkouts, on two machines, is one dataset.
+        ran = {k: v for k, v in other.options.items() if k not in _WHERE_A_SHARD_RUNS}
+        changed = changed_on_resume(ran, {k: v for k, v in experiment.options.items() if k not in _WHERE_A_SHARD_RUNS})
         if changed:
             raise RunRefused(
                 f"shard {other_shard} of {experiment.experiment_id} ran with other options: {'; '.join(changed)}"
