@@ -267,6 +267,59 @@ def test_an_agent_that_streams_its_reply_is_scored_on_the_text_it_streamed(tmp_p
         assert replies == {"it is 4"}, streaming.__name__
 
 
+class _Block:
+    """An Anthropic SDK content block."""
+
+    def __init__(self, type_: str, text: str | None = None) -> None:
+        self.type, self.text = type_, text
+
+
+class _Message:
+    """An SDK message returned as it is: its ``content`` a list of blocks (Anthropic), or None (an OpenAI message that
+    only calls tools)."""
+
+    def __init__(self, content) -> None:
+        self.content, self.tool_calls = content, [{"function": {"arguments": '{"answer": 4}'}}]
+
+    def __repr__(self) -> str:
+        return f"Message(content={self.content!r}, tool_calls={self.tool_calls!r})"
+
+
+def test_a_reply_that_is_not_a_string_is_scored_on_its_text_never_on_its_repr(tmp_path):
+    """An SDK message, bytes, or a content of None were scored as their Python repr: "Message(content=None,
+    tool_calls=[... 4 ...])" passed a containment check for "4", and a message with no text was a wrong answer, not
+    `empty_output`; an Anthropic message's text blocks, or b"4", were stored as a repr."""
+    replies = {
+        "blocks": _Message([_Block("text", "it is "), _Block("tool_use"), _Block("text", "4")]),
+        "parts": {"content": [{"type": "text", "text": "4"}]},
+        "bytes": b"4",
+        "number": 4,
+        "no-text": _Message(None),
+        "dict-no-text": {"content": None, "role": "assistant", "tool_calls": [{"arguments": "4"}]},
+    }
+
+    experiment = evaluate(
+        lambda question: replies[question],
+        dataset(*(q(key, key) for key in replies)),
+        attempts=1,
+        store=tmp_path,
+        progress="none",
+    )
+
+    rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
+    assert {key: rows[key]["reply"] for key in ("blocks", "parts", "bytes", "number")} == {
+        "blocks": "it is 4",
+        "parts": "4",
+        "bytes": "4",
+        "number": "4",
+    }
+    assert {key: rows[key]["outcome"] for key in ("blocks", "parts", "bytes", "number")} == dict.fromkeys(
+        ("blocks", "parts", "bytes", "number"), "passed"
+    )
+    for key in ("no-text", "dict-no-text"):
+        assert (rows[key]["outcome"], rows[key]["failure_type"]) == ("failed", "empty_output"), rows[key]
+
+
 def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
     release = threading.Event()
     hung: list[threading.Thread] = []
