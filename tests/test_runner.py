@@ -729,3 +729,24 @@ def test_runs_restore_signal_handlers_and_work_from_other_threads(tmp_path):
     worker.start()
     worker.join(timeout=60)
     assert done["run"].status == "completed"  # signals reach the main thread only: no handlers, no error
+
+
+def test_an_ambiguous_id_prefix_is_an_agenteval_error_naming_the_experiments(tmp_path):
+    """Resuming by a prefix that two runs share raised a plain ValueError from the Python API, where every error a
+    user can cause is an AgentevalError (the command line already showed it as one line)."""
+    from agenteval.analysis import find
+    from agenteval.errors import AgentevalError
+    from agenteval.store import Store
+
+    store = tmp_path / "store"
+    ids = [
+        evaluate("mock", "arithmetic", cases=3, attempts=1, store=store, progress="none", experiment_id=name).id
+        for name in ("shared-a", "shared-b")
+    ]
+    for call in (
+        lambda: find(Store(store), "shared-"),
+        lambda: evaluate("mock", "arithmetic", store=store, resume="shared-"),
+    ):
+        with pytest.raises(AgentevalError) as raised:
+            call()
+        assert all(i in str(raised.value) for i in ids) and "is ambiguous" in str(raised.value)

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from ..errors import AgentevalError
 from ..store import Store
 from ..store._lease import is_running
 from ..store._snapshots import judged_connection
@@ -123,6 +124,10 @@ def save(store: Store, experiment: Experiment) -> None:
     store.write("experiments", [experiment.row()])
 
 
+class AmbiguousId(AgentevalError, ValueError):
+    """An experiment id prefix that several experiments start with; the message names them."""
+
+
 def find(
     store: Store,
     experiment_id: str | None = None,
@@ -143,7 +148,8 @@ def find(
     sql += " ORDER BY started_at DESC"
     rows = store.rows(sql, params) if con is None else fetch(con, sql, params)
     if experiment_id and len(rows) > 1 and not any(r["experiment_id"] == experiment_id for r in rows):
-        raise ValueError(f"experiment id {experiment_id!r} is ambiguous: {', '.join(r['experiment_id'] for r in rows)}")
+        matching = ", ".join(r["experiment_id"] for r in rows)
+        raise AmbiguousId(f"experiment id {experiment_id!r} is ambiguous: {matching}; give more of it")
     exact = [r for r in rows if r["experiment_id"] == experiment_id]
     chosen = exact[0] if exact else rows[0] if rows else None
     return as_now(store, Experiment.from_row(chosen)) if chosen else None
