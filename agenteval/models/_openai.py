@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agenteval_instrumentation.responses import content_text
+
 from ._request import ModelRequest
 from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
 
@@ -75,7 +77,8 @@ def read(raw: Any) -> dict[str, Any]:
     reason = choice.finish_reason if choice is not None else None
     usage = raw.usage
     return {
-        "text": _text(message.content if message is not None else None),
+        # OpenAI sends a string; some compatible servers a list of content parts, whose text is joined.
+        "text": (content_text(message.content) if message is not None else None) or "",
         "tool_calls": tuple(calls),
         "finish_reason": CONTENT_FILTER if reason == FINISH_CONTENT_FILTER else FINISH.get(reason or "", OTHER),
         "provider_finish_reason": reason,
@@ -83,17 +86,6 @@ def read(raw: Any) -> dict[str, Any]:
         "model": raw.model,
         "response_id": raw.id,
     }
-
-
-def _text(content: Any) -> str:
-    """The message's text: OpenAI sends a string; some compatible servers send a list of content parts
-    (``[{"type": "text", "text": ...}]``), whose text parts are joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in content]
-        return "".join(p for p in parts if isinstance(p, str))
-    return ""
 
 
 def revive(sdk: Any, data: dict[str, Any]) -> Any:

@@ -422,34 +422,20 @@ def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
     return (reasons[0] if reasons else None), waits
 
 
-_ABSENT = object()
-
-
 def _reply(result: Any) -> str:
     """The text of what the agent returned, never a Python repr that a scorer could find the answer in: a string; a
-    dict's or object's ``content`` (a string; the text parts of a list, as an Anthropic message's blocks or OpenAI
-    content parts are; bytes as UTF-8); nothing (``""``, so ``empty_output``) for None or a ``content`` of None, as an
-    SDK message that only calls tools has; anything else as ``str()`` (a number)."""
+    dict's or object's ``content`` (a string, or the text parts of a list, as :func:`reply_text` reads it; bytes as
+    UTF-8); nothing (``""``, so ``empty_output``) for None or a ``content`` of None, as an SDK message that only calls
+    tools has; anything else as ``str()`` (a number)."""
     text = reply_text(result)
     if text is not None:
         return text
-    if result is None:
-        return ""
-    content = result.get("content", _ABSENT) if isinstance(result, dict) else getattr(result, "content", _ABSENT)
-    if content is _ABSENT:
-        content = result
+    content = result.get("content", result) if isinstance(result, dict) else getattr(result, "content", result)
     if content is None:
         return ""
     if isinstance(content, (bytes, bytearray)):
         return bytes(content).decode("utf-8", "replace")
-    if isinstance(content, (list, tuple)):
-        parts = (part if isinstance(part, str) else _text_of(part) for part in content)
-        return "".join(part for part in parts if isinstance(part, str))
     return str(content)
-
-
-def _text_of(part: Any) -> Any:
-    return part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
 
 
 def _drained(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

@@ -93,11 +93,21 @@ def _read_into(info: ResponseInfo, value: Any) -> None:
 
 
 def reply_text(result: Any) -> str | None:
-    """The text of an agent's reply: a string, or the ``content`` of a dict or object."""
+    """The text of an agent's reply: a string, or the ``content`` of a dict or object (:func:`content_text`)."""
     if isinstance(result, str):
         return result
-    content = result.get("content") if isinstance(result, dict) else getattr(result, "content", None)
-    return content if isinstance(content, str) else None
+    return content_text(result.get("content") if isinstance(result, dict) else getattr(result, "content", None))
+
+
+def content_text(content: Any) -> str | None:
+    """A message's content as text: a string, or the text parts of a list joined (an Anthropic message's blocks,
+    OpenAI-compatible content parts); None for anything else."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        parts = (part if isinstance(part, str) else _get(part, "text") for part in content)
+        return "".join(part for part in parts if isinstance(part, str))
+    return None
 
 
 def chunk_text(chunk: Any) -> str | None:
