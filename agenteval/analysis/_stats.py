@@ -119,13 +119,19 @@ def pass_hat_k(attempts: int, passes: int, k: int) -> float:
 
 def mean_over_cases(values: Sequence[float]) -> tuple[float, float]:
     """The mean of per-case values and its standard error (cases independent); exact sums, whatever the order."""
-    m = len(values)
+    return mean_over_counted_cases([(value, 1) for value in values])
+
+
+def mean_over_counted_cases(counted: Sequence[tuple[float, int]]) -> tuple[float, float]:
+    """:func:`mean_over_cases` of ``count`` cases holding each ``(value, count)``: cases share a few values (pass@k
+    of 2 passes in 3 attempts), which are then weighed rather than repeated."""
+    m = sum(count for _, count in counted)
     if m == 0:
         return math.nan, math.nan
-    mean = math.fsum(values) / m
+    mean = math.fsum(count * value for value, count in counted) / m
     if m < 2:
         return mean, math.nan
-    variance = math.fsum((v - mean) ** 2 for v in values) / (m - 1)
+    variance = math.fsum(count * (value - mean) ** 2 for value, count in counted) / (m - 1)
     return mean, math.sqrt(variance / m)
 
 
