@@ -78,13 +78,21 @@ def rows(store: Path, sql: str) -> list[tuple]:
         return con.execute(sql).fetchall()
 
 
-def test_a_run_that_cannot_write_its_files_fails_with_its_reason_keeps_what_it_saved_and_resumes(tmp_path):
-    agent = tmp_path / "growing.py"
-    agent.write_text(GROWING_AGENT)
+def run_under_the_file_size_limit(
+    tmp_path: Path, agent_source: str
+) -> tuple[Path, list[str], subprocess.CompletedProcess]:
+    """A 400-case run of the agent ``agent_source`` defines (its ``answer``), one trial at a time, under the
+    file-size limit: the store, the run's arguments (to resume it with) and the finished process."""
+    agent = tmp_path / "agent_under_test.py"
+    agent.write_text(agent_source)
     store = tmp_path / "store"
     run = ["run", "-d", "arithmetic", "--cases", "400", "--attempts", "1", "-j", "1", "-q", "--store", str(store)]
+    run += ["-a", f"{agent}:answer"]
+    return store, run, agenteval(*run, limited=True)
 
-    failed = agenteval(*run, "-a", f"{agent}:answer", limited=True)
+
+def test_a_run_that_cannot_write_its_files_fails_with_its_reason_keeps_what_it_saved_and_resumes(tmp_path):
+    store, run, failed = run_under_the_file_size_limit(tmp_path, GROWING_AGENT)
 
     line = error_line(failed)
     assert f"the store at {store} could not be written" in line and "File too large" in line, line
@@ -97,7 +105,7 @@ def test_a_run_that_cannot_write_its_files_fails_with_its_reason_keeps_what_it_s
     assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN spans s ON s.trial_id = t.trial_id")[0][0] == 0
     assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN scores s USING (trial_id)")[0][0] == 0
 
-    resumed = agenteval(*run, "-a", f"{agent}:answer", "--resume", experiment_id)
+    resumed = agenteval(*run, "--resume", experiment_id)
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert rows(store, "SELECT status, error FROM experiments") == [("completed", None)]
@@ -128,12 +136,7 @@ def test_trial_rows_whose_spans_could_not_be_written_are_not_saved_so_resume_run
     """The spans' file fails and the trials' file would not: the run's last save wrote the trial rows of the
     trials whose spans it had just failed to write (302 of 400 with no span), and a resume, seeing rows, never
     ran them again."""
-    agent = tmp_path / "growing_spans.py"
-    agent.write_text(GROWING_SPANS_AGENT)
-    store = tmp_path / "store"
-    run = ["run", "-d", "arithmetic", "--cases", "400", "--attempts", "1", "-j", "1", "-q", "--store", str(store)]
-
-    failed = agenteval(*run, "-a", f"{agent}:answer", limited=True)
+    store, run, failed = run_under_the_file_size_limit(tmp_path, GROWING_SPANS_AGENT)
 
     line = error_line(failed)
     assert "File too large" in line, line
@@ -143,7 +146,7 @@ def test_trial_rows_whose_spans_could_not_be_written_are_not_saved_so_resume_run
     assert rows(store, "SELECT count(*) FROM trials t ANTI JOIN scores s USING (trial_id)")[0][0] == 0
     [(experiment_id,)] = rows(store, "SELECT experiment_id FROM experiments")
 
-    resumed = agenteval(*run, "-a", f"{agent}:answer", "--resume", experiment_id)
+    resumed = agenteval(*run, "--resume", experiment_id)
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert rows(store, "SELECT count(*), count(DISTINCT case_id) FROM trials") == [(400, 400)]
