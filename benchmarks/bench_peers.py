@@ -9,7 +9,8 @@ Each measurement is a fresh subprocess that imports its tool, runs a 20-case war
 imports and set-up are not counted) and then times one evaluation call over the whole file, loading the file
 included. The sides run in rounds, the order rotated from round to round; the figures are medians over the
 rounds with their range: trials per second of the timed call, its CPU time per trial (every thread of the
-child; less sensitive than wall time to other work on the machine), the child's peak memory (``ru_maxrss``),
+child; less sensitive than wall time to other work on the machine), the child's peak memory (``ru_maxrss``; how much
+of it is shared libraries' pages, which the kernel shares between processes, is printed beneath),
 and the seconds before the timed call (imports and the warm-up). The ratios against agenteval are paired within each
 round: time per trial and peak memory, the side's over agenteval's (2.0x takes twice as long, or twice the
 memory).
@@ -251,7 +252,16 @@ def child(side: str, dataset: Path, agent: str) -> None:
         "cpu_seconds": cpu_seconds,
         "start_seconds": started - CHILD_STARTED,
     }
-    print(json.dumps(measured | {"peak_mb": peak_kb / 1024} | facts))
+    print(json.dumps(measured | {"peak_mb": peak_kb / 1024, "library_mb": library_pages_mb()} | facts))
+
+
+def library_pages_mb() -> float:
+    """This process's file-backed resident pages now: the shared libraries' code and data it has touched, which
+    the kernel shares between processes; they only grow during a run, so this is about their share of the peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def measure(side: str, dataset: Path, agent: str) -> dict:
@@ -301,10 +311,10 @@ def report(runs: dict[str, list[dict]], cases: int) -> None:
             f"{name:20} {spread(speed, ',.0f'):>21} {spread(cpu, '.2f'):>17} {spread(peak, '.0f'):>15}"
             f" {spread(start, '.1f'):>15} {ratios[0]:>24} {ratios[1]:>22}"
         )
-        facts = [f"{side_runs[0]['spans'] / cases:.1f} spans a trial"] if "spans" in side_runs[0] else []
+        facts = [f"shared libraries' pages {spread([r['library_mb'] for r in side_runs], '.0f')} MB of the peak"]
+        facts += [f"{side_runs[0]['spans'] / cases:.1f} spans a trial"] if "spans" in side_runs[0] else []
         facts += [f"{side_runs[0]['stored_mb']:.1f} MB written"] if "stored_mb" in side_runs[0] else []
-        if facts:
-            print(f"{'':20} {'; '.join(facts)}")
+        print(f"{'':20} {'; '.join(facts)}")
     print(
         "medians over the rounds (min-max); CPU time counts every thread of the child; ratios paired within each"
         " round, the side's over agenteval's"

@@ -44,7 +44,8 @@ def test_bench_peers_measures_agenteval_and_each_installed_peer(tmp_path):
     assert agenteval is not None and re.match(r"agenteval +[\d,]+ \([\d,]+-[\d,]+\)", agenteval), lines
     assert "trials/s" in next(line for line in lines if line.startswith("side")), lines
     facts = lines[lines.index(agenteval) + 1]
-    assert re.fullmatch(r" +\d+\.\d spans a trial; \d+\.\d MB written", facts), lines
+    pages = r"shared libraries' pages \d+ \(\d+-\d+\) MB of the peak"
+    assert re.fullmatch(rf" +{pages}; \d+\.\d spans a trial; \d+\.\d MB written", facts), lines
     assert next(line for line in lines if line.startswith("versions:")).startswith("versions: agenteval ")
     peers = {
         "pydantic-evals": ("pydantic_evals",),
@@ -80,7 +81,8 @@ def test_bench_dashboard_fetches_every_page_of_a_small_store(tmp_path):
 
 def test_bench_startup_measures_every_figure_it_names(tmp_path):
     lines = run_benchmark(tmp_path, "bench_startup.py", "--repeats", "1", "--run-repeats", "1", "--run-cases", "20")
-    for name in ("agenteval --help", "import the decorators", "agenteval report, 150 trials", "20-case run, peak RSS"):
+    names = ("agenteval --help", "import the decorators", "agenteval report, 150 trials", "20-case run, peak RSS")
+    for name in (*names, "of which shared libraries' pages"):
         assert any(re.match(rf" +{re.escape(name)} +[\d.]+ (ms|MB) \(range", line) for line in lines), (name, lines)
     floors = [
         line for line in lines if re.match(r" +(held before any trial|the same, pandas not installed) +[\d.]+ MB", line)
