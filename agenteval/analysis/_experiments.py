@@ -20,7 +20,7 @@ from ..store._lease import is_running
 from ..store._snapshots import judged_connection
 from ..store._views import current_trials
 from ._report_data import ShardProgress
-from ._stats import clustered_rate
+from ._stats import clustered_rate, known_interval
 from ._statuses import COMPLETED as COMPLETED  # the statuses, read here as ex.COMPLETED, ...
 from ._statuses import FAILED as FAILED
 from ._statuses import INTERRUPTED, RUNNING
@@ -338,6 +338,6 @@ def summarize(
     per_case = con.execute("SELECT count(*), count(*) FILTER (WHERE passed) FROM judged GROUP BY case_id").fetchall()
     _, standard_error, interval = clustered_rate(per_case)
     figures["pass_rate_se"] = None if math.isnan(standard_error) else standard_error
-    figures["pass_rate_ci95"] = None if figures["pass_rate"] is None or math.isnan(interval[0]) else interval
+    figures["pass_rate_ci95"] = None if figures["pass_rate"] is None else known_interval(interval)
     figures["cases"] = len(per_case)
     return Figures(**figures)

@@ -7,7 +7,6 @@ shown without loading DuckDB.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from typing import Any
@@ -75,7 +74,7 @@ class ScorerFigures:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ScorerFigures:
         """From a row of :func:`agenteval.store._snapshots.scorer_figures_sql`."""
-        from ._stats import clustered_standard_error, rate_interval95
+        from ._stats import clustered_standard_error, known_interval, rate_interval95
 
         kind = "valued" if row["continuous"] else "judged"
         figure = row["mean"] if row["continuous"] else row["pass_rate"]
@@ -90,7 +89,7 @@ class ScorerFigures:
             mean=row["mean"],
             pass_rate=row["pass_rate"],
             errors=row["errors"],
-            ci95=None if interval is None or math.isnan(interval[0]) else interval,
+            ci95=known_interval(interval),
         )
 
 

@@ -76,6 +76,11 @@ def rate_interval95(rate: float, standard_error: float, trials: int, cases: int)
     return _wilson(rate, max(effective, 1))
 
 
+def known_interval(interval: tuple[float, float] | None) -> tuple[float, float] | None:
+    """``interval``, or None where there is none to give (no trials, or no spread to measure: NaN bounds)."""
+    return None if interval is None or math.isnan(interval[0]) else interval
+
+
 def wilson95(count: int, total: int) -> tuple[float, float] | None:
     """The Wilson 95% interval of the rate ``count / total`` of independent events (traces, each its own unit):
     unlike the normal one it does not shrink to nothing at a rate of 0 or 1. None without events."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 from agenteval_instrumentation import attributes as A
 
 from ..analysis._experiments import fetch, status_now
-from ..analysis._stats import clustered_rate
+from ..analysis._stats import clustered_rate, known_interval
 from ..errors import AgentevalError
 from ..store import Store
 from ..store._snapshots import judged_connection
@@ -129,7 +129,7 @@ def experiments(
                 failed=sum(c["failed"] for c in cases),
                 infrastructure_failures=sum(c["infrastructure"] for c in cases),
                 pass_rate=None if math.isnan(mean) else mean,
-                ci95=None if math.isnan(interval[0]) else interval,
+                ci95=known_interval(interval),
                 input_tokens=_total(c["input_tokens"] for c in cases),
                 output_tokens=_total(c["output_tokens"] for c in cases),
                 cost_usd=_total(c["cost"] for c in cases),
