@@ -166,3 +166,37 @@ def test_a_simulator_that_no_case_needs_is_said_out_loud(tmp_path, model_server)
     assert done.returncode == 0, done.stderr
     assert "warning: a user simulator was given (--simulate-users) but none of the cases" in done.stderr
     assert not any(is_simulator(r) for r in model_server.requests)
+
+
+def test_the_simulators_own_api_error_is_an_infrastructure_failure_not_the_agents(model_server):
+    """A 400 from the simulated user's API (the real openai client) is the simulator's failure: typed
+    ``simulator_error`` and counted as infrastructure, never the agent's ``llm_error``; the case without a
+    simulated user is unaffected."""
+
+    def simulator_refused(request):
+        return ms.bad_request() if is_simulator(request) else play(request)
+
+    model_server.responder = simulator_refused
+    experiment = evaluate(
+        "",
+        dataset(),
+        model="openai/agent",
+        base_url=model_server.openai_url,
+        simulate_users="openai/user-model",
+        simulator_base_url=model_server.openai_url,
+        attempts=1,
+        progress="none",
+    )
+    summary = experiment.summary
+    assert summary.failures_by_type == {"simulator_error": 2}
+    assert (summary.passed, summary.failed, summary.infrastructure_failures) == (1, 2, 2)
+    rows = Store().rows(
+        "SELECT case_id, outcome, failure_type, infrastructure, error_message FROM trials WHERE experiment_id = ? "
+        "ORDER BY case_id",
+        [experiment.experiment_id],
+    )
+    failed = {r["case_id"]: r for r in rows if r["outcome"] == "failed"}
+    assert set(failed) == {"kettle", "lamp"}
+    for row in failed.values():
+        assert (row["failure_type"], row["infrastructure"]) == ("simulator_error", True)
+        assert "simulated user" in row["error_message"]

@@ -31,6 +31,9 @@ EMPTY_OUTPUT = "empty_output"
 INVALID_MODEL_OUTPUT = "invalid_model_output"
 AGENT_ERROR = "agent_error"
 """An exception from the agent's own code, outside any model or tool step."""
+SIMULATOR_ERROR = "simulator_error"
+"""The simulated user (its model's API, or a simulator callable of the user's own) raised: the conversation could
+not go on, through no fault of the agent's. Infrastructure."""
 
 FAILURE_TYPES = (
     TOOL_ERROR,
@@ -43,6 +46,7 @@ FAILURE_TYPES = (
     EMPTY_OUTPUT,
     INVALID_MODEL_OUTPUT,
     AGENT_ERROR,
+    SIMULATOR_ERROR,
 )
 
 RATE_LIMITED = "rate_limited"
@@ -78,6 +82,21 @@ the trial is then not retried again for the same rate limit, so the two layers n
 def retried(exc: BaseException) -> bool:
     """Whether agenteval's model layer gave up on ``exc`` after its own retries."""
     return getattr(exc, RETRIED, False) is True
+
+
+RAISED_BY_SIMULATOR = "agenteval_raised_by_simulator"
+"""Set (True) by the runner on an exception the simulated user raised. Its model's errors look like the agent's
+(the same SDK, the same HTTP statuses), so only where it was raised tells them apart."""
+
+
+def mark_raised_by_simulator(exc: BaseException) -> None:
+    """Record that the simulated user, not the agent, raised ``exc``."""
+    setattr(exc, RAISED_BY_SIMULATOR, True)
+
+
+def raised_by_simulator(exc: BaseException) -> bool:
+    """Whether the simulated user raised ``exc`` (see :func:`mark_raised_by_simulator`)."""
+    return getattr(exc, RAISED_BY_SIMULATOR, False) is True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +302,8 @@ def classify(
         return Failure(TIMEOUT, False, "the trial ran past its timeout")
     if exc is not None:
         message = error_text(exc)  # content: redacted and masked, or only the type with capture off
+        if raised_by_simulator(exc):
+            return Failure(SIMULATOR_ERROR, True, f"the simulated user failed: {message}")
         if isinstance(exc, MaxStepsExceeded):
             return Failure(MAX_STEPS_EXCEEDED, False, message)
         if isinstance(exc, InvalidModelOutput):

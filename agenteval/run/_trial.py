@@ -25,7 +25,7 @@ from agenteval_instrumentation.text import storable_text
 from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
-from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, provider_error, retried
+from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, mark_raised_by_simulator, provider_error, retried
 from ._loop import CANCEL_GRACE_SECONDS
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
@@ -300,6 +300,9 @@ class TrialRunner:
                 result = self.user_simulator(goal, [dict(m) for m in messages])
                 if inspect.isawaitable(result):
                     result = await result
+        except Exception as exc:  # not a cancellation (the trial's timeout, a stop): those are BaseExceptions
+            mark_raised_by_simulator(exc)
+            raise
         finally:
             current_trial.reset(token)
         return result.strip() if isinstance(result, str) else None
