@@ -134,7 +134,9 @@ def test_a_misbehaving_scorer_costs_its_own_scores_only(tmp_path, scorer_, bad_c
     assert experiment.status == "completed"
     rows = trial_rows(tmp_path / "s", experiment.id)
     assert len(rows) == 10
-    assert {r["case_id"] for r in rows if r["outcome"] == "wrong"} == bad_cases
+    # The bad trials' answers could not be judged: a scorer_error (the scorer's failure), never a wrong answer.
+    assert {r["case_id"] for r in rows if r["outcome"] == "failed"} == bad_cases
+    assert {r["failure_type"] for r in rows if r["outcome"] == "failed"} <= {"scorer_error"}
     assert {r["case_id"] for r in rows if r["outcome"] == "passed"} == {c.id for c in CASES} - bad_cases
     scores = scores_of(tmp_path / "s", experiment.id, scorer_.name)
     assert len(scores) == 10  # an error score for each bad trial, a real one for the others

@@ -39,9 +39,10 @@ logger = logging.getLogger(__name__)
 REPORTS = "reports"
 """The folder of saved reports, in the store's snapshots folder."""
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 """Part of every fingerprint, with agenteval's version: bump it when what a report holds changes (2: pass-rate
-intervals are Wilson's at the effective number of trials)."""
+intervals are Wilson's at the effective number of trials; 3: an answer a scorer could not judge is a
+``scorer_error`` failure, infrastructure, not a wrong answer)."""
 
 NEWEST = "newest.json"
 """Names the experiment whose saved report ``agenteval report`` without an id shows."""

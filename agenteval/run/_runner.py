@@ -42,7 +42,7 @@ from ..models._cache import cache_folder
 from ..models._limiter import watch_waiting
 from ..models._names import recordable_url
 from ..scorers import Scorer, load_scorers
-from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, score_table
+from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, Verdict, score_table
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
@@ -673,23 +673,26 @@ class _Run:
             self.sink.add(spans_to_batch(judge_spans), JUDGEMENT_SCHEMA.empty_table(), [])
             if self.otlp is not None:
                 self.otlp.send(judge_spans)
-        outcomes = self.engine.outcomes(
-            [r.plan.trial_id for r in results], [r.failure.type if r.failure else None for r in results], judged.table
+        verdicts = self.engine.outcomes(
+            [r.plan.trial_id for r in results],
+            [r.failure.type if r.failure else None for r in results],
+            judged.table,
+            [r.failure.infrastructure if r.failure else None for r in results],
         )
         trial_rows = []
         for result in results:
-            outcome = outcomes[result.plan.trial_id]
-            trial_rows.append(self._trial_row(result, outcome))
+            verdict = verdicts[result.plan.trial_id]
+            trial_rows.append(self._trial_row(result, verdict))
             if result.cache_hits:
                 self.counts["cache_hits"] += result.cache_hits
-            self._count(outcome, bool(result.failure and result.failure.infrastructure))
+            self._count(verdict.outcome, bool(verdict.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
         self.sink.add(spans_batch, scores, trial_rows)
         if self.otlp is not None:
-            self.otlp.send(self._judged_spans(results, trial_rows, scores, late_spans))
+            self.otlp.send(self._judged_spans(results, verdicts, scores, late_spans))
 
     def _judged_spans(
-        self, results: list[TrialResult], rows: list[dict[str, Any]], scores: pa.Table, late: Sequence[Any]
+        self, results: list[TrialResult], verdicts: dict[str, Verdict], scores: pa.Table, late: Sequence[Any]
     ) -> list[Any]:
         """The spans to send over OTLP: each trial's root (of the try that counts) with its outcome and scores."""
         by_trial: dict[str, list[dict[str, Any]]] = {}
@@ -697,8 +700,9 @@ class _Run:
             by_trial.setdefault(score["trial_id"], []).append(score)
         now = time.time_ns()
         out: list[Any] = []
-        for result, row in zip(results, rows, strict=True):
-            outcome = outcome_attributes(row["outcome"], row["failure_type"], row["infrastructure"])
+        for result in results:
+            verdict = verdicts[result.plan.trial_id]
+            outcome = outcome_attributes(verdict.outcome, verdict.failure_type, verdict.infrastructure)
             for span in result.spans:
                 if _is_root_of(span, result.trace_id):
                     span = judged_root(span, outcome, by_trial.get(result.plan.trial_id, []), now)
@@ -765,7 +769,10 @@ class _Run:
             return None
         return capture.whole_text(STORED_REPLY, result.replies[-1])
 
-    def _trial_row(self, result: TrialResult, outcome: str) -> dict[str, Any]:
+    def _trial_row(self, result: TrialResult, verdict: Verdict) -> dict[str, Any]:
+        """The trial as stored: what it did (its own failure, if any), and the verdict of the run's scores as
+        ``outcome``, ``passed`` and ``infrastructure``. Its ``failure_type`` stays its own, never a
+        ``scorer_error``: the ``trials`` view judges by the current scores, so a rescore can clear that."""
         failure = result.failure
         return {
             "experiment_id": self.experiment.experiment_id,
@@ -773,10 +780,10 @@ class _Run:
             "case_id": result.plan.case.id,
             "attempt": result.plan.attempt,
             "trace_id": result.trace_id,
-            "outcome": outcome,
-            "passed": outcome == "passed",
+            "outcome": verdict.outcome,
+            "passed": verdict.outcome == "passed",
             "failure_type": failure.type if failure else None,
-            "infrastructure": failure.infrastructure if failure else None,
+            "infrastructure": verdict.infrastructure,
             "error_message": failure.message if failure else None,
             "reply": self._stored_reply(result),
             "started_at": result.started_ns,

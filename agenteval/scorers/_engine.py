@@ -115,6 +115,16 @@ class Judgement:
         return [by_trial.get(t) or ScoredTrial(t, self.case_ids[t], [], passed) for t, passed in self.passed.items()]
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A trial's outcome by the store's one definition: ``passed``, ``wrong`` or ``failed``; when failed, why
+    (its own failure, or ``scorer_error`` when its answer could not be judged) and whether infrastructure caused it."""
+
+    outcome: str
+    failure_type: str | None
+    infrastructure: bool | None
+
+
 @dataclasses.dataclass
 class ScoredTrial:
     """A trial's scores and whether it passed (as :class:`Judgement` says)."""
@@ -228,14 +238,23 @@ class ScoringEngine:
             parts.append(_with_scorer(_outcome_table(outcomes, rows, plan.columns), item))
         return parts
 
-    def outcomes(self, trial_ids: list[str], failure_types: list[str | None], scores: pa.Table) -> dict[str, str]:
-        """Each trial's outcome (passed, wrong or failed) from its failure type and its ``scores`` (rows of a
-        :class:`Judgement` table), by the store's one definition (:func:`agenteval.store._views.judged_trials`)."""
+    def outcomes(
+        self,
+        trial_ids: list[str],
+        failure_types: list[str | None],
+        scores: pa.Table,
+        infrastructure: list[bool | None] | None = None,
+    ) -> dict[str, Verdict]:
+        """Each trial's :class:`Verdict` from its own failure (type, and whether infrastructure caused it) and its
+        ``scores`` (rows of a :class:`Judgement` table), by the store's one definition
+        (:func:`agenteval.store._views.judged_trials`)."""
         count = len(trial_ids)
         trials = pa.table(
             {
                 "trial_id": pa.array(trial_ids, pa.string()),
                 "failure_type": pa.array(failure_types, pa.string()),
+                "infrastructure": pa.array(infrastructure or [None] * count, pa.bool_()),
+                "error_message": pa.nulls(count, pa.string()),
                 "outcome": pa.nulls(count, pa.string()),
                 "passed": pa.nulls(count, pa.bool_()),
             }
@@ -245,7 +264,8 @@ class ScoringEngine:
         try:
             judged = judged_trials("agenteval_outcome_trials", "agenteval_outcome_scores", keys="trial_id")
             # execute(): a relation (con.sql) costs ~5 ms more to build for a result this small.
-            return dict(self.con.execute(f"SELECT trial_id, outcome FROM ({judged})").fetchall())
+            rows = self.con.execute(f"SELECT trial_id, outcome, failure_type, infrastructure FROM ({judged})")
+            return {trial_id: Verdict(*verdict) for trial_id, *verdict in rows.fetchall()}
         finally:
             self.con.unregister("agenteval_outcome_trials")
             self.con.unregister("agenteval_outcome_scores")
@@ -422,8 +442,8 @@ class _Plan:
         engine, trial_ids = self.engine, self.trial_ids
 
         def judge_trials() -> dict[str, bool]:
-            outcomes = engine.outcomes(trial_ids, failure_types, table)
-            return {trial_id: outcomes[trial_id] == "passed" for trial_id in trial_ids}
+            verdicts = engine.outcomes(trial_ids, failure_types, table)
+            return {trial_id: verdicts[trial_id].outcome == "passed" for trial_id in trial_ids}
 
         return Judgement(table, judge_trials, dict(zip(trial_ids, self.case_ids, strict=True)), self.not_scored)
 

@@ -50,9 +50,10 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
-their case, and scorer figures the spread their intervals need)."""
+their case, and scorer figures the spread their intervals need; 3: judged trials whose answer a scorer could not
+judge fail as ``scorer_error``, infrastructure, where they were wrong)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""

@@ -10,6 +10,8 @@ cannot disagree.
 
 from __future__ import annotations
 
+from ..run._failures import SCORER_ERROR
+
 
 def sql_string(value: str) -> str:
     """A SQL string literal."""
@@ -137,18 +139,36 @@ def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id
     A trial fails when it never produced an answer (``failure_type``); it passes when it did not fail and
     every applicable pass/fail scorer passed (a false or an error, whose ``passed`` is null, does not pass;
     a trial no pass/fail scorer applies to passes); otherwise its answer is wrong. Continuous scores are
-    reported beside, never folded in. ``trials`` is a relation with
-    the trials table's ``failure_type``, ``outcome`` and ``passed``; ``keys`` join it to ``scores``.
+    reported beside, never folded in.
+
+    An answer that some applicable pass/fail scorer could not judge (its score has an ``error``: a judge's API was
+    down, a scorer raised) says nothing about the agent, so it is not wrong either: the trial fails as a
+    ``scorer_error``, infrastructure, with that scorer's error as its message. Its row is never rewritten: the
+    failure comes from the current scores, and a rescore that judges the answer makes it passed or wrong. (The row's
+    ``outcome``, ``passed`` and, for a trial that answered, ``infrastructure`` are the run's verdict, replaced here.)
+
+    ``trials`` is a relation with the trials table's ``failure_type``, ``infrastructure``, ``error_message``,
+    ``outcome`` and ``passed``; ``keys`` join it to ``scores``.
     """
     passes = "t.failure_type IS NULL AND coalesce(j.all_passed, true)"
+    unjudged = "t.failure_type IS NULL AND j.errored_scorer IS NOT NULL"
+    message = "'scorer ' || j.errored_scorer || ' could not judge the answer: ' || j.scorer_error"
     return f"""
 SELECT t.* REPLACE (
-    CASE WHEN t.failure_type IS NOT NULL THEN 'failed' WHEN {passes} THEN 'passed' ELSE 'wrong' END AS outcome,
-    {passes} AS passed
+    CASE WHEN t.failure_type IS NOT NULL OR {unjudged} THEN 'failed' WHEN {passes} THEN 'passed' ELSE 'wrong' END
+        AS outcome,
+    {passes} AS passed,
+    CASE WHEN {unjudged} THEN {sql_string(SCORER_ERROR)} ELSE t.failure_type END AS failure_type,
+    -- an answered trial's stored flag is the run's verdict on the scores it had then: the current ones decide
+    CASE WHEN {unjudged} THEN true WHEN t.failure_type IS NOT NULL THEN t.infrastructure END AS infrastructure,
+    CASE WHEN {unjudged} THEN {message} ELSE t.error_message END AS error_message
 )
 FROM {trials} t
 LEFT JOIN (
-    SELECT {keys}, bool_and(passed IS TRUE) AS all_passed
+    SELECT {keys}, bool_and(passed IS TRUE) AS all_passed,
+           -- the first scorer (by name) that errored, so the message is the same however the scores are read
+           min(scorer) FILTER (WHERE error IS NOT NULL) AS errored_scorer,
+           arg_min(error, scorer) FILTER (WHERE error IS NOT NULL) AS scorer_error
     FROM {scores} WHERE NOT coalesce(continuous, false) GROUP BY ALL
 ) j USING ({keys})
 """
