@@ -110,6 +110,7 @@ def test_a_judge_outage_is_an_infrastructure_failure_until_a_rescore_judges_the_
     code, decision = cli("gate", "--baseline", baseline, "--candidate", candidate)
     assert code == 3, decision  # refused: the judge, not the agent, decided these trials
     assert "(10 of 10) failed for infrastructure reasons" in decision
+    assert f"agenteval rescore {candidate} --judge {JUDGE}" in decision
 
     serve(model_server, judge_up)
     rescore(Store(), candidate, judge=JUDGE, judge_base_url=model_server.openai_url)

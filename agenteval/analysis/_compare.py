@@ -12,6 +12,7 @@ import duckdb
 
 from ..errors import AgentevalError
 from ..render._text_safety import markdown_cell
+from ..run._failures import SCORER_ERROR
 from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
 from ..store import Store
 from ..store._doctor import damaged_store_message
@@ -319,13 +320,31 @@ def _infrastructure_refusals(comparison: Comparison, max_infra: float) -> list[s
         trials, infra = figures["trials"], figures["infrastructure_failures"]
         share = infra / trials if trials else 0.0
         if share > max_infra:
-            experiment = comparison.baseline if role == "baseline" else comparison.candidate
+            baseline = role == "baseline"
+            experiment = comparison.baseline if baseline else comparison.candidate
+            unjudged = comparison.failure_types.get(SCORER_ERROR, (0, 0))[0 if baseline else 1]
             refusals.append(
                 f"{share:.1%} of the {role}'s trials ({infra} of {trials}) failed for infrastructure reasons "
-                f"(limit {_share(max_infra)}): the API, not the agent, decided them. Re-run the failed ones with "
-                f"agenteval run --resume {experiment.experiment_id} --retry-failed infra"
+                f"(limit {_share(max_infra)}): the API, not the agent, decided them. "
+                + _infrastructure_remedy(experiment, infra, unjudged)
             )
     return refusals
+
+
+def _infrastructure_remedy(experiment: ex.Experiment, infra: int, unjudged: int) -> str:
+    """What clears a run's infrastructure failures: re-running the trials that failed, and judging again the answers
+    a scorer could not judge (re-running the agent would not help those; a run's LLM judge is asked again only when
+    rescore names it)."""
+    eid = experiment.experiment_id
+    rerun = f"Re-run the failed ones with agenteval run --resume {eid} --retry-failed infra"
+    judge = experiment.options.get("judge")
+    rescore = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "")
+    rejudge = f"judge the {unjudged} answer(s) a scorer could not judge again with {rescore}"
+    if not unjudged:
+        return rerun
+    if unjudged == infra:
+        return rejudge[0].upper() + rejudge[1:]
+    return f"{rerun}; {rejudge}"
 
 
 def _share(limit: float) -> str:
