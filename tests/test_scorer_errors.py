@@ -49,7 +49,7 @@ def serve(server: ms.ModelServer, judge: ms.Responder) -> None:
     server.responder = respond
 
 
-def run(server: ms.ModelServer):
+def run(server: ms.ModelServer, **options: str):
     cases = list(CASES)
     return evaluate(
         "",
@@ -60,7 +60,12 @@ def run(server: ms.ModelServer):
         judge_base_url=server.openai_url,
         attempts=1,
         progress="none",
+        **options,
     )
+
+
+def agent_calls(server: ms.ModelServer) -> int:
+    return sum(not is_judge(r) for r in server.requests)
 
 
 def trials(experiment_id: str, view: str = "trials") -> list[dict]:
@@ -111,6 +116,9 @@ def test_a_judge_outage_is_an_infrastructure_failure_until_a_rescore_judges_the_
     assert code == 3, decision  # refused: the judge, not the agent, decided these trials
     assert "(10 of 10) failed for infrastructure reasons" in decision
     assert f"agenteval rescore {candidate} --judge {JUDGE}" in decision
+    asked = agent_calls(model_server)  # the agent answered: re-running it is no remedy, and is not done
+    assert run(model_server, resume=candidate, retry_failed="infra").summary.this_run["trials"] == 0
+    assert agent_calls(model_server) == asked
 
     serve(model_server, judge_up)
     rescore(Store(), candidate, judge=JUDGE, judge_base_url=model_server.openai_url)

@@ -69,7 +69,9 @@ def missing_trials(
     done: Iterable[Mapping[str, Any]], cases: Sequence[Case], attempts: int, retry_failed: str | None
 ) -> list[TrialPlan]:
     """The trials a resume runs: each (case, attempt) with no ``done`` row, and with ``retry_failed``
-    (``infra`` or ``all``) the failed ones too, each new attempt superseding the failed one."""
+    (``infra`` or ``all``) the failed ones too, each new attempt superseding the failed one. Only a trial that
+    failed itself (its own ``failure_type``) is run again: one whose answer a scorer could not judge
+    (``scorer_error``) has an answer, which ``agenteval rescore`` judges again without calling the agent."""
     by_key = {(row["case_id"], row["attempt"]): row for row in done}
     plans = []
     for case in cases:
@@ -77,7 +79,7 @@ def missing_trials(
             row = by_key.get((case.id, attempt))
             if row is None:
                 plans.append(TrialPlan(case, attempt, trial_id()))
-            elif row["outcome"] == "failed" and (
+            elif row["failure_type"] is not None and (
                 retry_failed == "all" or retry_failed == "infra" and row["infrastructure"]
             ):
                 plans.append(TrialPlan(case, attempt, trial_id(), supersedes=row["trial_id"]))
