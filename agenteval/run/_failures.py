@@ -19,6 +19,7 @@ from collections.abc import Callable
 from agenteval_instrumentation.capture import error_text
 
 from .._plugins import FAILURES, Plugin, plugins
+from ..store._views import SCORER_ERROR  # typed by the store's definition of outcomes, from the current scores
 
 TOOL_ERROR = "tool_error"
 LLM_ERROR = "llm_error"
@@ -31,11 +32,6 @@ EMPTY_OUTPUT = "empty_output"
 INVALID_MODEL_OUTPUT = "invalid_model_output"
 AGENT_ERROR = "agent_error"
 """An exception from the agent's own code, outside any model or tool step."""
-SCORER_ERROR = "scorer_error"
-"""The agent answered, but an applicable pass/fail scorer could not judge the answer (an LLM judge's API was down,
-a scorer raised). Infrastructure. Never raised at run time: the store's one definition of outcomes
-(:func:`agenteval.store._views.judged_trials`) types it from the current scores, so a rescore that judges the
-answer clears it."""
 SIMULATOR_ERROR = "simulator_error"
 """The simulated user (its model's API, or a simulator callable of the user's own) raised: the conversation could
 not go on, through no fault of the agent's. Infrastructure."""

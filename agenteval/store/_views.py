@@ -10,7 +10,10 @@ cannot disagree.
 
 from __future__ import annotations
 
-from ..run._failures import SCORER_ERROR
+SCORER_ERROR = "scorer_error"
+"""The failure of a trial that answered but whose answer an applicable pass/fail scorer could not judge (an LLM
+judge's API was down, a scorer raised): infrastructure. Defined here, by :func:`judged_trials`, which types it
+from the current scores; it is never raised at run time, so a rescore that judges the answer clears it."""
 
 
 def sql_string(value: str) -> str:
