@@ -4,6 +4,7 @@ its calls apart from the agent's, the conversation stored and shown in the repor
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -200,3 +201,28 @@ def test_the_simulators_own_api_error_is_an_infrastructure_failure_not_the_agent
     for row in failed.values():
         assert (row["failure_type"], row["infrastructure"]) == ("simulator_error", True)
         assert "simulated user" in row["error_message"]
+
+
+def test_a_simulator_that_never_answers_is_an_infrastructure_failure_not_the_agents_timeout():
+    """The trial's time runs out while the simulated user is still writing (its API hangs): the agent answered
+    every message it was given, so the trial is the simulator's failure, not the agent's ``timeout``."""
+
+    async def hanging_simulator(goal, messages):
+        await asyncio.sleep(3600)
+
+    async def agent(question):
+        return "Sorry to hear that."
+
+    experiment = evaluate(agent, dataset(), user_simulator=hanging_simulator, attempts=1, timeout=1, progress="none")
+    rows = Store().rows(
+        "SELECT case_id, outcome, failure_type, infrastructure, error_message FROM trials WHERE experiment_id = ? "
+        "ORDER BY case_id",
+        [experiment.experiment_id],
+    )
+    by_case = {r["case_id"]: r for r in rows}
+    assert by_case["plain"]["outcome"] == "wrong"  # answered, and no simulator involved: judged on its answer
+    for case in ("kettle", "lamp"):
+        row = by_case[case]
+        assert (row["outcome"], row["failure_type"], row["infrastructure"]) == ("failed", "simulator_error", True)
+        assert "simulated user" in row["error_message"] and "timeout" in row["error_message"]
+    assert experiment.summary.infrastructure_failures == 2

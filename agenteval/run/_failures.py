@@ -288,6 +288,7 @@ def classify(
     *,
     raised_in: str | None = None,
     timed_out: bool = False,
+    timed_out_in_simulator: bool = False,
     rate_limit_retries: int = 0,
     last_finish_reason: str | None = None,
     reply: str | None = None,
@@ -295,8 +296,11 @@ def classify(
     """The failure of a trial, or None when it produced an answer.
 
     ``raised_in`` is the GenAI operation of the span the exception was raised from (``chat``,
-    ``execute_tool``), when it came from a decorated step.
+    ``execute_tool``), when it came from a decorated step. ``timed_out_in_simulator``: the time ran out while the
+    simulated user was writing, which is its failure, not the agent's.
     """
+    if timed_out and timed_out_in_simulator:
+        return Failure(SIMULATOR_ERROR, True, "the simulated user had not answered when the trial reached its timeout")
     if timed_out:
         if rate_limit_retries:
             message = f"timed out after {rate_limit_retries} rate-limited attempt(s)"

@@ -104,6 +104,8 @@ class _Running:
     trace_id: str | None = None
     replies: list[str] = dataclasses.field(default_factory=list)
     retries: int = 0
+    cut_off_in_simulator: bool = False
+    """The trial's time ran out (or the run stopped it) while the simulated user was writing its message."""
 
 
 class TrialRunner:
@@ -201,7 +203,15 @@ class TrialRunner:
         """The result of a trial that is over (or given up on), with the spans gathered for it."""
         spans = self.collector.take(self.experiment_id, running.plan.trial_id)
         return self._result(
-            running.plan, running.trace_id, running.started_ns, running.replies, exc, timed_out, running.retries, spans
+            running.plan,
+            running.trace_id,
+            running.started_ns,
+            running.replies,
+            exc,
+            timed_out,
+            running.retries,
+            spans,
+            running.cut_off_in_simulator,
         )
 
     def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
@@ -303,6 +313,11 @@ class TrialRunner:
         except Exception as exc:  # not a cancellation (the trial's timeout, a stop): those are BaseExceptions
             mark_raised_by_simulator(exc)
             raise
+        except asyncio.CancelledError:
+            running = self._running.get(current[0].trial_id)
+            if running is not None:
+                running.cut_off_in_simulator = True
+            raise
         finally:
             current_trial.reset(token)
         return result.strip() if isinstance(result, str) else None
@@ -333,6 +348,7 @@ class TrialRunner:
         timed_out: bool | str,
         retries: int,
         spans: list[ReadableSpan],
+        cut_off_in_simulator: bool = False,
     ) -> TrialResult:
         final_try = [s for s in spans if trace_id and format(s.context.trace_id, "032x") == trace_id]
         last_finish_reason, waits = _model_calls(final_try)
@@ -340,6 +356,7 @@ class TrialRunner:
             exc,
             raised_in=_raised_in(final_try, exc),
             timed_out=bool(timed_out),
+            timed_out_in_simulator=cut_off_in_simulator,
             # Waits inside the agent's model calls count as the trial's own rate-limited retries do.
             rate_limit_retries=retries + waits,
             last_finish_reason=last_finish_reason,
