@@ -23,6 +23,7 @@ from dashboard_server import PAYLOAD, dashboard, dashboard_process, make_store
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
 from agenteval.dashboard._queries import case_page
+from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS
 from agenteval.render._report_formats import interval, pct
 from agenteval.scorers._judge_check import read_labels
 from agenteval.store import Store
@@ -375,6 +376,33 @@ def test_the_sql_page_fetches_only_the_rows_it_shows(runs):
     assert answer.status_code == 200 and "1000 rows shown (more were found)" in answer.text
     assert answer.text.count("<tr>") == 1001  # the header and the rows shown
     assert grown_mb < 150, f"the server grew by {grown_mb:.0f} MB for a page of 1,000 rows (400 MB in all)"
+
+
+def test_the_sql_page_cuts_long_values_bounds_its_size_and_offers_them_whole(runs, site):
+    """A statement returning a 5 MB string put 5 MB into one cell, and 1,000 rows of long values made a page of
+    tens of megabytes. A cell shows its first characters and how many it left out, the page stops at its size and
+    says so, and the whole values are the result's CSV and JSON downloads."""
+    long = "SELECT '\u202e<b>' || repeat('ab<', 2000000) AS big, 'short' AS small"
+    whole = "\u202e<b>" + "ab<" * 2_000_000
+    page = get(site, "/sql", params={"q": long}).text
+    assert len(page) < 100_000, len(page)
+    assert "<td>short</td>" in page
+    assert f"{len(whole) - SQL_CELL_CHARS:,} more characters" in page
+    assert "&lt;U+202E&gt;&lt;b&gt;ab&lt;" in page and "\u202e" not in page.split("</textarea>")[1]
+    assert 'id="sql-csv"' in page and 'id="sql-json"' in page
+    csv_file = get(site, "/sql.csv", params={"q": long})
+    assert csv_file.status_code == 200 and "attachment" in csv_file.headers["content-disposition"]
+    assert csv_file.text == f"big,small\n{whole},short"  # nothing in it to quote
+    assert get(site, "/sql.json", params={"q": long}).json() == [{"big": whole, "small": "short"}]
+    # A thousand rows of twenty long cells: the page shows whole rows up to its size, and says how many.
+    wide = "SELECT " + ", ".join(f"repeat('<', 900) AS c{n}" for n in range(20)) + " FROM range(1000)"
+    page = get(site, "/sql", params={"q": wide}, timeout=120).text
+    assert len(page) < SQL_PAGE_CHARS * 1.1, len(page)
+    shown = page.count("<tr>") - 1
+    assert 0 < shown < 1000 and f"{shown} of 1000 rows shown" in page
+    assert len(get(site, "/sql.json", params={"q": wide}, timeout=120).json()) == 1000
+    refused = get(site, "/sql.csv", params={"q": "CREATE TABLE t AS SELECT 1"})
+    assert refused.status_code == 400 and "read-only" in refused.text
 
 
 def test_a_statement_that_runs_too_long_is_stopped_and_the_server_goes_on(runs):

@@ -33,12 +33,16 @@ from ..render._text_safety import visible
 from ..store import Store
 from . import _queries as q
 from . import _review as review
+from . import _sql as sql_page
 from ._review import CaseFile
 from ._security import CSRF_FIELD, Guard, same_site_path
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 5
 """A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
+
+DOWNLOAD_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+"""The SQL page's result as a file: its formats and their media types."""
 
 
 def _shown(value: Any) -> Any:
@@ -69,7 +73,7 @@ def _environment() -> Environment:
 class Dashboard:
     """The pages, over one store, with the case files under review."""
 
-    def __init__(self, store: Store, case_files: list[Path], sql_seconds: float = q.SQL_SECONDS) -> None:
+    def __init__(self, store: Store, case_files: list[Path], sql_seconds: float = sql_page.SQL_SECONDS) -> None:
         self.store = store
         self.sql_seconds = sql_seconds
         self.case_files = [CaseFile(Path(p)) for p in case_files]
@@ -191,11 +195,40 @@ class Dashboard:
         result, error = None, None
         if sql.strip():
             try:
-                result = q.run_sql(self.store, sql, self.sql_seconds)
+                result = sql_page.shown(sql_page.run_sql(self.store, sql, self.sql_seconds))
             except (AgentevalError, duckdb.Error) as exc:
                 error = str(exc).splitlines()[0]
         example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
-        return self.page(request, "sql.html", sql=sql, result=result, error=error, example=example)
+        return self.page(
+            request,
+            "sql.html",
+            sql=sql,
+            result=result,
+            error=error,
+            example=example,
+            limits={"rows": sql_page.SQL_ROWS_SHOWN, "cell": sql_page.SQL_CELL_CHARS, "page": sql_page.SQL_PAGE_CHARS},
+        )
+
+    def sql_download(self, request: Request) -> Response:
+        """The SQL page's result as a file (``/sql.csv``, ``/sql.json``): the same rows, every value whole, in the
+        formats of ``agenteval sql --format csv|json``. A file, not a page: nothing in it is escaped."""
+        from ..render._tables import render
+
+        fmt = request.path_params["fmt"]
+        if fmt not in DOWNLOAD_TYPES:
+            return self.not_found(request, f"no download as {fmt!r}: /sql.csv or /sql.json")
+        sql = request.query_params.get("q", "")
+        if not sql.strip():
+            return PlainTextResponse("give the statement as ?q=", status_code=400)
+        try:
+            table = sql_page.run_sql(self.store, sql, self.sql_seconds).table
+        except (AgentevalError, duckdb.Error) as exc:
+            return PlainTextResponse(str(exc).splitlines()[0], status_code=400)
+        return Response(
+            render(table, fmt),
+            media_type=DOWNLOAD_TYPES[fmt],
+            headers={"Content-Disposition": f'attachment; filename="result.{fmt}"'},
+        )
 
     # --- review --------------------------------------------------------------------------------
 
@@ -307,7 +340,7 @@ def create_app(
     host: str = "127.0.0.1",
     token: str | None = None,
     case_files: list[Path] | None = None,
-    sql_seconds: float = q.SQL_SECONDS,
+    sql_seconds: float = sql_page.SQL_SECONDS,
 ) -> Starlette:
     """The dashboard as an ASGI app serving ``store`` on ``host`` (needed to check the ``Host`` and ``Origin`` of
     requests); ``token``: what every request must present (required off loopback); ``sql_seconds``: how long a
@@ -324,6 +357,7 @@ def create_app(
         Route("/compare/{baseline}/{candidate}", pages.compare),
         Route("/compare/{baseline}/{candidate}/cases/{case_id:path}", pages.case_pair),
         Route("/sql", pages.sql),
+        Route("/sql.{fmt}", pages.sql_download),
         Route("/review", pages.review),
         Route("/review", pages.record, methods=["POST"]),
         Route("/review/labels.jsonl", pages.labels),

@@ -11,20 +11,16 @@ import contextlib
 import dataclasses
 import json
 import math
-import threading
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from agenteval_instrumentation import attributes as A
 
 from ..analysis._experiments import fetch, status_now
 from ..analysis._stats import clustered_rate, known_interval
-from ..errors import AgentevalError
 from ..store import Store
 from ..store._snapshots import judged_connection
-from ..store._store import check_read_only
 from ..store._views import current_scores, current_trials, judged_trials, sql_string
 
 PAGE_SIZE = 50
@@ -420,62 +416,6 @@ def case_trials(store: Store, experiment_id: str, case_id: str) -> list[dict[str
     for row in trials:
         row["scores"] = sorted((s for s in scores if s["trial_id"] == row["trial_id"]), key=lambda s: s["scorer"])
     return trials
-
-
-SQL_ROWS_SHOWN = 1000
-
-SQL_SECONDS = 30.0
-"""How long a statement of the SQL page may run before it is stopped (``agenteval dashboard --sql-timeout``)."""
-
-
-class SqlTimeout(AgentevalError, TimeoutError):
-    """A statement of the SQL page ran past its time limit and was stopped."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SqlResult:
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-    truncated: bool
-
-
-def run_sql(store: Store, sql: str, seconds: float = SQL_SECONDS) -> SqlResult:
-    """One read-only statement, by the same rule as ``agenteval sql`` (a locked connection; anything but a single
-    read is refused with :class:`agenteval.store.NotReadOnly`). Only the rows shown are fetched: the result is
-    read as a stream and left once one more than :data:`SQL_ROWS_SHOWN` rows came. A statement still running after
-    ``seconds`` is interrupted (:class:`SqlTimeout`): a page request never holds the server's threads and cores
-    for good, nor its shutdown."""
-
-    def read(con: duckdb.DuckDBPyConnection) -> SqlResult:
-        check_read_only(con, sql)  # plans the statement, runs none of it
-        timer = threading.Timer(seconds, con.interrupt)
-        timer.daemon = True
-        timer.start()
-        try:
-            reader = con.sql(sql).to_arrow_reader(SQL_ROWS_SHOWN + 1)
-            batches, count = [], 0
-            try:
-                for batch in reader:
-                    batches.append(batch)
-                    count += batch.num_rows
-                    if count > SQL_ROWS_SHOWN:
-                        break
-            finally:
-                reader.close()
-        except duckdb.InterruptException:
-            raise SqlTimeout(
-                f"the statement ran longer than {seconds:g} s and was stopped: narrow it (a WHERE, a LIMIT), "
-                "or run it with `agenteval sql`"
-            ) from None
-        finally:
-            timer.cancel()
-        shown = pa.Table.from_batches(batches, schema=reader.schema).slice(0, SQL_ROWS_SHOWN)
-        columns = shown.column_names
-        data = [shown.column(i).to_pylist() for i in range(len(columns))]
-        return SqlResult(list(columns), list(zip(*data, strict=True)) if columns else [], count > SQL_ROWS_SHOWN)
-
-    # Retried as Store.query is when a compaction replaced files under the statement.
-    return store._on_connection(read, read_only=True)
 
 
 def is_connection_error(exc: Exception) -> bool:
