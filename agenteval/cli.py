@@ -457,7 +457,7 @@ def datasets(as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool) -> None:
-    """Audit a DATASET (file or built-in name): coverage, thin categories, duplicate inputs."""
+    """Audit a DATASET (file or built-in name): coverage, thin categories, duplicate, reordered and alike inputs."""
     import dataclasses
     import json
 

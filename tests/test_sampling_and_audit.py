@@ -300,3 +300,31 @@ def test_audit_of_a_bad_dataset_shows_its_problems_with_escapes_visible(tmp_path
     result = CliRunner().invoke(main, ["audit", str(bad)])
     assert result.exit_code == 1 and "run agenteval validate first" in result.output, result.output
     assert "\x1b" not in result.output and "\\x1b[2Jcolour" in result.output, result.output
+
+
+def test_inputs_with_the_same_words_in_another_order_are_reported_as_such(tmp_path):
+    """Inputs "what is 2 plus 3" and "3 plus 2, what is?" have the same words: not the same text, so not duplicates, and
+    the same word set, which the near-duplicate search left out as identical. Neither finding reported them. They
+    are listed apart, saying what they share (the order may be the question: "5 minus 3" and "3 minus 5"), and the
+    same words repeated another number of times are near-duplicates (similarity 1.00); other questions are not."""
+    records = [
+        {"id": "sum", "input": "What is 2 plus 3?"},
+        {"id": "sum-reordered", "input": "3 plus 2, what is?"},
+        {"id": "sum-again", "input": "what is 2 PLUS 3"},  # the same text: a duplicate, and of the same words
+        {"id": "minus", "input": "What is 5 minus 3?"},
+        {"id": "minus-swapped", "input": "What is 3 minus 5?"},
+        {"id": "times", "input": "What is 7 times 8?"},
+        {"id": "echo", "input": "Say ok."},
+        {"id": "echo-twice", "input": "Say ok, ok."},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps({**r, "expected_output": "x"}) + "\n" for r in records))
+    report = audit(load_dataset(str(path)))
+    assert report.duplicates == [["sum", "sum-again"]]
+    assert report.reordered == [["sum", "sum-reordered", "sum-again"], ["minus", "minus-swapped"]]
+    assert [(a, b, s) for a, b, s in report.near_duplicates] == [("echo", "echo-twice", 1.0)]
+    shown = " ".join(CliRunner().invoke(main, ["audit", str(path)], terminal_width=200).output.split())
+    assert "The same words in another order" in shown and "sum, sum-reordered, sum-again" in shown
+    assert "times" not in shown.split("The same words in another order")[1]
+    as_json = json.loads(CliRunner().invoke(main, ["audit", str(path), "--json"]).output)
+    assert as_json["reordered"] == [["sum", "sum-reordered", "sum-again"], ["minus", "minus-swapped"]]

@@ -1,6 +1,6 @@
 """What a dataset covers and where it is thin: cases per category and difficulty, fields used, how cases
-are judged (and which nothing judges), categories too small to measure, and duplicate or near-duplicate
-inputs."""
+are judged (and which nothing judges), categories too small to measure, and duplicate, reordered or
+near-duplicate inputs."""
 
 from __future__ import annotations
 
@@ -83,6 +83,9 @@ class AuditReport:
     """how many such pairs there are in all"""
     near_duplicate_groups: list[list[str]] = dataclasses.field(default_factory=list)
     """case ids linked by near-duplicate pairs (directly or through others), largest group first"""
+    reordered: list[list[str]] = dataclasses.field(default_factory=list)
+    """groups of case ids whose inputs have the same words, each as many times, in another order (see
+    :func:`reordered_groups`)"""
     min_per_category: int = MIN_CASES_PER_CATEGORY
 
 
@@ -118,6 +121,7 @@ def audit(
         near_duplicates=alike.pairs,
         near_duplicate_pairs=alike.total,
         near_duplicate_groups=alike.groups,
+        reordered=reordered_groups(cases),
         min_per_category=min_per_category,
     )
 
@@ -129,6 +133,19 @@ def duplicate_groups(cases: Sequence[Case]) -> list[list[str]]:
     for case in cases:
         groups.setdefault(_duplicate_key(case), []).append(case.id)
     return [ids for ids in groups.values() if len(ids) > 1]
+
+
+def reordered_groups(cases: Sequence[Case]) -> list[list[str]]:
+    """Ids of cases whose inputs have the same words, each as many times, in another order once normalised
+    ("What is 2 plus 3?" and "3 plus 2, what is?"), in the dataset's order. Listed apart from duplicates because
+    the order may be the question ("5 minus 3" and "3 minus 5"); a group whose inputs are all one text is a
+    duplicate only, and is not listed again."""
+    by_words: dict[tuple[str, ...], list[Case]] = {}
+    for case in cases:
+        words = _text(case).split()
+        if words:
+            by_words.setdefault(tuple(sorted(words)), []).append(case)
+    return [[c.id for c in group] for group in by_words.values() if len({_text(c) for c in group}) > 1]
 
 
 def _raw(case: Case) -> str:
@@ -175,8 +192,10 @@ def check_similarity(threshold: float) -> None:
 
 
 def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_LISTED_PAIRS) -> NearDuplicates:
-    """The pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but are not identical.
-    ``threshold`` is above 0 and at most 1 (:func:`check_similarity`).
+    """The pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but whose words differ: inputs
+    with the same words, each as many times, are duplicates or reordered (:func:`reordered_groups`), while the same
+    words repeated another number of times ("say ok", "say ok, ok") are alike at 1.0. ``threshold`` is above 0 and
+    at most 1 (:func:`check_similarity`).
 
     A prefix-filtered similarity join: words are ordered rarest first, and two sets can only reach
     the threshold if they share a word among their first ``|x| - ceil(threshold * |x|) + 1``, so only
@@ -184,7 +203,8 @@ def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_L
     the cases and ``listed``, never with the pairs.
     """
     check_similarity(threshold)
-    sets = [frozenset(_text(case).split()) for case in cases]
+    words_of = [_text(case).split() for case in cases]
+    sets = [frozenset(words) for words in words_of]
     frequency = Counter(word for words in sets for word in words)
     ordered = [sorted(words, key=lambda w: (frequency[w], w)) for words in sets]
     index: dict[str, list[int]] = {}
@@ -202,13 +222,18 @@ def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_L
         for j in sorted(candidates):
             shared = len(sets[i] & sets[j])
             score = shared / (len(sets[i]) + len(sets[j]) - shared)
-            if score >= threshold and sets[i] != sets[j]:
+            if score >= threshold and (sets[i] != sets[j] or _counts_differ(words_of[i], words_of[j])):
                 total += 1
                 linked.join(i, j)
                 if len(pairs) < listed:
                     pairs.append((cases[j].id, cases[i].id, round(score, 3)))
     groups = [[cases[k].id for k in group] for group in linked.groups()]
     return NearDuplicates(pairs, total, groups)
+
+
+def _counts_differ(a: list[str], b: list[str]) -> bool:
+    """Whether two lists of the same words hold some word a different number of times."""
+    return sorted(a) != sorted(b)
 
 
 def _least_overlap(threshold: float, size: int) -> int:

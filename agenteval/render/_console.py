@@ -53,10 +53,12 @@ def audit_view(report: AuditReport) -> RenderableType:
         parts.append(Text(f"Every category has at least {report.min_per_category} cases.", style="green"))
     if report.duplicates:
         parts.append(rich_table(["duplicate inputs (case ids)"], [[_ids(g)] for g in report.duplicates]))
+    if report.reordered:
+        parts.extend(_reordered_view(report.reordered))
     if report.near_duplicates:
         parts.extend(_near_duplicates_view(report))
-    if not report.duplicates and not report.near_duplicates:
-        parts.append(Text("No duplicate or near-duplicate inputs.", style="green"))
+    if not report.duplicates and not report.reordered and not report.near_duplicates:
+        parts.append(Text("No duplicate, reordered or near-duplicate inputs.", style="green"))
     return Group(*parts)
 
 
@@ -70,6 +72,15 @@ def _ids(ids: list[str]) -> str:
     """Case ids as one cell, each on the line it shares with the others: a table cell keeps line breaks (for
     replies), and an id holding one split the list, showing ids that are not there."""
     return ", ".join(visible(i) for i in ids)
+
+
+def _reordered_view(groups: list[list[str]]) -> list[RenderableType]:
+    rows = [[_ids(group[:SHOWN_IDS]) + (", ..." if len(group) > SHOWN_IDS else "")] for group in groups[:SHOWN_GROUPS]]
+    title = "The same words in another order (check the order is the question, as in 5 minus 3 and 3 minus 5)"
+    parts: list[RenderableType] = [rich_table(["case ids"], rows, title=title)]
+    if len(groups) > SHOWN_GROUPS:
+        parts.append(Text(f"... and {len(groups) - SHOWN_GROUPS:,} more groups (agenteval audit --json lists them)"))
+    return parts
 
 
 def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:
