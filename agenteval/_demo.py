@@ -35,6 +35,7 @@ def run_demo(questions: list[str] | None = None, store: str | None = None) -> st
     from opentelemetry import trace
 
     from .render._tables import render
+    from .render._text_safety import visible
     from .store import Store
     from .tracing import setup_tracing
 
@@ -53,7 +54,7 @@ def run_demo(questions: list[str] | None = None, store: str | None = None) -> st
     tracing.shutdown()
     target = Store(store)
     spans = target.query(SPANS_QUERY, [trace_ids])
-    lines += ["", f"Spans written to {target.root}/spans/:", render(spans), ""]
+    lines += ["", f"Spans written to {visible(str(target.root))}/spans/:", render(spans), ""]
     lines.append(
         'Query them yourself: agenteval sql "SELECT name, count(*), avg(duration_ms) FROM spans GROUP BY name"'
     )

@@ -220,6 +220,14 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def shown_error(exc: BaseException) -> str:
+    """An error's message for the terminal, a line for each of its lines (:meth:`AgentevalError.lines`), each with
+    its control and bidirectional characters and line breaks as escapes: messages quote paths, files and ids. The
+    lines of another library's error (DuckDB's point at the statement) are its own."""
+    lines = exc.lines() if isinstance(exc, AgentevalError) else str(exc).splitlines()
+    return "\n".join(visible(line) for line in lines)
+
+
 def _debugging() -> bool:
     context = click.get_current_context(silent=True)
     return bool(context and context.find_root().params.get("debug"))
@@ -230,7 +238,7 @@ def _raise_as_one_line(exc: Exception) -> NoReturn:
     any other as a ClickException (exit 1); with --debug, the traceback."""
     if isinstance(exc, AgentevalError) or _debugging():
         raise exc
-    raise click.ClickException(str(exc)) from exc
+    raise click.ClickException(shown_error(exc)) from exc
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -256,7 +264,7 @@ def existing_store(store: str | None) -> Any:
     try:
         target.require()
     except NoStore as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(shown_error(exc)) from None
     return target
 
 
@@ -277,7 +285,7 @@ class _Commands(click.Group):
         except AgentevalError as exc:
             if ctx.params.get("debug"):
                 raise
-            click.echo(f"Error: {visible(str(exc), newlines=True)}", err=True)  # messages quote user files
+            click.echo(f"Error: {shown_error(exc)}", err=True)
             ctx.exit(exc.exit_code)
         except Exception as exc:
             from .store._doctor import damaged_store_message
@@ -331,12 +339,14 @@ def validate(file: str) -> None:
     try:
         dataset = load_file(file)
     except DatasetError as exc:
-        click.echo(visible(str(exc), newlines=True), err=True)  # one problem a line; they quote the file
+        click.echo(shown_error(exc), err=True)  # one problem a line; they quote the file
         count = len(exc.problems) + exc.more
         click.echo(visible(f"{file}: {count} problem{'s' if count != 1 else ''}"), err=True)
         raise SystemExit(1) from None
     categories = len(dataset.categories())
-    click.echo(f"{file}: {len(dataset)} cases in {categories} categor{'ies' if categories != 1 else 'y'}, all valid")
+    click.echo(
+        visible(f"{file}: {len(dataset)} cases in {categories} categor{'ies' if categories != 1 else 'y'}, all valid")
+    )
 
 
 @main.command()
@@ -401,13 +411,13 @@ def generate(
             raise OutputNotWritable.at(option, path, exc) from exc
     unknown = sum(case.expected_output == "unknown" for case in made.cases)
     click.echo(
-        f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {output} and {len(made.passages)} passages "
-        f"to {corpus_out}; {len(made.dropped)} of {made.asked} dropped"
+        f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {visible(output)} and {len(made.passages)} "
+        f"passages to {visible(corpus_out)}; {len(made.dropped)} of {made.asked} dropped"
     )
     for reason, n in Counter(_reason_kind(d.reason) for d in made.dropped).most_common():
         click.echo(f"  dropped {n}: {visible(reason)}")
     click.echo(
-        f"run it with: agenteval run --dataset {output} --corpus {corpus_out} --model {model}\n"
+        f"run it with: agenteval run --dataset {visible(output)} --corpus {visible(corpus_out)} --model {model}\n"
         "Read the questions before you trust them: drop the wrong or ambiguous ones (agenteval validate checks "
         "the format, not the content)."
     )
@@ -469,7 +479,7 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool)
         report = audit_dataset(load_dataset(dataset), min_per_category=min_per_category, similarity=similarity)
     except DatasetError as exc:
         # The problems quote the file (its field names, its ids): shown as validate shows them, escapes visible.
-        message = f"the dataset has problems; run agenteval validate first\n{visible(str(exc), newlines=True)}"
+        message = f"the dataset has problems; run agenteval validate first\n{shown_error(exc)}"
         raise click.ClickException(message) from exc
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(report), indent=2))
@@ -663,7 +673,7 @@ def run(
     except ValueError as exc:
         if isinstance(exc, AgentevalError) or _debugging():
             raise  # one line from the group's handler, or the traceback with --debug
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(shown_error(exc)) from exc
     summary = experiment.summary
     assert summary is not None  # a run's own record always has one
     if as_json:
@@ -943,7 +953,7 @@ def report(
                 handle.write(text)
         except OSError as exc:
             raise OutputNotWritable.at("-o", output, exc) from exc
-        click.echo(f"wrote {output}")
+        click.echo(f"wrote {visible(output)}")
     else:
         click.echo(text, nl=False)
 
@@ -965,7 +975,7 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     try:
         result = compare(existing_store(store), baseline, candidate)
     except NotComparable as exc:
-        raise click.ClickException(visible(str(exc), newlines=True)) from exc
+        raise click.ClickException(shown_error(exc)) from exc
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         for warning in result.warnings:  # the JSON holds them too; stderr keeps them in sight
@@ -1040,8 +1050,8 @@ def gate_command(
         click.echo(f"gate: refused (exit {REFUSED})\n  internal error {type(exc).__name__}: {visible(exc)}", err=True)
         raise SystemExit(REFUSED) from None
     click.echo(f"gate: {decision.verdict} (exit {decision.exit_code})")
-    for reason in decision.reasons:  # they quote stored names: no escape code gets through, and a reason's
-        click.echo("  " + visible(reason, newlines=True).replace("\n", "\n    "))  # next lines stay indented
+    for reason in decision.reasons:  # a line each; they quote stored names and paths: no escape code gets through
+        click.echo("  " + visible(reason))
     raise SystemExit(decision.exit_code)
 
 
@@ -1426,7 +1436,8 @@ def collect(
     grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
     processes = f" (HTTP received by {workers} worker processes)" if workers > 1 else ""
     click.echo(
-        f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {collector.store}{processes}"
+        f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {visible(str(collector.store))}"
+        + processes
     )
     click.echo("stop with Ctrl-C or SIGTERM: every span received is written first", err=True)
     collector.serve()

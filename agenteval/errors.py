@@ -1,7 +1,8 @@
 """The errors a user can cause: each says where (file and line, field, option, experiment) and what to do.
 
-The command line shows an :class:`AgentevalError` as one line and exits with its ``exit_code``; any
-other exception is a bug and keeps its traceback. ``agenteval --debug`` shows tracebacks for both.
+The command line shows an :class:`AgentevalError` as one line (an error listing several problems, a line each)
+and exits with its ``exit_code``; any other exception is a bug and keeps its traceback. ``agenteval --debug`` shows
+tracebacks for both.
 """
 
 from __future__ import annotations
@@ -11,6 +12,24 @@ class AgentevalError(Exception):
     """A problem with what the user gave or has (a dataset, an option, an agent, a store); not a bug."""
 
     exit_code = 1
+
+    def lines(self) -> list[str]:
+        """The message's lines: one, unless the error lists several things (a dataset's problems, unreadable
+        files). A line break inside a line is part of what it quotes (a file name can hold one), and the command
+        line shows it as an escape, so a quoted path never prints a line of its own."""
+        return [str(self)]
+
+
+class SeveralProblems(AgentevalError):
+    """An error made of several lines, each one problem: given as the lines, not as one text, so that a line
+    break inside one of them is not taken for the end of it."""
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("\n".join(lines))
+        self._lines = list(lines)
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
 
 
 class UsageError(AgentevalError, ValueError):

@@ -302,3 +302,39 @@ def test_validate_shows_a_hostile_field_name_as_visible_escapes(tmp_path):
     assert result.exit_code == 1
     assert_inert(result.output)
     assert "cases.jsonl:1: note\\x1b]0;pwned\\x07\\x1b[2J<U+202E>: unknown field" in result.output
+
+
+def test_a_path_holding_a_line_break_shows_on_one_line(tmp_path):
+    """A folder named "data\\nforged: ..." made every message quoting a path inside it print a line of its own
+    ("forged: ..."), one that no file or problem of the run had: errors (a missing dataset, agent or store, a
+    report that cannot be written, a dataset's problems), validate's lines, and the report's dataset header. Each
+    shows on one line, its line break as an escape."""
+    folder = tmp_path / "data\nforged: all cases passed"
+    folder.mkdir()
+    good = folder / "cases.jsonl"
+    cases = [{"id": "a", "input": "1 + 1", "expected_output": "2"}, {"id": "b", "input": "2", "expected_output": "2"}]
+    good.write_text("".join(json.dumps(case) + "\n" for case in cases))
+    named = folder / "cases\nforged: named.jsonl"  # the dataset's name comes from its file name
+    named.write_text(good.read_text())
+    broken = folder / "broken.jsonl"
+    broken.write_text('{"id": "a", "input": "1 + 1"}\n{bad\n')
+    store = str(folder / "store")
+    ran = cli("run", "--dataset", str(named), "--agent", "mock", "--attempts", "1", "--store", store, "-q")
+    assert ran.exit_code == 0, ran.output
+    outputs = {
+        "validate": cli("validate", str(good)),
+        "validate problems": cli("validate", str(broken)),
+        "audit problems": cli("audit", str(broken)),
+        "no dataset": cli("run", "--dataset", str(folder / "missing.jsonl"), "--agent", "mock", "--store", store),
+        "no agent": cli("run", "--dataset", str(good), "--agent", f"{folder}/agent.py:answer", "--store", store),
+        "no store": cli("report", "--store", str(folder / "missing")),
+        "no store to query": cli("sql", "SELECT 1", "--store", str(folder / "missing")),
+        "nothing to resume": cli("run", "--resume", "--store", store),
+        "not writable": cli("report", "--store", store, "-o", str(folder / "missing" / "report.html")),
+        "written": cli("report", "--store", store, "-o", str(folder / "report.html")),
+        "report": cli("report", "--store", store),
+    }
+    for name, result in outputs.items():
+        lines = result.output.splitlines()
+        assert not any(line.strip(" │┃").startswith("forged") for line in lines), f"{name}:\n{result.output}"
+        assert "\\x0aforged: " in result.output, f"{name}:\n{result.output}"

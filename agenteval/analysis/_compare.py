@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import AgentevalError
+from ..errors import AgentevalError, SeveralProblems
 from ..render._text_safety import markdown_cell
 from ..run._failures import SCORER_ERROR
 from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
@@ -52,7 +52,7 @@ INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datase
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
 
 
-class NotComparable(AgentevalError, ValueError):
+class NotComparable(SeveralProblems, ValueError):
     """The two experiments cannot be compared (too few shared cases, one missing, or an ambiguous id)."""
 
 
@@ -201,8 +201,8 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
     if len(shared) < min_shared:
         raise NotComparable(
             f"{baseline.experiment_id} and {candidate.experiment_id} share {len(shared)} case(s); at least "
-            f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed)."
-            + "".join(f"\n{w.message}" for w in warnings if w.kind != UNSHARED_CASES)
+            f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed).",
+            *(w.message for w in warnings if w.kind != UNSHARED_CASES),
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories: dict[str, PairedDifference] = {}
@@ -299,7 +299,9 @@ def gate(
     try:
         comparison = compare(store, baseline_id, candidate_id)
     except (NotComparable, duckdb.Error, OSError) as exc:
-        return GateDecision(REFUSED, "refused", [damaged_store_message(exc) or str(exc)])
+        damaged = damaged_store_message(exc)
+        reasons = [damaged] if damaged else exc.lines() if isinstance(exc, AgentevalError) else [str(exc)]
+        return GateDecision(REFUSED, "refused", reasons)
     allowed = {INCOMPLETE: allow_incomplete, DIFFERENT_DATASETS: allow_different_datasets}
     refusals = [
         f"{w.message}; or pass {ALLOW_OPTIONS[w.kind]} to judge the cases both ran anyway"

@@ -17,7 +17,7 @@ from typing import Any
 
 from agenteval_instrumentation.text import storable_text
 
-from ..errors import AgentevalError
+from ..errors import SeveralProblems
 
 MAX_PROBLEMS = 50
 DEFAULT_MAX_TURNS = 5
@@ -93,8 +93,8 @@ class Problem:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
-class DatasetError(AgentevalError, ValueError):
-    """A dataset file has problems; ``problems`` lists them (at most :data:`MAX_PROBLEMS`)."""
+class DatasetError(SeveralProblems, ValueError):
+    """A dataset file has problems; ``problems`` lists them (at most :data:`MAX_PROBLEMS`), one line each."""
 
     def __init__(self, problems: list[Problem], more: int = 0) -> None:
         self.problems = problems
@@ -102,7 +102,7 @@ class DatasetError(AgentevalError, ValueError):
         lines = [str(p) for p in problems]
         if more:
             lines.append(f"... and {more} more problem(s)")
-        super().__init__("\n".join(lines))
+        super().__init__(*lines)
 
 
 @dataclasses.dataclass

@@ -19,8 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AgentevalError, UsageError
-from ..render._text_safety import visible
+from ..errors import SeveralProblems, UsageError
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ PROPOSE_TOOL: dict[str, Any] = {
 }
 
 
-class DocumentError(AgentevalError, ValueError):
+class DocumentError(SeveralProblems, ValueError):
     """Documents that cannot be read as text (not UTF-8): one line per file, naming it and saying what to do."""
 
 
@@ -121,8 +120,7 @@ def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
     try:
         text = utf8_text(path.read_bytes(), file_start=True).removeprefix("\ufeff")
     except NotUtf8 as exc:
-        # The message is one line of several (every such file): a line break in a file's name must not make two.
-        raise DocumentError(f"{visible(str(path))}: {exc}") from None
+        raise DocumentError(f"{path}: {exc}") from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # the line ends read_text translated
     title = path.stem
     pieces: list[str] = []
@@ -227,9 +225,9 @@ def generate(
         try:
             passages += split_passages(path, stem)
         except DocumentError as exc:
-            unreadable.append(str(exc))  # every such file said at once, before any model call
+            unreadable += exc.lines()  # every such file said at once, before any model call
     if unreadable:
-        raise DocumentError("\n".join(unreadable))
+        raise DocumentError(*unreadable)  # a line each, kept apart: a file's name may hold a line break
     if not passages:
         raise UsageError(f"no passage of at least {MIN_PASSAGE_CHARS} characters in the documents")
     rng = random.Random(seed)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._tables import markdown_table
-from ._text_safety import html_text, markdown_cell
+from ._text_safety import html_text, markdown_cell, visible
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
     from ..analysis._report_data import CategoryPassRate, Outcomes, Report, ScorerFigures, ShardProgress
@@ -63,10 +63,12 @@ def sections(report: Report) -> list[Section]:
     """The report as titled tables of text: what every format but JSON renders."""
     e, o = report.experiment, report.outcomes
     git = e.environment.get("git") or {}
+    # Names are one line each: a line break in one (a dataset's file name can hold one) shows as an escape, where
+    # a cell's own line breaks (an error's) are kept.
     about = [
-        ["experiment", e.id + (f" ({e.name})" if e.name else "")],
-        ["dataset", f"{e.dataset} (content {e.dataset_hash})"],
-        ["agent", f"{e.agent} · version {e.version}"],
+        ["experiment", e.id + (f" ({visible(e.name)})" if e.name else "")],
+        ["dataset", f"{visible(e.dataset)} (content {e.dataset_hash})"],
+        ["agent", f"{visible(e.agent)} · version {e.version}"],
         ["status", f"{e.status} · {report.trials} trials of {report.cases} cases"],
         *([["shards", shards_line(report.shards)]] if report.shards else []),
         *([["error", e.error]] if e.error else []),
