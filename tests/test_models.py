@@ -9,6 +9,7 @@ import datetime
 import json
 import sys
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import model_servers as ms
 import pytest
@@ -283,6 +284,36 @@ def test_the_cache_answers_the_same_attempt_again_but_never_another_attempt(mode
     assert len(hit) == 1 and hit[0].attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 0
     changed = _in_trial(m, "case-1", 1, temperature=0.9)
     assert not changed.cache_hit  # parameters are part of the key
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_base_urls_differing_in_their_query_are_asked_and_cached_apart_and_no_key_is_kept(model_server, api, tmp_path):
+    """Two deployments behind one address, told apart by ``?api-version=`` (Azure's style): the SDK got the query
+    inside its base URL, where the request's path was appended after it (every call a 404), and the cache's key
+    left the query out, so the two would share answers. The query goes with every request and into the key, a
+    secret parameter's value masked first: no key reaches the cache's files, and a new key reuses the answers."""
+
+    def version(request: ms.Request) -> str:
+        return parse_qs(urlsplit(request.path).query)["api-version"][0]
+
+    model_server.responder = lambda request: ms.text(f"deployment {version(request)}")
+    cache = ResponseCache(tmp_path / "cache")
+
+    def asked(query: str) -> str:
+        m = Model(f"{api}/test-model", base_url=f"{model_server.url(api)}?{query}", cache=cache, retry=FAST)
+        answer = _in_trial(m, "case-1", 1)
+        return f"{answer.text} (cached)" if answer.cache_hit else answer.text
+
+    assert asked("api-version=2024-06-01") == "deployment 2024-06-01"
+    assert asked("api-version=2025-01-01") == "deployment 2025-01-01"
+    assert asked("api-version=2024-06-01") == "deployment 2024-06-01 (cached)"
+    key, another_key = "sk-query-secret-0123456789", "sk-another-secret-98765"
+    assert asked(f"api-version=2024-10-21&api-key={key}") == "deployment 2024-10-21"
+    assert urlsplit(model_server.requests[-1].path).query == f"api-version=2024-10-21&api-key={key}"  # sent
+    assert asked(f"api-version=2024-10-21&api-key={another_key}") == "deployment 2024-10-21 (cached)"
+    assert len(model_server.requests) == 3
+    kept = [(path.name, path.read_bytes()) for path in (tmp_path / "cache").rglob("*") if path.is_file()]
+    assert len(kept) == 3 and not any(b"secret" in name.encode() + data for name, data in kept)
 
 
 def test_the_limiter_halves_once_per_burst_and_grows_back_after_a_run_of_successes():

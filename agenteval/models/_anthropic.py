@@ -25,10 +25,12 @@ FINISH = {
 }
 
 
-def client(sdk: Any, base_url: str | None, api_key: str, timeout: float) -> Any:
+def client(sdk: Any, base_url: str | None, query: dict[str, str], api_key: str, timeout: float) -> Any:
     # Retries are agenteval's own; and the SDK's own spans (in SDKs that make them) are off: the call is already
     # one @llm_call span, and usage must be counted once per request.
     options: dict[str, Any] = {"open_telemetry": False} if _makes_spans(sdk) else {}
+    if query:
+        options["default_query"] = query
     return sdk.AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, **options)
 
 

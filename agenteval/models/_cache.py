@@ -1,9 +1,10 @@
 """A response cache for development (``--cache``): a model's answer, kept on disk, given again for the same request.
 
-The key holds the model, its base URL, the parameters, the messages and tools, and the trial asking: its case,
-its attempt and the role (agent, judge, simulated user). Attempts of a case are meant to differ: a cache keyed
-on the request alone would hand attempt 2 the answer of attempt 1, and every case would look perfectly
-consistent. So attempt 2 of a case meets attempt 2's answer of an earlier run, never attempt 1's.
+The key holds the model, its base URL with its query (secret values masked: see ``_names.cache_url``), the
+parameters, the messages and tools, and the trial asking: its case, its attempt and the role (agent, judge,
+simulated user). Attempts of a case are meant to differ: a cache keyed on the request alone would hand attempt 2
+the answer of attempt 1, and every case would look perfectly consistent. So attempt 2 of a case meets attempt 2's
+answer of an earlier run, never attempt 1's.
 
 By default the cache lives in the store, in the hidden folder ``.model-cache/``: it answers for the experiments
 recorded there and goes with them, while no table's files (``<table>/**/*.parquet``) reach it, so readers,
@@ -37,6 +38,8 @@ class ResponseCache:
         self.misses = 0
 
     def key(self, provider: str, base_url: str | None, request: ModelRequest) -> str:
+        """The key of ``request`` asked of ``base_url`` (as ``_names.cache_url`` gives it: never a secret) by the
+        current trial."""
         current = current_trial.get()
         tag = current[0] if current is not None else None
         asking = None if tag is None else {"case": tag.case_id, "attempt": tag.attempt, "role": tag.role}

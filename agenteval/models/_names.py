@@ -6,6 +6,8 @@ import dataclasses
 import os
 import urllib.parse
 
+from agenteval_instrumentation.masking import MASK, is_secret_key, mask_text
+
 from ..errors import UsageError
 
 
@@ -61,6 +63,40 @@ def parse_model_name(text: str, option: str = "--model") -> ModelName:
 def effective_base_url(name: ModelName, base_url: str | None) -> str | None:
     """The base URL calls go to: the one given, else the SDK's environment variable, else None (the provider's)."""
     return base_url or os.environ.get(name.sdk.base_url_env) or None
+
+
+def without_query(url: str | None) -> tuple[str | None, dict[str, str]]:
+    """A base URL without its query, and the query's parameters: what the SDK clients take as ``base_url`` and
+    ``default_query``. Given in the base URL, a query broke every call: the SDKs append a request's path to the
+    base URL's text, so ``/v1?api-version=2024-10-21`` asked for ``/v1/`` with the path inside the query."""
+    if not url:
+        return url, {}
+    parts = urllib.parse.urlsplit(url)
+    if not parts.query:
+        return url, {}
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return urllib.parse.urlunsplit(parts._replace(query="", fragment="")), query
+
+
+URL_SECRET_PARAMETERS = frozenset(("key", "code", "sig", "signature", "token", "access_token"))
+"""Query parameters that hold a secret whatever the masking rules say of their names elsewhere: ``?key=`` (Google's
+APIs, many gateways), ``?code=`` (Azure Functions), ``?sig=`` (Azure shared access signatures)."""
+
+
+def _secret_parameter(name: str, value: str) -> bool:
+    return name.lower() in URL_SECRET_PARAMETERS or is_secret_key(name) or mask_text(value) != value
+
+
+def cache_url(url: str | None) -> str | None:
+    """A base URL as the response cache's key holds it: :func:`recordable_url` and the query, sorted, with the value
+    of every parameter that holds or looks like a secret masked. Two deployments told apart by their query
+    (``?api-version=``) are kept apart; two API keys for one deployment share its answers, and no key is kept."""
+    _, query = without_query(url)
+    recorded = recordable_url(url)
+    if not query:
+        return recorded
+    shown = sorted((name, MASK if _secret_parameter(name, value) else value) for name, value in query.items())
+    return f"{recorded}?{urllib.parse.urlencode(shown)}"
 
 
 def recordable_url(url: str | None) -> str | None:

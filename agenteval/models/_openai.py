@@ -14,9 +14,11 @@ FINISH = {"stop": STOP, "length": LENGTH, "tool_calls": TOOL_CALLS, "function_ca
 FINISH_CONTENT_FILTER = "content_filter"
 
 
-def client(sdk: Any, base_url: str | None, api_key: str, timeout: float) -> Any:
+def client(sdk: Any, base_url: str | None, query: dict[str, str], api_key: str, timeout: float) -> Any:
     # Retries are agenteval's own (recorded on the span), never the SDK's as well.
-    return sdk.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+    return sdk.AsyncOpenAI(
+        api_key=api_key, base_url=base_url, default_query=query or None, max_retries=0, timeout=timeout
+    )
 
 
 def _tool(schema: dict[str, Any]) -> dict[str, Any]:
