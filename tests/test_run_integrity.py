@@ -272,3 +272,52 @@ def test_an_agent_that_changes_the_working_directory_cannot_move_the_store(tmp_p
     store = Store(tmp_path / ".agenteval")
     assert store.rows("SELECT status FROM experiments") == [{"status": "completed"}]
     assert store.rows("SELECT count(*) AS n FROM trials") == [{"n": 6}]
+
+
+FORKING_AGENT = """
+import os
+
+
+def _fork_and_wait(question):
+    # A child for some work of its own, which forgets os._exit and returns, as a function does: into the harness.
+    child = os.fork()
+    if child == 0:
+        return "the child's reply"
+    _, status = os.waitpid(child, 0)
+    return question.split()[2] + " (child ended with " + str(os.waitstatus_to_exitcode(status)) + ")"
+
+
+def answer(question):
+    return _fork_and_wait(question)
+
+
+async def answer_async(question):
+    return _fork_and_wait(question)
+"""
+
+
+@pytest.mark.parametrize("function", ["answer", "answer_async"], ids=["sync", "async"])
+def test_an_agent_that_forks_and_returns_in_the_child_costs_nothing(tmp_path, function):
+    """The child of a fork inside the agent came back into the harness: a sync agent's child waited on the worker
+    pool's queue, so a parent waiting for it hung its trial (and any pipe the run's output went to); an async
+    agent's child ran the rest of the run itself, every trial again, into the same store. The child now ends at
+    once, writing nothing, and the parent's trial goes on: every trial once, each passed."""
+    (tmp_path / "forking_agent.py").write_text(FORKING_AGENT)
+    cases = [{"id": f"c{n}", "input": f"What is {n} + 0?", "expected_output": str(n)} for n in range(4)]
+    (tmp_path / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+    store = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "run", "--dataset", str(tmp_path / "cases.jsonl")]
+        + ["--agent", f"{tmp_path / 'forking_agent.py'}:{function}", "--attempts", "2", "--timeout", "20"]
+        + ["--store", str(store), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a bound on a hang, not a measure of speed
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)  # one document: the child flushed no copy of the parent's output
+    assert summary["trials"] == 8 and summary["status"] == "completed", summary
+    rows = Store(store).rows("SELECT trial_id, outcome, reply FROM trials")
+    assert len(rows) == len({row["trial_id"] for row in rows}) == 8
+    assert {row["outcome"] for row in rows} == {"passed"}
+    assert all(row["reply"].endswith("(child ended with 0)") for row in rows), rows

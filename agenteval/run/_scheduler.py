@@ -81,6 +81,7 @@ async def run_all(
             finally:
                 timer.cancel()
             wake = loop.create_future()
+            runner.end_if_forked()  # a child an agent forked, whose loop went on, neither says nor saves anything
             late = time.monotonic() - asleep - TICK_SECONDS
             if late >= BLOCKED_LOOP_SECONDS and not warned:
                 warned = True  # once a run: the trials that ran past their timeout say it each

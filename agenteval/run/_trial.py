@@ -26,6 +26,7 @@ from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
 from ._collect import TrialCollector, TrialTag, current_trial, trial_context
 from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, mark_raised_by_simulator, provider_error, retried
+from ._forks import RunProcess
 from ._loop import CANCEL_GRACE_SECONDS
 from ._prices import Prices, cost
 from ._workers import SyncWorkers
@@ -136,6 +137,8 @@ class TrialRunner:
         self.grace = min(CANCEL_GRACE_SECONDS, timeout)
         """How long an agent cancelled at its timeout may take to end before its trial is given up on."""
         self._running: dict[str, _Running] = {}
+        self._process = RunProcess()
+        """The run's process: the agent's code coming back in any other (a fork's child) ends it (see _forks)."""
         self.cancelling_trials = False
         """Set by whoever cancels the trials' tasks (a stop, the end of the run): a cancellation then goes on,
         where any other is the agent's failure."""
@@ -145,7 +148,12 @@ class TrialRunner:
         if self._workers is not None:
             self._workers.close()
 
+    def end_if_forked(self) -> None:
+        """End this process at once if it is not the run's: a child an agent forked, whose event loop went on."""
+        self._process.end_if_forked()
+
     async def run(self, plan: TrialPlan) -> TrialResult:
+        self.end_if_forked()  # never a trial started by an agent's child
         tag = TrialTag(self.experiment_id, plan.case.id, plan.trial_id, plan.attempt)
         token = trial_context(tag)
         deadline = time.monotonic() + self.timeout
@@ -287,17 +295,18 @@ class TrialRunner:
     async def _ask(self, messages: list[dict[str, str]]) -> str:
         args = (messages[-1]["content"],)
         kwargs = {"messages": [dict(m) for m in messages]} if self._with_messages else {}
-        if self._async:
-            result = await self.agent.fn(*args, **kwargs)
-        else:
-            assert self._workers is not None
-            result = await self._workers.call(_drained, self.agent.fn, *args, **kwargs)
-            # A sync callable wrapping an async agent (a lambda, a plain decorator) hands back its coroutine:
-            # the answer is what that returns, as for the user simulator, never the coroutine's repr.
-            if inspect.isawaitable(result):
-                result = await result
-        if inspect.isasyncgen(result):  # an async generator streams its reply: its chunks' text, joined
-            result = "".join([chunk_text(chunk) or "" async for chunk in result])
+        with self._process:
+            if self._async:
+                result = await self.agent.fn(*args, **kwargs)
+            else:
+                assert self._workers is not None
+                result = await self._workers.call(_drained, self._process, self.agent.fn, *args, **kwargs)
+                # A sync callable wrapping an async agent (a lambda, a plain decorator) hands back its coroutine:
+                # the answer is what that returns, as for the user simulator, never the coroutine's repr.
+                if inspect.isawaitable(result):
+                    result = await result
+            if inspect.isasyncgen(result):  # an async generator streams its reply: its chunks' text, joined
+                result = "".join([chunk_text(chunk) or "" async for chunk in result])
         return storable_text(_reply(result))
 
     async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
@@ -306,7 +315,10 @@ class TrialRunner:
         # The simulator's spans are marked, so its calls never count as the agent's tokens or cost.
         token = trial_context(dataclasses.replace(current[0], role=SIMULATED_USER))
         try:
-            with self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}):
+            with (
+                self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}),
+                self._process,
+            ):
                 result = self.user_simulator(goal, [dict(m) for m in messages])
                 if inspect.isawaitable(result):
                     result = await result
@@ -458,11 +470,12 @@ def _reply(result: Any) -> str:
     return str(content)
 
 
-def _drained(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def _drained(run: RunProcess, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, on a sync agent's worker; a generator it returns (a reply streamed in chunks:
     text, or an SDK's deltas) is read to its end there, and the reply is its chunks' text joined, never the
-    generator's repr."""
-    result = fn(*args, **kwargs)
-    if inspect.isgenerator(result):
-        return "".join(chunk_text(chunk) or "" for chunk in result)
-    return result
+    generator's repr. A fork's child coming back out of it ends there, the only thread it has (see _forks)."""
+    with run:
+        result = fn(*args, **kwargs)
+        if inspect.isgenerator(result):
+            return "".join(chunk_text(chunk) or "" for chunk in result)
+        return result
