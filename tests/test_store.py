@@ -16,7 +16,7 @@ from waiting import wait_until
 
 from agenteval.cli import main
 from agenteval.errors import AgentevalError
-from agenteval.store import TABLES, TRIALS, Store, compact
+from agenteval.store import TABLES, TRIALS, MissingRequiredValue, Store, compact
 from agenteval.store._views import raw_table
 from agenteval_exporters import SPAN_SCHEMA
 from agenteval_exporters.files import publish
@@ -154,6 +154,44 @@ def test_write_refuses_production_spans_without_a_start_time_rather_than_lose_th
     with pytest.raises(AgentevalError, match="1 spans rows have no experiment_id and no start_time"):
         store.write("spans", rows)
     assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == 0
+
+
+REQUIRED_SPAN_COLUMNS = [field.name for field in SPAN_SCHEMA if not field.nullable]
+
+
+@pytest.mark.parametrize("experiment", ["e1", None], ids=["experiment", "production"])
+@pytest.mark.parametrize("column", REQUIRED_SPAN_COLUMNS)
+def test_the_span_writer_refuses_a_row_missing_a_required_value_and_keeps_the_rows_around_it(
+    tmp_path, column, experiment
+):
+    """A span without start_time raised pyarrow's ArrowInvalid (a production span) or was taken and failed its whole
+    file when written, the rows appended before it included (a span of an experiment). Every column the schema
+    declares non-nullable is checked the same way, before anything of the batch is taken."""
+    store = Store(tmp_path / "s")
+    before = span_rows(experiment, 3, "2026-01-05", "shop")
+    bad = [{**row, "span_id": f"bad-{i}"} for i, row in enumerate(span_rows(experiment, 3, "2026-01-05", "shop"))]
+    bad[2][column] = None
+    after = [{**row, "span_id": f"after-{i}"} for i, row in enumerate(span_rows(experiment, 2, "2026-01-05", "shop"))]
+    with contextlib.closing(store.writer("spans")) as writer:
+        writer.append(pa.RecordBatch.from_pylist(before, schema=SPAN_SCHEMA))
+        with pytest.raises(MissingRequiredValue, match=f"^spans row 2: {column} is missing") as refused:
+            writer.append(pa.RecordBatch.from_pylist(bad, schema=SPAN_SCHEMA))
+        writer.append(pa.RecordBatch.from_pylist(after, schema=SPAN_SCHEMA))
+    assert isinstance(refused.value, AgentevalError)
+    written = store.rows("SELECT span_id FROM spans ORDER BY span_id")
+    assert [r["span_id"] for r in written] == sorted(r["span_id"] for r in before + after)
+
+
+def test_write_refuses_a_row_missing_a_required_value_and_publishes_nothing(tmp_path):
+    """Rows of two experiments, one without a name: the first experiment's file was published, then pyarrow
+    raised on the second's."""
+    store = Store(tmp_path / "s")
+    rows = span_rows("e1", 2, "2026-01-05", "shop") + span_rows("e2", 2, "2026-01-05", "shop")
+    rows[3]["name"] = None
+    with pytest.raises(MissingRequiredValue, match="^spans row 3: name is missing"):
+        store.write("spans", rows)
+    assert store.rows("SELECT count(*) AS n FROM spans")[0]["n"] == 0
+    assert not list((store.root / "spans").rglob("part-*"))
 
 
 def test_buffered_writer_publishes_by_time(tmp_path):

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ._compact import CompactionResult, compact
     from ._doctor import DoctorReport, UnreadableFile, doctor
     from ._prune import PruneResult, prune
+    from ._required import MissingRequiredValue
     from ._schemas import CASES, EXPERIMENTS, REVIEWS, SCORES, TABLE_VERSIONS, TABLES, TABLES_VERSION, TRIALS
     from ._store import NoStore, NotReadOnly, Store, StoreBusy, StoreNotWritable
 
@@ -20,6 +21,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "._compact": ("CompactionResult", "compact"),
         "._doctor": ("DoctorReport", "UnreadableFile", "doctor"),
         "._prune": ("PruneResult", "prune"),
+        "._required": ("MissingRequiredValue",),
         "._schemas": (
             "CASES",
             "EXPERIMENTS",

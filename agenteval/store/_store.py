@@ -21,6 +21,7 @@ from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, loca
 from ..errors import AgentevalError
 from . import _schemas
 from ._lease import LOCKS, store_lease
+from ._required import check_required
 from ._schemas import TABLE_NAMES, schema_file
 from ._trace_views import trace_views
 from ._views import CURRENT_VIEWS, raw_table, sql_string, stored_trials
@@ -473,7 +474,9 @@ class Store:
 
     def writer(self, table: str, *, max_rows: int = 100_000, flush_interval: float = 1.0) -> PartitionedWriter:
         """A buffered writer for one table, publishing by rows or by time; its ``flush`` and ``close``
-        raise when the files cannot be written (the rows are kept for the next try)."""
+        raise when the files cannot be written (the rows are kept for the next try). Its ``append`` raises
+        :class:`MissingRequiredValue` for a batch with a row that lacks a value the table requires, and takes
+        nothing of that batch; what was appended before it is published as usual."""
         from agenteval_exporters.writer import PartitionedWriter
 
         self._ensure_once()
@@ -484,12 +487,14 @@ class Store:
             partitioner(table),
             max_rows=max_rows,
             flush_interval=flush_interval,
+            check=functools.partial(check_required, table),
         )
 
     def write(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> list[StoreRoot]:
         """Publish ``rows`` at once, one file per partition: per experiment, and for spans of no experiment (production
-        traces) per UTC day and service, as the span writer places them. Raises :class:`RowsWithoutPartition`, and
-        publishes nothing, when a row has nowhere to go."""
+        traces) per UTC day and service, as the span writer places them. Raises :class:`RowsWithoutPartition` when a row
+        has nowhere to go, and :class:`MissingRequiredValue` when one lacks a value the table requires; either way it
+        publishes nothing."""
         import pyarrow as pa
 
         self._ensure_once()
@@ -497,6 +502,7 @@ class Store:
         data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
         data = data.cast(schema) if data.schema != schema else data
         _check_placeable(table, data)
+        check_required(table, data)
         written = []
         for batch in data.to_batches():
             for partition, part in partitioner(table)(batch):

@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 Partitioner = Callable[[pa.RecordBatch], Iterable[tuple[str, pa.RecordBatch]]]
 """Splits a batch into ``(partition path, rows)`` pairs."""
 
+BatchCheck = Callable[[pa.RecordBatch], None]
+"""Validates a batch before it is taken; what it raises refuses the batch whole."""
+
 ROW_GROUP_ROWS = 32_768
 """Rows handed to the background thread at a time, each written as one Parquet row group."""
 
@@ -104,6 +107,10 @@ class _OpenFile:
 class PartitionedWriter:
     """Buffers batches per partition; publishes a partition's rows as one file when it reaches
     ``max_rows`` or its oldest rows are ``flush_interval`` seconds old. Thread-safe.
+
+    ``check``, when given, sees each batch before anything of it is buffered: a batch it refuses (by raising)
+    leaves the rows taken before it as they were, where a bad row found only when its file is written would fail
+    that whole file, and every retry of it.
     """
 
     def __init__(
@@ -116,6 +123,7 @@ class PartitionedWriter:
         max_rows: int = 100_000,
         flush_interval: float = 1.0,
         row_group_rows: int = ROW_GROUP_ROWS,
+        check: BatchCheck | None = None,
     ) -> None:
         self.root: StoreRoot = as_root(root)
         self.table_name = table_name
@@ -124,6 +132,7 @@ class PartitionedWriter:
         self.max_rows = max_rows
         self.flush_interval = flush_interval
         self.row_group_rows = min(row_group_rows, max_rows)
+        self.check = check
         self.files_written = 0
         self.rows_dropped = 0
         self._lock = threading.Lock()  # the callers' buffers, and the order of jobs
@@ -162,9 +171,11 @@ class PartitionedWriter:
 
     def append(self, batch: pa.RecordBatch) -> None:
         """Buffer ``batch``; a partition that reached ``max_rows`` is published before this returns
-        (raises if it could not be; its rows are kept)."""
+        (raises if it could not be; its rows are kept). Raises what ``check`` raises, taking nothing of ``batch``."""
         if batch.num_rows == 0:
             return
+        if self.check is not None:
+            self.check(batch)
         published = []
         with self._lock:  # checked under the lock: close() publishes every row accepted before it stopped
             if self._stopped:
