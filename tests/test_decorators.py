@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import json
+import time
 import traceback
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -299,7 +304,7 @@ def test_callables_that_are_not_plain_functions_are_wrapped_as_the_kind_they_cal
     bound = tool(name="bound")(Asker().ask)
     obj = tool(name="object")(Asker())
     assert inspect.iscoroutinefunction(partial) and inspect.iscoroutinefunction(bound)
-    assert not inspect.iscoroutinefunction(obj)  # as inspect says of the object itself
+    assert inspect.iscoroutinefunction(obj)  # as inspect says of its __call__, not of the object itself
 
     async def calls():
         return [await partial("q"), await bound("q"), await obj("q")]
@@ -314,6 +319,104 @@ def test_callables_that_are_not_plain_functions_are_wrapped_as_the_kind_they_cal
 
 class QuotaError(Exception):
     pass
+
+
+class Work:
+    """Awaited work that notes, after each await, the span current in it and the time: the span of a call that
+    covers its work is current there and ends after it."""
+
+    def __init__(self) -> None:
+        self.noted: list[tuple[int, int]] = []
+
+    async def step(self, question: str) -> None:
+        await asyncio.sleep(0)
+        self.noted.append((trace.get_current_span().get_span_context().span_id, time.time_ns()))
+        if question == "fail":
+            raise QuotaError("insufficient_quota")
+
+
+class AsyncCallable(Work):
+    async def __call__(self, question: str) -> str:
+        await self.step(question)
+        return "answer to " + question
+
+
+class AsyncStreamingCallable(Work):
+    async def __call__(self, question: str) -> AsyncIterator[str]:
+        for chunk in ("answer ", "to ", question):
+            await self.step(question)
+            yield chunk
+
+
+async def answer_with(work: Work, question: str) -> str:
+    await work.step(question)
+    return "answer to " + question
+
+
+def _itself(made: type[Work]) -> Callable[[], tuple[Callable[..., Any], Work]]:
+    def make() -> tuple[Callable[..., Any], Work]:
+        work = made()
+        return work, work
+
+    return make
+
+
+def _partial_of(made: type[Work]) -> Callable[[], tuple[Callable[..., Any], Work]]:
+    def make() -> tuple[Callable[..., Any], Work]:
+        work = made()
+        return functools.partial(work), work
+
+    return make
+
+
+def _partial_of_a_function() -> tuple[Callable[..., Any], Work]:
+    work = Work()
+    return functools.partial(answer_with, work), work
+
+
+ASYNC_CALLABLES = {
+    "object with async __call__": _itself(AsyncCallable),
+    "object with async generator __call__": _itself(AsyncStreamingCallable),
+    "partial of an async function": _partial_of_a_function,
+    "partial of an object with async __call__": _partial_of(AsyncCallable),
+    "partial of an object with async generator __call__": _partial_of(AsyncStreamingCallable),
+}
+"""Each makes a callable whose call runs async code, and the Work it notes in."""
+OUTPUT_OF = {tool: A.GEN_AI_TOOL_CALL_RESULT, llm_call: A.GEN_AI_OUTPUT_MESSAGES, agent: A.GEN_AI_OUTPUT_MESSAGES}
+
+
+async def _call(wrapped: Callable[..., Any], question: str) -> str:
+    if inspect.isasyncgenfunction(wrapped):
+        return "".join([chunk async for chunk in wrapped(question)])
+    return await wrapped(question)
+
+
+@pytest.mark.parametrize("decorator", OUTPUT_OF, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("made", ASYNC_CALLABLES)
+def test_a_span_of_an_async_callable_object_or_partial_covers_its_awaited_work(spans, decorator, made):
+    """A callable object whose __call__ is async was wrapped as a sync function: the wrapper handed back the
+    coroutine (or async generator) and ended the span at once, before any of the work, without its result or
+    its error."""
+    target, work = ASYNC_CALLABLES[made]()
+    wrapped = decorator(target)
+    assert inspect.iscoroutinefunction(wrapped) or inspect.isasyncgenfunction(wrapped)
+
+    assert asyncio.run(_call(wrapped, "q")) == "answer to q"
+    (span,) = spans.get_finished_spans()
+    assert work.noted and all(current == span.context.span_id for current, _ in work.noted)
+    assert all(span.start_time <= at <= span.end_time for _, at in work.noted)
+    assert "answer to q" in span.attributes[OUTPUT_OF[decorator]]
+    assert span.status.status_code is not StatusCode.ERROR
+
+    spans.clear()
+    with pytest.raises(QuotaError):
+        asyncio.run(_call(wrapped, "fail"))
+    (failed,) = spans.get_finished_spans()
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes[A.ERROR_TYPE].endswith("QuotaError")
+    assert [event.name for event in failed.events] == ["exception"]
+    current, at = work.noted[-1]
+    assert current == failed.context.span_id and at <= failed.end_time
 
 
 def test_exception_is_recorded_and_reraised_unchanged(spans):

@@ -58,8 +58,8 @@ def instrument(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callabl
 
 
 def _kind(fn: Callable[..., Any]) -> str:
-    """What ``inspect.isasyncgenfunction``, ``isgeneratorfunction`` and ``iscoroutinefunction`` say of ``fn``;
-    read off the code flags of a plain function, so that decorating does not import ``inspect``."""
+    """What ``inspect.isasyncgenfunction``, ``isgeneratorfunction`` and ``iscoroutinefunction`` say of what a call
+    of ``fn`` runs; read off the code flags of a plain function, so that decorating does not import ``inspect``."""
     if type(fn) is _FUNCTION and not hasattr(fn, "_is_coroutine_marker"):
         flags = fn.__code__.co_flags
         is_async_generator = bool(flags & _CO_ASYNC_GENERATOR)
@@ -68,14 +68,32 @@ def _kind(fn: Callable[..., Any]) -> str:
     else:  # methods, partials, callable objects and functions marked as coroutines: as inspect says
         import inspect
 
-        is_async_generator = inspect.isasyncgenfunction(fn)
-        is_generator = inspect.isgeneratorfunction(fn)
-        is_coroutine = inspect.iscoroutinefunction(fn)
+        runs = _what_runs(fn)
+        is_async_generator = inspect.isasyncgenfunction(runs)
+        is_generator = inspect.isgeneratorfunction(runs)
+        is_coroutine = inspect.iscoroutinefunction(runs)
     if is_async_generator:
         return "async generator"
     if is_generator:
         return "generator"
     return "coroutine" if is_coroutine else "function"
+
+
+def _what_runs(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What a call of ``fn`` runs, to ask inspect about: a callable object's ``__call__``, also behind a
+    ``functools.partial``. inspect answers for the object itself, which is never a coroutine function, so an
+    object with an ``async def __call__`` was wrapped as a sync function: its span ended when the coroutine was
+    made, before any of its work. Functions, methods and partials of them are left to inspect, which sees through
+    partials; so are classes (calling one makes an instance) and anything marked as a coroutine function."""
+    import functools
+    import inspect
+
+    runs: Any = fn
+    while isinstance(runs, functools.partial):
+        runs = runs.func
+    if inspect.isroutine(runs) or isinstance(runs, type) or hasattr(fn, "_is_coroutine_marker"):
+        return fn
+    return runs.__call__
 
 
 def _first_call(make_step: Callable[[], Step]) -> Step:
