@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,24 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 def moto_server() -> Iterator[dict[str, str]]:
     """Start the server; yields the environment variables that point S3 clients at it (endpoint, region, test
     credentials). Stopped when the block ends."""
+    with moto_server_process() as (_, variables):
+        yield variables
+
+
+@contextlib.contextmanager
+def stalled(server: subprocess.Popen) -> Iterator[None]:
+    """The server stops answering until the block ends (SIGSTOP, then SIGCONT): requests sent meanwhile wait, as
+    they do on an object store or a network mount that hangs, and are answered afterwards."""
+    server.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        server.send_signal(signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def moto_server_process() -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    """:func:`moto_server`, also yielding the server's process (for :func:`stalled`)."""
     server = subprocess.Popen(
         [sys.executable, "-c", SERVE],
         stdin=subprocess.PIPE,
@@ -37,11 +56,8 @@ def moto_server() -> Iterator[dict[str, str]]:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        yield {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            **CREDENTIALS,
-        }
+        variables = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_DEFAULT_REGION": "us-east-1", **CREDENTIALS}
+        yield server, variables
     finally:
         with contextlib.suppress(OSError):
             assert server.stdin is not None

@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from waiting import wait_until
+from waiting import returns_within, wait_until
 
 from agenteval_exporters import SCHEMA_VERSION, SPAN_SCHEMA, ParquetSpanExporter
 from agenteval_exporters.partitions import partition_by_experiment
@@ -347,6 +347,52 @@ def test_writer_retries_kept_rows_on_time_without_new_rows(tmp_path):
     blocker.unlink()
     wait_until(lambda: published(tmp_path), "the kept rows, published by the timer")
     assert numbers(tmp_path) == [0, 1, 2]
+    writer.close()
+
+
+class StalledStore(PartitionedWriter):
+    """A real writer whose background thread, when it starts a file, waits while the test holds ``stalled``: the
+    writer as it is on a store that stopped answering (a hung network mount, an object store that never replies)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.stalled = threading.Lock()
+        self.reached = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def _stage(self):
+        self.reached.set()
+        with self.stalled:
+            pass
+        return super()._stage()
+
+
+def test_writer_flush_gives_up_after_its_timeout_on_a_stalled_store_and_loses_nothing(tmp_path):
+    """flush() waited for as long as the store took, for ever on one that stopped answering. It returns False
+    after its timeout whatever it waits for: its publishing, room in the background thread's queue, or an append
+    holding the writer while it waits for that room; every row is published once the store answers."""
+    writer = StalledStore(
+        tmp_path, "t", ROWS, partition_by_experiment, max_rows=1000, flush_interval=3600, row_group_rows=5
+    )
+    writer.stalled.acquire()
+    try:
+        writer.append(rows(0, 5))  # a row group: handed over, and the background thread stalls starting its file
+        assert writer.reached.wait(30)
+        assert returns_within(10, lambda: writer.flush(timeout=0.2)) is False  # its publishing is queued
+        for start in range(5, 20, 5):
+            writer.append(rows(start, 5))  # three more row groups fill the queue (the publishing is in it)
+        writer.append(rows(20, 3))  # buffered: not a row group yet
+        assert returns_within(10, lambda: writer.flush(timeout=0.2)) is False  # no room for these rows
+        held = threading.Thread(target=writer.append, args=(rows(23, 5),))  # waits for room, holding the writer
+        held.start()
+        assert returns_within(10, lambda: writer.flush(timeout=0.2)) is False
+    finally:
+        writer.stalled.release()
+    # The publishing the first flush queued happens once the store answers, with no other call.
+    wait_until(lambda: numbers(tmp_path) == list(range(5)), "the file the first flush asked for")
+    held.join(30)
+    assert not held.is_alive()
+    assert writer.flush(timeout=30) is True
+    assert numbers(tmp_path) == list(range(28))  # count in == count out
     writer.close()
 
 

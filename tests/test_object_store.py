@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import fsspec
 import pytest
-from s3_server import environment, make_bucket, moto_server
-from waiting import wait_until
+from s3_server import environment, make_bucket, moto_server_process, stalled
+from waiting import returns_within, wait_until
 
 from agenteval.dataset import load_dataset
 from agenteval.store import Store
@@ -27,10 +27,19 @@ LEASE_SECONDS = "2"  # a killed run's lease is free this long after its last hea
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    with moto_server() as variables, environment({**variables, "AGENTEVAL_LEASE_SECONDS": LEASE_SECONDS}):
+def s3_server() -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    """The server's process (to stall it) and the variables that point S3 clients at it."""
+    with (
+        moto_server_process() as (server, variables),
+        environment({**variables, "AGENTEVAL_LEASE_SECONDS": LEASE_SECONDS}),
+    ):
         make_bucket("evals")
-        yield variables
+        yield server, variables
+
+
+@pytest.fixture(scope="module")
+def s3(s3_server: tuple[subprocess.Popen, dict[str, str]]) -> dict[str, str]:
+    return s3_server[1]
 
 
 @pytest.fixture
@@ -225,6 +234,43 @@ def test_the_exporter_publishes_every_span_to_s3(store):
     assert exporter.files_written >= 2
     (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
     assert row == {"n": 1000, "d": 1000}  # count in == count out, each published file whole
+
+
+def span_count(store: str) -> dict[str, int]:
+    (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT span_id) AS d FROM spans")
+    return row
+
+
+def test_force_flush_returns_false_on_a_stalled_store_and_every_span_is_published_once_it_answers(store, s3_server):
+    """force_flush(timeout_millis) ignored its timeout: on a store that stopped answering it waited until the store
+    came back. It returns False after the timeout, drops nothing, and what it asked for is published once the store
+    answers, with no other call."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    server, _ = s3_server
+    exporter = ParquetSpanExporter(store, max_rows=100, flush_interval=3600)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+
+    def make_spans(what: str, count: int) -> None:
+        for i in range(count):
+            with tracer.start_as_current_span(f"{what} {i}"):
+                pass
+
+    make_spans("before", 250)  # two files published (max_rows), 50 spans buffered
+    with stalled(server):
+        assert returns_within(10, lambda: exporter.force_flush(timeout_millis=500)) is False
+        make_spans("during", 30)  # taken while the store stalls: buffered, fewer than a file's rows
+        assert returns_within(10, lambda: exporter.force_flush(timeout_millis=500)) is False
+    wait_until(lambda: span_count(store)["n"] == 280, "the spans both flushes asked for, once the store answers")
+    assert exporter.force_flush(timeout_millis=30_000) is True
+    assert span_count(store) == {"n": 280, "d": 280}  # count in == count out
+    assert exporter.spans_unwritten == 0
+    provider.shutdown()
 
 
 def test_the_doctor_sets_an_unreadable_object_aside_and_the_store_reads_again(store):

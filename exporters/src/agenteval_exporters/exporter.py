@@ -116,13 +116,14 @@ class ParquetSpanExporter(SpanExporter):
         self._writer.append(batch)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Publish everything buffered; True when it all reached disk."""
+        """Publish everything buffered: True when it all reached the store within ``timeout_millis``. False when
+        the store could not be written (logged) or did not answer in time; the spans are kept either way, and
+        published once the store lets them, by time or by a later flush."""
         try:
-            self._writer.flush()
+            return self._writer.flush(timeout_millis / 1000)
         except Exception:
             self._log_failure("flush spans")
             return False
-        return True
 
     def shutdown(self) -> None:
         with self._lock:

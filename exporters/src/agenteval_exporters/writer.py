@@ -6,6 +6,11 @@ next spans meanwhile. A file is published when it reaches ``max_rows``, when its
 ``flush_interval`` seconds old, or on :meth:`PartitionedWriter.flush`. The caller that fills a
 file, and ``flush()``, wait until it is published and get its error if it could not be; the rows
 of a file that failed are kept and go first into the partition's next file.
+
+``flush()`` takes a timeout, as OpenTelemetry's ``force_flush`` does: past it, it returns False rather than
+wait on a stalled store, and drops nothing. Every row it was asked to publish is by then buffered or queued for
+the background thread, which publishes it once the store answers (the flush thread picks up whatever was not
+handed over, by time).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -67,6 +73,26 @@ class _Publish:
 
 
 _STOP = object()
+
+
+class _Deadline:
+    """What is left of one timeout shared by several waits; ``None`` seconds waits as long as it takes."""
+
+    __slots__ = ("_end",)
+
+    def __init__(self, seconds: float | None) -> None:
+        self._end = None if seconds is None else time.monotonic() + max(0.0, seconds)
+
+    def left(self) -> float | None:
+        return None if self._end is None else max(0.0, self._end - time.monotonic())
+
+    def lock_timeout(self) -> float:
+        """:meth:`left` as ``Lock.acquire`` takes it (-1: no limit)."""
+        left = self.left()
+        return -1 if left is None else left
+
+
+_NO_DEADLINE = _Deadline(None)
 
 
 class _OpenFile:
@@ -193,13 +219,29 @@ class PartitionedWriter:
         for done in published:
             done.result()
 
-    def flush(self) -> None:
-        """Publish everything buffered; raises if a file could not be written (rows are kept)."""
-        with self._lock:
+    def flush(self, timeout: float | None = None) -> bool:
+        """Publish everything buffered: True once it is. False when that takes longer than ``timeout`` seconds
+        (None: as long as it takes), the store being slow or stalled; nothing is dropped then, the rows are
+        published once the store answers (see the module's doc). Raises if a file could not be written (its rows
+        are kept)."""
+        deadline = _Deadline(timeout)
+        # Held by an append waiting for room in the background thread's queue (back-pressure), or by the flush
+        # thread handing rows over: both wait for a stalled store.
+        if not self._lock.acquire(timeout=deadline.lock_timeout()):
+            return False
+        try:
             if self._stopped:
-                return
-            done = self._publish_all()
-        done.result()
+                return True
+            done = self._publish_all(deadline)
+        except queue.Full:
+            return False
+        finally:
+            self._lock.release()
+        try:
+            done.result(deadline.left())
+        except futures.TimeoutError:
+            return False
+        return True
 
     def close(self) -> None:
         """Publish what is left and stop the background threads. Safe to call twice.
@@ -219,23 +261,30 @@ class PartitionedWriter:
             self._jobs.put(_STOP)
             self._worker.join(timeout=30)
 
-    def _publish_all(self) -> Future[None]:
-        """Hand every buffer over and queue the publishing of every partition; called under the lock."""
+    def _publish_all(self, deadline: _Deadline = _NO_DEADLINE) -> Future[None]:
+        """Hand every buffer over and queue the publishing of every partition; called under the lock.
+
+        Raises ``queue.Full`` when the background thread's queue stays full past ``deadline``. The buffers are
+        then all still listed, those handed over with no rows left: the flush thread publishes every one of them
+        when it is due, as it does a file whose first row groups went ahead of it."""
         for partition, buffer in self._buffers.items():
-            self._hand_over(partition, buffer)
+            self._hand_over(partition, buffer, deadline.left())
+        done = self._publish(None, retry=True, timeout=deadline.left())
         self._buffers.clear()
-        return self._publish(None, retry=True)
+        return done
 
     # The callers' side: jobs are queued under the lock, so they run in the order rows arrived.
 
-    def _hand_over(self, partition: str, buffer: _Buffer) -> None:
+    def _hand_over(self, partition: str, buffer: _Buffer, timeout: float | None = None) -> None:
+        """Queue the buffer's rows for the background thread; raises ``queue.Full`` past ``timeout``, leaving the
+        buffer as it was."""
         if buffer.rows:
-            self._jobs.put(_Write(partition, pa.Table.from_batches(buffer.batches, self.schema)))
+            self._jobs.put(_Write(partition, pa.Table.from_batches(buffer.batches, self.schema)), timeout=timeout)
             buffer.batches, buffer.rows = [], 0
 
-    def _publish(self, partitions: list[str] | None, *, retry: bool) -> Future[None]:
+    def _publish(self, partitions: list[str] | None, *, retry: bool, timeout: float | None = None) -> Future[None]:
         done: Future[None] = Future()
-        self._jobs.put(_Publish(partitions, retry, done))
+        self._jobs.put(_Publish(partitions, retry, done), timeout=timeout)
         return done
 
     def _flush_on_time(self) -> None:
