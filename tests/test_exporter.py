@@ -396,6 +396,22 @@ def test_writer_flush_gives_up_after_its_timeout_on_a_stalled_store_and_loses_no
     writer.close()
 
 
+def test_writer_close_gives_up_after_its_timeout_on_a_stalled_store_and_still_publishes_the_rest(tmp_path):
+    writer = StalledStore(tmp_path, "t", ROWS, partition_by_experiment, flush_interval=3600)
+    writer.stalled.acquire()
+    try:
+        writer.append(rows(0, 3))
+        assert returns_within(10, lambda: writer.close(timeout=0.2)) is False
+        assert writer.reached.wait(30)  # the last rows are on their way: the background thread is writing them
+        assert returns_within(10, lambda: writer.flush(timeout=0.2)) is False  # they are not published yet
+    finally:
+        writer.stalled.release()
+    wait_until(lambda: numbers(tmp_path) == [0, 1, 2], "the last rows, published once the store answers")
+    assert writer.flush(timeout=30) is True
+    assert writer.close(timeout=30) is True
+    assert writer.rows_unwritten == 0
+
+
 def test_writer_after_close(tmp_path):
     writer = PartitionedWriter(tmp_path, "t", ROWS, partition_by_experiment, flush_interval=3600)
     writer.append(rows(0, 2))

@@ -4,7 +4,9 @@ process, every trial exactly once; compaction beside readers, who always see one
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -271,6 +273,33 @@ def test_force_flush_returns_false_on_a_stalled_store_and_every_span_is_publishe
     assert span_count(store) == {"n": 280, "d": 280}  # count in == count out
     assert exporter.spans_unwritten == 0
     provider.shutdown()
+
+
+def test_shutdown_returns_after_its_timeout_on_a_stalled_store_and_its_spans_are_published_later(
+    store, s3_server, caplog
+):
+    """shutdown() took no timeout and waited for a stalled store for as long as it stalled; at exit, a process
+    hung. The SDK's BatchSpanProcessor hands what is left of its own shutdown timeout to an exporter whose
+    shutdown takes ``timeout_millis``."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    server, _ = s3_server
+    exporter = ParquetSpanExporter(store, flush_interval=3600)
+    assert "timeout_millis" in inspect.getfullargspec(exporter.shutdown).args  # what the batch processor looks for
+    provider = TracerProvider(shutdown_on_exit=False)  # the test shuts the exporter down itself
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    for i in range(40):
+        with tracer.start_as_current_span(f"step {i}"):
+            pass
+    with caplog.at_level(logging.WARNING, logger="agenteval_exporters"), stalled(server):
+        returns_within(10, lambda: exporter.shutdown(timeout_millis=500))
+    assert "the last spans were not published" in caplog.text
+    wait_until(lambda: span_count(store)["n"] == 40, "the last spans, once the store answers")
+    assert span_count(store) == {"n": 40, "d": 40}
 
 
 def test_the_doctor_sets_an_unreadable_object_aside_and_the_store_reads_again(store):

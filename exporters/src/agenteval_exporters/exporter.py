@@ -125,16 +125,28 @@ class ParquetSpanExporter(SpanExporter):
             self._log_failure("flush spans")
             return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        """Publish the last spans and stop, waiting at most ``timeout_millis`` (None: as long as publishing takes).
+        The SDK's ``BatchSpanProcessor`` passes what is left of its own shutdown timeout. A shutdown that stops
+        waiting says so in the log; its spans are still published, once the store answers, if the process lives
+        that long."""
         with self._lock:
             if self._shutdown:
                 logger.warning("agenteval: ParquetSpanExporter.shutdown called more than once")
                 return
             self._shutdown = True
         try:
-            self._writer.close()
+            finished = self._writer.close(None if timeout_millis is None else timeout_millis / 1000)
         except Exception:
             self._log_failure("publish the last spans")
+            return
+        if not finished:
+            logger.warning(
+                "agenteval: the last spans were not published under %s within %g ms; they are written once the "
+                "store answers, if this process lives that long",
+                self.store,
+                timeout_millis,
+            )
 
     @property
     def spans_unwritten(self) -> int:

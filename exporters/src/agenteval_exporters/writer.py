@@ -7,10 +7,10 @@ next spans meanwhile. A file is published when it reaches ``max_rows``, when its
 file, and ``flush()``, wait until it is published and get its error if it could not be; the rows
 of a file that failed are kept and go first into the partition's next file.
 
-``flush()`` takes a timeout, as OpenTelemetry's ``force_flush`` does: past it, it returns False rather than
-wait on a stalled store, and drops nothing. Every row it was asked to publish is by then buffered or queued for
-the background thread, which publishes it once the store answers (the flush thread picks up whatever was not
-handed over, by time).
+``flush()`` and ``close()`` take a timeout, as OpenTelemetry's ``force_flush`` and ``shutdown`` do: past it
+they return False rather than wait on a stalled store, and drop nothing. Every row they were asked to publish
+is by then buffered or queued for the background thread, which publishes it once the store answers (the
+flush thread picks up whatever was not handed over, by time).
 """
 
 from __future__ import annotations
@@ -167,6 +167,7 @@ class PartitionedWriter:
         self._open: dict[str, _OpenFile] = {}  # the background thread's alone, like _retry
         self._retry: dict[str, list[pa.Table]] = {}
         self._closed = threading.Event()
+        self._last: Future[None] = Future()  # the last files' publishing, the flush thread's final step
         self._stopped = False
         self._failing = False
         remove_stale_staging(self.root)
@@ -193,6 +194,7 @@ class PartitionedWriter:
         self._jobs = queue.Queue(MAX_QUEUED_JOBS)
         if not self._closed.is_set():
             self._closed = threading.Event()
+            self._last = Future()
             self._start_threads()
 
     def append(self, batch: pa.RecordBatch) -> None:
@@ -230,9 +232,8 @@ class PartitionedWriter:
         if not self._lock.acquire(timeout=deadline.lock_timeout()):
             return False
         try:
-            if self._stopped:
-                return True
-            done = self._publish_all(deadline)
+            # Once closed, what is left to wait for is the last files, which a close that gave up left on their way.
+            done = self._last if self._stopped else self._publish_all(deadline)
         except queue.Full:
             return False
         finally:
@@ -243,23 +244,22 @@ class PartitionedWriter:
             return False
         return True
 
-    def close(self) -> None:
-        """Publish what is left and stop the background threads. Safe to call twice.
+    def close(self, timeout: float | None = None) -> bool:
+        """Publish what is left and stop the background threads: True once done. False when that takes longer
+        than ``timeout`` seconds (None: as long as it takes); the last rows are still published then, by the
+        flush thread, once the store answers, if the process lives that long. Raises if the last files could not
+        be written (their rows are counted in :attr:`rows_unwritten`). Safe to call twice.
 
         Appends racing with it either get their rows into the last files or raise: the writer stops taking rows
         in the same locked step that hands the last ones over, so no row is accepted and then left behind."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._timer.join(timeout=5)
-        with self._lock:
-            self._stopped = True
-            done = self._publish_all()
+        deadline = _Deadline(timeout)
+        self._closed.set()  # the flush thread's cue for its last step, _publish_last
         try:
-            done.result()
-        finally:
-            self._jobs.put(_STOP)
-            self._worker.join(timeout=30)
+            self._last.result(deadline.left())
+        except futures.TimeoutError:
+            return False
+        self._worker.join(deadline.left())
+        return not self._worker.is_alive()
 
     def _publish_all(self, deadline: _Deadline = _NO_DEADLINE) -> Future[None]:
         """Hand every buffer over and queue the publishing of every partition; called under the lock.
@@ -290,21 +290,43 @@ class PartitionedWriter:
     def _flush_on_time(self) -> None:
         tick = max(0.01, self.flush_interval / 4)
         while not self._closed.wait(tick):
-            now = time.monotonic()
+            self._publish_due()
+        self._publish_last()
+
+    def _publish_due(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [p for p, buffer in self._buffers.items() if now - buffer.since >= self.flush_interval]
+            for partition in due:
+                self._hand_over(partition, self._buffers.pop(partition))
+            if not due and not self._retry:
+                return
+            done = self._publish(due, retry=True)
+        try:
+            done.result()
+            self._failing = False
+        except Exception:
+            if not self._failing:  # once per failure spell, not per file
+                logger.exception("agenteval: could not publish %s files under %s", self.table_name, self.root)
+            self._failing = True
+
+    def _publish_last(self) -> None:
+        """For :meth:`close`, on this thread, so that a close that stops waiting leaves the last rows on their way:
+        stop taking rows, publish every one taken, then stop the background thread."""
+        try:
             with self._lock:
-                due = [p for p, buffer in self._buffers.items() if now - buffer.since >= self.flush_interval]
-                for partition in due:
-                    self._hand_over(partition, self._buffers.pop(partition))
-                if not due and not self._retry:
-                    continue
-                done = self._publish(due, retry=True)
-            try:
-                done.result()
-                self._failing = False
-            except Exception:
-                if not self._failing:  # once per failure spell, not per file
-                    logger.exception("agenteval: could not publish %s files under %s", self.table_name, self.root)
-                self._failing = True
+                self._stopped = True
+                done = self._publish_all()
+            done.result()
+        except Exception as exc:
+            error: Exception | None = exc
+        else:
+            error = None
+        self._jobs.put(_STOP)
+        if error is None:
+            self._last.set_result(None)
+        else:
+            self._last.set_exception(error)
 
     # The background thread's side.
 
