@@ -120,8 +120,8 @@ def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], d
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
     try:
         found = ex.find(store, experiment_id)
-    except ValueError as exc:  # an id prefix that matches several experiments
-        raise NotComparable(f"{exc}; give more of the id") from exc
+    except ValueError as exc:  # an id prefix that matches several experiments (its message says to give more), or ""
+        raise NotComparable(str(exc)) from exc
     if found is None:
         raise NotComparable(f"no experiment {experiment_id!r} in {store.root}")
     return found

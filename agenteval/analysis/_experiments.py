@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import AgentevalError
+from ..errors import AgentevalError, UsageError
 from ..store import Store
 from ..store._lease import is_running
 from ..store._snapshots import judged_connection
@@ -128,14 +128,23 @@ class AmbiguousId(AgentevalError, ValueError):
     """An experiment id prefix that several experiments start with; the message names them."""
 
 
+class EmptyId(UsageError):
+    """An experiment id given as an empty string (an unset variable in a CI script): it names no experiment."""
+
+
 def find(
     store: Store,
     experiment_id: str | None = None,
     status: str | tuple[str, ...] | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> Experiment | None:
-    """An experiment by id (a unique prefix is enough), or the newest one, optionally with a ``status``;
-    ``con``: a connection of the store's already open."""
+    """An experiment by id (a unique prefix is enough), or (``experiment_id`` None) the newest one, optionally with a
+    ``status``; ``con``: a connection of the store's already open. An empty id is refused: it is the start of every
+    id, and taken for "the newest" it made ``gate --baseline "$UNSET"`` compare the newest run with the candidate."""
+    if experiment_id == "":
+        raise EmptyId(
+            "the experiment id is empty: give an id, or a unique start of one, as agenteval experiments lists them"
+        )
     sql = "SELECT * FROM experiments WHERE true"
     params: list[Any] = []
     if experiment_id:

@@ -199,7 +199,7 @@ def build_model(
     """The model ``agenteval power`` uses: what is given, the rest estimated from ``from_experiment``
     (pass rate, attempts, spread) or the defaults. ``spread`` is the standard deviation of the cases'
     true pass rates."""
-    if from_experiment:
+    if from_experiment is not None:  # "" is an id, refused as one: not "no --from"
         rates, attempts_run = _experiment_rates(store, from_experiment)
         attempts = attempts or attempts_run
         if pass_rate is None:
