@@ -36,6 +36,7 @@ from .run._options import (
     DEFAULT_RESCORE_BATCH,
     DEFAULT_TARGET_POWER,
     DEFAULT_TIMEOUT,
+    MAX_ALPHA,
     MIN_CASES_PER_CATEGORY,
     NEAR_DUPLICATE_SIMILARITY,
 )
@@ -54,10 +55,10 @@ class FloatRange(click.FloatRange):
 
 alpha_option = click.option(
     "--alpha",
-    type=FloatRange(0, 1, min_open=True, max_open=True),
+    type=FloatRange(0, MAX_ALPHA, min_open=True, max_open=True),
     default=DEFAULT_ALPHA,
     show_default=True,
-    help="Significance level of the one-sided tests (0.025 is as strict as a two-sided 95% test).",
+    help="Significance level of the one-sided tests, below 0.5 (0.025 is as strict as a two-sided 95% test).",
 )
 """``--alpha``, shared by ``gate`` and ``power``."""
 

@@ -338,3 +338,21 @@ def test_power_from_an_experiment_that_passed_everything_says_what_to_give(runs)
         main, ["power", "--from", runs["small"], "--pass-rate", "0.95", "--store", str(runs["store"])]
     )
     assert given.exit_code == 0 and "baseline pass rate 0.95" in given.output, given.output
+
+
+@pytest.mark.parametrize("alpha", ["0.5", "0.7", "0.9"])
+def test_an_alpha_of_a_half_or_more_is_refused(runs, alpha):
+    """A one-sided test at alpha 0.5 or more rejects "no drop" for a candidate no worse than its baseline: the gate
+    printed a "-80% CI" whose ends were swapped and a "smallest drop this comparison detects" below 0, and power a
+    handful of cases as enough."""
+    args = ["gate", "--baseline", runs["good"], "--candidate", runs["same"], "--store", str(runs["store"])]
+    for command in (args, ["power", "--pass-rate", "0.85", "--cases", "55", "--drop", "0.1"]):
+        result = CliRunner().invoke(main, [*command, "--alpha", alpha])
+        assert result.exit_code == 2 and "Invalid value for '--alpha'" in result.output, result.output
+        assert "CI" not in result.output and "cases for" not in result.output
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 0.7, 1.0])
+def test_the_gate_from_python_refuses_an_alpha_outside_its_range_without_raising(runs, alpha):
+    decision = gate(Store(runs["store"]), runs["good"], runs["worse"], alpha=alpha)
+    assert decision.exit_code == 3 and "alpha" in decision.reasons[0] and "below 0.5" in decision.reasons[0]

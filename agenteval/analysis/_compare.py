@@ -13,7 +13,7 @@ import duckdb
 from ..errors import AgentevalError, SeveralProblems
 from ..render._text_safety import markdown_cell
 from ..run._failures import SCORER_ERROR
-from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA
+from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA, MAX_ALPHA
 from ..store import Store
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
@@ -296,6 +296,10 @@ def gate(
     unusable = [f"{name} {value!r}" for name, value in limits.items() if not 0 <= value <= 1]
     if unusable:
         return GateDecision(REFUSED, "refused", [f"{', '.join(unusable)}: each limit is a share from 0 to 1"])
+    if not 0 < alpha < MAX_ALPHA:  # 0 and 1 raised in the normal quantile; 0.5 to 1 judged a gain a regression
+        return GateDecision(
+            REFUSED, "refused", [f"alpha {alpha!r}: the one-sided test's level must be above 0 and below {MAX_ALPHA}"]
+        )
     try:
         comparison = compare(store, baseline_id, candidate_id)
     except (NotComparable, duckdb.Error, OSError) as exc:

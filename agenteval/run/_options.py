@@ -21,6 +21,9 @@ DEFAULT_RESCORE_BATCH = 50_000
 """Trials a rescore judges at a time: memory is bounded by this, not by the experiment."""
 DEFAULT_ALPHA = 0.05
 """Significance level of the one-sided paired tests (gate, power)."""
+MAX_ALPHA = 0.5
+"""The level must be below this: a one-sided test at 0.5 or more rejects "no drop" for a candidate no worse than its
+baseline, and its 1 - 2 alpha interval has a level of 0 or less."""
 DEFAULT_TARGET_POWER = 0.8
 """The chance of catching a drop that power analysis plans for."""
 DEFAULT_PASS_RATE = 0.85
