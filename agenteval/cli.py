@@ -1191,6 +1191,7 @@ def experiments(store: str | None, fmt: str) -> None:
     rows = list_experiments(existing_store(store))
     for row in rows:
         row["pass_rate"] = None if row["pass_rate"] is None else round(row["pass_rate"], 3)
+        row["pass_rate_ci95"] = None if row["pass_rate_ci95"] is None else [round(e, 3) for e in row["pass_rate_ci95"]]
     table = pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())})
     echo_rendered(render(table, fmt), fmt)
 

@@ -356,3 +356,17 @@ def test_an_alpha_of_a_half_or_more_is_refused(runs, alpha):
 def test_the_gate_from_python_refuses_an_alpha_outside_its_range_without_raising(runs, alpha):
     decision = gate(Store(runs["store"]), runs["good"], runs["worse"], alpha=alpha)
     assert decision.exit_code == 3 and "alpha" in decision.reasons[0] and "below 0.5" in decision.reasons[0]
+
+
+def test_the_experiment_listing_gives_each_pass_rate_its_interval(runs):
+    """The listing printed a pass rate alone (0.25 of 5 trials read like 0.25 of 120): it gives the report's
+    case-clustered 95% interval beside it, in every format."""
+    runner = CliRunner()
+    listing = json.loads(runner.invoke(main, ["experiments", "--store", str(runs["store"]), "--format", "json"]).output)
+    store = Store(runs["store"])
+    for row in listing:
+        report = build_report(store, row["experiment_id"])
+        assert row["pass_rate"] == pytest.approx(report.overall.pass_rate, abs=5e-4)
+        assert row["pass_rate_ci95"] == pytest.approx(list(report.overall.ci95), abs=5e-4), row["experiment_id"]
+    table = runner.invoke(main, ["experiments", "--store", str(runs["store"]), "--format", "csv"])
+    assert "pass_rate,pass_rate_ci95" in table.output.splitlines()[0]

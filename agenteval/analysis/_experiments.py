@@ -224,13 +224,28 @@ GROUP BY ALL ORDER BY e.started_at DESC
 """
 
 
+CASE_TOTALS = """
+SELECT experiment_id, count(*) AS attempts, count(*) FILTER (WHERE passed) AS passes
+FROM trials GROUP BY experiment_id, case_id
+"""
+"""Each case's attempts and passes, per experiment: what a pass rate's case-clustered interval is computed from."""
+
+
 def list_experiments(store: Store) -> list[dict[str, Any]]:
-    """The store's experiments, newest first, with trial count and pass rate (the status as :func:`status_now`
-    tells it)."""
-    rows = store.rows(EXPERIMENT_LIST)
-    for row in rows:
+    """The store's experiments, newest first, with trial count, pass rate and its 95% interval clustered by case
+    (``pass_rate_ci95``, as a report gives it; None where it has none), and the status as :func:`status_now`
+    tells it."""
+    totals: dict[str, list[tuple[int, float]]] = {}
+    for case in store.rows(CASE_TOTALS):
+        totals.setdefault(case["experiment_id"], []).append((case["attempts"], case["passes"]))
+    listed = []
+    for row in store.rows(EXPERIMENT_LIST):
         row["status"] = status_now(store, row["experiment_id"], row["status"], row.pop("shard"))
-    return rows
+        interval = known_interval(clustered_rate(totals.get(row["experiment_id"], []))[2])
+        listed.append(
+            {**{k: v for k, v in row.items() if k != "failed"}, "pass_rate_ci95": interval, "failed": row["failed"]}
+        )
+    return listed
 
 
 def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:
