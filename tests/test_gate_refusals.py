@@ -171,8 +171,20 @@ def test_an_unknown_experiment_id_exits_3(runs):
 @pytest.mark.parametrize("where", ["a directory", "a missing folder"])
 def test_a_step_summary_that_cannot_be_written_exits_3(runs, tmp_path, where):
     path = tmp_path if where == "a directory" else tmp_path / "missing" / "summary.md"
-    result = gate(runs, runs["file"], runs["file"], env={"GITHUB_STEP_SUMMARY": str(path)})
+    result = gate(runs, runs["sample_0"], runs["sample_1"], env={"GITHUB_STEP_SUMMARY": str(path)})
     assert result.exit_code == 3, result.output
     assert f"cannot write the GitHub step summary to {path}" in result.output
     assert "The gate's own decision was: no regression (exit 0)" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_an_experiment_gated_against_itself_is_refused_and_compare_warns(runs):
+    """Baseline and candidate the same experiment (one id pasted twice, or two prefixes of it): every case's
+    difference is 0, so the gate said "no regression (exit 0)" whatever the run was worth."""
+    prefix = runs["baseline"][:-2]
+    for candidate in (runs["baseline"], prefix):
+        result = gate(runs, runs["baseline"], candidate)
+        assert result.exit_code == 3, result.output
+        assert f"the baseline and the candidate are the same experiment, {runs['baseline']}" in result.output
+    shown = CliRunner().invoke(main, ["compare", runs["baseline"], runs["baseline"], "--store", str(runs["store"])])
+    assert shown.exit_code == 0 and "warning: the baseline and the candidate are the same experiment" in shown.output

@@ -50,6 +50,8 @@ PLANNED_CASES = "SELECT count(*) AS n FROM cases WHERE experiment_id = ?"
 
 INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datasets", "unshared_cases"
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
+SAME_EXPERIMENT = "same_experiment"
+"""A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
 
 
 class NotComparable(SeveralProblems, ValueError):
@@ -154,6 +156,18 @@ def _status_warning(
     ]
 
 
+def _same_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarning]:
+    if a.experiment_id != b.experiment_id:
+        return []
+    return [
+        ComparisonWarning(
+            SAME_EXPERIMENT,
+            f"the baseline and the candidate are the same experiment, {a.experiment_id}: every difference is 0 "
+            "whatever it is worth: give two different experiments",
+        )
+    ]
+
+
 def _dataset_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarning]:
     """Case ids pair cases only within one dataset: a line number in one file is another case in another file.
     Samples of one dataset share its name and hash, so they stay comparable on the cases both ran."""
@@ -193,6 +207,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
     b, figures_b, summary_b = _run(store, candidate.experiment_id)
     shared = sorted(set(a) & set(b))
     warnings = [
+        *_same_warning(baseline, candidate),
         *_status_warning(store, "baseline", baseline, len(a), figures_a["planned_cases"]),
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
@@ -307,7 +322,8 @@ def gate(
         reasons = [damaged] if damaged else exc.lines() if isinstance(exc, AgentevalError) else [str(exc)]
         return GateDecision(REFUSED, "refused", reasons)
     allowed = {INCOMPLETE: allow_incomplete, DIFFERENT_DATASETS: allow_different_datasets}
-    refusals = [
+    refusals = [w.message for w in comparison.warnings if w.kind == SAME_EXPERIMENT]
+    refusals += [
         f"{w.message}; or pass {ALLOW_OPTIONS[w.kind]} to judge the cases both ran anyway"
         for w in comparison.warnings
         if w.kind in allowed and not allowed[w.kind]
