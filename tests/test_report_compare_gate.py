@@ -370,3 +370,20 @@ def test_the_experiment_listing_gives_each_pass_rate_its_interval(runs):
         assert row["pass_rate_ci95"] == pytest.approx(list(report.overall.ci95), abs=5e-4), row["experiment_id"]
     table = runner.invoke(main, ["experiments", "--store", str(runs["store"]), "--format", "csv"])
     assert "pass_rate,pass_rate_ci95" in table.output.splitlines()[0]
+
+
+def test_a_pass_that_could_not_have_seen_the_drop_says_so_whichever_way_the_runs_moved(runs):
+    """A pass said "underpowered" only when the candidate had dropped a little: no change, or a gain, on too few
+    cases read "the drop is within 2%" with nothing more, beside an interval reaching far below -2%."""
+    store = Store(runs["store"])
+    decision = gate(store, runs["worse"], runs["good"])  # a gain: the drop is negative
+    assert decision.exit_code == 0
+    assert decision.comparison is not None and decision.comparison.overall.difference > 0
+    assert decision.comparison.overall.minimum_detectable_drop() > 0.02
+    assert "could not reliably see drops under" in decision.reasons[1] and "(underpowered)" in decision.reasons[1]
+    result = CliRunner().invoke(
+        main, ["gate", "--baseline", runs["worse"], "--candidate", runs["good"], "--store", str(runs["store"])]
+    )
+    assert result.exit_code == 0 and "(underpowered)" in result.output
+    tolerant = gate(store, runs["worse"], runs["good"], max_drop=0.5)  # a drop of half could not be missed here
+    assert tolerant.exit_code == 0 and "underpowered" not in " ".join(tolerant.reasons)
