@@ -262,3 +262,19 @@ def test_a_select_whose_cte_copies_to_a_file_is_refused_and_writes_nothing(store
     assert json.loads(sql(store, "SELECT 1 AS copy, 'COPY x TO y' AS text").output) == [
         {"copy": 1, "text": "COPY x TO y"}
     ]
+
+
+def test_a_long_result_shows_its_first_rows_on_the_terminal_and_every_row_as_csv_or_json(store):
+    """A table of every row of a large result (`SELECT * FROM spans`) was drawn cell by cell: 3,000,000 rows had
+    printed nothing after a minute. The table shows the first rows and says how many there are and how to get
+    them all; csv, json and markdown keep every row."""
+    query = "SELECT range AS n FROM range(2500)"
+    table = sql(store, query, "table")
+    assert table.exit_code == 0, table.output
+    assert "1,000 of 2,500 rows shown: --format csv or json gives them all" in table.output
+    assert "│ 999 " in table.output and "│ 1000 " not in table.output
+    assert sql(store, query, "markdown").output.count("\n| ") == 2_500  # text for a file or a page: every row
+    assert len(sql(store, query, "csv").output.splitlines()) == 2_500 + 1
+    assert len(json.loads(sql(store, query, "json").output)) == 2_500
+    short = sql(store, "SELECT range AS n FROM range(3)", "table")
+    assert short.output.rstrip().endswith("3 rows")

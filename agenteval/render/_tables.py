@@ -64,8 +64,18 @@ def to_rows(table: pa.Table) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
+TABLE_ROWS = 1_000
+"""The most rows the ``table`` format draws: rich lays out every cell, and a result of millions of rows (``SELECT *
+FROM spans``) printed nothing for minutes. The other formats, for files and programs, give every row."""
+
+
 def render(table: pa.Table, fmt: str = "table") -> str:
-    """``table`` as ``table`` (aligned text), ``csv``, ``json`` (a list of objects) or ``markdown``."""
+    """``table`` as ``table`` (aligned text; its first :data:`TABLE_ROWS` rows, and how many there are), ``csv``,
+    ``json`` (a list of objects) or ``markdown``."""
+    if fmt == "table" and table.num_rows > TABLE_ROWS:
+        names = table.column_names
+        shown = [[_cell(row[n]) for n in names] for row in to_rows(table.slice(0, TABLE_ROWS))]
+        return rich_table_text(names, shown, total=table.num_rows)
     rows = to_rows(table)
     names = table.column_names
     if fmt == "json":
@@ -105,9 +115,15 @@ def rich_table(names: list[str], rows: list[list[str]], title: str | None = None
     return table
 
 
-def rich_table_text(names: list[str], rows: list[list[str]]) -> str:
+def rich_table_text(names: list[str], rows: list[list[str]], total: int | None = None) -> str:
+    """``rows`` drawn as a table, then how many there are; ``total``: how many the result had, when ``rows`` are
+    only its first."""
     from rich.console import Console
 
     console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
     console.print(rich_table(names, rows))
-    return console.export_text().rstrip("\n") + f"\n{len(rows)} row{'s' if len(rows) != 1 else ''}"
+    if total is not None and total > len(rows):
+        count = f"{len(rows):,} of {total:,} rows shown: --format csv or json gives them all"
+    else:
+        count = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
+    return console.export_text().rstrip("\n") + "\n" + count
