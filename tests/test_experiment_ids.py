@@ -75,3 +75,16 @@ def test_an_id_prefix_still_names_its_experiment(runs):
 def test_power_from_an_empty_id_is_refused_not_the_defaults(runs):
     result = CliRunner().invoke(main, ["power", "--from", "", "--store", str(runs["store"])])
     assert result.exit_code == 2 and "experiment id is empty" in result.output, result.output
+
+
+def test_resume_of_an_empty_id_is_refused_and_starts_no_run(runs):
+    """``run --resume "$EXPERIMENT"`` with the variable unset, the dataset and agent given: it started a new run."""
+    store = str(runs["store"])
+    before = Store(store).rows("SELECT count(*) AS n FROM experiments")[0]["n"]
+    arguments = ["run", "--resume", "", "--dataset", "arithmetic", "--agent", "mock", "--cases", "2", "--store", store]
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 2, result.output
+    assert "experiment id to resume is empty" in result.output
+    assert Store(store).rows("SELECT count(*) AS n FROM experiments")[0]["n"] == before
+    with pytest.raises(ValueError, match="experiment id to resume is empty"):
+        evaluate("mock", "arithmetic", cases=2, store=store, progress="none", resume="")

@@ -358,6 +358,8 @@ class _Run:
         for a new run, save its cases. Nothing runs and nothing is written before every check passed."""
         if retry_failed not in (None, "infra", "all"):
             raise UsageError("retry_failed must be 'infra' or 'all'")
+        if resume == "":  # an unset variable in a script: never a new run in its place
+            raise ex.EmptyId("the experiment id to resume is empty: give an id, or --resume alone for the newest")
         options = RunOptions(**given, scorers=scorer_specs(scorers))
         shard = Shard.parse(options.shard) if options.shard else None
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
