@@ -94,7 +94,10 @@ def test_a_pass_rate_without_spread_still_has_an_interval_as_wide_as_its_cases_a
     assert interval == wilson95(11, 11) == (pytest.approx(0.7412, abs=1e-4), 1.0)
     assert clustered_rate([(3, 0)] * 11)[2] == (0.0, pytest.approx(1 - 0.7412, abs=1e-4))
     assert clustered_rate([(2, 1)] * 4)[2] == pytest.approx(wilson95(2, 4))  # half of each case's attempts
-    assert all(math.isnan(x) for x in clustered_rate([(3, 3)])[2])  # one case: no standard error, no interval
+    # One case: no standard error to measure, so the case counts once: 20.7% to 100%, never no interval at all.
+    assert clustered_rate([(3, 3)])[2] == wilson95(1, 1) == (pytest.approx(0.2065, abs=1e-4), 1.0)
+    low, high = clustered_rate([(3, 2)])[2]
+    assert low < 2 / 3 < high and high - low > 0.8  # 2 of 3 attempts of one case: almost anything
 
 
 @pytest.mark.parametrize(("rate", "cases", "attempts"), [(0.95, 30, 3), (0.9, 20, 5), (0.5, 40, 3)])

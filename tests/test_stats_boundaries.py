@@ -213,3 +213,22 @@ def test_every_rate_the_report_prints_has_its_interval(tmp_path):
     table = " ".join(CliRunner().invoke(main, ["report", candidate, "--store", store]).output.split())
     low, high = scorer["ci95"]
     assert f"{low:.1%} to {high:.1%}" in table and "83.9% to 100.0%" in table, table
+
+
+def test_a_one_case_experiment_reports_every_rate_with_an_interval(tmp_path):
+    """One case gives no spread to measure: its rates are read at one case (Wilson's: 20.7% to 100% for a case that
+    passed every attempt), where they were printed with no interval at all."""
+    dataset = tmp_path / "one.jsonl"
+    dataset.write_text('{"id": "only", "input": "What is 2 + 2?", "expected_output": "4", "category": "solo"}\n')
+    store = tmp_path / "store"
+    evaluate("mock", dataset, attempts=3, store=store, progress="none")
+    shown = CliRunner().invoke(main, ["report", "--format", "json", "--store", str(store)])
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    one_case = [pytest.approx(0.2065, abs=1e-4), 1.0]
+    assert report["overall"]["ci95"] == one_case
+    assert [c["ci95"] for c in report["categories"]] == [one_case]
+    for k in report["overall"]["k"]:
+        assert k["pass_at_k_ci95"] == k["pass_hat_k_ci95"] == one_case, k
+    text = CliRunner().invoke(main, ["report", "--store", str(store)]).output
+    assert "–" not in text.split("By category")[0], text  # no rate of the overview without its interval

@@ -32,7 +32,14 @@ from ._report_data import (
     SpanLatency,
     TokenUse,
 )
-from ._stats import clustered_rate, mean_over_counted_cases, pass_at_k, pass_hat_k, rate_interval95
+from ._stats import (
+    clustered_rate,
+    known_interval,
+    mean_over_counted_cases,
+    pass_at_k,
+    pass_hat_k,
+    rate_interval95,
+)
 
 PER_CASE = """
 SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
@@ -128,9 +135,7 @@ def _mean_of_cases(
     """The mean of per-case values (each ``values[pair]`` held by ``cases[pair]`` cases) and its interval:
     cases are independent, so the standard error is the usual one over cases."""
     mean, standard_error = mean_over_counted_cases([(values[pair], m) for pair, m in cases.items()])
-    if math.isnan(standard_error):
-        return mean, None
-    return mean, rate_interval95(mean, standard_error, trials, sum(cases.values()))
+    return mean, known_interval(rate_interval95(mean, standard_error, trials, sum(cases.values())))
 
 
 def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:

@@ -34,7 +34,7 @@ class PassAtK:
     pass_hat_k: float
     pass_at_k_ci95: tuple[float, float] | None = None
     """Each case's estimate is one value (cases are independent): Wilson's at the effective number of trials, as a
-    pass rate's (:func:`._stats.rate_interval95`). None under 2 cases."""
+    pass rate's (:func:`._stats.rate_interval95`); over one case, Wilson's at one."""
     pass_hat_k_ci95: tuple[float, float] | None = None
 
 

@@ -68,11 +68,14 @@ def rate_interval95(rate: float, standard_error: float, trials: int, cases: int)
     Where the trials show no spread (all passed, all failed, or every case passed the same share of its
     attempts) the standard error is 0 and says nothing: the effective number is then the number of cases, since
     attempts of one case may agree only because they are alike. The normal interval read "100.0% to 100.0%" for 11
-    cases that all passed; this one reads 74.1% to 100%. NaN where the standard error is unknown (one case)."""
-    if math.isnan(standard_error) or math.isnan(rate) or trials <= 0:
+    cases that all passed; this one reads 74.1% to 100%. One case gives no spread to measure at all (its standard
+    error is unknown), and is read the same way: Wilson's at one, 20.7% to 100% for a case that passed every attempt.
+    NaN where there is no rate."""
+    if math.isnan(rate) or trials <= 0:
         return math.nan, math.nan
     spread = rate * (1 - rate)
-    effective = min(trials, spread / standard_error**2) if standard_error > 0 and spread > 0 else cases
+    measured = not math.isnan(standard_error) and standard_error > 0 and spread > 0
+    effective = min(trials, spread / standard_error**2) if measured else cases
     return _wilson(rate, max(effective, 1))
 
 
