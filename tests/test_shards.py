@@ -169,3 +169,26 @@ def test_shards_on_two_checkouts_of_the_same_dataset_file_join_one_experiment(tm
     cases = load_dataset(str(tmp_path / "a" / "cases.jsonl")).cases
     in_two = sorted((c.id, 1) for c in cases if shard_of(c.id, 3) in (1, 2))
     assert trial_keys(store, "x") == in_two
+
+
+@pytest.mark.parametrize("shard", [["--shard", "1/2"], []], ids=["one shard", "a whole run"])
+def test_the_same_run_started_twice_at_once_runs_once(tmp_path, shard):
+    """A scheduler that starts a job twice (a retried pod, a CI job run again). The second process checked that no
+    record of the run existed, then waited for the run's lease while the first ran; the first finished inside that
+    wait, and the second ran every trial again: 4 trial rows for 2 cases at one attempt, the report saying "4 trials
+    of 2 cases". The check is now made while holding the lease, so exactly one of the two runs."""
+    size = ["--cases", "4" if shard else "2", "--attempts", "1"]
+    for round_ in range(3):
+        store = tmp_path / f"store{round_}"
+        env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+        command = [*RUN, *size, "--experiment", "x", "-q", *shard]
+        twins = [subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        errors = [twin.communicate(timeout=180)[1] for twin in twins]
+        assert sorted(twin.returncode for twin in twins) == [0, 1], errors
+        refused = next(e for twin, e in zip(twins, errors, strict=True) if twin.returncode == 1)
+        said = ("has run already", "exists already", "is running")
+        assert "Traceback" not in refused and any(s in refused for s in said), refused
+        rows = Store(store).rows("SELECT count(*) AS n, count(DISTINCT (case_id, attempt)) AS d FROM trial_history")
+        assert rows[0]["n"] == rows[0]["d"] == 2, f"round {round_}: {rows}"
+        (cases,) = Store(store).rows("SELECT count(*) AS n FROM cases")
+        assert cases["n"] == 2

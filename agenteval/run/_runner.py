@@ -403,9 +403,8 @@ class _Run:
                 done = ex.done_trials(store, experiment.experiment_id)
                 plans = missing_trials(done, chosen, options.attempts, retry_failed)
             else:
-                experiment_id = _new_experiment_id(store, experiment_id, name, shard)
                 experiment = ex.Experiment(
-                    experiment_id=experiment_id,
+                    experiment_id=_new_experiment_id(experiment_id, name, shard),
                     name=name,
                     dataset_name=dataset.name,
                     dataset_hash=dataset.hash,
@@ -417,14 +416,16 @@ class _Run:
                     environment={**environment(agent.source_file), "agent": agent.provenance},
                     prices=prices,
                 )
-                if shard is not None:
-                    _check_joins_its_shards(store, experiment, shard)
                 store.ensure()  # everything checked; a store that cannot be written is said before anything runs
                 lease = _lease(store, experiment.experiment_id, shard)
-                # Held already: another process runs this very shard (a new id is never held).
+                # Held already: another process runs this very run or shard (a new id is never held).
                 if not lease.acquire(TAKE_WAIT_SECONDS):
-                    raise RunRefused(f"shard {shard} of {experiment.experiment_id} is running ({lease.holder()})")
+                    what = f"shard {shard} of " if shard is not None else "experiment "
+                    raise RunRefused(f"{what}{experiment.experiment_id} is running ({lease.holder()})")
                 on_failure.callback(lease.release)
+                # Checked while the lease is held: a twin started at the same moment may have run it all and let go
+                # of the lease while this process waited for it.
+                _check_is_new(store, experiment, shard, given=experiment_id is not None)
                 plans = new_trials(chosen, options.attempts)
                 store.write("cases", _cases_table(experiment.experiment_id, chosen))
                 # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
@@ -1017,7 +1018,7 @@ def _lease(store: Store, experiment_id: str, shard: Shard | None) -> AnyLease:
     return run_lease(store.root, experiment_id, None if shard is None else str(shard))
 
 
-def _new_experiment_id(store: Store, given: str | None, name: str | None, shard: Shard | None) -> str:
+def _new_experiment_id(given: str | None, name: str | None, shard: Shard | None) -> str:
     """The id a new run records: given, derived from the name every shard shares, or new."""
     if given is None and shard is not None:
         if not name:
@@ -1026,11 +1027,17 @@ def _new_experiment_id(store: Store, given: str | None, name: str | None, shard:
                 "(the id is derived from it)"
             )
         given = shared_experiment_id(name)
-    if given is None:
-        return ex.new_experiment_id()
-    if shard is None and ex.find_exact(store, given) is not None:
-        raise RunRefused(f"experiment {given} exists already: resume it with --resume {given}, or give another id")
-    return given
+    return ex.new_experiment_id() if given is None else given
+
+
+def _check_is_new(store: Store, experiment: ex.Experiment, shard: Shard | None, given: bool) -> None:
+    """A new run's id (``given``: not made up here) names no run, or, for a shard, no run of that shard and only
+    shards it can join."""
+    if shard is not None:
+        _check_joins_its_shards(store, experiment, shard)
+    elif given and ex.find_exact(store, experiment.experiment_id) is not None:
+        eid = experiment.experiment_id
+        raise RunRefused(f"experiment {eid} exists already: resume it with --resume {eid}, or give another id")
 
 
 _WHERE_A_SHARD_RUNS = frozenset({"shard", "dataset"})
