@@ -123,6 +123,11 @@ def test_a_killed_shard_resumes_alone_and_every_trial_is_there_once(tmp_path):
         (["--shard", "1/2"], 2, "--shard 1/2 needs an experiment every shard shares"),
         (["--shard", "3/2", "--name", "n"], 2, "K must be from 1 to N"),
         (["--shard", "half", "--name", "n"], 2, "expected K/N"),
+        # Was run and recorded: the experiment then showed "completed" with 1 of 3e9 shards run (the view's count
+        # of shards overflowed to null), and `report` tried to allocate a list of 3e9 ints.
+        (["--shard", "1/3000000000", "--name", "n"], 2, "N must be at most 100000"),
+        # Was an OverflowError traceback, after the shard's record was written.
+        (["--shard", f"1/{10**21}", "--name", "n"], 2, "N must be at most 100000"),
         (["--shard", "1/2", "--experiment", "bad/id"], 2, "an id is letters, digits"),
     ],
 )

@@ -20,6 +20,8 @@ from ..dataset._cases import Case
 from ..errors import UsageError
 
 SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+MAX_SHARDS = 100_000
+"""The most slices a run is cut into (a Kubernetes indexed job's limit); reports list every shard."""
 EXPERIMENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """What an experiment id given on the command line may be: it names folders in the store."""
 
@@ -38,6 +40,8 @@ class Shard:
         if found is None:
             raise UsageError(f"--shard {text!r}: expected K/N, such as 2/4 (the second of four slices)")
         index, count = int(found.group(1)), int(found.group(2))
+        if count > MAX_SHARDS:
+            raise UsageError(f"--shard {text.strip()}: N must be at most {MAX_SHARDS}")
         if not 1 <= index <= count:
             raise UsageError(f"--shard {text}: K must be from 1 to N")
         return cls(index, count)
