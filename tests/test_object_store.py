@@ -165,6 +165,47 @@ def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once
     assert status["status"] == "completed"
 
 
+def test_a_run_stopped_past_its_lease_saves_nothing_more_once_another_process_resumed_it(store):
+    """A run stopped (Ctrl-Z, a suspended laptop or VM) for longer than its lease: another process resumes it, as
+    it may. The stopped run used to carry on when continued, saving trial rows beside the resume's: 54 trial rows
+    for 40 trials, and its own status row (failed, with a traceback) over the resume's. It now finds its lease gone
+    before it commits trials, saves nothing more, records no status, and says so in one line."""
+    slowly = ["--agent-option", "latency=0.3", "--concurrency", "1"]
+    env = {**os.environ, "AGENTEVAL_STORE": store}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "agenteval.cli", *RUN, *slowly, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        (row,) = wait_until(lambda: Store(store).rows("SELECT experiment_id FROM experiment_history"), "a run")
+        experiment_id = row["experiment_id"]
+        wait_until(lambda: len(trial_keys(store, experiment_id)) >= 5, "the run to publish trials", timeout=120)
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+
+            def resumed() -> subprocess.CompletedProcess | None:
+                done = agenteval(store, "run", "--resume", experiment_id, "--concurrency", "16", "--json", check=False)
+                return done if done.returncode == 0 else None
+
+            done = wait_until(resumed, "the stopped run's lease to expire", timeout=120)
+            assert json.loads(done.stdout)["status"] == "completed"
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert trial_keys(store, experiment_id) == every_trial()  # every trial, exactly once
+    assert first.returncode == 1, err[-3000:]
+    assert "Traceback" not in err and "is no longer this process's" in err, err[-3000:]
+    (status,) = Store(store).rows("SELECT status FROM experiments")
+    assert status["status"] == "completed"
+
+
 WRITER = """
 import sys, pyarrow as pa
 from agenteval.store import Store

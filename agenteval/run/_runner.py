@@ -46,7 +46,7 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, Verdic
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
-from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, experiment_lease, run_lease
+from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, LeaseLost, experiment_lease, run_lease
 from ..store._snapshots import judged_connection
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
@@ -498,7 +498,7 @@ class _Run:
         otlp = otlp_exporter_from_env()
         self.otlp = OTLPForwarder(otlp) if otlp is not None else None
         collector.open(self.experiment.experiment_id, self.store.root)
-        self.sink = StoreSink(self.store, keep_trials)
+        self.sink = StoreSink(self.store, keep_trials, commit_check=self.lease.check)
         runner = TrialRunner(
             self.agent,
             self.experiment.experiment_id,
@@ -594,6 +594,9 @@ class _Run:
                 if unsaved is not None:
                     status, failure = ex.FAILED, failure or unsaved
                 self.progress.finish()
+                lost = next((e for e in (unsaved, failure) if isinstance(e, LeaseLost)), None)
+                if lost is not None:  # another process may run the experiment now: its status is theirs to record
+                    raise lost
                 recorded = self._record_end(status, failure)
                 if unsaved is not None and (failure is unsaved or isinstance(failure, OSError)):
                     raise _store_write_failed(self.store, self._resume_command(), unsaved, recorded) from unsaved

@@ -30,12 +30,17 @@ class StoreSink:
     trials' spans and scores itself and hands the rows to the driver, whose writing them is the trials' commit
     (see ``agenteval.run._ray``)."""
 
-    def __init__(self, store: Store, keep_trials: bool = False) -> None:
+    def __init__(
+        self, store: Store, keep_trials: bool = False, commit_check: Callable[[], None] = lambda: None
+    ) -> None:
         # Writers, not the span exporter: the exporter logs write errors (as an SDK exporter must), a run
         # has to stop on them, and record why.
         self.spans = store.writer("spans", flush_interval=NEVER)
         self.scores = store.writer("scores", flush_interval=NEVER)
         self.trials = None if keep_trials else store.writer("trials", flush_interval=NEVER)
+        self.commit_check = commit_check
+        """Called before trial rows are published; raises (an ``OSError``) when this process may no longer commit
+        trials: the run's lease was lost (see ``agenteval.store._lease.RemoteLease.check``)."""
         self.kept: list[dict[str, Any]] = []
         self._unpublished: list[pa.RecordBatch | list[dict[str, Any]]] = []
         """Trial rows handed over whose spans and scores are not published yet: they reach the trials writer (or
@@ -57,6 +62,7 @@ class StoreSink:
         self.scores.flush()
         self._release_trials()
         if self.trials is not None:
+            self.commit_check()
             self.trials.flush()
 
     def close(self, before: Callable[[], None] = lambda: None) -> OSError | None:
@@ -74,6 +80,11 @@ class StoreSink:
             self._release_trials()
         self._unpublished.clear()
         if self.trials is not None:
+            try:
+                self.commit_check()
+            except OSError as exc:  # not this process's to commit any more: its unpublished rows are dropped
+                self.trials.discard()
+                first = first or exc
             try:
                 self.trials.close()  # rows released earlier whose own file failed are tried once more
             except OSError as exc:

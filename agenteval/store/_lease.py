@@ -21,6 +21,8 @@ from pathlib import Path
 
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
+from ..errors import AgentevalError
+
 if sys.platform == "win32":  # no fcntl: a locked byte instead
     import msvcrt
 else:
@@ -74,6 +76,9 @@ class Lease:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the descriptor drops the lock
+
+    def check(self) -> None:
+        """Nothing to check: an OS lock is held until its holder lets go or dies (see :meth:`RemoteLease.check`)."""
 
     def in_use(self) -> bool:
         """Whether a process holds the lock, this one included. Asking takes a shared lock for an instant (only a
@@ -129,6 +134,10 @@ def lease_seconds() -> float:
         return LEASE_SECONDS
 
 
+class LeaseLost(AgentevalError, OSError):
+    """A lease on object storage that its holder could not keep: another process may hold it now."""
+
+
 class RemoteLease:
     """A lease on object storage, where there are no OS locks.
 
@@ -141,6 +150,13 @@ class RemoteLease:
     listing: generations older than ten lease times are removed, newer ones kept. Freshness compares the object's
     modification time, stamped by the store's clock, with this machine's: clocks must agree to within a fraction
     of the lease's time, as NTP keeps them.
+
+    A holder may also lose it without dying: stopped (Ctrl-Z, SIGSTOP), its machine asleep, or cut off from the
+    store for longer than the lease's time, it may find another process holding it when it goes on. So the holder
+    counts the lease as its own only within two thirds of the lease's time of the start of its last renewal that
+    was written while its generation was the newest (a heartbeat first lists, and stops once another generation is
+    newer); :meth:`check` raises :class:`LeaseLost` past that, for good. A run checks before each commit (the
+    publishing of trial rows), so a run that was taken over while it could not renew saves no more trials.
     """
 
     def __init__(self, root: RemoteRoot, name: str) -> None:
@@ -152,6 +168,10 @@ class RemoteLease:
         self._number = 0
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._confirmed = 0.0
+        """``time.monotonic()`` at the start of the newest write of the lease's object that kept it this holder's."""
+        self._lost: str | None = None
+        """Why the lease is no longer this holder's, once it is not."""
 
     @property
     def held(self) -> bool:
@@ -182,9 +202,10 @@ class RemoteLease:
         number = _number(generations[-1]) + 1 if generations else 1
         key = f"{self.folder}/{number:012d}{HELD}"
         record = {"holder": f"process {os.getpid()} on {socket.gethostname()}", "since": time.time()}
+        started = time.monotonic()
         if not self.root.create(key, json.dumps(record).encode()):
             return False  # another taker won this generation
-        self._key, self._number = key, number
+        self._key, self._number, self._confirmed, self._lost = key, number, started, None
         cutoff = time.time() - 10 * self.seconds
         self.root.delete([g.relative for g in generations if g.modified_ns / 1e9 < cutoff])
         self._stop.clear()
@@ -195,10 +216,38 @@ class RemoteLease:
     def _renew(self, key: str, record: dict[str, object]) -> None:
         data = json.dumps(record).encode()
         while not self._stop.wait(self.seconds / 3):
+            started = time.monotonic()
+            if self._expired(started):
+                return  # too late to renew: another process may have taken the lease meanwhile
             try:
+                generations = self._generations()
+                if generations and generations[-1].relative != key:
+                    self._lost = f"another process took it ({generations[-1].relative.rpartition('/')[2]})"
+                    return
                 self.root.write_bytes(key, data)
             except Exception:  # the next beat tries again
                 logger.warning("agenteval: could not renew the lease %s", self.root / key, exc_info=True)
+                continue
+            if self._lost is None:
+                self._confirmed = started
+
+    def _expired(self, now: float) -> bool:
+        """Whether the lease may have been taken by another process by ``now`` (a ``time.monotonic()``); once it
+        may, it is lost for good."""
+        since = now - self._confirmed
+        if self._lost is None and since >= self.seconds * 2 / 3:
+            self._lost = f"it was not renewed for {since:.0f} s"
+        return self._lost is not None
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless this process still holds the lease for certain."""
+        if self._key is not None and self._expired(time.monotonic()):
+            raise LeaseLost(
+                f"the lease {self.path} is no longer this process's: {self._lost} (this process was stopped or "
+                f"suspended, or the store did not answer), and after {self.seconds:g} s another process may take it. "
+                "Nothing more is saved by this process; the trials saved before are intact. See `agenteval "
+                "experiments` for the run's status, and resume it once no process runs it"
+            )
 
     def release(self) -> None:
         if self._key is not None:
@@ -207,6 +256,7 @@ class RemoteLease:
             if self._heartbeat is not None and self._heartbeat is not threading.current_thread():
                 self._heartbeat.join(timeout=10)
             try:
+                # Conditional: a lease taken over (generation number + 1 held by another process) stays theirs.
                 self.root.create(f"{self.folder}/{self._number + 1:012d}{RELEASED}", b"{}")
             except Exception:  # it expires by itself
                 logger.warning("agenteval: could not release the lease %s; it expires by itself", self.path)

@@ -73,6 +73,7 @@ class _Publish:
 
 
 _STOP = object()
+_DISCARD = object()
 
 
 class _Deadline:
@@ -261,6 +262,16 @@ class PartitionedWriter:
         self._worker.join(deadline.left())
         return not self._worker.is_alive()
 
+    def discard(self) -> int:
+        """Drop every row not published yet and take no more (:meth:`close` then publishes nothing): for rows
+        this process may no longer commit. Returns how many rows were dropped from the callers' side."""
+        with self._lock:
+            self._stopped = True
+            dropped = sum(buffer.rows for buffer in self._buffers.values())
+            self._buffers.clear()
+            self._jobs.put(_DISCARD)  # behind the rows already handed over, which it drops too
+        return dropped
+
     def _publish_all(self, deadline: _Deadline = _NO_DEADLINE) -> Future[None]:
         """Hand every buffer over and queue the publishing of every partition; called under the lock.
 
@@ -337,6 +348,12 @@ class PartitionedWriter:
                     self._write(job.partition, job.table)
                 except Exception:  # _OpenFile keeps write errors for publish; this is a bug
                     logger.exception("agenteval: %s writer failed to buffer rows", self.table_name)
+            elif job is _DISCARD:
+                for open_file in self._open.values():
+                    if open_file.staged is not None:
+                        open_file.staged.abandon()
+                self._open.clear()
+                self._retry.clear()
             elif isinstance(job, _Publish):
                 try:
                     self._publish_files(job.partitions, job.retry)
