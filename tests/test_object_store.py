@@ -361,3 +361,27 @@ def test_the_doctor_sets_an_unreadable_object_aside_and_the_store_reads_again(st
     assert json.loads(agenteval(store, "report", experiment_id, "--format", "json").stdout)["trials"] == len(
         every_trial()
     )
+
+
+def test_figures_on_a_connection_opened_before_a_compaction_finished_are_computed_from_the_new_files(store, tmp_path):
+    """A run's summary (and a report) opens one connection and computes the experiment's figures on it. On object
+    storage a connection's views name the files live when it opened; a compaction that finished meanwhile (another
+    shard's, at its end) deleted them, and every retry ran on the same stale views: the run that had just completed
+    ended with a traceback (IOException: No files found ... compacted-*.parquet). The retry now lists afresh."""
+    from agenteval.store._snapshots import judged_connection
+
+    experiment_id = json.loads(agenteval(store, *RUN, "--json").stdout)["experiment_id"]
+    agenteval(store, "rescore", experiment_id)  # a second file of scores: something to compact
+    con = Store(store).connect()
+    try:
+        # From another machine (its own temporary folder): the figures it saves for the new files are not here.
+        elsewhere = {**os.environ, "AGENTEVAL_STORE": store, "TMPDIR": str(tmp_path)}
+        compacted = subprocess.run(
+            [sys.executable, "-m", "agenteval.cli", "compact"], env=elsewhere, capture_output=True, text=True
+        )
+        assert "compacted 1 partition(s)" in compacted.stdout, compacted.stderr
+        with judged_connection(Store(store), experiment_id, con=con) as judged:
+            (row,) = judged.execute("SELECT count(*) FROM judged").fetchall()
+    finally:
+        con.close()
+    assert row[0] == CASES * ATTEMPTS

@@ -36,7 +36,6 @@ from ..errors import UsageError
 from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._schemas import SCORES
-from ..store._store import _retry_vanished
 from ..store._trace_views import PRODUCTION
 from ._base import Scorer
 from ._builtin import _ACKNOWLEDGED, _INVENTED, _TOOL_FAILED, must_not_contain, step_efficiency
@@ -197,9 +196,8 @@ class TraceScorer:
         """Score the sampled ones of ``trace_ids`` and append their scores (one pass, ``pass_id`` or a new one)."""
         ids = list(dict.fromkeys(trace_ids))
         with contextlib.closing(self.store.connect()) as con:
-            _run(
-                con, f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))", [ids]
-            )
+            in_scope = f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))"
+            _run(self.store, con, in_scope, [ids])
             return self._score(con, ids, pass_id or uuid.uuid4().hex[:12])
 
     def score_window(
@@ -216,7 +214,7 @@ class TraceScorer:
         total = TraceScoreResult(pass_id, 0, 0, 0, 0, [s.name for s in self.scorers], 0.0)
         with contextlib.closing(self.store.connect()) as con:
             window = "WHERE started_at >= coalesce(?::TIMESTAMPTZ, '-infinity') AND (?::VARCHAR IS NULL OR service = ?)"
-            _run(con, f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} {window}", [since, service, service])
+            _run(self.store, con, f"CREATE TEMP TABLE in_scope AS {IN_SCOPE} {window}", [since, service, service])
             ids = [
                 row[0] for row in con.execute("SELECT trace_id FROM in_scope ORDER BY started_at, trace_id").fetchall()
             ]
@@ -247,9 +245,9 @@ class TraceScorer:
         result.seconds = time.perf_counter() - started
         return result
 
-    @staticmethod
-    def _features(con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> tuple[list[dict[str, Any]], pa.Table]:
+    def _features(self, con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> tuple[list[dict[str, Any]], pa.Table]:
         _run(
+            self.store,
             con,
             "CREATE OR REPLACE TEMP TABLE chosen AS SELECT * FROM in_scope "
             f"WHERE trace_id IN (SELECT unnest(?::VARCHAR[])) AND {ANSWERED}",
@@ -265,7 +263,7 @@ class TraceScorer:
         )
         root = "span_id IN (SELECT root_span_id FROM chosen)"
         query = features_sql(trials, spans, root=root)
-        return rows, _retry_vanished(lambda: con.sql(query).to_arrow_table())
+        return rows, self.store.retry_on(con, lambda: con.sql(query).to_arrow_table())
 
     def _write(self, judged: Judgement, rows: list[dict[str, Any]], pass_id: str) -> int:
         """The pass's scores, one file per (day, service) of the traces judged; returns the rows written."""
@@ -298,9 +296,9 @@ class TraceScorer:
         return count
 
 
-def _run(con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any]) -> None:
+def _run(store: Store, con: duckdb.DuckDBPyConnection, sql: str, parameters: list[Any]) -> None:
     """``sql`` on ``con``, again when a compaction swapped a file under it."""
-    _retry_vanished(lambda: con.execute(sql, parameters))
+    store.retry_on(con, lambda: con.execute(sql, parameters))
 
 
 def score_traces(

@@ -43,7 +43,7 @@ from agenteval_instrumentation import attributes as A
 
 from . import _views as views
 from ._fingerprints import SNAPSHOTS, files_fingerprint, fingerprint_of
-from ._store import Store, _retry_vanished, sql_string
+from ._store import Store, sql_string
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ def open_figures(
         _compute_into(con, experiment_id, attempt)
         return attempt
 
-    _attach(con, _retry_vanished(compute))
+    _attach(con, store.retry_on(con, compute))
     return False
 
 

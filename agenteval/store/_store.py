@@ -138,9 +138,11 @@ def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _retry_vanished(run: Callable[[], T], pause: float = 0.005) -> T:
+def _retry_vanished(run: Callable[[], T], pause: float = 0.005, before_retry: Callable[[], None] = lambda: None) -> T:
     for attempt in range(QUERY_RETRIES):
         try:
+            if attempt:
+                before_retry()
             return run()
         except duckdb.Error as exc:  # IOException on disk; on object storage, fsspec's error passed through
             if attempt == QUERY_RETRIES - 1 or not _vanished_file(exc):
@@ -401,11 +403,7 @@ class Store:
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
             con.execute("SET enable_progress_bar = false")
-        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLE_NAMES}
-        for name, sql in views.items():
-            # Creating the view binds it, which opens the files to union their columns. On object storage the
-            # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
-            _retry_vanished(functools.partial(_create_view, con, name, sql), self._retry_pause)
+        self._create_table_views(con)
         for name, current in (CURRENT_VIEWS | (trace_views() if traces else {})).items():
             view = f"CREATE OR REPLACE VIEW {quote_identifier(name)} AS {current}"
             _retry_vanished(functools.partial(con.execute, view), self._retry_pause)
@@ -414,6 +412,21 @@ class Store:
             for setting in LOCKED_SETTINGS:
                 con.execute(setting)
         return con
+
+    def _create_table_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        views = {raw_table(table): functools.partial(self._stored_sql, table, con) for table in TABLE_NAMES}
+        for name, sql in views.items():
+            # Creating the view binds it, which opens the files to union their columns. On object storage the
+            # files are listed for the view (see ._live), again on each try: a compaction may have replaced them.
+            _retry_vanished(functools.partial(_create_view, con, name, sql), self._retry_pause)
+
+    def retry_on(self, con: duckdb.DuckDBPyConnection, run: Callable[[], T]) -> T:
+        """``run`` (statements on ``con``, a connection of this store's), again when a compaction replaced a file
+        under it. On disk the views' globs find the new files; on object storage the views name the files live
+        when they were made, so each retry makes them again from a fresh listing (see :mod:`._live`)."""
+        if not isinstance(self.root, RemoteRoot):
+            return _retry_vanished(run)
+        return _retry_vanished(run, REMOTE_RETRY_PAUSE, lambda: self._create_table_views(con))
 
     def readable_places(self) -> list[str]:
         """What a read-only connection may read: the store, and for a store on object storage the folder of
