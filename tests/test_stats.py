@@ -19,7 +19,7 @@ from agenteval.analysis import (
     rate_interval95,
 )
 from agenteval.analysis._power import PowerModel, default_model, estimate_between_case_variance, simulate_power
-from agenteval.analysis._stats import clustered_mean_of_totals, mean_over_cases, unseen_spread_error, wilson95
+from agenteval.analysis._stats import Z95, clustered_mean_of_totals, mean_over_cases, unseen_spread_error, wilson95
 
 
 def test_clustered_standard_error_matches_the_sandwich_formula():
@@ -125,6 +125,16 @@ def test_a_paired_difference_without_spread_is_not_certain():
     assert difference.p_drop() == 0.5
     moved = paired_difference(same, {**same, "0": 0.0})
     assert not moved.no_spread and moved.standard_error == pytest.approx(1 / 11)
+
+
+def test_a_paired_difference_of_unbounded_means_is_neither_clipped_nor_given_a_rates_unseen_spread():
+    """Tokens per trial, 120 then 100 in case 0 and 30 then 40 in case 1: the interval of a rate's difference stops
+    at -1 and +1, which read -1 to +1 for a difference of -5 tokens; and an unseen spread of 25.9% is a rate's."""
+    tokens = paired_difference({"0": 120.0, "1": 30.0}, {"0": 100.0, "1": 40.0}, rate=False)
+    assert (tokens.difference, tokens.standard_error) == (-5.0, 15.0)  # differences -20 and +10: sd 21.21 / sqrt 2
+    assert tokens.interval() == (pytest.approx(-5 - Z95 * 15), pytest.approx(-5 + Z95 * 15))
+    alike = paired_difference({str(i): 10.0 for i in range(11)}, {str(i): 12.0 for i in range(11)}, rate=False)
+    assert alike.no_spread and alike.standard_error == 0 and alike.interval() == (2.0, 2.0)
 
 
 def test_interval95_is_clipped_to_a_rate():

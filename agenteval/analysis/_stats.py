@@ -156,10 +156,12 @@ class PairedDifference:
     no_spread: bool = False
     """No case's difference departed from their mean (every case passed, or changed alike, in both runs): the
     spread is unknown rather than zero, and ``standard_error`` is the most the unchanged cases leave possible."""
+    rate: bool = True
+    """A difference of two rates, which is within [-1, 1]; False for a mean with no bound, such as tokens per trial."""
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """The normal interval, clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases passing,
-        then none, read -109.6% to -70.4%)."""
+        """The normal interval; of rates clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases
+        passing, then none, read -109.6% to -70.4%)."""
         return self._within(NORMAL.inv_cdf(0.5 + level / 2))
 
     def test_interval(self, alpha: float) -> tuple[float, float]:
@@ -169,7 +171,7 @@ class PairedDifference:
 
     def _within(self, z: float) -> tuple[float, float]:
         low, high = self.difference - z * self.standard_error, self.difference + z * self.standard_error
-        return max(-1.0, low), min(1.0, high)
+        return (max(-1.0, low), min(1.0, high)) if self.rate else (low, high)
 
     def p_drop(self) -> float:
         """One-sided p-value of "the candidate is no worse": small when the drop is real."""
@@ -182,8 +184,13 @@ class PairedDifference:
         return (z_upper(alpha) + NORMAL.inv_cdf(power)) * self.standard_error
 
 
-def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -> PairedDifference:
-    """Per-case pass rates (attempts averaged) of two experiments, compared over their shared cases."""
+def paired_difference(
+    baseline: dict[str, float], candidate: dict[str, float], *, rate: bool = True
+) -> PairedDifference:
+    """Per-case pass rates (attempts averaged) of two experiments, compared over their shared cases; with ``rate``
+    False, per-case means of any other figure (tokens, cost, latency), whose difference has no bound to clip its
+    interval to or to take an unseen spread from: where no case's difference departs from the rest, its standard
+    error stays the 0 measured, and ``no_spread`` says so."""
     shared = sorted(set(baseline) & set(candidate))
     diffs = [candidate[c] - baseline[c] for c in shared]
     difference, standard_error = mean_over_cases(diffs)
@@ -192,9 +199,9 @@ def paired_difference(baseline: dict[str, float], candidate: dict[str, float]) -
     # 11 cases passing in both runs had a standard error of 0: an interval of +0.0% to +0.0%, and "detects drops
     # of 0.0%", from a comparison that could miss a drop of a quarter.
     no_spread = standard_error == 0
-    if no_spread:
+    if no_spread and rate:
         standard_error = unseen_spread_error(len(shared))
-    return PairedDifference(len(shared), base, cand, difference, standard_error, no_spread)
+    return PairedDifference(len(shared), base, cand, difference, standard_error, no_spread, rate)
 
 
 def no_spread_note(cases: int) -> str:
