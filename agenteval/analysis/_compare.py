@@ -18,6 +18,7 @@ from ..store import Store
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
+from ._compare_figures import LABELS, difference_dict, figure_differences
 from ._stats import PairedDifference, no_spread_note, paired_difference
 
 MIN_SHARED_CASES = 10
@@ -25,16 +26,19 @@ MIN_SHARED_CASES = 10
 
 CASE_RATES = """
 SELECT t.case_id, any_value(c.category) AS category, avg(t.passed::INT) AS rate, count(*) AS attempts,
-       count(*) FILTER (WHERE t.outcome = 'failed') AS failed
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed, avg(t.duration_ms) AS latency_ms,
+       avg(t.input_tokens + t.output_tokens) AS tokens, avg(t.cost_usd) AS cost_usd
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
 GROUP BY t.case_id
 """
-"""Per-case pass rates of the experiment whose trials are in ``judged``."""
+"""Per-case pass rates of the experiment whose trials are in ``judged``, and the per-case means of the figures
+compared beside them (:data:`._compare_figures.FIGURES`)."""
 
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
-       avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd
+       avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
+       avg(duration_ms) AS latency_mean_ms, avg(cost_usd) AS cost_per_trial_usd
 FROM judged
 """
 
@@ -81,6 +85,8 @@ class Comparison:
     figures: dict[str, dict[str, Any]]
     changes: dict[str, tuple[Any, Any]]
     warnings: list[ComparisonWarning] = dataclasses.field(default_factory=list)
+    figure_differences: dict[str, PairedDifference | None] = dataclasses.field(default_factory=dict)
+    """Candidate minus baseline of the per-trial means among ``figures``, paired by case (``_compare_figures``)."""
 
     def to_dict(self) -> dict[str, Any]:
         def paired(d: PairedDifference) -> dict[str, Any]:
@@ -105,6 +111,8 @@ class Comparison:
             "newly_passing": self.newly_passing,
             "failure_types": {k: {"baseline": a, "candidate": b} for k, (a, b) in self.failure_types.items()},
             "figures": self.figures,
+            "figure_labels": LABELS,
+            "figure_differences": {k: difference_dict(d) for k, d in self.figure_differences.items()},
             "changes": {k: {"baseline": a, "candidate": b} for k, (a, b) in self.changes.items()},
             "warnings": [dataclasses.asdict(w) for w in self.warnings],
         }
@@ -244,6 +252,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         figures,
         _changes(baseline, candidate),
         warnings,
+        figure_differences(a, b, shared),
     )
 
 

@@ -200,6 +200,7 @@ def run_summary(summary: Summary) -> str:
 
 def comparison_view(comparison: dict) -> RenderableType:
     """``agenteval compare``: the paired difference with its interval, per category, what moved and changed."""
+    from ..analysis._compare_figures import DIFFERENCE_HEADER, figure_rows, figures_note
     from ..analysis._stats import no_spread_note
     from ._report_formats import pct
 
@@ -239,22 +240,22 @@ def comparison_view(comparison: dict) -> RenderableType:
             )
         )
     types = comparison["failure_types"]
+    if types:
+        parts.append(
+            rich_table(
+                ["failure type", "baseline", "candidate"],
+                [[t, str(v["baseline"]), str(v["candidate"])] for t, v in types.items()],
+                title="Failure types",
+            )
+        )
+    else:
+        parts.append(Text("Failure types: no failures in either run"))
     parts.append(
         rich_table(
-            ["failure type", "baseline", "candidate"],
-            [[t, str(v["baseline"]), str(v["candidate"])] for t, v in types.items()],
-            title="Failure types",
+            ["", "baseline", "candidate", DIFFERENCE_HEADER], figure_rows(comparison), title="Latency, tokens, cost"
         )
     )
-    figures = comparison["figures"]
-    measures = ["latency_p50_ms", "latency_p95_ms", "tokens_per_trial", "cost_usd", "infrastructure_failures"]
-    parts.append(
-        rich_table(
-            ["", "baseline", "candidate"],
-            [[m, _figure(figures["baseline"][m]), _figure(figures["candidate"][m])] for m in measures],
-            title="Latency, tokens, cost",
-        )
-    )
+    parts.append(Text(f"note: {figures_note(comparison)}"))
     changes = comparison["changes"]
     parts.append(
         rich_table(
@@ -265,10 +266,6 @@ def comparison_view(comparison: dict) -> RenderableType:
         )
     )
     return Group(*parts)
-
-
-def _figure(value: object) -> str:
-    return "–" if value is None else f"{value:,.4g}" if isinstance(value, float) else str(value)
 
 
 def power_view(table: PowerTable) -> RenderableType:

@@ -1,0 +1,123 @@
+"""The run figures a comparison sets side by side (latency, tokens, cost, infrastructure failures): one definition
+of each, with its label and whether it has a paired difference, for the terminal, ``compare --json`` and the
+dashboard's comparison page."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ._stats import PairedDifference, paired_difference
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFigure:
+    """One line of a comparison's run figures."""
+
+    key: str
+    """Its name in ``RUN_FIGURES`` (the SQL) and under ``figures`` in ``compare --json``."""
+    label: str
+    case_mean: str | None = None
+    """The per-case mean (a column of ``CASE_RATES``) its paired difference is taken over; None for a figure shown
+    as measured, without a difference: a quantile, a total or a count."""
+
+
+FIGURES = (
+    RunFigure("trials", "trials"),
+    RunFigure("latency_mean_ms", "latency mean (ms)", "latency_ms"),
+    RunFigure("latency_p50_ms", "latency p50 (ms)"),
+    RunFigure("latency_p95_ms", "latency p95 (ms)"),
+    RunFigure("tokens_per_trial", "tokens per trial", "tokens"),
+    RunFigure("cost_per_trial_usd", "cost per trial ($)", "cost_usd"),
+    RunFigure("cost_usd", "cost, all trials ($)"),
+    RunFigure("infrastructure_failures", "infrastructure failures"),
+)
+LABELS = {figure.key: figure.label for figure in FIGURES}
+
+DIFFERENCE_HEADER = "difference (95% CI)"
+DESCRIPTIVE = "–"
+"""The difference cell of a figure given as measured."""
+
+
+def figure_differences(
+    baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]], shared: list[str]
+) -> dict[str, PairedDifference | None]:
+    """Candidate minus baseline of each figure with a per-case mean, paired over the shared cases where both runs
+    have it (a case whose trials all lack a cost has none); None where no case has it in both."""
+    differences: dict[str, PairedDifference | None] = {}
+    for figure in FIGURES:
+        column = figure.case_mean
+        if column is None:
+            continue
+        known = [c for c in shared if baseline[c][column] is not None and candidate[c][column] is not None]
+        differences[figure.key] = (
+            paired_difference(
+                {c: baseline[c][column] for c in known}, {c: candidate[c][column] for c in known}, rate=False
+            )
+            if known
+            else None
+        )
+    return differences
+
+
+def difference_dict(d: PairedDifference | None) -> dict[str, Any] | None:
+    """A figure's difference for ``compare --json``; an unknown standard error (one case) and its interval null."""
+    if d is None:
+        return None
+    known = not math.isnan(d.standard_error)
+    return {
+        "cases": d.cases,
+        "baseline": d.baseline,
+        "candidate": d.candidate,
+        "difference": d.difference,
+        "standard_error": d.standard_error if known else None,
+        "ci95": list(d.interval()) if known else None,
+        "no_spread": d.no_spread,
+    }
+
+
+def figure_rows(comparison: dict[str, Any]) -> list[list[str]]:
+    """The figures of ``compare --json``'s dict as table cells: label, baseline, candidate, difference (95% CI)."""
+    baseline, candidate = comparison["figures"]["baseline"], comparison["figures"]["candidate"]
+    differences = comparison["figure_differences"]
+    rows = []
+    for figure in FIGURES:
+        difference = difference_text(differences.get(figure.key)) if figure.case_mean else DESCRIPTIVE
+        rows.append([figure.label, number(baseline.get(figure.key)), number(candidate.get(figure.key)), difference])
+    return rows
+
+
+def difference_text(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "no case with it in both"
+    difference = number(d["difference"], "+")
+    if d["ci95"] is None:
+        return f"{difference} (one case: no interval)"
+    if d["no_spread"]:
+        return f"{difference} (alike in every case)"
+    low, high = d["ci95"]
+    return f"{difference} ({number(low, '+')} to {number(high, '+')})"
+
+
+def figures_note(comparison: dict[str, Any]) -> str:
+    """What the difference column is, and what the figures without one are."""
+    cases = comparison["overall"]["cases"]
+    return (
+        f"difference: candidate minus baseline of the per-trial means, each case's attempts averaged, paired over "
+        f"the {cases} cases both ran, 95% interval from the standard error clustered by case. The p50 and p95, the "
+        "total cost and the failure counts are as measured (no interval): the per-trial means carry the comparison."
+    )
+
+
+def number(value: object, sign: str = "") -> str:
+    """A figure as the tables show it: four significant digits without an exponent (a cost per trial reads
+    0.00003917, not 3.917e-05), '–' where there is none; ``sign`` "+" for a difference."""
+    if value is None:
+        return "–"
+    if not isinstance(value, float):
+        return f"{value:{sign}}"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:{sign}g}"
+    decimals = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:{sign},.{decimals}f}"
