@@ -25,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..analysis._compare import gate
+from ..analysis._compare_figures import DIFFERENCE_HEADER, figure_rows, figures_note
 from ..analysis._experiments import find
 from ..analysis._report import build_report
 from ..errors import AgentevalError
@@ -181,7 +182,19 @@ class Dashboard:
             if missing:  # like every page of an experiment that is not there, rather than a refused comparison
                 return self.not_found(request, f"no experiment {eid!r} in this store")
         decision = gate(self.store, a, b)
-        return self.page(request, "compare.html", a=a, b=b, decision=decision, c=decision.comparison)
+        c = decision.comparison
+        shown = c.to_dict() if c else None
+        return self.page(
+            request,
+            "compare.html",
+            a=a,
+            b=b,
+            decision=decision,
+            c=c,
+            figure_header=DIFFERENCE_HEADER,
+            figure_rows=figure_rows(shown) if shown else [],
+            figures_note=figures_note(shown) if shown else "",
+        )
 
     def case_pair(self, request: Request) -> Response:
         a, b, case_id = (request.path_params[k] for k in ("baseline", "candidate", "case_id"))
