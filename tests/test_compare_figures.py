@@ -1,0 +1,134 @@
+"""compare's latency, tokens and cost: labelled, and each per-trial mean with its paired difference and interval,
+checked against the same figures worked out by hand from `agenteval sql` over the store's views. Real runs of the
+mock agent through the command line, into a real store; the dashboard a real process."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from dashboard_server import dashboard
+
+from agenteval.analysis._compare_figures import FIGURES, figure_rows, number
+from agenteval.cli import main
+
+Z = 1.959964  # the normal 97.5% quantile
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    store = str(tmp_path_factory.mktemp("figures") / "store")
+
+    def run(name: str, cases: int, attempts: int, **options: object) -> str:
+        agent_options = [arg for k, v in options.items() for arg in ("--agent-option", f"{k}={v}")]
+        cli(
+            "run",
+            *("-d", "arithmetic", "-a", "mock", "--cases", str(cases), "--attempts", str(attempts)),
+            *("--store", store, "--name", name, "-q", *agent_options),
+        )
+        query = f"SELECT experiment_id FROM experiments WHERE name = '{name}'"
+        return json.loads(cli("sql", "--store", store, "--format", "json", query))[0]["experiment_id"]
+
+    # Failing calls use no tokens and cost nothing, so the failure rate makes tokens and cost differ between cases,
+    # and the jitter latency; the candidate waits 4 ms more per call and fails less often.
+    return {
+        "store": store,
+        "baseline": run("baseline", 20, 3, latency=0.002, jitter=0.01, fail_rate=0.25, seed=1),
+        "candidate": run("candidate", 20, 3, latency=0.006, jitter=0.01, fail_rate=0.05, seed=2),
+        "clean": run("clean", 12, 1, wrong_rate=0.2, seed=3),
+        "clean_too": run("clean_too", 12, 1, wrong_rate=0.2, seed=4),
+    }
+
+
+def by_hand(store: str, baseline: str, candidate: str, column: str) -> tuple[int, float, float, float]:
+    """The paired difference of one per-trial mean: each case's mean over its trials, read with `agenteval sql`;
+    candidate minus baseline per case; their mean, and its standard error with each case one cluster,
+    sqrt(sum (d_c - mean)^2 * C / (C - 1)) / C."""
+    query = f"""
+        WITH per_case AS (
+            SELECT experiment_id, case_id, avg({column}) AS mean FROM trials
+            WHERE experiment_id IN ('{baseline}', '{candidate}') GROUP BY experiment_id, case_id)
+        SELECT b.case_id, b.mean AS baseline, c.mean AS candidate
+        FROM per_case b JOIN per_case c ON b.case_id = c.case_id
+        WHERE b.experiment_id = '{baseline}' AND c.experiment_id = '{candidate}'"""
+    rows = json.loads(cli("sql", "--store", store, "--format", "json", query))
+    differences = [row["candidate"] - row["baseline"] for row in rows]
+    clusters = len(differences)
+    mean = sum(differences) / clusters
+    standard_error = math.sqrt(sum((d - mean) ** 2 for d in differences) * clusters / (clusters - 1)) / clusters
+    return clusters, mean, mean - Z * standard_error, mean + Z * standard_error
+
+
+@pytest.mark.parametrize(
+    ("key", "column"),
+    [
+        ("tokens_per_trial", "input_tokens + output_tokens"),
+        ("cost_per_trial_usd", "cost_usd"),
+        ("latency_mean_ms", "duration_ms"),
+    ],
+)
+def test_each_per_trial_mean_has_the_paired_difference_and_interval_worked_out_by_hand(runs, key, column):
+    store, a, b = runs["store"], runs["baseline"], runs["candidate"]
+    cases, difference, low, high = by_hand(store, a, b, column)
+    data = json.loads(cli("compare", a, b, "--store", store, "--json"))
+    figure = data["figure_differences"][key]
+    assert figure["cases"] == cases == 20
+    assert figure["difference"] == pytest.approx(difference, rel=1e-9)
+    assert figure["ci95"] == [pytest.approx(low, rel=1e-5), pytest.approx(high, rel=1e-5)]
+    assert low < high and not figure["no_spread"]  # the runs differ from case to case: there is a spread to see
+    assert data["figure_labels"][key] == {f.key: f.label for f in FIGURES}[key]
+    # The raw figures stay under their keys, beside the new ones.
+    assert {"latency_p50_ms", "latency_p95_ms", "tokens_per_trial", "cost_usd", "infrastructure_failures"} <= set(
+        data["figures"]["baseline"]
+    )
+
+
+def test_the_terminal_table_labels_each_figure_and_gives_the_difference_column(runs):
+    store, a, b = runs["store"], runs["baseline"], runs["candidate"]
+    data = json.loads(cli("compare", a, b, "--store", store, "--json"))
+    wide = CliRunner(env={"COLUMNS": "250"}).invoke(main, ["compare", a, b, "--store", store])
+    shown = " ".join(wide.output.split())
+    assert "difference (95% CI)" in shown
+    for label, baseline, candidate, difference in figure_rows(data):
+        assert f"{label} │ {baseline} │ {candidate} │ {difference} │" in shown
+    _, difference, low, high = by_hand(store, a, b, "input_tokens + output_tokens")
+    assert f"tokens per trial │ {number(data['figures']['baseline']['tokens_per_trial'])} │" in shown
+    assert f"│ {number(difference, '+')} ({number(low, '+')} to {number(high, '+')}) │" in shown
+    assert "latency p50 (ms) │" in shown and "│ – │" in shown  # a quantile: no difference drawn
+    for raw in ("latency_p50_ms", "tokens_per_trial", "cost_usd", "infrastructure_failures"):
+        assert raw not in shown
+    assert "latency p50 (ms)" in shown and "cost per trial ($)" in shown and "infrastructure failures" in shown
+    assert "The p50 and p95, the total cost and the failure counts are as measured (no interval)" in shown
+
+
+def test_no_failures_in_either_run_is_one_line_not_an_empty_table(runs):
+    store, a, b = runs["store"], runs["clean"], runs["clean_too"]
+    shown = cli("compare", a, b, "--store", store)
+    assert "Failure types: no failures in either run" in shown
+    assert "failure type" not in shown
+    assert json.loads(cli("compare", a, b, "--store", store, "--json"))["failure_types"] == {}
+    with_failures = cli("compare", runs["baseline"], runs["candidate"], "--store", store)
+    assert "no failures in either run" not in with_failures and "failure type" in with_failures
+
+
+def test_the_dashboard_comparison_page_shows_the_same_labelled_figures(runs):
+    store, a, b = runs["store"], runs["baseline"], runs["candidate"]
+    data = json.loads(cli("compare", a, b, "--store", store, "--json"))
+    with dashboard(store) as site:
+        page = html.unescape(httpx.get(f"{site.rstrip('/')}/compare/{a}/{b}").text)
+        clean = html.unescape(httpx.get(f"{site.rstrip('/')}/compare/{runs['clean']}/{runs['clean_too']}").text)
+    assert "<th>difference (95% CI)</th>" in page
+    for row in figure_rows(data):
+        assert "<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" in page
+    assert "tokens_per_trial" not in page
+    assert "No failures in either run." in clean and "<th>type</th>" not in clean
