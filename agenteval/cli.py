@@ -1434,15 +1434,17 @@ def collect(
         score_delay=score_delay,
         workers=workers,
     )
-    collector.start()
-    grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
-    processes = f" (HTTP received by {workers} worker processes)" if workers > 1 else ""
-    click.echo(
-        f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; writing to {visible(str(collector.store))}"
-        + processes
-    )
-    click.echo("stop with Ctrl-C or SIGTERM: every span received is written first", err=True)
-    collector.serve()
+
+    def announce() -> None:
+        grpc = f", OTLP/gRPC on {host}:{collector.grpc_port}" if collector.grpc_port is not None else ""
+        processes = f" (HTTP received by {workers} worker processes)" if workers > 1 else ""
+        click.echo(
+            f"agenteval collect: OTLP/HTTP on {collector.http_endpoint}{grpc}; "
+            f"writing to {visible(str(collector.store))}{processes}"
+        )
+        click.echo("stop with Ctrl-C or SIGTERM: every span received is written first", err=True)
+
+    collector.serve(ready=announce)
     stats = collector.stats()
     click.echo(
         f"agenteval collect: stopped; {stats.spans_written:,} spans written, {stats.spans_rejected:,} rejected, "

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
@@ -188,8 +189,10 @@ class Collector:
         if self._online is not None:
             self._online.close()  # the traces still waiting, scored now that every span is written
 
-    def serve(self) -> None:
-        """Run until SIGTERM or SIGINT (from the main thread), then stop gracefully."""
+    def serve(self, ready: Callable[[], None] = lambda: None) -> None:
+        """Run until SIGTERM or SIGINT (from the main thread), then stop gracefully. ``ready`` is called once the
+        collector takes requests and the signals stop it gracefully: announce it there, not before, or a SIGTERM
+        sent on the announcement could end the process with spans it acknowledged unwritten."""
         wake = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -199,6 +202,7 @@ class Collector:
         try:
             if self._intake is None:
                 self.start()
+            ready()
             while not wake.wait(0.5) and not self._stopped.is_set():
                 pass
         finally:
