@@ -26,8 +26,8 @@ MIN_SHARED_CASES = 10
 
 CASE_RATES = """
 SELECT t.case_id, any_value(c.category) AS category, avg(t.passed::INT) AS rate, count(*) AS attempts,
-       count(*) FILTER (WHERE t.outcome = 'failed') AS failed, avg(t.duration_ms) AS latency_ms,
-       avg(t.input_tokens + t.output_tokens) AS tokens, avg(t.cost_usd) AS cost_usd
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed, fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
+       avg(t.input_tokens + t.output_tokens) AS tokens, fsum(t.cost_usd) / count(t.cost_usd) AS cost_usd
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
 GROUP BY t.case_id
 """
@@ -38,9 +38,11 @@ RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
        avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
-       avg(duration_ms) AS latency_mean_ms, avg(cost_usd) AS cost_per_trial_usd
+       fsum(duration_ms) / count(duration_ms) AS latency_mean_ms, fsum(cost_usd) / count(cost_usd) AS cost_per_trial_usd
 FROM judged
 """
+"""Means as exact sums over counts, not ``avg``: a float ``avg`` depends on the order DuckDB's threads add in, and a
+comparison read from saved figures must equal the one computed, to the last bit."""
 
 
 def case_rates(store: Store, experiment_id: str) -> list[dict[str, Any]]:
