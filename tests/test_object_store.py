@@ -83,6 +83,20 @@ def trial_keys(store: str, experiment_id: str) -> list[tuple[str, int]]:
 RUN = ["run", "--dataset", "arithmetic", "--agent", "mock", "--cases", str(CASES), "--attempts", str(ATTEMPTS)]
 
 
+def one_at_a_time(store: str, latency: float) -> subprocess.Popen:
+    """The mock's run in a process of its own, one trial at a time, each taking ``latency`` seconds."""
+    slowly = ["--agent-option", f"latency={latency}", "--concurrency", "1", "--json"]
+    env = {**os.environ, "AGENTEVAL_STORE": store}
+    command = [sys.executable, "-m", "agenteval.cli", *RUN, *slowly]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def recorded_experiment(store: str) -> str:
+    """The id of the one experiment the store holds, once its run has recorded it."""
+    (row,) = wait_until(lambda: Store(store).rows("SELECT experiment_id FROM experiment_history"), "a run")
+    return row["experiment_id"]
+
+
 COUNT_SCORES = "SELECT count(*) AS n, count(DISTINCT (pass_id, trial_id, scorer)) AS d FROM score_history"
 
 
@@ -125,18 +139,9 @@ def test_run_report_rescore_compact_sql_and_doctor_on_s3(store, s3):
 def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once(store):
     # One trial at a time, 0.3 s each: about 27 s in all, so the run is still going after the refused resume
     # below (a fresh process that imports agenteval and reads the store) even on a loaded machine.
-    slowly = ["--agent-option", "latency=0.3", "--concurrency", "1"]
-    env = {**os.environ, "AGENTEVAL_STORE": store}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "agenteval.cli", *RUN, *slowly, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = one_at_a_time(store, latency=0.3)
     try:
-        (row,) = wait_until(lambda: Store(store).rows("SELECT experiment_id FROM experiment_history"), "a run")
-        experiment_id = row["experiment_id"]
+        experiment_id = recorded_experiment(store)
 
         def published() -> int:
             return len(trial_keys(store, experiment_id))
@@ -176,18 +181,9 @@ def test_a_run_stopped_past_its_lease_saves_nothing_more_once_another_process_re
 
     It is stopped just after a commit, with seconds before its next: a commit already under way when a process is
     stopped still lands when it goes on (closing that would take conditional writes; docs/scale.md says so)."""
-    slowly = ["--agent-option", "latency=3", "--concurrency", "1"]
-    env = {**os.environ, "AGENTEVAL_STORE": store}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "agenteval.cli", *RUN, *slowly, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = one_at_a_time(store, latency=3)
     try:
-        (row,) = wait_until(lambda: Store(store).rows("SELECT experiment_id FROM experiment_history"), "a run")
-        experiment_id = row["experiment_id"]
+        experiment_id = recorded_experiment(store)
         published = wait_until(lambda: len(trial_keys(store, experiment_id)), "the run to publish trials", timeout=120)
         # Trial rows are a commit's last file: once more of them are seen, the next commit is a trial (3 s) away.
         wait_until(lambda: len(trial_keys(store, experiment_id)) > published, "another commit", timeout=120)
