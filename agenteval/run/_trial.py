@@ -210,17 +210,7 @@ class TrialRunner:
     def _finished(self, running: _Running, exc: BaseException | None, timed_out: bool | str) -> TrialResult:
         """The result of a trial that is over (or given up on), with the spans gathered for it."""
         spans = self.collector.take(self.experiment_id, running.plan.trial_id)
-        return self._result(
-            running.plan,
-            running.trace_id,
-            running.started_ns,
-            running.replies,
-            exc,
-            timed_out,
-            running.retries,
-            spans,
-            running.cut_off_in_simulator,
-        )
+        return self._result(running, exc, timed_out, spans)
 
     def _root_attributes(self, plan: TrialPlan) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -351,24 +341,16 @@ class TrialRunner:
         root.end()
 
     def _result(
-        self,
-        plan: TrialPlan,
-        trace_id: str | None,
-        started: int,
-        replies: list[str],
-        exc: BaseException | None,
-        timed_out: bool | str,
-        retries: int,
-        spans: list[ReadableSpan],
-        cut_off_in_simulator: bool = False,
+        self, running: _Running, exc: BaseException | None, timed_out: bool | str, spans: list[ReadableSpan]
     ) -> TrialResult:
+        trace_id, replies, retries = running.trace_id, running.replies, running.retries
         final_try = [s for s in spans if trace_id and format(s.context.trace_id, "032x") == trace_id]
         last_finish_reason, waits = _model_calls(final_try)
         failure = classify(
             exc,
             raised_in=_raised_in(final_try, exc),
             timed_out=bool(timed_out),
-            timed_out_in_simulator=cut_off_in_simulator,
+            timed_out_in_simulator=running.cut_off_in_simulator,
             # Waits inside the agent's model calls count as the trial's own rate-limited retries do.
             rate_limit_retries=retries + waits,
             last_finish_reason=last_finish_reason,
@@ -376,7 +358,8 @@ class TrialRunner:
         )
         if isinstance(timed_out, str) and failure is not None and failure.type == TIMEOUT:
             failure = dataclasses.replace(failure, message=timed_out)
-        result = TrialResult(plan, trace_id, started, time.time_ns(), replies, failure, retries, spans)
+        ended = time.time_ns()
+        result = TrialResult(running.plan, trace_id, running.started_ns, ended, replies, failure, retries, spans)
         self._add_usage(result)
         return result
 
