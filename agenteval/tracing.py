@@ -16,7 +16,9 @@ import logging
 import os
 import signal
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -51,10 +53,17 @@ class Tracing:
     down: bool = False
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
-        """Push every finished span through to disk (and to the OTLP backend)."""
-        handed_on = all(p.force_flush(timeout_millis) for p in self.processors)
-        # A processor's flush hands spans to the exporter; the exporter still buffers them.
-        return handed_on and self.parquet.force_flush(timeout_millis)
+        """Push every finished span through to disk, then to the OTLP backend, within ``timeout_millis`` in all;
+        False if some had not arrived by then.
+
+        Disk comes first, so a backend that does not answer never keeps spans from the store; and each step is
+        waited for only until the deadline, since the SDK's processors ignore the timeout they are given."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        to_disk, *to_backends = self.processors
+        # A processor's flush hands spans to the exporter; the Parquet exporter still buffers them.
+        on_disk = _flushed_by(deadline, to_disk.force_flush) and _flushed_by(deadline, self.parquet.force_flush)
+        handed_on = [_flushed_by(deadline, p.force_flush) for p in to_backends]  # each, even after a False
+        return on_disk and all(handed_on)
 
     def shutdown(self) -> None:
         _set_up(self.provider).pop(store_key(self.parquet.store), None)
@@ -71,6 +80,25 @@ class Tracing:
             self.flush(FLUSH_ON_SIGNAL_MILLIS)
         except Exception:  # flushing at exit must never turn an exit into a traceback
             logger.debug("agenteval: flushing spans at exit failed", exc_info=True)
+
+
+def _flushed_by(deadline: float, flush: Callable[[int], bool]) -> bool:
+    """``flush(milliseconds left)``, waited for until ``deadline`` at most: it runs on a thread of its own, left
+    to finish (or be ended with the process) if it overruns."""
+    left = max(deadline - time.monotonic(), 0.0)
+    outcome: list[bool] = []
+
+    def run() -> None:
+        try:
+            outcome.append(bool(flush(int(left * 1000))))
+        except Exception:  # the caller learns False; the exporter logs its own failure
+            logger.debug("agenteval: a span flush failed", exc_info=True)
+            outcome.append(False)
+
+    worker = threading.Thread(target=run, name="agenteval-flush", daemon=True)
+    worker.start()
+    worker.join(left)
+    return bool(outcome and outcome[0])
 
 
 class _SkipRunSpans(SpanProcessor):

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from agenteval.run import evaluate
 from agenteval.store import Store
 from agenteval_instrumentation import attributes as A
@@ -104,7 +106,11 @@ def _serve_then_sigterm(tmp_path, host: str = "", count: int = 82) -> subprocess
     ) as proc:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # else leaving the with block waits for it
+            pytest.fail("the service had not exited 60 s after SIGTERM")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -188,3 +194,26 @@ def test_a_backend_that_refuses_every_export_never_holds_up_the_run(tmp_path, mo
     assert experiment.status == "completed"
     assert (experiment.summary.otlp.spans_sent, experiment.summary.otlp.spans_failed) == (0, stored["n"])
     assert server.posts == 3  # then it stopped trying: the store has every span
+
+
+def test_a_backend_that_never_answers_costs_no_span_on_sigterm(tmp_path):
+    """The SIGTERM flush handed spans to the OTLP backend before finishing the Parquet writes, and waited on the
+    backend for as long as the exporter's own timeout: a backend that accepted connections and never answered
+    held the exit past any grace period, with the spans still in the Parquet exporter's buffer (a container
+    is then killed and loses them). Parquet is now flushed first and the whole flush keeps to its bound."""
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never answers
+    try:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces"
+        host = f"""
+        import os
+        os.environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = {endpoint!r}
+        os.environ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"] = "600"
+        """
+        done = _serve_then_sigterm(tmp_path, host=host, count=82)
+    finally:
+        silent.close()
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    (row,) = Store(tmp_path / "store").rows("SELECT count(*) AS n FROM spans")
+    assert row["n"] == 82
