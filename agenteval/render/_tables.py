@@ -8,6 +8,7 @@ import decimal
 import io
 import json
 import math
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -53,7 +54,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def to_rows(table: pa.Table) -> list[dict[str, Any]]:
+def to_rows(table: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
     """Rows as dicts; nanosecond timestamps become microsecond datetimes (Python has no finer)."""
     import pyarrow as pa
 
@@ -62,6 +63,33 @@ def to_rows(table: pa.Table) -> list[dict[str, Any]]:
             us = pa.timestamp("us", tz=field.type.tz)
             table = table.set_column(i, field.name, table.column(i).cast(us, safe=False))
     return table.to_pylist()
+
+
+def csv_pieces(names: list[str], batches: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[str]:
+    """CSV of ``batches``' rows under a header of ``names``, one piece per batch (a file written as its rows come):
+    a newline between rows, none after the last; every digit of a float."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(names)
+    yield out.getvalue()[:-1]
+    for batch in batches:
+        out.seek(0)
+        out.truncate()
+        writer.writerows([_cell(row[n], exact=True) for n in names] for row in to_rows(batch))
+        if out.tell():
+            yield "\n" + out.getvalue()[:-1]  # the newline after the previous row, none after this batch's last
+
+
+def json_pieces(batches: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[str]:
+    """A JSON list of ``batches``' rows as objects, one piece per batch; joined, the text ``json.dumps`` gives the
+    whole list with ``indent=2`` (a row's own lines indented once more: none is inside a string, escaped there)."""
+    first = True
+    for batch in batches:
+        rows = [json.dumps(_jsonable(row), indent=2, default=str, allow_nan=False) for row in to_rows(batch)]
+        if rows:
+            yield ("[\n  " if first else ",\n  ") + ",\n  ".join(row.replace("\n", "\n  ") for row in rows)
+            first = False
+    yield "[]" if first else "\n]"
 
 
 TABLE_ROWS = 1_000
@@ -76,16 +104,12 @@ def render(table: pa.Table, fmt: str = "table") -> str:
         names = table.column_names
         shown = [[_cell(row[n]) for n in names] for row in to_rows(table.slice(0, TABLE_ROWS))]
         return rich_table_text(names, shown, total=table.num_rows)
-    rows = to_rows(table)
     names = table.column_names
     if fmt == "json":
-        return json.dumps([_jsonable(row) for row in rows], indent=2, default=str, allow_nan=False)
+        return "".join(json_pieces([table]))
     if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(names)
-        writer.writerows([[_cell(row[n], exact=True) for n in names] for row in rows])
-        return out.getvalue().rstrip("\n")
+        return "".join(csv_pieces(names, [table]))
+    rows = to_rows(table)
     if fmt == "markdown":
         return markdown_table(names, [[_cell(row[n]) for n in names] for row in rows])
     if fmt == "table":
