@@ -18,7 +18,6 @@ from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -379,5 +378,4 @@ def create_app(
         Route("/review/cases/{index:int}/accepted.jsonl", pages.accepted),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    guard = Guard(host, token)
-    return Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, host=host, token=token)])

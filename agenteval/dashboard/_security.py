@@ -16,12 +16,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import UsageError
 
@@ -65,9 +66,14 @@ def check_binding(host: str, token: str | None) -> None:
 
 
 class Guard:
-    """The rules above as one ASGI-level check, applied before any page runs."""
+    """The rules above as one ASGI middleware, applied before any page runs and to every response it sends.
 
-    def __init__(self, host: str, token: str | None) -> None:
+    A plain ASGI middleware rather than Starlette's ``BaseHTTPMiddleware``: that one relays a response's body
+    through a stream of its own and ends it cleanly even when the app failed half way, so a download stopped by
+    its time limit reached the client as a short file that looked whole."""
+
+    def __init__(self, app: ASGIApp, host: str, token: str | None) -> None:
+        self.app = app
         self.token = token
         # Off loopback the names people reach it by are not known here (0.0.0.0, a proxy); the token guards it
         # there, and a rebound name cannot present it: cookies belong to the name the browser used.
@@ -107,42 +113,63 @@ class Guard:
             return "the form's CSRF token is missing or stale: reload the page and try again"
         return None
 
-    async def __call__(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def _refusal(self, request: Request) -> Response | None:
+        """The response that turns ``request`` away (or, for a link with the token, sends it on), or None."""
         if not self._host_ok(request):
-            return _secured(PlainTextResponse("unknown Host", status_code=421))
+            return PlainTextResponse("unknown Host", status_code=421)
         if not self._token_ok(request):
-            return _secured(PlainTextResponse("a token is required: open the link the dashboard printed", 401))
+            return PlainTextResponse("a token is required: open the link the dashboard printed", 401)
         if request.method not in ("GET", "HEAD"):
             try:
                 form = await request.form()
             except HTTPException as exc:
                 # A field past the parser's limit (1 MB), a multipart body without its boundary: raised here, in
                 # the middleware, it would pass Starlette's handling of it and end as a 500 with a traceback.
-                return _secured(PlainTextResponse(f"the form cannot be read: {exc.detail}", status_code=400))
-            request.state.form = form  # the body is read once: the page handler takes the form from here
+                return PlainTextResponse(f"the form cannot be read: {exc.detail}", status_code=400)
+            # The body is read once: the page handler takes the form from here (request.state is the scope's).
+            request.state.form = form
             request.state.form_csrf = str(form.get(CSRF_FIELD) or "")
             refused = self._same_origin(request)
             if refused:
-                return _secured(PlainTextResponse(f"refused: {refused}", status_code=403))
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
-        request.state.csrf = csrf
+                return PlainTextResponse(f"refused: {refused}", status_code=403)
         if self.token is not None and request.query_params.get("token"):
             # The token leaves the address bar: from now on the cookie carries it.
             kept = request.url.remove_query_params("token")  # the rest of a shared link stays: its page, its filters
-            response: Response = RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
-        else:
-            response = await call_next(request)
-        if request.cookies.get(CSRF_COOKIE) != csrf:
-            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict")
-        if self.token is not None and request.cookies.get(TOKEN_COOKIE) != self.token:
-            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
-        return _secured(response)
+            return RedirectResponse(kept.path + (f"?{kept.query}" if kept.query else ""), 303)
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        refusal = await self._refusal(request)
+        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        request.state.csrf = csrf
+        cookies = []
+        if refusal is None or refusal.status_code == 303:  # a page, or the redirect that takes the token
+            if request.cookies.get(CSRF_COOKIE) != csrf:
+                cookies.append(_cookie(CSRF_COOKIE, csrf))
+            if self.token is not None and request.cookies.get(TOKEN_COOKIE) != self.token:
+                cookies.append(_cookie(TOKEN_COOKIE, self.token))
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+                for cookie in cookies:
+                    headers.append("set-cookie", cookie)
+            await send(message)
+
+        await (self.app if refusal is None else refusal)(scope, receive, secured)
 
 
-def _secured(response: Response) -> Response:
-    for name, value in HEADERS.items():
-        response.headers[name] = value
-    return response
+def _cookie(name: str, value: str) -> str:
+    """A ``Set-Cookie`` value for the dashboard's cookies: not for scripts, not sent from other sites."""
+    response = Response()
+    response.set_cookie(name, value, httponly=True, samesite="strict")
+    return response.headers["set-cookie"]
 
 
 def same_site_path(target: str) -> str:
