@@ -7,7 +7,9 @@ stored payloads escaped. The browser-level tests are in test_dashboard_browser.p
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import json
 import re
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import time
 from urllib.parse import quote
 
+import duckdb
 import httpx
 import pyarrow as pa
 import pytest
@@ -23,8 +26,9 @@ from dashboard_server import PAYLOAD, dashboard, dashboard_process, make_store
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
 from agenteval.dashboard._queries import case_page
-from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS
+from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
+from agenteval.render._tables import render
 from agenteval.scorers._judge_check import read_labels
 from agenteval.store import Store
 from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
@@ -378,6 +382,62 @@ def test_the_sql_page_fetches_only_the_rows_it_shows(runs):
     assert grown_mb < 150, f"the server grew by {grown_mb:.0f} MB for a page of 1,000 rows (400 MB in all)"
 
 
+def test_the_sql_page_reads_huge_values_already_cut(tmp_path):
+    """The page read its 1,000 rows whole, then cut what it showed: 400 stored values of 1 MB grew the server by
+    800 MB (1,000 of 10 MB: 20 GB). DuckDB cuts them in the statement the page runs; the cells and counts are
+    the same."""
+    store = tmp_path / "store"
+    (store / "files").mkdir(parents=True)
+    big = store / "files" / "big.parquet"  # in the store: the only place the page's connection may read
+    with duckdb.connect() as con:
+        con.execute("SET enable_progress_bar = false")
+        values = "SELECT i, repeat(chr(65 + (i % 26)::INT), 1000000) || '<' AS s FROM range(400) t(i)"
+        con.execute(f"COPY ({values}) TO '{big}' (ROW_GROUP_SIZE 50)")
+    with dashboard_process(str(store)) as (site, process):
+        assert get(site, "/sql", params={"q": "SELECT 1 AS one"}).status_code == 200  # loaded, before measuring
+        before = _peak_memory_kb(process.pid)
+        answer = get(site, "/sql", params={"q": f"SELECT * FROM '{big}'"}, timeout=300)
+        grown_mb = (_peak_memory_kb(process.pid) - before) / 1024
+    assert answer.status_code == 200 and "400 rows." in answer.text, answer.text[-2000:]
+    cells = re.findall(r"<td>([^<]*)(?:<span class=\"cut\">… ([\d,]+) more characters</span>)?</td>", answer.text)
+    assert len(cells) == 800
+    for i, (number, _), (text, left_out) in zip(range(400), cells[0::2], cells[1::2], strict=True):
+        assert number == str(i) and text == chr(65 + i % 26) * SQL_CELL_CHARS, i
+        assert left_out == f"{1_000_001 - SQL_CELL_CHARS:,}", i  # the '<' at its end counted, not shown
+    assert grown_mb < 150, f"the server grew by {grown_mb:.0f} MB for a page of 400 cut values (400 MB whole)"
+
+
+def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):
+    """Cut by DuckDB, each cell is what cutting the whole value in Python gives, for every type, name and
+    statement the page takes (repeated names, ORDER BY, a semicolon and a comment at the end, DESCRIBE,
+    EXPLAIN); a nested value too long to read whole shows DuckDB's text of it, cut, and its true length."""
+    store = Store(runs["store"])
+    statements = [
+        "SELECT * FROM trials ORDER BY trial_id DESC",
+        "SELECT * FROM spans LIMIT 300",
+        "SELECT 1 AS a, 'x' AS a, NULL AS a; -- the same name three times",
+        "SELECT repeat('e\u0301\U0001f600<', 600 + i) AS s, [i, 2] AS l, {'k': 'v' || i} AS st, 'ab'::BLOB AS b,"
+        " i::DECIMAL(9, 2) AS d, i / 3 AS f, i % 2 = 0 AS bo, TIMESTAMP '2024-01-01' + INTERVAL (i) HOUR AS ts"
+        " FROM range(3) t(i) ;\n/* done */",
+        "DESCRIBE spans",
+        "EXPLAIN SELECT count(*) FROM trials",
+    ]
+    for sql in statements:
+        page = run_sql(store, sql)
+        whole = store.query(sql, read_only=True)
+        assert [c.text for c in page.columns] == whole.column_names, sql
+        columns = [column.to_pylist() for column in whole.columns]  # names may repeat
+        expected = [[Cell.of(value) for value in row] for row in zip(*columns, strict=True)]
+        if sql.startswith("EXPLAIN"):  # the plan's text: which rows it has, not its values
+            assert len(page.rows) == len(expected), sql
+            continue
+        assert page.rows == expected, sql
+        assert page.rows_left_out == 0 and not page.more_rows and page.columns_left_out == 0, sql
+    long_list = run_sql(store, "SELECT range(0, 100000) AS l").rows[0][0]
+    text = str(list(range(100000)))  # DuckDB writes a list of numbers as Python does
+    assert long_list == Cell(text[:SQL_CELL_CHARS], len(text) - SQL_CELL_CHARS)
+
+
 def test_the_sql_page_cuts_long_values_bounds_its_size_and_offers_them_whole(runs, site):
     """A statement returning a 5 MB string put 5 MB into one cell, and 1,000 rows of long values made a page of
     tens of megabytes. A cell shows its first characters and how many it left out, the page stops at its size and
@@ -403,6 +463,56 @@ def test_the_sql_page_cuts_long_values_bounds_its_size_and_offers_them_whole(run
     assert len(get(site, "/sql.json", params={"q": wide}, timeout=120).json()) == 1000
     refused = get(site, "/sql.csv", params={"q": "CREATE TABLE t AS SELECT 1"})
     assert refused.status_code == 400 and "read-only" in refused.text
+
+
+def test_the_downloads_give_every_row_as_agenteval_sql_does(runs, site):
+    """The downloads stopped at the page's 1,000 rows. They give every row, sent as read, quoted as
+    ``agenteval sql --format csv|json`` quotes it, under the page's read-only rule."""
+    sql = (
+        "SELECT i, 'a \"quoted\", comma' || i AS s, CASE WHEN i % 3 = 0 THEN 'two\nlines' END AS n, i / 7 AS f"
+        " FROM range(25000) t(i) UNION ALL SELECT experiment_id, trial_id, outcome, attempt FROM trials ORDER BY ALL"
+    )
+    whole = Store(runs["store"]).query(sql, read_only=True)
+    assert whole.num_rows > 25_000
+    files = {}
+    for fmt in ("csv", "json"):
+        answer = get(site, f"/sql.{fmt}", params={"q": sql}, timeout=120)
+        assert answer.status_code == 200 and "attachment" in answer.headers["content-disposition"]
+        files[fmt] = answer.text
+        assert files[fmt] == render(whole, fmt), fmt  # byte for byte what `agenteval sql` prints
+        assert answer.headers.get("transfer-encoding") == "chunked"  # sent as read, never held whole
+    rows = list(csv.reader(io.StringIO(files["csv"])))
+    assert len(rows) == whole.num_rows + 1 and rows[1] == ["0", 'a "quoted", comma0', "two\nlines", "0.0"]
+    assert len(json.loads(files["json"])) == whole.num_rows
+
+
+def test_a_download_keeps_the_sql_page_s_rules(runs, tmp_path):
+    """What the page refuses, its downloads refuse, before a byte of a file; and the page's time limit stops a
+    download of endless rows, which the client sees as a broken transfer, not as a short file that looks whole
+    (Starlette's BaseHTTPMiddleware, the guard's, ended such a response cleanly)."""
+    outside = tmp_path / "secret.csv"
+    outside.write_text("a\n1\n")
+    before = store_files(runs["store"])
+    with dashboard(runs["store"], "--sql-timeout", "2") as site:
+        for statement in (
+            "CREATE TABLE t AS SELECT 1",
+            f"WITH w AS (COPY (SELECT 1) TO '{runs['store']}/trials/x.parquet') SELECT 1",
+            "SELECT 1; SELECT 2",
+            f"SELECT * FROM read_csv('{outside}')",
+            "INSTALL httpfs",
+        ):
+            for fmt in ("csv", "json"):
+                refused = get(site, f"/sql.{fmt}", params={"q": statement})
+                assert refused.status_code == 400 and "attachment" not in str(refused.headers), statement
+        for fmt in ("csv", "json"):
+            endless = site.rstrip("/") + f"/sql.{fmt}"
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete"):
+                with httpx.stream("GET", endless, params={"q": "SELECT i FROM range(1000000000000) t(i)"}) as answer:
+                    assert answer.status_code == 200
+                    for _ in answer.iter_bytes():
+                        pass
+        assert get(site, "/sql.json", params={"q": "SELECT 1 AS one"}).json() == [{"one": 1}]  # the server goes on
+    assert store_files(runs["store"]) == before
 
 
 def test_a_statement_that_runs_too_long_is_stopped_and_the_server_goes_on(runs):

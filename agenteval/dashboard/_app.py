@@ -36,13 +36,11 @@ from . import _review as review
 from . import _sql as sql_page
 from ._review import CaseFile
 from ._security import CSRF_FIELD, Guard, same_site_path
+from ._sql_download import MEDIA_TYPES, ResultFile, result_file
 
 HERE = Path(__file__).parent
 REFRESH_SECONDS = 5
 """A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
-
-DOWNLOAD_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
-"""The SQL page's result as a file: its formats and their media types."""
 
 
 def _shown(value: Any) -> Any:
@@ -207,7 +205,7 @@ class Dashboard:
         result, error = None, None
         if sql.strip():
             try:
-                result = sql_page.shown(sql_page.run_sql(self.store, sql, self.sql_seconds))
+                result = sql_page.run_sql(self.store, sql, self.sql_seconds)
             except (AgentevalError, duckdb.Error) as exc:
                 error = str(exc).splitlines()[0]
         example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
@@ -222,23 +220,22 @@ class Dashboard:
         )
 
     def sql_download(self, request: Request) -> Response:
-        """The SQL page's result as a file (``/sql.csv``, ``/sql.json``): the same rows, every value whole, in the
-        formats of ``agenteval sql --format csv|json``. A file, not a page: nothing in it is escaped."""
-        from ..render._tables import render
-
+        """The SQL page's result as a file (``/sql.csv``, ``/sql.json``): every row, every value whole, in the
+        formats of ``agenteval sql --format csv|json``, sent as it is read (see :mod:`._sql_download`). A file,
+        not a page: nothing in it is escaped."""
         fmt = request.path_params["fmt"]
-        if fmt not in DOWNLOAD_TYPES:
+        if fmt not in MEDIA_TYPES:
             return self.not_found(request, f"no download as {fmt!r}: /sql.csv or /sql.json")
         sql = request.query_params.get("q", "")
         if not sql.strip():
             return PlainTextResponse("give the statement as ?q=", status_code=400)
         try:
-            table = sql_page.run_sql(self.store, sql, self.sql_seconds).table
+            pieces = result_file(self.store, sql, fmt, self.sql_seconds)
         except (AgentevalError, duckdb.Error) as exc:
             return PlainTextResponse(str(exc).splitlines()[0], status_code=400)
-        return Response(
-            render(table, fmt),
-            media_type=DOWNLOAD_TYPES[fmt],
+        return ResultFile(
+            pieces,
+            media_type=MEDIA_TYPES[fmt],
             headers={"Content-Disposition": f'attachment; filename="result.{fmt}"'},
         )
 
