@@ -243,8 +243,31 @@ def test_settings_record_no_key_nor_credentials_in_the_url(model_server):
     url = f"http://user:hunter2@127.0.0.1:{model_server.port}/v1?api-key=sk-secret"
     m = Model("openai/m", base_url=url, api_key="sk-very-secret", temperature=0.2)
     settings = repr((m.settings(), m))
-    assert "hunter2" not in settings and "sk-" not in settings and "api-key" not in settings
-    assert m.settings()["base_url"] == f"http://127.0.0.1:{model_server.port}/v1"
+    assert "hunter2" not in settings and "sk-" not in settings and "secret" not in settings
+    assert m.settings()["base_url"] == f"http://127.0.0.1:{model_server.port}/v1?api-key=%2A%2A%2A"
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_base_url_s_query_is_recorded_and_limits_apart_with_secrets_masked(model_server, api):
+    """Two deployments told apart by ``?api-version=``: the recorded base URL and the rate limiter's key left the
+    query out, so a run's record did not say which API version was called, and a 429 storm on one deployment
+    slowed the other. Both hold the query now, masked as the response cache's key is: another API key for the
+    same deployment shares its limiter and its record, and no key is kept."""
+    key, another_key = "sk-query-secret-0123456789", "sk-another-secret-98765"
+
+    def at(query: str) -> Model:
+        return Model(f"{api}/test-model", base_url=f"{model_server.url(api)}?{query}", retry=FAST)
+
+    older, newer = at(f"api-version=2024-06-01&api-key={key}"), at("api-version=2025-01-01")
+    same_deployment = at(f"api-key={another_key}&api-version=2024-06-01")
+    assert complete(older).text == "ok" and complete(newer).text == "ok"  # the real SDK sent each query
+    sent = [parse_qs(urlsplit(request.path).query)["api-version"] for request in model_server.requests[-2:]]
+    assert sent == [["2024-06-01"], ["2025-01-01"]]
+    assert older.limiter is not newer.limiter and older.limiter is same_deployment.limiter
+    assert older.settings()["base_url"] == f"{model_server.url(api)}?api-key=%2A%2A%2A&api-version=2024-06-01"
+    assert newer.settings()["base_url"] == f"{model_server.url(api)}?api-version=2025-01-01"
+    assert same_deployment.settings() == older.settings()
+    assert "secret" not in repr((older, older.settings(), newer, same_deployment))
 
 
 @pytest.mark.parametrize("api", APIS)

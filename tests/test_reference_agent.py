@@ -162,6 +162,36 @@ def test_the_version_hashes_model_prompt_parameters_and_tools(model_server):
     assert [s["name"] for s in arithmetic.fn.schemas] == ["calculator"]
 
 
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_run_records_which_api_version_it_called_and_no_key(model_server, api, tmp_path):
+    """The run's record and its agent's version left the base URL's query out: two runs against two API versions
+    of one deployment recorded the same base URL and the same version."""
+    model_server.responder = ms.CaseResponder(load_dataset("arithmetic").cases)
+    secret = "sk-query-secret-0123456789"
+
+    def recorded(version: str) -> tuple[str, str]:
+        url = f"{model_server.url(api)}?api-version={version}&api-key={secret}"
+        run = evaluate(
+            "",
+            "arithmetic",
+            model=f"{api}/test-model",
+            base_url=url,
+            cases=2,
+            attempts=1,
+            store=tmp_path / "store",
+            progress="none",
+        )
+        return run.options["base_url"], run.version
+
+    (older_url, older_version), (newer_url, newer_version) = recorded("2024-06-01"), recorded("2025-01-01")
+    assert older_url == f"{model_server.url(api)}?api-key=%2A%2A%2A&api-version=2024-06-01"
+    assert newer_url == f"{model_server.url(api)}?api-key=%2A%2A%2A&api-version=2025-01-01"
+    assert older_version != newer_version
+    stored = Store(tmp_path / "store").rows("SELECT options FROM experiments ORDER BY started_at")
+    assert [json.loads(row["options"])["base_url"] for row in stored] == [older_url, newer_url]
+    assert secret not in repr(Store(tmp_path / "store").rows("SELECT * FROM experiment_history"))
+
+
 def test_model_and_agent_together_and_reference_without_a_model_are_usage_errors(model_server):
     with pytest.raises(UsageError, match="reference agent"):
         evaluate("mock", "arithmetic", model="openai/m", base_url=model_server.openai_url, progress="none")

@@ -1,6 +1,6 @@
 """A response cache for development (``--cache``): a model's answer, kept on disk, given again for the same request.
 
-The key holds the model, its base URL with its query (secret values masked: see ``_names.cache_url``), the
+The key holds the model, its base URL with its query (secret values masked: see ``_names.recordable_url``), the
 parameters, the messages and tools, and the trial asking: its case, its attempt and the role (agent, judge,
 simulated user). Attempts of a case are meant to differ: a cache keyed on the request alone would hand attempt 2
 the answer of attempt 1, and every case would look perfectly consistent. So attempt 2 of a case meets attempt 2's
@@ -38,7 +38,7 @@ class ResponseCache:
         self.misses = 0
 
     def key(self, provider: str, base_url: str | None, request: ModelRequest) -> str:
-        """The key of ``request`` asked of ``base_url`` (as ``_names.cache_url`` gives it: never a secret) by the
+        """The key of ``request`` asked of ``base_url`` (as ``_names.recordable_url`` gives it: never a secret) by the
         current trial."""
         current = current_trial.get()
         tag = current[0] if current is not None else None

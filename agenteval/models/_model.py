@@ -36,7 +36,7 @@ from ..run._failures import (
 from . import _anthropic, _openai
 from ._cache import ResponseCache
 from ._limiter import Limiter, limiter_for, waiting
-from ._names import ModelName, cache_url, effective_base_url, parse_model_name, recordable_url, without_query
+from ._names import ModelName, effective_base_url, parse_model_name, recordable_url, without_query
 from ._request import Message, ModelRequest
 from ._retry import Retry, RetryPolicy
 from ._types import LIMITER, RATE_LIMIT, ModelResponse, Wait
@@ -307,7 +307,7 @@ def _mask_key(exc: BaseException, key: str) -> None:
 
 def cached_key(model: Model, request: ModelRequest) -> str:
     assert model.cache is not None
-    return model.cache.key(model.name.provider, cache_url(model.base_url), request)
+    return model.cache.key(model.name.provider, recordable_url(model.base_url), request)
 
 
 def _dump(raw: Any) -> dict[str, Any]:

@@ -87,24 +87,21 @@ def _secret_parameter(name: str, value: str) -> bool:
     return name.lower() in URL_SECRET_PARAMETERS or is_secret_key(name) or mask_text(value) != value
 
 
-def cache_url(url: str | None) -> str | None:
-    """A base URL as the response cache's key holds it: :func:`recordable_url` and the query, sorted, with the value
-    of every parameter that holds or looks like a secret masked. Two deployments told apart by their query
-    (``?api-version=``) are kept apart; two API keys for one deployment share its answers, and no key is kept."""
-    _, query = without_query(url)
-    recorded = recordable_url(url)
-    if not query:
-        return recorded
-    shown = sorted((name, MASK if _secret_parameter(name, value) else value) for name, value in query.items())
-    return f"{recorded}?{urllib.parse.urlencode(shown)}"
-
-
 def recordable_url(url: str | None) -> str | None:
-    """A base URL as it may be stored: without user, password, query or fragment, where keys sometimes hide."""
+    """A base URL as it may be stored, and as it keys the response cache and the rate limiter: without user,
+    password or fragment, where keys sometimes hide, and with its query sorted, the value of every parameter that
+    holds or looks like a secret masked. Two deployments told apart by their query (``?api-version=``) are kept
+    apart, and a run's record says which one was called; two API keys for one deployment give the same URL, and
+    no key is kept."""
     if not url:
         return None
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    recorded = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    _, query = without_query(url)
+    if not query:
+        return recorded
+    shown = sorted((name, MASK if _secret_parameter(name, value) else value) for name, value in query.items())
+    return f"{recorded}?{urllib.parse.urlencode(shown)}"
