@@ -438,6 +438,14 @@ def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):
     assert long_list == Cell(text[:SQL_CELL_CHARS], len(text) - SQL_CELL_CHARS)
 
 
+def test_a_statement_that_fails_past_its_first_rows_says_why(runs, site):
+    """DuckDB's error while rows are read comes through Arrow's reader as an OSError: read 100 rows at a time, a
+    statement failing at row 501 must still show its error, not a 500."""
+    failing = "SELECT CASE WHEN i > 500 THEN error('no row past 500') END AS x FROM range(10000) t(i)"
+    answer = get(site, "/sql", params={"q": failing})
+    assert answer.status_code == 200 and 'id="sql-error"' in answer.text and "no row past 500" in answer.text
+
+
 def test_the_sql_page_cuts_long_values_bounds_its_size_and_offers_them_whole(runs, site):
     """A statement returning a 5 MB string put 5 MB into one cell, and 1,000 rows of long values made a page of
     tens of megabytes. A cell shows its first characters and how many it left out, the page stops at its size and
