@@ -1245,6 +1245,13 @@ def compact(store: str | None, wait: float | None) -> None:
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows; saved the report figures of {len(result.figures_refreshed)} experiment(s)"
     )
+    if result.partitions_taken:
+        click.echo(
+            f"{result.partitions_taken} partition(s) were compacted meanwhile by another compaction, which took the "
+            "store's lease while this one could not renew it (stopped, or the store did not answer); nothing was lost "
+            "and nothing is left to do",
+            err=True,
+        )
     if result.partitions_skipped:
         click.echo(
             f"left {result.partitions_skipped} partition(s) as they were: a file could not be read; "

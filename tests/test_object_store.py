@@ -389,3 +389,52 @@ def test_figures_on_a_connection_opened_before_a_compaction_finished_are_compute
     finally:
         con.close()
     assert row[0] == CASES * ATTEMPTS
+
+
+def test_a_compaction_whose_lease_was_taken_over_says_another_compaction_won_and_loses_nothing(store, tmp_path):
+    """A compaction stopped (SIGSTOP) past its lease's time while it merges a partition; another takes the lease and
+    compacts everything; the first goes on and finds its files gone or its manifest taken. It said 'left 3
+    partition(s) as they were: a file could not be read; run agenteval doctor', though nothing was wrong."""
+    from agenteval_exporters.storefs import RemoteRoot, local_home
+
+    env = {**os.environ, "AGENTEVAL_STORE": store, "AGENTEVAL_LEASE_SECONDS": "2"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    writing = [sys.executable, "-c", WRITER_IN_PARTITIONS, store, "3", "30", "5"]
+    subprocess.run(writing, env=env, check=True, capture_output=True)
+    counted = "SELECT count(*) AS n, count(DISTINCT (experiment_id, case_id)) AS d FROM cases"
+    assert Store(store).rows(counted) == [{"n": 450, "d": 450}]
+    staging = local_home(RemoteRoot(store), "staging")
+    compact_command = [sys.executable, "-m", "agenteval.cli", "compact", "--wait", "120"]
+    first = subprocess.Popen(compact_command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Stopped while it merges a partition: its merged file is being written on this machine.
+        while True:
+            wait_until(lambda: list(staging.glob("compacted-*")) or first.poll() is not None, "a merge under way")
+            assert first.poll() is None, first.communicate()
+            first.send_signal(signal.SIGSTOP)
+            if list(staging.glob("compacted-*")):
+                break
+            first.send_signal(signal.SIGCONT)  # it had just finished that file: catch the next one
+        second = subprocess.run(compact_command, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0 and "compacted 3 partition(s): 90 files -> 3" in second.stdout, second.stderr
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert "could not be read" not in err and "doctor" not in err, err
+    assert "were compacted meanwhile by another compaction" in err and "nothing was lost" in err, err
+    assert Store(store).rows(counted) == [{"n": 450, "d": 450}]  # count in == count out
+    # What the first merged and could not make live is gone: one merged file per partition, and its manifest.
+    names = sorted(key.rpartition("/")[2].split("-")[0] for key in objects(store) if key.startswith("cases/"))
+    assert names == ["_manifest"] * 3 + ["_schema"] * names.count("_schema") + ["compacted"] * 3
+
+
+WRITER_IN_PARTITIONS = """
+import sys
+from agenteval.store import Store
+store, partitions, files, rows = Store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for p in range(partitions):
+    for f in range(files):
+        cases = [{"experiment_id": f"x{p}", "case_id": f"c{f}-{r}", "line": r, "input": "q"} for r in range(rows)]
+        store.write("cases", cases)
+"""

@@ -68,6 +68,9 @@ class CompactionResult:
     skipped: bool = False
     partitions_skipped: int = 0
     """Left as they were because a file could not be read (see ``agenteval doctor``)."""
+    partitions_taken: int = 0
+    """Compacted meanwhile by another compaction (on object storage, one that took the store's lease while this
+    one could not renew it): nothing lost, nothing left to do."""
     figures_refreshed: list[str] = dataclasses.field(default_factory=list)
     """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
 
@@ -89,6 +92,11 @@ class CompactionResult:
             store,
         )
         self.partitions_skipped += 1
+
+    def taken_over(self, where: object) -> None:
+        """Count a partition another compaction merged while this one was merging it (its merge is dropped)."""
+        logger.info("agenteval: %s was compacted meanwhile by another compaction; nothing to do here", where)
+        self.partitions_taken += 1
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

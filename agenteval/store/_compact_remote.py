@@ -16,7 +16,15 @@ import pyarrow as pa
 from agenteval_exporters.files import STAGED_SUFFIX, new_file_name, staging_dir, write_parquet
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot
 
-from ._live import COMPACTED_PREFIX, MANIFEST_PREFIX, PUBLISHED_PREFIX, Partition, table_partitions, write_manifest
+from ._live import (
+    COMPACTED_PREFIX,
+    MANIFEST_PREFIX,
+    PUBLISHED_PREFIX,
+    Partition,
+    partition_files,
+    table_partitions,
+    write_manifest,
+)
 from ._schemas import SCHEMA_FILE_PREFIX, TABLES
 
 if TYPE_CHECKING:
@@ -32,11 +40,26 @@ def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
         for partition in table_partitions(root, table):
             if partition.folder.count("/") != 1:
                 continue  # the table's own folder (its schema files), or something no writer made
+            listed = partition.generation
             try:
                 result.merged(*compact_remote_partition(root, table, partition))
             except (pa.ArrowException, OSError) as exc:  # the partition's live set is as it was (see ._live)
-                result.left_unreadable(root / partition.folder, exc, root)
+                if _compacted_since(root, partition.folder, listed):
+                    result.taken_over(root / partition.folder)
+                else:
+                    result.left_unreadable(root / partition.folder, exc, root)
     return result
+
+
+def _compacted_since(root: RemoteRoot, folder: str, generation: int) -> bool:
+    """Whether another compaction wrote a newer manifest of the partition than the listed ``generation``: then a
+    file this one was merging is gone because that one merged it, or its manifest took this one's place (the
+    conditional write refused this one's). Only a compaction whose lease lapsed (stopped, or cut off from the
+    store, past the lease's time) and another that took the lease over can race so."""
+    try:
+        return partition_files(root, folder).generation > generation
+    except OSError:  # the store does not answer: say what happened as it was
+        return False
 
 
 def _name(file: RemoteFile) -> str:
@@ -70,7 +93,11 @@ def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition)
     older_manifest = f"{partition.folder}/{MANIFEST_PREFIX}{previous:012d}.json"
     # Replaced files a killed compaction left stay named as merged until they are gone.
     replaced = [f for f in files + partition.dead if f.relative.endswith(".parquet")]
-    write_manifest(root, partition, [merged_file], [_name(f) for f in replaced])
+    try:
+        write_manifest(root, partition, [merged_file], [_name(f) for f in replaced])
+    except FileExistsError:  # another compaction's manifest came first: this merged file is never read
+        root.delete([relative])
+        raise
     gone = [f.relative for f in files + partition.dead]
     root.delete(gone + ([older_manifest] if previous else []))
     return len(files), rows
