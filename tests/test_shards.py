@@ -197,3 +197,31 @@ def test_the_same_run_started_twice_at_once_runs_once(tmp_path, shard):
         assert rows[0]["n"] == rows[0]["d"] == 2, f"round {round_}: {rows}"
         (cases,) = Store(store).rows("SELECT count(*) AS n FROM cases")
         assert cases["n"] == 2
+
+
+def test_two_shards_of_different_counts_started_at_once_never_both_join(tmp_path):
+    """``--shard 1/2`` and ``--shard 2/3`` of one experiment started at the same instant. Each holds its own shard's
+    lease, so each checked the other shards' records before the other had saved one, and both ran: one experiment
+    of 2 and of 3 shards at once (5 of 6 rounds before). Joining is now under one lease per experiment, held until the
+    shard's record is saved, so the later one refuses naming --shard."""
+    size = ["--cases", "6", "--attempts", "1", "-q"]
+    for round_ in range(4):
+        store = tmp_path / f"store{round_}"
+        env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+        shards = ("1/2", "2/3")
+        processes = [
+            subprocess.Popen([*RUN, *size, "--name", "race", "--shard", s], env=env, stderr=subprocess.PIPE, text=True)
+            for s in shards
+        ]
+        errors = [p.communicate(timeout=180)[1] for p in processes]
+        codes = [p.returncode for p in processes]
+        assert sorted(codes) == [0, 1], f"round {round_}: {codes} {errors}"
+        joined, refused = (shards[codes.index(0)], errors[codes.index(1)])
+        count = joined.split("/")[1]
+        assert "Traceback" not in refused and f"give --shard K/{count}" in refused, refused
+        history = Store(store).rows("SELECT DISTINCT json_extract_string(options, '$.shard') AS s FROM experiment_history")
+        assert [r["s"] for r in history] == [joined]
+        cases = load_dataset("arithmetic", cases=6).cases
+        experiment_id = shared_experiment_id("race")
+        mine = sorted((c.id, 1) for c in Shard.parse(joined).cases(cases))
+        assert trial_keys(store, experiment_id) == mine  # the winner's trials, each once; none of the other's

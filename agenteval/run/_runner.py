@@ -46,7 +46,15 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, Verdic
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
-from ..store._lease import TAKE_WAIT_SECONDS, AnyLease, LeaseLost, experiment_lease, run_lease
+from ..store._lease import (
+    JOIN_WAIT_SECONDS,
+    TAKE_WAIT_SECONDS,
+    AnyLease,
+    LeaseLost,
+    experiment_lease,
+    joining_lease,
+    run_lease,
+)
 from ..store._snapshots import judged_connection
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
@@ -313,6 +321,8 @@ class _Run:
     models: RunModels = dataclasses.field(default_factory=RunModels)
     skipped: list[str] = dataclasses.field(default_factory=list)
     """Cases with a simulated user left out (``skip_simulated``): reported as not run."""
+    recorded: bool = False
+    """Its running record saved already (a new shard saves it as it joins, see :func:`_joining`)."""
     collector: TrialCollector | None = None
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -364,6 +374,7 @@ class _Run:
         shard = Shard.parse(options.shard) if options.shard else None
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous: ex.Experiment | None = None
+            recorded = False
             lease: AnyLease
             if resume:
                 if store.root.exists():
@@ -423,17 +434,21 @@ class _Run:
                     what = f"shard {shard} of " if shard is not None else "experiment "
                     raise RunRefused(f"{what}{experiment.experiment_id} is running ({lease.holder()})")
                 on_failure.callback(lease.release)
-                # Checked while the lease is held: a twin started at the same moment may have run it all and let go
-                # of the lease while this process waited for it.
-                _check_is_new(store, experiment, shard, given=experiment_id is not None)
-                plans = new_trials(chosen, options.attempts)
-                store.write("cases", _cases_table(experiment.experiment_id, chosen))
+                with _joining(store, experiment, shard):
+                    # Checked while the lease is held: a twin started at the same moment may have run it all and let
+                    # go of the lease while this process waited for it.
+                    _check_is_new(store, experiment, shard, given=experiment_id is not None)
+                    plans = new_trials(chosen, options.attempts)
+                    store.write("cases", _cases_table(experiment.experiment_id, chosen))
+                    if shard is not None:  # recorded before another shard may check what its shards run
+                        ex.save(store, experiment)
+                        recorded = True
                 # The table's Arrow buffers are gone; hand their pages back before the run builds its own.
                 pa.default_memory_pool().release_unused()
             run = cls(
                 store, experiment, agent, plans, options, engine, user_simulator, Progress.create(progress), lease
             )
-            run.models, run.skipped = models, skipped
+            run.models, run.skipped, run.recorded = models, skipped, recorded
             run.executor = executor or LocalExecutor()
             run.recipe = RunRecipe(
                 str(store.root),
@@ -553,7 +568,8 @@ class _Run:
         self.progress.advance(outcome, infrastructure)
 
     async def execute(self) -> ex.Experiment:
-        ex.save(self.store, self.experiment)
+        if not self.recorded:
+            ex.save(self.store, self.experiment)
         collector, runner = self._open()
         self.progress.start(len(self.plans), self.experiment.experiment_id)
         if self.skipped:
@@ -1031,6 +1047,21 @@ def _new_experiment_id(given: str | None, name: str | None, shard: Shard | None)
             )
         given = shared_experiment_id(name)
     return ex.new_experiment_id() if given is None else given
+
+
+@contextlib.contextmanager
+def _joining(store: Store, experiment: ex.Experiment, shard: Shard | None) -> Iterator[None]:
+    """For a new shard, hold the experiment's joining lease (see :func:`~agenteval.store._lease.joining_lease`)."""
+    if shard is None:
+        yield
+        return
+    with joining_lease(store.root, experiment.experiment_id) as joining:
+        if not joining.acquire(JOIN_WAIT_SECONDS):
+            raise RunRefused(
+                f"shard {shard} of {experiment.experiment_id} cannot join: another shard is joining it "
+                f"({joining.holder()}) and took longer than {JOIN_WAIT_SECONDS:g} s; start --shard {shard} again"
+            )
+        yield
 
 
 def _check_is_new(store: Store, experiment: ex.Experiment, shard: Shard | None, given: bool) -> None:

@@ -323,6 +323,18 @@ def run_lease(root: StoreRoot, experiment_id: str, shard: str | None = None) -> 
     return experiment_lease(root, run_lease_name(experiment_id, shard))
 
 
+JOIN_WAIT_SECONDS = 60.0
+"""How long a shard waits for another shard of its experiment to finish joining (its check, its cases, its first
+record: an instant on disk, a few object writes on object storage)."""
+
+
+def joining_lease(root: StoreRoot, experiment_id: str) -> AnyLease:
+    """The lease every shard of ``experiment_id`` holds from checking that it may join the others until its record is
+    saved: each shard has a lease of its own, so without this one two shards started at the same instant (say
+    ``1/2`` and ``2/3``) would each check before the other's record exists, and both join."""
+    return experiment_lease(root, f"{experiment_id}.joining")
+
+
 def is_running(root: StoreRoot, experiment_id: str, shard: str | None = None) -> bool:
     """Whether a live process holds the run's lease, this one included (a run killed by any means does not)."""
     lease = run_lease(root, experiment_id, shard)
