@@ -342,14 +342,21 @@ print("ready", flush=True)
 while not done.exists() or len(seen) < 3:
     rows = store.rows("SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL AND service_name = 'shop'")
     seen.append(rows[0]["n"])
-print(*sorted(set(seen)))
+print(*seen)
 """
 
 
-def test_a_reader_sees_a_pruned_day_whole_or_not_at_all(tmp_path):
+def test_a_reader_sees_a_day_being_pruned_file_by_file_never_a_row_twice(tmp_path):
+    """Prune deletes a day's files in place, in order (no rename, so no glob beside the store ever counts them): a
+    reader sees the files not deleted yet, each whole, and counts that only go down."""
+    import pyarrow.parquet as pq
+
     store = tmp_path / "store"
     _, spans = produce(store, "shop", "past", 80, "40", "40")  # one day of 40 files
-    assert len(list((store / "spans").rglob("part-*.parquet"))) == 40
+    files = sorted((store / "spans").rglob("*.parquet"))
+    assert len(files) == 40
+    sizes = [pq.read_metadata(f).num_rows for f in files]
+    still_there = {sum(sizes[deleted:]) for deleted in range(len(sizes) + 1)}
     done = tmp_path / "done"
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, str(store), str(done)], stdout=subprocess.PIPE, text=True, env=os.environ
@@ -358,8 +365,10 @@ def test_a_reader_sees_a_pruned_day_whole_or_not_at_all(tmp_path):
     result = prune(Store(store), datetime.timedelta(days=30))
     done.touch()
     out, _ = reader.communicate(timeout=120)
-    assert result.rows == spans
-    assert {int(n) for n in out.split()} <= {spans, 0}  # never part of the day
+    assert result.rows == spans == sum(sizes)
+    seen = [int(n) for n in out.split()]
+    assert set(seen) <= still_there  # whole files, deleted in order: never part of a file, never a row twice
+    assert seen == sorted(seen, reverse=True)
     assert count(store, "SELECT count(*) AS n FROM spans") == 0
 
 

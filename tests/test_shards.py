@@ -219,8 +219,8 @@ def test_two_shards_of_different_counts_started_at_once_never_both_join(tmp_path
         joined, refused = (shards[codes.index(0)], errors[codes.index(1)])
         count = joined.split("/")[1]
         assert "Traceback" not in refused and f"give --shard K/{count}" in refused, refused
-        history = Store(store).rows("SELECT DISTINCT json_extract_string(options, '$.shard') AS s FROM experiment_history")
-        assert [r["s"] for r in history] == [joined]
+        recorded = "SELECT DISTINCT json_extract_string(options, '$.shard') AS s FROM experiment_history"
+        assert [r["s"] for r in Store(store).rows(recorded)] == [joined]
         cases = load_dataset("arithmetic", cases=6).cases
         experiment_id = shared_experiment_id("race")
         mine = sorted((c.id, 1) for c in Shard.parse(joined).cases(cases))

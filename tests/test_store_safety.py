@@ -204,28 +204,30 @@ def test_a_compaction_killed_half_way_loses_and_doubles_nothing(tmp_path, moment
     assert trial_counts(store.root) == (total + late, total + late)
 
 
-# A prune killed after its rename leaves nothing that a glob over the whole store reaches, once the store is used.
+# A prune killed at any point leaves nothing a glob over the store's folder counts that the store does not.
 
 KILLED_PRUNE = """
-import datetime, importlib, sys
-from agenteval.store import Store
+import datetime, os, sys
+from agenteval.store import Store, prune
 
-pruning = importlib.import_module("agenteval.store._prune")  # the module, which `prune` shadows
-measure = pruning._measure
+unlink, seen, stop_before = os.unlink, [0], int(sys.argv[2])
 
-def renamed(*args):
-    print("renamed", flush=True)
-    sys.stdin.readline()  # killed here: the day is renamed away, and neither measured nor deleted yet
-    return measure(*args)
+def unlink_or_wait(path, *args, **kwargs):
+    if str(path).endswith(".parquet"):
+        seen[0] += 1
+        if seen[0] == stop_before:
+            print("deleting", flush=True)
+            sys.stdin.readline()  # killed here, before deleting its n-th file
+    return unlink(path, *args, **kwargs)
 
-pruning._measure = renamed
-pruning.prune(Store(sys.argv[1]), datetime.timedelta(days=30))
+os.unlink = unlink_or_wait
+prune(Store(sys.argv[1]), datetime.timedelta(days=30))
 """
 
 
-def whole_store_spans(root: Path) -> tuple[int, int]:
-    """(spans, distinct span ids) in every file under the store ending in .parquet: a user's own DuckDB query."""
-    glob = f"{root}/**/*.parquet"  # DuckDB's ** goes into folders whose names start with a dot (.pruning too)
+def globbed_spans(folder: Path) -> tuple[int, int]:
+    """(spans, distinct span ids) in every file under ``folder`` ending in .parquet: a user's own DuckDB query."""
+    glob = f"{folder}/**/*.parquet"  # DuckDB's ** goes into folders whose names start with a dot too
     query = f"SELECT count(span_id), count(DISTINCT span_id) FROM read_parquet('{glob}', union_by_name = true)"
     return duckdb.sql(query).fetchall()[0]
 
@@ -245,34 +247,38 @@ NEXT_USE = {
 
 
 @pytest.mark.parametrize("next_use", NEXT_USE)
-@pytest.mark.parametrize("home", ["beside", "inside"])
-def test_a_prune_killed_after_its_rename_leaves_no_parquet_file_a_glob_over_the_store_counts(tmp_path, home, next_use):
+@pytest.mark.parametrize("killed_before", [1, 3, 5], ids=["first-file", "third-file", "last-file"])
+def test_a_prune_killed_at_any_point_leaves_nothing_a_glob_over_the_stores_folder_counts(
+    tmp_path, killed_before, next_use
+):
+    """A glob over the folder the store is in counts what the store's views count, whenever a prune is killed
+    (SIGKILL before deleting its first, third or last file of a day), and the next use of the store finishes the
+    prune. The prune moved the day beside the store (``<store>.pruning/``) and deleted it there: such a glob counted
+    the pruned day (32 spans where the store had 12) from the rename until the next write."""
     root = tmp_path / "s"
     now = datetime.datetime.now(datetime.UTC)
     today, old = now.date().isoformat(), (now - datetime.timedelta(days=40)).date().isoformat()
-    kept = span_rows("e1", 5, today, "shop") + span_rows(None, 7, today, "shop")
-    Store(root).write("spans", kept + span_rows(None, 20, old, "shop"))
-    if home == "inside":  # nothing can be made beside the store: the prune's folder goes inside it
-        (tmp_path / "s.pruning").write_text("in the way")
-    assert whole_store_spans(root) == (32, 32)
+    Store(root).write("spans", span_rows("e1", 5, today, "shop") + span_rows(None, 7, today, "shop"))
+    old_spans = span_rows(None, 20, old, "shop")
+    for first in range(0, 20, 4):  # the old day in 5 files
+        Store(root).write("spans", old_spans[first : first + 4])
+    assert globbed_spans(tmp_path) == (32, 32) and view_spans(root) == 32
 
-    killed = run_script(KILLED_PRUNE, str(root), stdin=subprocess.PIPE)
-    assert killed.stdout.readline().strip() == "renamed", killed.communicate()[1]
+    killed = run_script(KILLED_PRUNE, str(root), str(killed_before), stdin=subprocess.PIPE)
+    assert killed.stdout.readline().strip() == "deleting", killed.communicate()[1]
     os.kill(killed.pid, signal.SIGKILL)
     killed.communicate(timeout=60)
     assert killed.returncode == -signal.SIGKILL
-    assert view_spans(root) == 12  # the day left the table's glob in one rename
-    if home == "beside":
-        # Out of the store: no glob over it sees the day, even before anything finishes the prune.
-        assert whole_store_spans(root) == (12, 12) and misplaced_parquet(root) == []
-        assert len(list((tmp_path / "s.pruning").rglob("*.parquet"))) == 1
-    else:
-        assert whole_store_spans(root) == (32, 32)  # the window, until the store is next used (docs/production.md)
+    left = view_spans(root)
+    assert globbed_spans(tmp_path) == (left, left)  # nothing beside the store, nothing in it the views skip
+    assert left == 32 - 4 * (killed_before - 1)  # the files deleted so far, each whole
+    assert misplaced_parquet(root) == []
 
     NEXT_USE[next_use](root)
-    assert whole_store_spans(root) == (12, 12) and view_spans(root) == 12
+    assert globbed_spans(tmp_path) == (12, 12) and view_spans(root) == 12
     assert misplaced_parquet(root) == []
-    assert not (root / ".pruning").exists() and not (tmp_path / "s.pruning").is_dir()
+    assert not (root / ".pruning").exists() and not (tmp_path / "s.pruning").exists()
+    assert not (root / "spans" / f"date={old}").exists()
 
 
 LATE_WRITER = """

@@ -93,7 +93,7 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
         raise FileNotFoundError(f"there is no store at {store.root}")
     with compaction_lock(store.root, wait=wait, only_reading=dry_run):
         if not dry_run:
-            finish_earlier_prunes(store.root)  # a killed prune's files, which a glob over the store may reach
+            finish_earlier_prunes(store.root)  # a killed prune: the files its journal names still go
         checked, unreadable = 0, []
         for table in TABLES:
             if isinstance(store.root, RemoteRoot):

@@ -1,16 +1,21 @@
-"""Retention of production traces: whole day partitions removed at once, experiments never touched.
+"""Retention of production traces: whole day partitions removed, experiments never touched.
 
-A day's folder (``spans/date=<day>/``, or one service's ``date=<day>/service=<name>/``) is first moved out of every
-table's glob in one rename and deleted from there: a reader sees the whole partition or none of it, never part. Its
-scores (``scores/date=<day>/...``) go with it. The store's compaction lock is held throughout, so no compaction swaps a
+A day's folder (``spans/date=<day>/``, or one service's ``date=<day>/service=<name>/``) is removed file by file, in
+place: each file is deleted whole, and no file of the day is ever moved anywhere, so no glob (over a table, the
+store, or the folder the store is in) reaches a file the store's views no longer count. A reader during the prune
+sees each of the day's files or not, so part of a day being pruned, never a row twice. Its scores
+(``scores/date=<day>/...``) go with it. The store's compaction lock is held throughout, so no compaction swaps a
 folder being removed.
 
-The folder goes beside the store (``<store>.pruning/``), where compactions keep their workspaces: out of reach of any
-glob over the store, ``<store>/**/*.parquet`` included, so a prune killed after its rename leaves nothing such a
-query counts twice. Where nothing can be made beside the store on its file system, it goes to
-``<store>/.pruning/``: out of every table's glob (the store's views), but a glob over the whole store reaches it
-until it is deleted. Either way, what a killed prune left is deleted by the next prune, compaction, doctor or
-opening of the store for writing (:func:`finish_earlier_prunes`, from :func:`._compact.recover`).
+Moving the day's folder out of the store in one rename (what prune did) showed a reader the day whole or not at
+all, but only as far as the tables' globs go: the folder went beside the store, where a glob over the store's parent
+(``read_parquet('parent/**/*.parquet')``) still counted the day, until it was deleted or, after a killed prune, until
+the next write. No rename can take a folder out of reach of every such glob, so prune deletes files instead.
+
+Before deleting, a prune records the files it is deleting in a journal (``<store>/.pruning/<id>.json``, named so
+that no Parquet glob matches it). A prune killed half way is finished by the next prune, compaction, doctor or
+opening of the store for writing (:func:`finish_earlier_prunes`, from :func:`._compact.recover`): it deletes the
+files the journal names, and no file published after them.
 """
 
 from __future__ import annotations
@@ -18,24 +23,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import errno
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 from urllib.parse import unquote
 
-from agenteval_exporters.files import fsync_dir, partition_path
+from agenteval_exporters.files import STAGED_SUFFIX, fsync_dir, partition_path
 from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 
 from ..errors import UsageError
-from ._compact import COMPACT_WAIT_SECONDS, workspace_home, workspace_homes
+from ._compact import COMPACT_WAIT_SECONDS, workspace_homes
 from ._store import Store, compaction_lock
 
 PRUNING = ".pruning"
-"""Where removed partitions wait for deletion: beside the store (``<store>.pruning/``) or, failing that, inside it
-(``<store>/.pruning/``, outside every table's glob)."""
+"""Where prunes keep their journals: ``<store>/.pruning/`` (outside every table's glob; no ``.parquet`` in it)."""
+
+JOURNAL_SUFFIX = ".json"
 
 PRODUCTION_TABLES = ("spans", "scores")
 """The tables with production partitions: traces' spans and their scores."""
@@ -90,10 +96,9 @@ def _files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.parquet"))
 
 
-def _measure(table: str, root: Path, folder: Path) -> PrunedPartition:
+def _measure(table: str, root: Path, folder: Path, files: list[Path]) -> PrunedPartition:
     import pyarrow.parquet as pq
 
-    files = _files(folder)
     rows = 0
     for path in files:
         with contextlib.suppress(Exception):  # an unreadable file still goes; its rows are not known
@@ -103,40 +108,75 @@ def _measure(table: str, root: Path, folder: Path) -> PrunedPartition:
 
 
 def _remove(store_root: Path, table: str, folder: Path) -> PrunedPartition:
-    """Move ``folder`` out of every glob in one rename, measure what it held then (a writer may have published
-    into it until the rename), and delete it."""
-    away = _rename_away(store_root, folder)
-    fsync_dir(folder.parent)
-    removed = _measure(table, away, away)
-    removed.partition = folder.relative_to(store_root / table).as_posix()
-    shutil.rmtree(away, ignore_errors=True)
-    _remove_empty_homes(store_root)
+    """Delete ``folder``'s files one by one, after recording them in a journal, and the folders left empty; a file
+    a writer publishes meanwhile stays in the store (counted by the next prune)."""
+    files = _files(folder)
+    journal = _Journal(store_root, [f.relative_to(store_root).as_posix() for f in files])
+    journal.save()
+    removed = _measure(table, store_root / table, folder, files)
+    for path in files:
+        _delete(path)
+    _remove_empty_folders(store_root, [folder, *(f.parent for f in files)])
+    journal.done()
     return removed
 
 
-def _rename_away(store_root: Path, folder: Path) -> Path:
-    """Rename ``folder`` into the prune's home, beside the store if it can be; returns where it went."""
-    home, beside = workspace_home(store_root, PRUNING)
-    if beside:
+def _delete(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _remove_empty_folders(store_root: Path, folders: list[Path]) -> None:
+    """``folders`` and their parents up to the table's own, where now empty (a day's last service gone takes its
+    day's folder too); one a writer published into meanwhile is kept, and so are its parents."""
+    for folder in sorted(set(folders), key=lambda f: len(f.parts), reverse=True):
+        while folder.parent != store_root:  # the table's own folder stays
+            try:
+                folder.rmdir()
+            except OSError:  # not empty, or gone already
+                break
+            folder = folder.parent
+
+
+@dataclasses.dataclass
+class _Journal:
+    """The files one prune is deleting (relative to the store), saved before it deletes any."""
+
+    store_root: Path
+    files: list[str]
+    path: Path = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.path = self.store_root / PRUNING / f"{uuid.uuid4().hex}{JOURNAL_SUFFIX}"
+
+    def save(self) -> None:
+        self.path.parent.mkdir(exist_ok=True)
+        staged = self.path.with_name(self.path.name + STAGED_SUFFIX)
+        with open(staged, "w") as handle:
+            json.dump({"files": self.files}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staged, self.path)
+        fsync_dir(self.path.parent)
+
+    def done(self) -> None:
+        self.path.unlink(missing_ok=True)
+        _remove_empty_homes(self.store_root)
+
+    @staticmethod
+    def finish(store_root: Path, path: Path) -> None:
+        """Finish the prune that saved the journal at ``path`` and was killed."""
         try:
-            return _rename_into(home, folder)
-        except OSError as exc:
-            # The same device number, yet another mount (a bind mount): the rename must stay inside the store.
-            if exc.errno != errno.EXDEV:
-                raise
-        home = _homes(store_root)[1]
-    return _rename_into(home, folder)
-
-
-def _rename_into(home: Path, folder: Path) -> Path:
-    home.mkdir(exist_ok=True)
-    away = home / uuid.uuid4().hex
-    os.replace(folder, away)
-    return away
+            files = [store_root / f for f in json.loads(path.read_text())["files"]]
+        except (OSError, ValueError, KeyError, TypeError):  # killed while saving it: nothing was deleted yet
+            files = []
+        for file in files:
+            _delete(file)
+        _remove_empty_folders(store_root, [f.parent for f in files])
 
 
 def _homes(store_root: Path) -> tuple[Path, Path]:
-    """(beside the store, inside it): where prunes put what they remove."""
+    """(beside the store, inside it): where prunes kept what they removed before they deleted in place (a killed
+    one's leftovers may still be there) and, inside it, their journals."""
     return workspace_homes(store_root, PRUNING)
 
 
@@ -147,8 +187,8 @@ def _remove_empty_homes(store_root: Path) -> None:
 
 
 def prunes_left(store_root: StoreRoot) -> list[Path]:
-    """What prunes killed after their rename left (a live prune's too, unless the caller holds the lock); none on
-    object storage, which has no prune."""
+    """What prunes killed half way left: journals, and folders of prunes from before they deleted in place (a live
+    prune's journal too, unless the caller holds the lock); none on object storage, which has no prune."""
     if isinstance(store_root, RemoteRoot):
         return []
     left: list[Path] = []
@@ -159,12 +199,16 @@ def prunes_left(store_root: StoreRoot) -> list[Path]:
 
 
 def finish_earlier_prunes(store_root: StoreRoot) -> int:
-    """Delete what prunes killed after their rename left; returns how many folders. The caller holds the store's
-    compaction lock, which a live prune holds until it has deleted what it moved."""
+    """Finish what prunes killed half way left; returns how many. The caller holds the store's compaction lock,
+    which a live prune holds until it is done."""
     left = prunes_left(store_root)
     for path in left:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
+        elif path.name.endswith(JOURNAL_SUFFIX):
+            assert isinstance(store_root, Path)
+            _Journal.finish(store_root, path)
+            path.unlink(missing_ok=True)
         else:
             path.unlink(missing_ok=True)
     if left and isinstance(store_root, Path):
@@ -212,10 +256,7 @@ def prune(
                 if not target.is_dir():
                     continue
                 if dry_run:
-                    result.partitions.append(_measure(table, root, target))
+                    result.partitions.append(_measure(table, root, target, _files(target)))
                     continue
                 result.partitions.append(_remove(store_root, table, target))
-                if service is not None:
-                    with contextlib.suppress(OSError):  # the day's last service gone: its folder too
-                        day_folder.rmdir()
     return result
