@@ -614,3 +614,46 @@ def test_a_request_sent_again_is_answered_alike_and_stored_once(collector):
     stats = collector.stats()
     assert (stats.spans_received, stats.spans_written) == (len(expected), len(expected))
     assert stats.spans_repeated == 2 * spans
+
+
+def test_spans_sent_without_a_name_are_stored_and_every_span_is_stored_or_refused(tmp_path):
+    """OTLP spans with fields left out, to the real command over OTLP/HTTP (JSON and protobuf). A request whose
+    spans all lacked a name (protobuf's default, "") was a 500 'internal error' with a traceback, and OTLP clients
+    do not retry a 500: every span of it lost. The decoders leave no required column null (an id left out is
+    rejected, a name is "", a time 0, a kind INTERNAL, a status UNSET), so nothing reaches the writer that would
+    fail a file: spans in == spans stored + spans refused."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    store = tmp_path / "cli-store"
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        endpoint = line.split(" on ")[1].split(";")[0]
+        times = {"startTimeUnixNano": 1700000000000000000, "endTimeUnixNano": 1700000000000000001}
+        unnamed = [{"traceId": TRACE_ID, "spanId": f"{n + 1:016x}", **times} for n in range(3)]
+        no_trace = {"spanId": "00000000000000ff", "name": "orphan", **times}
+        sent, refused = 4, 0
+        status, _, body = post(endpoint, json_request([*unnamed, no_trace]), "application/json")
+        assert status == 200, body
+        refused += int(json.loads(body)["partialSuccess"]["rejectedSpans"])
+        bare = [Span(trace_id=bytes.fromhex(TRACE_ID), span_id=(n + 10).to_bytes(8, "big")) for n in range(4)]
+        request = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=bare)])])
+        sent += 4
+        status, _, body = post(endpoint, request.SerializeToString())
+        assert status == 200, body
+        named = [{**unnamed[0], "spanId": f"{n + 20:016x}", "name": "named"} for n in range(2)]
+        sent += 2
+        assert post(endpoint, json_request(named), "application/json")[0] == 200
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0 and "Traceback" not in err, err
+    rows = stored(store)
+    assert refused == 1 and len(rows) + refused == sent == 10
+    assert sorted(r["name"] for r in rows) == [""] * 7 + ["named"] * 2
+    assert {r["kind"] for r in rows} == {"INTERNAL"} and {r["status_code"] for r in rows} == {"UNSET"}

@@ -200,6 +200,8 @@ def resource_json(attributes: Any) -> str:
 
 @lru_cache(maxsize=64)
 def _fixed_offsets(count: int, step: int) -> pa.Buffer:
+    if step == 0:  # every value empty (spans sent without a name: OTLP's default is ""); range() takes no step 0
+        return pa.py_buffer(bytes(4 * (count + 1)))
     return pa.py_buffer(array.array("i", range(0, step * (count + 1), step)))
 
 
