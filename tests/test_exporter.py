@@ -232,6 +232,28 @@ def test_badly_typed_attributes_land_in_json_not_in_typed_columns(make_tracer, t
     assert json.loads(row["attributes"])["huge"] == 2**70
 
 
+def test_a_span_lacking_a_required_value_costs_that_span_not_its_batch_nor_its_file(tmp_path):
+    """An application names a span None (a name read from something that was not there). The span reached the
+    Parquet writer with a null in the non-nullable name column, and its file failed ("declared non-nullable but
+    contains nulls"): all 11 spans of the batch lost, and every retry of that file failed with them. Now that span
+    alone is left out and counted; spans in == spans stored + spans refused."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporter = ParquetSpanExporter(tmp_path / "store")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))  # one batch: the good spans and the bad one
+    tracer = provider.get_tracer("test.scope")
+    for n in range(10):
+        with tracer.start_as_current_span(f"good {n}"):
+            if n == 4:
+                with tracer.start_as_current_span(None):  # type: ignore[arg-type]
+                    pass
+    provider.shutdown()
+    stored = read_spans(tmp_path / "store")
+    assert sorted(r["name"] for r in stored) == [f"good {n}" for n in range(10)]
+    assert len(stored) + exporter.spans_refused == 11 and exporter.spans_unwritten == 0
+
+
 def test_exporter_is_thread_safe(make_tracer, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 

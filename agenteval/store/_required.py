@@ -1,15 +1,17 @@
 """Rows missing a value their table requires, refused before they reach a file.
 
-Which columns are required is read off the table's Arrow schema (``nullable=False``), so a column made required
-there is checked here with no other change. The check runs before anything is buffered or published: a null in
+Which columns are required is read off the table's Arrow schema (``nullable=False``), by the one check the span
+exporter uses too (:mod:`agenteval_exporters.required`), so a column made required there is checked here with no
+other change. The check runs before anything is buffered or published: a null in
 a required column used to fail only when its file was written, taking the rows written before it in that file
 down with it, or, for a span of no experiment without a start time, surfaced as pyarrow's own error.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
+
+from agenteval_exporters.required import first_missing
 
 from ..errors import AgentevalError
 from . import _schemas
@@ -25,29 +27,19 @@ class MissingRequiredValue(AgentevalError, ValueError):
 
 def check_required(table: str, rows: pa.RecordBatch | pa.Table) -> None:
     """Raise :class:`MissingRequiredValue` for the first row of ``rows`` with a null in a column ``table``'s schema
-    requires. Costs one null count per required column when nothing is missing."""
-    for name in required_columns(table):
-        if rows.schema.get_field_index(name) < 0:
-            raise MissingRequiredValue(
-                f"{table} rows have no {name} column, and every {table} row needs a value there; "
-                f"build them with the {table} schema. Nothing of these rows was written; rows given earlier are kept"
-            )
-        column = rows.column(name)
-        if column.null_count:
-            raise MissingRequiredValue(
-                f"{table} row {_first_null(column)}: {name} is missing, and every {table} row needs one; "
-                "give it a value and write the rows again. Nothing of these rows was written; rows given earlier "
-                "are kept"
-            )
-
-
-@functools.cache
-def required_columns(table: str) -> tuple[str, ...]:
-    """The columns of ``table`` declared ``nullable=False``, in schema order."""
-    return tuple(field.name for field in _schemas.TABLES[table] if not field.nullable)
-
-
-def _first_null(column: pa.Array | pa.ChunkedArray) -> int:
-    import pyarrow.compute as pc
-
-    return int(pc.index(pc.is_null(column), True).as_py())
+    requires (:func:`agenteval_exporters.required.first_missing`). Costs one null count per required column when
+    nothing is missing."""
+    missing = first_missing(_schemas.TABLES[table], rows)
+    if missing is None:
+        return
+    name, row = missing
+    if row is None:
+        raise MissingRequiredValue(
+            f"{table} rows have no {name} column, and every {table} row needs a value there; "
+            f"build them with the {table} schema. Nothing of these rows was written; rows given earlier are kept"
+        )
+    raise MissingRequiredValue(
+        f"{table} row {row}: {name} is missing, and every {table} row needs one; "
+        "give it a value and write the rows again. Nothing of these rows was written; rows given earlier "
+        "are kept"
+    )

@@ -16,6 +16,7 @@ from .ablation import FALLBACKS, enabled
 from .encode import sample_spans, spans_to_batch
 from .files import write_to_memory
 from .partitions import partition_spans, store_path
+from .required import required_columns, without_missing
 from .schema import SPAN_SCHEMA
 from .writer import PartitionedWriter
 
@@ -95,6 +96,8 @@ class ParquetSpanExporter(SpanExporter):
         self._shutdown = False
         self._failing = False
         self._lock = threading.Lock()
+        self.spans_refused = 0
+        """Spans left out because they lacked a value every span needs (see :meth:`export_batch`)."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
@@ -112,7 +115,18 @@ class ParquetSpanExporter(SpanExporter):
 
     def export_batch(self, batch: pa.RecordBatch) -> None:
         """Hand over spans already encoded to :data:`SPAN_SCHEMA` (the runner encodes once, for both
-        its scorers and this writer)."""
+        its scorers and this writer). A span lacking a value the schema requires (a span named None by the
+        application) is left out alone, logged and counted in :attr:`spans_refused`: in a file, it would fail that
+        file and every retry of it."""
+        batch, refused = without_missing(SPAN_SCHEMA, batch)
+        if refused:
+            with self._lock:
+                self.spans_refused += refused
+            logger.warning(
+                "agenteval: left out %d span(s) lacking a value every span needs (%s); the others are written",
+                refused,
+                ", ".join(required_columns(SPAN_SCHEMA)),
+            )
         self._writer.append(batch)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
