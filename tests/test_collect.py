@@ -4,6 +4,7 @@ truncated, oversized, wrongly typed and unauthenticated requests, and the collec
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import threading
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -540,26 +543,34 @@ def test_the_command_receives_until_a_signal_then_writes_everything(tmp_path, st
     assert len(stored(store)) == 80
 
 
+@contextlib.contextmanager
+def collect_command(store: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``agenteval collect`` (OTLP/HTTP only) in a process of its own, and its endpoint once it listens; killed at
+    the end if still running."""
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        yield process, line.split(" on ")[1].split(";")[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 def test_spans_the_store_would_not_take_are_counted_as_lost_and_the_command_fails(tmp_path):
     """The store refuses every file (a full disk; here a file where the day's folder must go): the spans were
     acknowledged and are lost when the collector stops. It said "stopped; 40 spans written" and exited 0."""
     store = tmp_path / "cli-store"
     (store / "spans").mkdir(parents=True)
     (store / "spans" / "date=2023-11-14").write_text("not a folder")  # the day of the spans below
-    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
-        endpoint = line.split(" on ")[1].split(";")[0]
+    with collect_command(store) as (process, endpoint):
         good = {"traceId": TRACE_ID, "name": "ok", "startTimeUnixNano": 1700000000000000000}
         spans = [{**good, "spanId": f"{n + 1:016x}", "endTimeUnixNano": 1700000000000000001} for n in range(40)]
         assert post(endpoint, json_request(spans), "application/json")[0] == 200
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 1, out + err
     assert "stopped; 0 spans written" in out and "40 acknowledged spans could not be written" in err, out + err
 
@@ -626,12 +637,7 @@ def test_spans_sent_without_a_name_are_stored_and_every_span_is_stored_or_refuse
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
     store = tmp_path / "cli-store"
-    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
-        endpoint = line.split(" on ")[1].split(";")[0]
+    with collect_command(store) as (process, endpoint):
         times = {"startTimeUnixNano": 1700000000000000000, "endTimeUnixNano": 1700000000000000001}
         unnamed = [{"traceId": TRACE_ID, "spanId": f"{n + 1:016x}", **times} for n in range(3)]
         no_trace = {"spanId": "00000000000000ff", "name": "orphan", **times}
@@ -649,9 +655,6 @@ def test_spans_sent_without_a_name_are_stored_and_every_span_is_stored_or_refuse
         assert post(endpoint, json_request(named), "application/json")[0] == 200
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 0 and "Traceback" not in err, err
     rows = stored(store)
     assert refused == 1 and len(rows) + refused == sent == 10
