@@ -323,9 +323,11 @@ def run_lease(root: StoreRoot, experiment_id: str, shard: str | None = None) -> 
     return experiment_lease(root, run_lease_name(experiment_id, shard))
 
 
-JOIN_WAIT_SECONDS = 60.0
-"""How long a shard waits for another shard of its experiment to finish joining (its check, its cases, its first
-record: an instant on disk, a few object writes on object storage)."""
+JOIN_WAIT_SECONDS = 900.0
+"""How long a shard waits for the other shards of its experiment to finish joining (each: its check, its cases,
+its first record; an instant on disk, a few object writes on object storage). Shards join one at a time, so a job
+of hundreds of shards started at once (a Kubernetes indexed job, a Slurm array) queues here for a while: the
+bound is long so that none of them is refused for waiting its turn."""
 
 
 def joining_lease(root: StoreRoot, experiment_id: str) -> AnyLease:
