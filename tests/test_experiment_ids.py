@@ -54,8 +54,9 @@ def test_an_empty_baseline_is_refused_not_read_as_the_newest_experiment(runs):
     [["report", ""], ["report", "", "--format", "json"], ["compare", "", "worse-run"], ["compare", "baseline-run", ""]],
 )
 def test_report_and_compare_refuse_an_empty_id(runs, arguments):
+    """Exit 2, as docs/reference/cli.md says of an empty id: compare exited 1, as if the two could not be compared."""
     result = CliRunner().invoke(main, [*arguments, "--store", str(runs["store"])])
-    assert result.exit_code != 0, result.output
+    assert result.exit_code == 2, result.output
     assert "experiment id is empty" in result.output and "Traceback" not in result.output
     assert "worse-run" not in result.stdout.replace("compare", "")  # nothing reported of the newest
 

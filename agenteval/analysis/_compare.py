@@ -132,7 +132,9 @@ def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], d
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
     try:
         found = ex.find(store, experiment_id)
-    except ValueError as exc:  # an id prefix that matches several experiments (its message says to give more), or ""
+    except ex.EmptyId:  # a usage error (exit 2), as for every other command, not an incomparable pair
+        raise
+    except ValueError as exc:  # an id prefix that matches several experiments (its message says to give more)
         raise NotComparable(str(exc)) from exc
     if found is None:
         raise NotComparable(f"no experiment {experiment_id!r} in {store.root}")
@@ -328,7 +330,7 @@ def gate(
         )
     try:
         comparison = compare(store, baseline_id, candidate_id)
-    except (NotComparable, duckdb.Error, OSError) as exc:
+    except (NotComparable, ex.EmptyId, duckdb.Error, OSError) as exc:
         damaged = damaged_store_message(exc)
         reasons = [damaged] if damaged else exc.lines() if isinstance(exc, AgentevalError) else [str(exc)]
         return GateDecision(REFUSED, "refused", reasons)
