@@ -202,6 +202,49 @@ def test_every_command_has_help_and_is_in_the_cli_reference():
                     assert re.search(rf"`{re.escape(opt)}[ `]", text), f"agenteval {name}: {opt} is not documented"
 
 
+def shell_lines(code: str) -> list[str]:
+    """A shell block's commands, one a line: continuation lines and quotes open across lines joined."""
+    lines: list[str] = []
+    for line in code.replace("\\\n", " ").splitlines():
+        if lines and lines[-1].count('"') % 2:
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return lines
+
+
+def documented_invocations(text: str) -> list[str]:
+    """Every ``agenteval COMMAND ...`` the text shows: in shell and console blocks (a line, or each part of a line
+    chained with ``&&``, ``|`` or ``;``, comments dropped) and in inline code, and inline ``COMMAND --option``."""
+    found = []
+    for code in re.findall(r"```(?:sh|console)\n(.*?)```", text, flags=re.S):
+        for line in shell_lines(code):
+            for part in re.split(r"&&|\|\||;|\|", re.sub(r"(^|\s)#.*", "", line)):
+                found += re.findall(r"(?:^|[\s/])agenteval (\S.*)$", part.strip().removeprefix("$ "))
+    inline = re.sub(r"```.*?```", "", text, flags=re.S)
+    found += re.findall(r"`agenteval ([^`]+)`", inline)
+    bare = re.findall(r"`([a-z][a-z-]+) (--?[a-z][^`]*)`", inline)
+    found += [f"{name} {rest}" for name, rest in bare if name in main.commands]
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md"))])
+def test_every_command_the_docs_show_exists_with_its_options(page):
+    """A renamed command or option cannot linger in a guide's example."""
+    group = {opt for param in main.params for opt in param.opts + param.secondary_opts} | {"-h", "--help"}
+    for invocation in documented_invocations((ROOT / page).read_text()):
+        words = [w for w in shlex.split(invocation, comments=True) if w not in group]
+        if not words or words[0] in ("COMMAND", "X"):
+            continue
+        command = main.commands.get(words[0])
+        assert command is not None, f"{page}: `agenteval {invocation}`: no command {words[0]!r}"
+        options = {opt for param in command.params for opt in param.opts + param.secondary_opts} | group
+        for word in words[1:]:
+            option = word.split("=")[0]
+            if option.startswith("-") and option != "-" and not re.fullmatch(r"-\d.*", option):
+                assert option in options, f"{page}: `agenteval {invocation}`: {words[0]} has no {option}"
+
+
 def test_the_cli_reference_documents_the_group_options():
     for param in main.params:
         for opt in param.opts:
