@@ -325,6 +325,18 @@ def test_the_attribute_reference_names_every_attribute():
     assert documented == names
 
 
+def test_the_pages_name_the_conventions_revision_the_attributes_follow():
+    """The instrumentation guide still said "v1.41 names" after the attributes moved to the conventions' own
+    repository at a revision of its main branch."""
+    (revision,) = re.findall(r"revision ([0-9a-f]{7})", attributes_module.__doc__ or "")
+    for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        text = path.read_text()
+        assert not re.search(r"v1\.\d+ names", text), path
+        assert set(re.findall(r"revision `([0-9a-f]{7})`", text)) <= {revision}, path
+        if "gen_ai.*" in text and "semantic conventions" in text:
+            assert f"`{revision}`" in text, f"{path} says which conventions it follows but not at which revision"
+
+
 def test_the_architecture_page_lists_every_module():
     text = (DOCS / "architecture.md").read_text()
     roots = [ROOT, ROOT / "instrumentation" / "src", ROOT / "exporters" / "src"]
