@@ -181,6 +181,23 @@ def test_the_home_page_links_every_page_of_the_site():
     assert set(nav) - {"index.md"} - linked == set()
 
 
+def test_every_figure_of_the_readme_performance_table_is_kept_on_a_page_of_its_benchmark():
+    """The README's table holds the latest figures; the pages that explain each benchmark keep every measurement.
+    Nine rows' figures (the slow states, the sync twins, the model server, the reports and start-up of
+    2026-12-05, S3) were in the README alone, and the page said other things (68 trials/s against 173)."""
+    rows = markdown_table(section(README, "## Performance"))
+    pages = [path.read_text() for path in DOCS.rglob("*.md")]
+    benchmark = ""
+    for what, figure, _, _, reproduce in rows:
+        named = re.findall(r"benchmarks/(\w+\.py)", reproduce)
+        benchmark = named[0] if named else benchmark  # "the same": the row above's
+        explaining = [text for text in pages if f"benchmarks/{benchmark}" in text]
+        assert explaining, f"no page explains benchmarks/{benchmark}"
+        numbers = re.findall(r"(?<![\d.,])\d[\d,]*(?:\.\d+)?", re.sub(r"`[^`]*`", "", figure))
+        missing = [n for n in numbers if not any(n in text for text in explaining)]
+        assert missing == [], f"README's {what!r}: {missing} on no page of benchmarks/{benchmark}"
+
+
 # The command line reference ----------------------------------------------------------------------------
 
 CLI_DOC = (DOCS / "reference" / "cli.md").read_text()
