@@ -56,3 +56,15 @@ class AgentLoadError(AgentevalError, ValueError):
 class PluginError(AgentevalError, ValueError):
     """A plugin (an entry point of ``agenteval.scorers``, ``agenteval.providers`` or ``agenteval.failures``)
     could not be loaded or is not what its group needs; the message names its distribution."""
+
+
+def module_not_found(module: str, error: ModuleNotFoundError) -> str | None:
+    """What to do when ``MODULE`` of a ``MODULE:ATTR`` option is not found itself (None when the missing module is
+    one it imports): the ``agenteval`` command's Python path holds installed packages, not the current folder,
+    where ``python -m`` would have looked."""
+    if error.name is None or not (module == error.name or module.startswith(error.name + ".")):
+        return None
+    return (
+        f"{error}; the command imports MODULE from Python's path, which holds installed packages but not the "
+        f"current folder: add the module's folder (PYTHONPATH=. for the current one), or install it"
+    )

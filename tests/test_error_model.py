@@ -60,6 +60,53 @@ def test_an_agent_file_that_fails_to_import_names_its_file_and_line(tmp_path, bo
     one_line_error(done, 1, f"--agent {agent_file}:answer", field, str(agent_file) + message)
 
 
+SCORERS_MODULE = """
+from agenteval.scorers import scorer
+
+
+@scorer(requires=("expected_output",))
+def strict(case, trial):
+    return case.expected_output in trial.reply
+"""
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--scorer", "my_scorers:strict"), ("--agent", "my_scorers:strict")], ids=["scorer", "agent"]
+)
+def test_a_module_in_the_current_folder_is_not_imported_and_the_error_says_how(tmp_path, option, value):
+    """The scoring guide's `--scorer my_scorers:strict_capital`, with my_scorers.py beside the reader: the command's
+    Python path holds no current folder (`python -P`, as the `agenteval` script runs), and the error said only
+    "No module named 'my_scorers'". Following what it says now works."""
+    (tmp_path / "my_scorers.py").write_text(SCORERS_MODULE)
+    arguments = ["run", "--dataset", "arithmetic", "--cases", "2", "--attempts", "1", "-q"]
+    arguments += ["--agent", "mock", option, value] if option == "--scorer" else [option, value]
+    command = [sys.executable, "-P", "-m", "agenteval.cli", *arguments]
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    one_line_error(done, 2 if option == "--scorer" else 1, f"{option} {value}", "PYTHONPATH=. for the current one")
+    if option == "--agent":
+        assert "or name its file (my_scorers.py:strict)" in done.stderr
+        return
+    env["PYTHONPATH"] = os.pathsep.join([".", env.get("PYTHONPATH", "")])
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_module_missing_inside_the_named_one_gets_no_such_advice(tmp_path):
+    (tmp_path / "my_scorers.py").write_text("import not_a_module_anywhere\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "agenteval.cli", "run", "-d", "arithmetic", "--cases", "2", "-a", "mock"]
+        + ["--scorer", "my_scorers:strict", "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    one_line_error(done, 2, "No module named 'not_a_module_anywhere'")
+    assert "PYTHONPATH" not in done.stderr
+
+
 def test_debug_shows_the_traceback(tmp_path):
     agent_file = tmp_path / "broken_agent.py"
     agent_file.write_text("raise RuntimeError('no config')\n")

@@ -28,7 +28,7 @@ from typing import Any
 from agenteval_instrumentation.text import exception_text
 
 from .._plugins import PROVIDERS, Plugin, find
-from ..errors import AgentLoadError, UsageError
+from ..errors import AgentLoadError, UsageError, module_not_found
 
 MOCK = "mock"
 
@@ -212,8 +212,12 @@ def _import(spec: str) -> tuple[Any, str, str | None, FileImport | None]:
             module = _guarded(spec, f"importing {module_part}", lambda: importlib.import_module(module_part))
         except AgentLoadError as exc:
             missing = exc.__cause__
-            if isinstance(missing, ModuleNotFoundError) and missing.name == module_part.partition(".")[0]:
-                raise AgentLoadError(f"--agent {spec}: cannot import {module_part}: {missing}") from missing
+            hint = module_not_found(module_part, missing) if isinstance(missing, ModuleNotFoundError) else None
+            if hint is not None:
+                raise AgentLoadError(
+                    f"--agent {spec}: cannot import {module_part}: {hint}; or name its file "
+                    f"({module_part.replace('.', '/')}.py:{attr})"
+                ) from missing
             raise
     try:
         target = getattr(module, attr)

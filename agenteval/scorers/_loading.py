@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 
 from .._plugins import SCORERS, Plugin, find
-from ..errors import UsageError
+from ..errors import UsageError, module_not_found
 from ._base import Scorer
 from ._builtin import BUILTIN_SCORERS
 
@@ -49,6 +49,8 @@ def _import(spec: str) -> list[Scorer]:
         )
     try:
         found = getattr(importlib.import_module(module_name), attr)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--scorer {spec}: {module_not_found(module_name, exc) or exc}") from exc
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--scorer {spec}: {exc}") from exc
     items = found if isinstance(found, (list, tuple)) else [found]
