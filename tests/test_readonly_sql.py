@@ -85,6 +85,23 @@ def test_sql_refuses_every_statement_that_is_not_one_read_and_changes_no_file(st
 
 
 @pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("PIVOT trials ON outcome USING count(*)", "PIVOT"),
+        ("SELECT * FROM (PIVOT trials ON outcome USING count(*))", "PIVOT"),
+        ("INSTALL httpfs", "INSTALL"),
+        ("CALL pragma_version()", "CALL"),
+    ],
+)
+def test_a_refusal_names_the_statement_as_written(store, query, named):
+    """PIVOT was refused as "MULTI is not allowed" and INSTALL as "LOAD": DuckDB's statement types, not the words
+    the user wrote."""
+    result = sql(store, query)
+    assert result.output.startswith(f"Error: {named}"), result.output
+    assert "MULTI" not in result.output
+
+
+@pytest.mark.parametrize(
     "query",
     [
         "SELECT count(*) AS n FROM trials",

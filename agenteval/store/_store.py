@@ -72,6 +72,12 @@ READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.E
 """What a read-only query may run. DuckDB parses ``WITH``, ``FROM ...``, ``VALUES``, ``DESCRIBE``, ``SHOW`` and
 ``SUMMARIZE`` as SELECT; ``PIVOT`` is refused, since it runs as several statements (it creates a type first)."""
 
+REFUSED_AS = {
+    duckdb.StatementType.MULTI: "PIVOT (a statement DuckDB runs as several)",
+    duckdb.StatementType.LOAD: "INSTALL or LOAD",
+}
+"""How a refusal names a statement whose DuckDB type is not the word the user wrote."""
+
 LOCKED_SETTINGS = (
     "SET autoinstall_known_extensions = false",
     "SET autoload_known_extensions = false",
@@ -218,7 +224,7 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str, parameters: Sequen
         kind = explained[0].type if len(explained) == 1 else duckdb.StatementType.INVALID
     if kind not in READ_STATEMENTS or kind == duckdb.StatementType.EXPLAIN:
         raise NotReadOnly(
-            f"{kind.name} is not allowed: the store's SQL is read-only "
+            f"{REFUSED_AS.get(kind, kind.name)} is not allowed: the store's SQL is read-only "
             "(SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN of one of these)"
         )
     # A SELECT may still write: DuckDB runs a COPY given as one of its CTEs. What it would run is in its plan.
