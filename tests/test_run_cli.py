@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -48,12 +49,26 @@ def test_run_json_and_experiments_listing(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["trials"] == 15 and summary["name"] == "first" and summary["status"] == "completed"
-    assert summary["report"] == f"agenteval report {summary['experiment_id']}"
+    assert summary["report"] == f"agenteval report {summary['experiment_id']} --store {store}"
     table = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--cases", "2", "--store", store, "-q"])
     assert "pass rate 100.0% (95% CI" in table.output and "passed 6 · wrong answers 0 · failures 0" in table.output
     listing = json.loads(runner.invoke(main, ["experiments", "--store", store, "--format", "json"]).output)
     assert [e["trials"] for e in listing] == [6, 15]  # newest first
     assert listing[1]["name"] == "first" and listing[1]["pass_rate"] == 1.0 and listing[1]["status"] == "completed"
+
+
+def test_the_report_command_a_run_prints_finds_its_store(tmp_path):
+    """A run given --store printed `agenteval report ID` alone, which looked in $AGENTEVAL_STORE or ./.agenteval and
+    said there was no store there; a run into the default store still prints the short command."""
+    runner = CliRunner()
+    store = tmp_path / "my runs"
+    arguments = ["run", "-d", "arithmetic", "-a", "mock", "--cases", "2", "--attempts", "1", "--json"]
+    summary = json.loads(runner.invoke(main, [*arguments, "--store", str(store)]).output)
+    assert summary["report"].endswith(f" --store '{store}'")
+    report = runner.invoke(main, shlex.split(summary["report"])[1:])
+    assert report.exit_code == 0 and summary["experiment_id"] in report.output, report.output
+    default = json.loads(runner.invoke(main, arguments).output)
+    assert default["report"] == f"agenteval report {default['experiment_id']}"
 
 
 def test_run_usage_errors(tmp_path):

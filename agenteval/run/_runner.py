@@ -885,7 +885,7 @@ class _Run:
                 **dict(self.counts),
                 **({"not_run_simulated": len(self.skipped)} if self.skipped else {}),
             },
-            report=f"agenteval report {self.experiment.experiment_id}",
+            report=f"agenteval report {self.experiment.experiment_id}{self.store.as_option()}",
             resume=self._resume_command() if self.experiment.status == ex.INTERRUPTED else None,
             otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
             limits=self.limits,
@@ -907,7 +907,7 @@ class _Run:
         }
 
     def _resume_command(self) -> str:
-        return resume_command(self.experiment.experiment_id, self.options.shard)
+        return resume_command(self.experiment.experiment_id, self.options.shard) + self.store.as_option()
 
 
 def _uncancel_current_task() -> None:

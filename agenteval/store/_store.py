@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -299,6 +300,16 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
+
+    def as_option(self) -> str:
+        """`` --store ROOT`` for a command printed for the user to run next (the full report, the resume), or ""
+        when a command given no ``--store`` finds this store (it is ``$AGENTEVAL_STORE``'s or ``./.agenteval``)."""
+        default = store_path(None)
+        if isinstance(default, Path) and isinstance(self.root, Path):
+            same = default.absolute() == self.root.absolute()
+        else:
+            same = str(default) == str(self.root)
+        return "" if same else f" --store {shlex.quote(str(self.root))}"
 
     def ensure(self) -> None:
         """Create the table folders and their schema files if missing, and finish or roll back a
