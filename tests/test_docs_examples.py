@@ -302,3 +302,22 @@ def test_the_simulated_user_case_shown_is_a_valid_case(tmp_path):
     path.write_text(block)
     (case,) = load_dataset(path).cases
     assert case.simulated_user and case.max_turns == 4
+
+
+def test_the_setup_tracing_example_files_spans_under_its_service(tmp_path):
+    """Run as a program of its own (it installs the process's tracer provider), a decorated call in place of
+    its `...`: the guide never said how the service of `report --traces --service` is named (it was `agenteval`)."""
+    import os
+    import subprocess
+    import sys
+
+    (code,) = [b for b in blocks(page("export.md"), "python") if "setup_tracing(" in b]
+    call = "from agenteval import tool\ntool(lambda: 1)()\n"
+    (tmp_path / "app.py").write_text(re.sub(r"^\.\.\..*$", call, code, flags=re.M))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTEVAL_"))}
+    done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (service,) = re.findall(r'service_name="(\w+)"', code)
+    rows = Store(tmp_path / ".agenteval").rows("SELECT DISTINCT service_name FROM spans")
+    assert rows == [{"service_name": service}]
+    assert list((tmp_path / ".agenteval" / "spans").glob(f"date=*/service={service}/*.parquet"))
