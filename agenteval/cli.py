@@ -380,10 +380,8 @@ def generate(
     """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
     (relevant_docs links them), about --unanswerable of them unanswerable; a question whose answer is not in
     its passage is dropped. Writes the cases and the corpus for the search tool."""
-    from collections import Counter
-
+    from .dataset._generate import dropped_counts, nothing_kept, write_jsonl
     from .dataset._generate import generate as draft
-    from .dataset._generate import write_jsonl
     from .models._model import Model
 
     def progress(done: int, total: int) -> None:
@@ -404,6 +402,8 @@ def generate(
         seed=seed,
         on_progress=progress,
     )
+    if not made.cases:
+        raise nothing_kept(made, output)
     written = ([case.to_dict() for case in made.cases], [passage.to_document() for passage in made.passages])
     for (option, path), records in zip(outputs, written, strict=True):
         try:
@@ -415,18 +415,13 @@ def generate(
         f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {visible(output)} and {len(made.passages)} "
         f"passages to {visible(corpus_out)}; {len(made.dropped)} of {made.asked} dropped"
     )
-    for reason, n in Counter(_reason_kind(d.reason) for d in made.dropped).most_common():
+    for reason, n in dropped_counts(made.dropped):
         click.echo(f"  dropped {n}: {visible(reason)}")
     click.echo(
         f"run it with: agenteval run --dataset {visible(output)} --corpus {visible(corpus_out)} --model {model}\n"
         "Read the questions before you trust them: drop the wrong or ambiguous ones (agenteval validate checks "
         "the format, not the content)."
     )
-
-
-def _reason_kind(reason: str) -> str:
-    """A dropped question's reason without the quoted answer, so alike reasons count together."""
-    return "the answer does not appear in its passage" if "does not appear in the passage" in reason else reason
 
 
 @main.command()

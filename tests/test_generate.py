@@ -224,3 +224,18 @@ def test_a_document_that_is_not_utf8_is_refused_naming_it_and_its_first_bad_byte
     (tmp_path / "windows.md").write_bytes(b"\xef\xbb\xbf" + HANDBOOK.replace("\n", "\r\n").encode())
     plain = [(p.title, p.text) for p in split_passages(tmp_path / "docs" / "handbook.md")]
     assert [(p.title, p.text) for p in split_passages(tmp_path / "windows.md")] == plain
+
+
+def test_a_draft_that_keeps_no_question_writes_nothing_and_says_why(model_server, tmp_path):
+    """A model that never calls the tool (a small local one, say) had every question dropped, and the command
+    still wrote an empty cases file, exited 0 and said "run it with: agenteval run --dataset cases.jsonl", which
+    validate and run refuse: a file of no case."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = lambda request: ms.text("Here is a question: what is the refund window?")
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    error, *reasons = done.stderr.split("Error: ", 1)[1].splitlines()
+    assert error.startswith("none of the 4 questions asked was kept, so nothing was written to ")
+    assert "tool call" in error and reasons == ["  dropped 4: the model's output could not be read"]
+    assert "run it with" not in done.stdout
+    assert not (tmp_path / "cases.jsonl").exists() and not (tmp_path / "corpus.jsonl").exists()

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,11 @@ PROPOSE_TOOL: dict[str, Any] = {
 
 class DocumentError(SeveralProblems, ValueError):
     """Documents that cannot be read as text (not UTF-8): one line per file, naming it and saying what to do."""
+
+
+class NothingKept(SeveralProblems, ValueError):
+    """Every question asked was dropped: a dataset of no case, which ``validate`` and ``run`` refuse, is not
+    written; the lines say why they were dropped."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,6 +288,25 @@ def generate(
             )
         )
     return Generated(cases, passages, dropped, len(chosen))
+
+
+def reason_kind(reason: str) -> str:
+    """A dropped question's reason without the quoted answer, so alike reasons count together."""
+    return "the answer does not appear in its passage" if "does not appear in the passage" in reason else reason
+
+
+def dropped_counts(dropped: Sequence[Dropped]) -> list[tuple[str, int]]:
+    """How many questions were dropped for each kind of reason, the most common first."""
+    return Counter(reason_kind(d.reason) for d in dropped).most_common()
+
+
+def nothing_kept(made: Generated, output: str) -> NothingKept:
+    """The error for a draft that kept no question: what was dropped and why, and what to check."""
+    return NothingKept(
+        f"none of the {made.asked} questions asked was kept, so nothing was written to {output}: check that the "
+        "model answers with a tool call (a model or server without tool calling cannot), then run again",
+        *(f"  dropped {n}: {reason}" for reason, n in dropped_counts(made.dropped)),
+    )
 
 
 def write_jsonl(path: str | Path, records: Sequence[dict[str, Any]]) -> None:
