@@ -219,7 +219,9 @@ def test_gate_exit_codes(runs, tmp_path, monkeypatch):
     assert fine.exit_code == 0 and "80% power" in " ".join(fine.reasons)
     flooded = gate(store, runs["good"], runs["flooded"])
     assert flooded.exit_code == 3
-    assert f"agenteval run --resume {runs['flooded']} --retry-failed infra" in " ".join(flooded.reasons)
+    # With the store, not the default one: the command printed without it looked in $AGENTEVAL_STORE.
+    remedy = f"agenteval run --resume {runs['flooded']} --retry-failed infra --store {runs['store']}"
+    assert remedy in " ".join(flooded.reasons)
     assert gate(store, runs["good"], runs["small"]).exit_code == 3
     lenient = gate(store, runs["good"], runs["worse"], max_drop=0.5)
     assert lenient.exit_code == 0  # the drop is real but within the allowed margin

@@ -155,7 +155,7 @@ def _status_warning(
                 f"the {role} {eid} is {experiment.status}, not completed: shard(s) "
                 + ", ".join(f"{s.shard} ({s.status})" for s in unfinished)
                 + f" have not completed. Run each with --experiment {eid} --shard K/N (or continue one with "
-                f"agenteval run --resume {eid} --shard K/N)",
+                f"agenteval run --resume {eid} --shard K/N{store.as_option()})",
             )
         ]
     return [
@@ -163,7 +163,7 @@ def _status_warning(
             INCOMPLETE,
             f"the {role} {experiment.experiment_id} is {experiment.status}, not completed: {cases_run} of its "
             f"{planned} cases have trials, and its pass rate covers only those. Finish it with "
-            f"agenteval run --resume {experiment.experiment_id}",
+            f"agenteval run --resume {experiment.experiment_id}{store.as_option()}",
         )
     ]
 
@@ -341,7 +341,7 @@ def gate(
         for w in comparison.warnings
         if w.kind in allowed and not allowed[w.kind]
     ]
-    refusals += _infrastructure_refusals(comparison, max_infra)
+    refusals += _infrastructure_refusals(comparison, max_infra, store)
     if refusals:
         return GateDecision(REFUSED, "refused", refusals, comparison)
     decision = _judge(comparison, max_drop, alpha)
@@ -349,7 +349,7 @@ def gate(
     return decision
 
 
-def _infrastructure_refusals(comparison: Comparison, max_infra: float) -> list[str]:
+def _infrastructure_refusals(comparison: Comparison, max_infra: float, store: Store) -> list[str]:
     refusals = []
     for role, figures in comparison.figures.items():
         trials, infra = figures["trials"], figures["infrastructure_failures"]
@@ -361,19 +361,19 @@ def _infrastructure_refusals(comparison: Comparison, max_infra: float) -> list[s
             refusals.append(
                 f"{share:.1%} of the {role}'s trials ({infra} of {trials}) failed for infrastructure reasons "
                 f"(limit {_share(max_infra)}): the API, not the agent, decided them. "
-                + _infrastructure_remedy(experiment, infra, unjudged)
+                + _infrastructure_remedy(experiment, infra, unjudged, store.as_option())
             )
     return refusals
 
 
-def _infrastructure_remedy(experiment: ex.Experiment, infra: int, unjudged: int) -> str:
+def _infrastructure_remedy(experiment: ex.Experiment, infra: int, unjudged: int, store_option: str) -> str:
     """What clears a run's infrastructure failures: re-running the trials that failed, and judging again the answers
     a scorer could not judge (re-running the agent would not help those; a run's LLM judge is asked again only when
     rescore names it)."""
     eid = experiment.experiment_id
-    rerun = f"Re-run the failed ones with agenteval run --resume {eid} --retry-failed infra"
+    rerun = f"Re-run the failed ones with agenteval run --resume {eid} --retry-failed infra{store_option}"
     judge = experiment.options.get("judge")
-    rescore = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "")
+    rescore = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "") + store_option
     rejudge = f"judge the {unjudged} answer(s) a scorer could not judge again with {rescore}"
     if not unjudged:
         return rerun
