@@ -179,6 +179,31 @@ def test_mock_failures_raise_from_the_step_that_fails(spans, failure, error, spa
         assert (info.value.status_code, info.value.code) == (429, "insufficient_quota")
 
 
+@pytest.mark.parametrize(
+    ("failure", "failure_type"),
+    [
+        ("llm_error", "llm_error"),
+        ("rate_limit", "timeout_after_rate_limit"),
+        ("quota_exhausted", "quota_exhausted"),
+        ("tool_error", "tool_error"),
+        ("empty_output", "empty_output"),
+        ("hang", "timeout"),
+    ],
+)
+def test_each_mock_failure_is_the_failure_type_it_is_named_after(tmp_path, failure, failure_type):
+    """The mock sets a known truth for testing the harness: its tool_error was a MockToolError raised by the agent's
+    own code around the failed tool call, so a run typed every one of them agent_error."""
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    options = {"fail_rate": "1", "failure": failure, "seed": "1"}
+    experiment = evaluate(
+        "mock", "arithmetic", cases=2, attempts=1, store=tmp_path, progress="none", agent_options=options, timeout=1.5
+    )
+    rows = Store(tmp_path).rows("SELECT DISTINCT failure_type FROM trials WHERE experiment_id = ?", [experiment.id])
+    assert rows == [{"failure_type": failure_type}]
+
+
 def test_mock_empty_output_and_hang(spans):
     assert run(mock_agent(fail_rate="1", failure="empty_output"), "What is 1 + 1?") == ""
 

@@ -14,10 +14,10 @@ import re
 import threading
 from typing import Any
 
-from agenteval_instrumentation import llm_call
+from agenteval_instrumentation import llm_call, tool
 
 from ..errors import UsageError
-from ..tools._calculator import calculator
+from ..tools._calculator import calculator, evaluate
 
 FAILURES = ("llm_error", "tool_error", "rate_limit", "quota_exhausted", "empty_output", "hang")
 """What a failing call does: a provider 5xx from the model call, an exception from the tool, an HTTP 429,
@@ -128,9 +128,12 @@ async def _plan(message: str, *, model: str, delay: float, failure: str | None) 
     }
 
 
+@tool(name="calculator")
 def _failing_tool(expression: str) -> None:
+    """The calculator given a malformed call, as a confused model might make. The error escapes the tool's own
+    span, so a run types the trial ``tool_error``, as a real tool's would be."""
     try:
-        calculator(expression + " +")  # a malformed call, as a confused model might make
+        evaluate(expression + " +")
     except ValueError as exc:
         raise MockToolError(f"calculator rejected the call: {exc}") from exc
 
