@@ -321,3 +321,19 @@ def test_the_setup_tracing_example_files_spans_under_its_service(tmp_path):
     rows = Store(tmp_path / ".agenteval").rows("SELECT DISTINCT service_name FROM spans")
     assert rows == [{"service_name": service}]
     assert list((tmp_path / ".agenteval" / "spans").glob(f"date=*/service={service}/*.parquet"))
+
+
+def test_the_traces_report_percentiles_are_those_the_guide_names():
+    """The guide said p50, p90, p95 and p99 of each kind of span; the span rows carry p50 and p95."""
+    import dataclasses
+
+    from agenteval.analysis._report_data import SpanLatency
+    from agenteval.analysis._traces import TraceLatency
+
+    def percentiles(cls: type) -> str:
+        names = [f.name for f in dataclasses.fields(cls) if re.fullmatch(r"p\d+_ms", f.name)]
+        return ", ".join(name.removesuffix("_ms") for name in names)
+
+    text = " ".join(page("production.md").split())
+    traces, spans = percentiles(TraceLatency), percentiles(SpanLatency)
+    assert f"latency percentiles of traces ({traces}) and of each kind of span ({spans})" in text
