@@ -20,9 +20,10 @@ Z = 1.959964  # the normal 97.5% quantile
 
 
 def cli(*args: str) -> str:
+    """What the command wrote on stdout (its warnings, on stderr, stay apart from the JSON)."""
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 @pytest.fixture(scope="module")

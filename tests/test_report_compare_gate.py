@@ -211,6 +211,34 @@ def test_compare_pairs_by_case(runs):
         compare(Store(runs["store"]), runs["good"], runs["small"])
 
 
+def test_compare_says_how_many_infrastructure_failures_each_run_had(runs):
+    """The gate refuses past --max-infra; compare said nothing, so a drop a rate-limited API caused read as the
+    agent's. It warns in every output, with the counts the gate judges by (the runs' figures)."""
+    store = str(runs["store"])
+    comparison = compare(Store(store), runs["good"], runs["flooded"])
+    infra = comparison.figures["candidate"]["infrastructure_failures"]
+    assert infra > 0 and comparison.figures["baseline"]["infrastructure_failures"] == 0
+    (warning,) = [w for w in comparison.warnings if w.kind == "infrastructure_failures"]
+    expected = (
+        f"the baseline had no infrastructure failures in 120 trials and the candidate had {infra} infrastructure "
+        f"failures of 120 trials ({infra / 120:.1%}: quota_exhausted {infra})"
+    )
+    assert warning.message.startswith(expected) and "the difference may reflect them" in warning.message
+    assert f"agenteval run --resume {runs['flooded']} --retry-failed infra" in warning.message
+    table = CliRunner(env={"COLUMNS": "400"}).invoke(main, ["compare", runs["good"], runs["flooded"], "--store", store])
+    assert table.exit_code == 0 and f"warning: {expected}" in " ".join(table.output.split())
+    as_json = CliRunner().invoke(main, ["compare", runs["good"], runs["flooded"], "--store", store, "--json"])
+    payload = json.loads(as_json.stdout)
+    assert {"kind": "infrastructure_failures", "message": warning.message} in payload["warnings"]
+    assert f"warning: {expected}" in as_json.stderr
+    assert payload["figures"]["candidate"]["infrastructure_by_type"] == {"quota_exhausted": infra}
+    # Under the gate's limit it judges, and its decision (and GitHub step summary) carries the warning.
+    lenient = gate(Store(store), runs["good"], runs["flooded"], max_infra=0.9)
+    assert lenient.exit_code in (0, 1) and f"warning: {warning.message}" in lenient.reasons
+    assert warning.message in lenient.markdown(runs["good"], runs["flooded"]).replace("\\", "")
+    assert not [w for w in compare(Store(store), runs["good"], runs["same"]).warnings if w.kind == warning.kind]
+
+
 def test_gate_exit_codes(runs, tmp_path, monkeypatch):
     store = Store(runs["store"])
     regression = gate(store, runs["good"], runs["worse"])

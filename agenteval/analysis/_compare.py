@@ -36,12 +36,15 @@ compared beside them (:data:`._compare_figures.FIGURES`)."""
 
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
+       histogram(failure_type) FILTER (WHERE infrastructure) AS infrastructure_by_type,
        quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
        avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
        fsum(duration_ms) / count(duration_ms) AS latency_mean_ms, fsum(cost_usd) / count(cost_usd) AS cost_per_trial_usd
 FROM judged
 """
-"""Means as exact sums over counts, not ``avg``: a float ``avg`` depends on the order DuckDB's threads add in, and a
+"""The run's figures. Infrastructure failures are counted here once, from ``judged``'s flag (the taxonomy's, with a
+``scorer_error`` from the current scores): the gate refuses on this count and compare warns on it.
+Means as exact sums over counts, not ``avg``: a float ``avg`` depends on the order DuckDB's threads add in, and a
 comparison read from saved figures must equal the one computed, to the last bit."""
 
 
@@ -56,6 +59,8 @@ PLANNED_CASES = "SELECT count(*) AS n FROM cases WHERE experiment_id = ?"
 
 INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datasets", "unshared_cases"
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
+INFRASTRUCTURE = "infrastructure_failures"
+"""Either run had infrastructure failures: the gate refuses past ``--max-infra``, compare warns on any."""
 SAME_EXPERIMENT = "same_experiment"
 """A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
 
@@ -212,6 +217,41 @@ def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list
     ]
 
 
+def _infrastructure_warning(
+    baseline: ex.Experiment, candidate: ex.Experiment, figures: dict[str, dict[str, Any]], store_option: str
+) -> list[ComparisonWarning]:
+    """A pass rate moved by rate limits or a judge that was down is not the agent's doing: say how many trials the
+    infrastructure decided in each run, by type, and what clears them."""
+    counted = {role: figures[role]["infrastructure_failures"] for role in ("baseline", "candidate")}
+    if not any(counted.values()):
+        return []
+    sides = [f"the {role} {_infrastructure_count(figures[role])}" for role in counted]
+    remedies = []
+    for role, experiment in (("baseline", baseline), ("candidate", candidate)):
+        if counted[role]:
+            remedy = _infrastructure_remedy(experiment, figures[role], store_option)
+            remedies.append(f"For the {role}, {remedy[0].lower()}{remedy[1:]}.")
+    return [
+        ComparisonWarning(
+            INFRASTRUCTURE,
+            f"{sides[0]} and {sides[1]}: the API that day (rate limits, quotas, outages) or a scorer that could not "
+            f"judge decided those trials, not the agent, so the difference may reflect them. {' '.join(remedies)}",
+        )
+    ]
+
+
+def _infrastructure_count(figures: dict[str, Any]) -> str:
+    """A run's infrastructure failures, of its trials and by type: "had 12 infrastructure failures of 120 trials
+    (10.0%: quota_exhausted 12)"."""
+    infra, trials = figures["infrastructure_failures"], figures["trials"]
+    if not infra:
+        return f"had no infrastructure failures in {trials} trials"
+    by_type = sorted((figures["infrastructure_by_type"] or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    types = ", ".join(f"{kind} {n}" for kind, n in by_type)
+    failures = "failure" if infra == 1 else "failures"
+    return f"had {infra} infrastructure {failures} of {trials} trials ({infra / trials:.1%}: {types})"
+
+
 def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int = MIN_SHARED_CASES) -> Comparison:
     """Pair the two experiments' trials by case and compare them."""
     baseline, candidate = _experiment(store, baseline_id), _experiment(store, candidate_id)
@@ -224,12 +264,15 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
         *_unshared_warning(a, b, len(shared)),
+        *_infrastructure_warning(
+            baseline, candidate, {"baseline": figures_a, "candidate": figures_b}, store.as_option()
+        ),
     ]
     if len(shared) < min_shared:
         raise NotComparable(
             f"{baseline.experiment_id} and {candidate.experiment_id} share {len(shared)} case(s); at least "
             f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed).",
-            *(w.message for w in warnings if w.kind != UNSHARED_CASES),
+            *(w.message for w in warnings if w.kind not in (UNSHARED_CASES, INFRASTRUCTURE)),
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories: dict[str, PairedDifference] = {}
@@ -355,22 +398,23 @@ def _infrastructure_refusals(comparison: Comparison, max_infra: float, store: St
         trials, infra = figures["trials"], figures["infrastructure_failures"]
         share = infra / trials if trials else 0.0
         if share > max_infra:
-            baseline = role == "baseline"
-            experiment = comparison.baseline if baseline else comparison.candidate
-            unjudged = comparison.failure_types.get(SCORER_ERROR, (0, 0))[0 if baseline else 1]
             refusals.append(
                 f"{share:.1%} of the {role}'s trials ({infra} of {trials}) failed for infrastructure reasons "
                 f"(limit {_share(max_infra)}): the API, not the agent, decided them. "
-                + _infrastructure_remedy(experiment, infra, unjudged, store.as_option())
+                + _infrastructure_remedy(
+                    comparison.baseline if role == "baseline" else comparison.candidate, figures, store.as_option()
+                )
             )
     return refusals
 
 
-def _infrastructure_remedy(experiment: ex.Experiment, infra: int, unjudged: int, store_option: str) -> str:
-    """What clears a run's infrastructure failures: re-running the trials that failed, and judging again the answers
-    a scorer could not judge (re-running the agent would not help those; a run's LLM judge is asked again only when
-    rescore names it)."""
+def _infrastructure_remedy(experiment: ex.Experiment, figures: dict[str, Any], store_option: str) -> str:
+    """What clears a run's infrastructure failures (``figures``: its :data:`RUN_FIGURES`): re-running the trials
+    that failed, and judging again the answers a scorer could not judge (re-running the agent would not help those;
+    a run's LLM judge is asked again only when rescore names it). ``store_option``: :meth:`Store.as_option`."""
     eid = experiment.experiment_id
+    infra = figures["infrastructure_failures"]
+    unjudged = (figures["infrastructure_by_type"] or {}).get(SCORER_ERROR, 0)
     rerun = f"Re-run the failed ones with agenteval run --resume {eid} --retry-failed infra{store_option}"
     judge = experiment.options.get("judge")
     rescore = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "") + store_option
