@@ -18,31 +18,44 @@ from ..store import Store
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
-from ._compare_figures import LABELS, difference_dict, figure_differences
+from ._compare_figures import (
+    AT_MOST,
+    LABELS,
+    QUANTILES,
+    difference_dict,
+    figure_differences,
+    quantile_levels,
+    run_quantiles,
+)
+from ._quantiles import RunQuantile
 from ._stats import PairedDifference, no_spread_note, paired_difference
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""
 
-CASE_RATES = """
+CASE_RATES = f"""
 SELECT t.case_id, any_value(c.category) AS category, avg(t.passed::INT) AS rate, count(*) AS attempts,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed, fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
-       avg(t.input_tokens + t.output_tokens) AS tokens, fsum(t.cost_usd) / count(t.cost_usd) AS cost_usd
+       avg(t.input_tokens + t.output_tokens) AS tokens, fsum(t.cost_usd) / count(t.cost_usd) AS cost_usd,
+       count(t.duration_ms) AS timed, {AT_MOST}
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
 GROUP BY t.case_id
 """
 """Per-case pass rates of the experiment whose trials are in ``judged``, and the per-case means of the figures
-compared beside them (:data:`._compare_figures.FIGURES`)."""
+compared beside them (:data:`._compare_figures.FIGURES`); its parameters are the run's latency quantiles (AT_MOST)."""
 
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
        histogram(failure_type) FILTER (WHERE infrastructure) AS infrastructure_by_type,
-       quantile_cont(duration_ms, 0.5) AS latency_p50_ms, quantile_cont(duration_ms, 0.95) AS latency_p95_ms,
+       quantile_cont(duration_ms, {levels}) AS latency_quantiles,
        avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
        fsum(duration_ms) / count(duration_ms) AS latency_mean_ms, fsum(cost_usd) / count(cost_usd) AS cost_per_trial_usd
 FROM judged
 """
-"""The run's figures. Infrastructure failures are counted here once, from ``judged``'s flag (the taxonomy's, with a
+"""The run's figures; ``levels``, those of the latency quantiles (:func:`._compare_figures.quantile_levels`: the p50
+and p95, then those their intervals need), in one list: one read of the values for all of them. A literal, not a
+parameter: bound as one, DuckDB took 30 ms more at a million trials.
+Infrastructure failures are counted here once, from ``judged``'s flag (the taxonomy's, with a
 ``scorer_error`` from the current scores): the gate refuses on this count and compare warns on it.
 Means as exact sums over counts, not ``avg``: a float ``avg`` depends on the order DuckDB's threads add in, and a
 comparison read from saved figures must equal the one computed, to the last bit."""
@@ -51,7 +64,7 @@ comparison read from saved figures must equal the one computed, to the last bit.
 def case_rates(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     """Each case's pass rate over its attempts, with its category."""
     with judged_connection(store, experiment_id) as con:
-        return ex.fetch(con, CASE_RATES)
+        return ex.fetch(con, CASE_RATES, [None] * len(QUANTILES))
 
 
 PLANNED_CASES = "SELECT count(*) AS n FROM cases WHERE experiment_id = ?"
@@ -125,13 +138,35 @@ class Comparison:
         }
 
 
-def _run(store: Store, experiment_id: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any], ex.Figures]:
-    """Per-case rates, run figures and summary of one experiment, from one computation of its trials."""
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """One experiment's side of a comparison, from one computation of its trials."""
+
+    rates: dict[str, dict[str, Any]]
+    """``CASE_RATES`` rows by case id."""
+    figures: dict[str, Any]
+    """``RUN_FIGURES``, with each latency quantile under its key, and ``planned_cases``."""
+    summary: ex.Figures
+    quantiles: dict[str, RunQuantile]
+
+
+def _run(store: Store, experiment_id: str) -> _Run:
     with judged_connection(store, experiment_id) as con:
-        rates = {row["case_id"]: row for row in ex.fetch(con, CASE_RATES)}
-        figures = ex.fetch(con, RUN_FIGURES)[0]
+        timed = ex.fetch(con, "SELECT count(duration_ms) AS n FROM judged")[0]["n"]
+        levels = quantile_levels(timed)
+        row = ex.fetch(con, RUN_FIGURES.format(levels=[float(level) for level in levels]))[0]
+        values = row["latency_quantiles"]
+        figures: dict[str, Any] = {}
+        for key, value in row.items():  # each quantile under its own key, where the list was: the keys keep their order
+            if key == "latency_quantiles":
+                figures.update({f.key: values[i] if values else None for i, f in enumerate(QUANTILES)})
+            else:
+                figures[key] = value
+        rates = {
+            row["case_id"]: row for row in ex.fetch(con, CASE_RATES, [figures[figure.key] for figure in QUANTILES])
+        }
         figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]
-        return rates, figures, ex.summarize(store, experiment_id, con)
+        return _Run(rates, figures, ex.summarize(store, experiment_id, con), run_quantiles(levels, values, rates))
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
@@ -255,8 +290,9 @@ def _infrastructure_count(figures: dict[str, Any]) -> str:
 def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int = MIN_SHARED_CASES) -> Comparison:
     """Pair the two experiments' trials by case and compare them."""
     baseline, candidate = _experiment(store, baseline_id), _experiment(store, candidate_id)
-    a, figures_a, summary_a = _run(store, baseline.experiment_id)
-    b, figures_b, summary_b = _run(store, candidate.experiment_id)
+    run_a, run_b = _run(store, baseline.experiment_id), _run(store, candidate.experiment_id)
+    a, figures_a, summary_a = run_a.rates, run_a.figures, run_a.summary
+    b, figures_b, summary_b = run_b.rates, run_b.figures, run_b.summary
     shared = sorted(set(a) & set(b))
     warnings = [
         *_same_warning(baseline, candidate),
@@ -299,7 +335,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         figures,
         _changes(baseline, candidate),
         warnings,
-        figure_differences(a, b, shared),
+        figure_differences(a, b, shared, (run_a.quantiles, run_b.quantiles)),
     )
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
+from ._quantiles import RunQuantile, density_levels, quantile_difference
 from ._stats import PairedDifference, paired_difference
 
 
@@ -19,35 +20,75 @@ class RunFigure:
     """Its name in ``RUN_FIGURES`` (the SQL) and under ``figures`` in ``compare --json``."""
     label: str
     case_mean: str | None = None
-    """The per-case mean (a column of ``CASE_RATES``) its paired difference is taken over; None for a figure shown
-    as measured, without a difference: a quantile, a total or a count."""
+    """The per-case mean (a column of ``CASE_RATES``) its paired difference is taken over; None for a quantile, and
+    for a figure shown as measured, without a difference: a total or a count."""
+    quantile: float | None = None
+    """For a quantile of the trials' latency, its level: its difference's interval is :mod:`._quantiles`'."""
 
 
 FIGURES = (
     RunFigure("trials", "trials"),
     RunFigure("latency_mean_ms", "latency mean (ms)", "latency_ms"),
-    RunFigure("latency_p50_ms", "latency p50 (ms)"),
-    RunFigure("latency_p95_ms", "latency p95 (ms)"),
+    RunFigure("latency_p50_ms", "latency p50 (ms)", quantile=0.5),
+    RunFigure("latency_p95_ms", "latency p95 (ms)", quantile=0.95),
     RunFigure("tokens_per_trial", "tokens per trial", "tokens"),
     RunFigure("cost_per_trial_usd", "cost per trial ($)", "cost_usd"),
     RunFigure("cost_usd", "cost, all trials ($)"),
     RunFigure("infrastructure_failures", "infrastructure failures"),
 )
 LABELS = {figure.key: figure.label for figure in FIGURES}
+QUANTILES = tuple(figure for figure in FIGURES if figure.quantile is not None)
+
+AT_MOST = ", ".join(f"count(*) FILTER (WHERE t.duration_ms <= ?) AS {f.key}_at_most" for f in QUANTILES)
+"""Per case (columns of ``CASE_RATES``, one parameter each: the run's quantile): its trials at or below each
+quantile, which the quantile's interval is worked out from."""
 
 DIFFERENCE_HEADER = "difference (95% CI)"
 DESCRIPTIVE = "–"
 """The difference cell of a figure given as measured."""
 
 
+def quantile_levels(trials: int) -> list[float]:
+    """The levels ``RUN_FIGURES`` takes the latency's quantiles at, for a run of ``trials`` timed trials: each
+    quantile figure's, then the two around each that estimate the density there (:func:`._quantiles.density_levels`),
+    all in one ``quantile_cont``, which reads the values once."""
+    levels = [f.quantile for f in QUANTILES if f.quantile is not None]
+    return levels + [bound for level in levels for bound in density_levels(level, trials)]
+
+
+def run_quantiles(
+    levels: list[float], values: list[float | None] | None, per_case: dict[str, dict[str, Any]]
+) -> dict[str, RunQuantile]:
+    """Each quantile figure of one run: ``values`` are ``RUN_FIGURES``' quantiles at ``levels``
+    (:func:`quantile_levels`; None when no trial has a duration), ``per_case`` its ``CASE_RATES`` rows by case id."""
+    at = values or [None] * len(levels)
+    count = len(QUANTILES)
+    return {
+        figure.key: RunQuantile(
+            levels[i],
+            at[i],
+            (levels[count + 2 * i], at[count + 2 * i]),
+            (levels[count + 2 * i + 1], at[count + 2 * i + 1]),
+            {case: (row["timed"], row[f"{figure.key}_at_most"]) for case, row in per_case.items()},
+        )
+        for i, figure in enumerate(QUANTILES)
+    }
+
+
 def figure_differences(
-    baseline: dict[str, dict[str, Any]], candidate: dict[str, dict[str, Any]], shared: list[str]
+    baseline: dict[str, dict[str, Any]],
+    candidate: dict[str, dict[str, Any]],
+    shared: list[str],
+    quantiles: tuple[dict[str, RunQuantile], dict[str, RunQuantile]],
 ) -> dict[str, PairedDifference | None]:
     """Candidate minus baseline of each figure with a per-case mean, paired over the shared cases where both runs
-    have it (a case whose trials all lack a cost has none); None where no case has it in both."""
+    have it (a case whose trials all lack a cost has none), and of each quantile (``quantiles``: the baseline's and
+    the candidate's, :func:`run_quantiles`); None where no case has it in both."""
     differences: dict[str, PairedDifference | None] = {}
     for figure in FIGURES:
         column = figure.case_mean
+        if figure.quantile is not None:
+            differences[figure.key] = quantile_difference(quantiles[0][figure.key], quantiles[1][figure.key], shared)
         if column is None:
             continue
         known = [c for c in shared if baseline[c][column] is not None and candidate[c][column] is not None]
@@ -83,7 +124,8 @@ def figure_rows(comparison: dict[str, Any]) -> list[list[str]]:
     differences = comparison["figure_differences"]
     rows = []
     for figure in FIGURES:
-        difference = difference_text(differences.get(figure.key)) if figure.case_mean else DESCRIPTIVE
+        paired = figure.case_mean is not None or figure.quantile is not None
+        difference = difference_text(differences.get(figure.key)) if paired else DESCRIPTIVE
         rows.append([figure.label, number(baseline.get(figure.key)), number(candidate.get(figure.key)), difference])
     return rows
 
@@ -105,8 +147,9 @@ def figures_note(comparison: dict[str, Any]) -> str:
     cases = comparison["overall"]["cases"]
     return (
         f"difference: candidate minus baseline of the per-trial means, each case's attempts averaged, paired over "
-        f"the {cases} cases both ran, 95% interval from the standard error clustered by case. The p50 and p95, the "
-        "total cost and the failure counts are as measured (no interval): the per-trial means carry the comparison."
+        f"the {cases} cases both ran, 95% interval from the standard error clustered by case. The p50 and p95 "
+        "differences are of each run's own quantile, their interval clustered by case through the share of trials "
+        "under the quantile (docs/reports.md). The total cost and the failure counts are as measured (no interval)."
     )
 
 
