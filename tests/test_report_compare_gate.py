@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from agenteval.analysis import NotComparable, Report, build_report, compare, gate
 from agenteval.cli import main
 from agenteval.render import to_json
+from agenteval.render._text_safety import markdown_cell
 from agenteval.run import evaluate
 from agenteval.store import Store
 
@@ -84,6 +85,48 @@ def test_report_separates_failures_by_type_and_infrastructure(runs):
     assert outcomes.failures_by_type == {"quota_exhausted": outcomes.failed}
     assert outcomes.infrastructure_failures == outcomes.failed > 0
     assert outcomes.failed_share == pytest.approx(outcomes.failed / 120)
+
+
+def test_worst_cases_say_how_each_attempt_ended_wrong_answers_and_failures_by_type_apart(runs):
+    """The table said "failed" for failures only, beside a "passed" column: wrong answers were left to subtract."""
+    store = Store(runs["store"])
+    report = build_report(store, runs["flooded"])
+    rows = store.rows(
+        "SELECT case_id, count(*) FILTER (WHERE outcome = 'wrong') AS wrong, "
+        "count(*) FILTER (WHERE outcome = 'failed') AS failed FROM trials WHERE experiment_id = ? GROUP BY case_id",
+        [runs["flooded"]],
+    )
+    by_case = {row["case_id"]: row for row in rows}
+    for worst in report.worst_cases:
+        assert (worst.wrong, worst.failed) == (by_case[worst.case_id]["wrong"], by_case[worst.case_id]["failed"])
+        assert worst.passes + worst.wrong + worst.failed == worst.attempts
+        assert worst.failures_by_type == ({"quota_exhausted": worst.failed} if worst.failed else {})
+    shown = [w for w in report.worst_cases if w.failed and w.wrong] or [w for w in report.worst_cases if w.failed]
+    case = shown[0]
+    words = f"{case.passes} of 3 passed" + (f", {case.wrong} wrong answer" if case.wrong else "")
+    markdown = (
+        CliRunner()
+        .invoke(main, ["report", runs["flooded"], "--store", str(runs["store"]), "--format", "markdown"])
+        .output
+    )
+    assert "| case | category | its attempts | a failure |" in markdown
+    table = markdown.split("## Worst cases")[1].splitlines()
+    line = next(line for line in table if line.startswith(f"| {markdown_cell(case.case_id)} |"))
+    assert markdown_cell(f"{words}, {case.failed} failed (quota_exhausted)") in line
+
+
+def test_categories_show_their_pass_hat_k_intervals_in_text_and_markdown(runs):
+    """They were only in --format json."""
+    report = build_report(Store(runs["store"]), runs["worse"])
+    category = report.categories[0]
+    cells = [f"{k.pass_hat_k:.1%} ({k.pass_hat_k_ci95[0] * 100:.1f}–{k.pass_hat_k_ci95[1]:.1%})" for k in category.k]
+    assert len(cells) == 3
+    for fmt in ("markdown", "text"):
+        shown = CliRunner(env={"COLUMNS": "300"}).invoke(
+            main, ["report", runs["worse"], "--store", str(runs["store"]), "--format", fmt]
+        )
+        assert shown.exit_code == 0 and "pass^k (95% CI) for k = 1.." in shown.output
+        assert " / ".join(cells) in shown.output, fmt
 
 
 class _Page(HTMLParser):

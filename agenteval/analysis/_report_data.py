@@ -159,7 +159,8 @@ class Conversation:
 
 @dataclasses.dataclass(frozen=True)
 class CaseOutcomes:
-    """One case's attempts: how many passed and failed, and one failure's message."""
+    """One case's attempts: how many passed, gave a wrong answer and failed (by failure type), and one failure's
+    message."""
 
     case_id: str
     category: str
@@ -167,6 +168,9 @@ class CaseOutcomes:
     attempts: int
     failed: int
     a_failure: str | None
+    wrong: int = 0
+    failures_by_type: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Most first, then by name."""
 
 
 @dataclasses.dataclass(frozen=True)

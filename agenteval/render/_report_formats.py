@@ -15,7 +15,14 @@ from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell, visible
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB: rendering is imported by every command, analysis by few
-    from ..analysis._report_data import CategoryPassRate, Outcomes, Report, ScorerFigures, ShardProgress
+    from ..analysis._report_data import (
+        CaseOutcomes,
+        CategoryPassRate,
+        Outcomes,
+        Report,
+        ScorerFigures,
+        ShardProgress,
+    )
 
 
 def pct(value: float | None) -> str:
@@ -24,6 +31,25 @@ def pct(value: float | None) -> str:
 
 def interval(ci: tuple[float, float] | None) -> str:
     return "–" if not ci else f"{ci[0]:.1%} to {ci[1]:.1%}"
+
+
+def with_interval(value: float | None, ci: tuple[float, float] | None) -> str:
+    """A rate and its 95% interval in one cell: "86.7% (70.3–94.7%)"."""
+    if value is None or not ci:
+        return pct(value)
+    return f"{value:.1%} ({ci[0] * 100:.1f}–{ci[1]:.1%})"
+
+
+def attempts_text(case: CaseOutcomes) -> str:
+    """How a case's attempts ended, in words: "1 of 3 passed, 1 wrong answer, 1 failed (timeout)"."""
+    said = [f"{case.passes} of {case.attempts} passed"]
+    if case.wrong:
+        said.append(f"{case.wrong} wrong answer{'s' if case.wrong != 1 else ''}")
+    if case.failed:
+        types = case.failures_by_type
+        kinds = next(iter(types)) if len(types) == 1 else ", ".join(f"{kind} {n}" for kind, n in types.items())
+        said.append(f"{case.failed} failed" + (f" ({kinds})" if kinds else ""))
+    return ", ".join(said)
 
 
 def ms(value: float | None) -> str:
@@ -92,7 +118,7 @@ def sections(report: Report) -> list[Section]:
             str(c.trials),
             pct(c.pass_rate),
             interval(c.ci95),
-            " / ".join(pct(k.pass_hat_k) for k in c.k),
+            " / ".join(with_interval(k.pass_hat_k, k.pass_hat_k_ci95) for k in c.k),
         ]
         for c in report.categories
     ]
@@ -123,10 +149,7 @@ def sections(report: Report) -> list[Section]:
     )
     for label, cost in costs:
         tokens.append([label, "", "", "", "", "–" if cost is None else f"${cost:.4f}"])
-    worst = [
-        [w.case_id, w.category, f"{w.passes}/{w.attempts}", str(w.failed), (w.a_failure or "")[:80]]
-        for w in report.worst_cases
-    ]
+    worst = [[w.case_id, w.category, attempts_text(w), (w.a_failure or "")[:80]] for w in report.worst_cases]
     flaky = report.flaky
     conversations = [
         [c.case_id, str(c.attempt), role, text[:300]] for c in report.conversations for role, text in c.turns
@@ -140,7 +163,11 @@ def sections(report: Report) -> list[Section]:
         ("Experiment", ["", ""], about),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
         ("pass@k and pass^k (over cases)", ["k", "pass@k", "95% CI", "pass^k", "95% CI", "cases"], k_rows),
-        ("By category", ["category", "cases", "trials", "pass rate", "95% CI", "pass^k for k = 1.."], categories),
+        (
+            "By category",
+            ["category", "cases", "trials", "pass rate", "95% CI", "pass^k (95% CI) for k = 1.."],
+            categories,
+        ),
         ("Scorers (current scores)", SCORER_COLUMNS, scorers),
         ("Failures apart from wrong answers", ["outcome", "trials", "share"], outcomes),
         ("Latency", ["of", "p50", "p95", "count"], latency),
@@ -150,7 +177,7 @@ def sections(report: Report) -> list[Section]:
             tokens,
         ),
         (f"Flaky cases: {flaky.count} with mixed outcomes across attempts", ["case"], [[c] for c in flaky.cases]),
-        ("Worst cases", ["case", "category", "passed", "failed", "a failure"], worst),
+        ("Worst cases", ["case", "category", "its attempts", "a failure"], worst),
         *talks,
     ]
 
