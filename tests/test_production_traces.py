@@ -19,9 +19,12 @@ from click.testing import CliRunner
 from waiting import wait_until
 
 from agenteval import evaluate
+from agenteval.analysis._stats import wilson95
 from agenteval.analysis._traces import build_traces_report
 from agenteval.cli import main
 from agenteval.dataset import load_file
+from agenteval.render._text_safety import markdown_cell
+from agenteval.scorers import Scorer
 from agenteval.scorers._traces import TracePolicy, TraceScorer, score_traces, trace_sampled
 from agenteval.store import Store, compact
 from agenteval.store._prune import prune, prunes_left
@@ -149,6 +152,38 @@ def test_report_on_traces_counts_failures_by_the_trials_classifier(production):
     assert only_billing.calls == 7 and only_billing.failures.failed == 4
     later = build_traces_report(Store(production), since=datetime.datetime.now(datetime.UTC))
     assert later.calls == 0 and later.failures.ci95 is None
+
+
+def test_a_trace_whose_answer_a_scorer_could_not_judge_fails_as_a_scorer_error_as_a_trial_does(production):
+    """An evaluation's trial whose answer a pass/fail scorer could not judge is a scorer_error failure,
+    infrastructure; the traces report showed the scorer's errors only, and counted such a trace as fine."""
+    store = Store(production)
+    before = build_traces_report(store)
+
+    def judge_down(case, features):
+        raise ConnectionError("the judge's API is down")
+
+    scorers = [
+        Scorer("judge", fn=judge_down),
+        Scorer("length", fn=lambda case, features: True),
+        Scorer("style", fn=judge_down, continuous=True),  # continuous scores are reported beside, never folded in
+    ]
+    result = score_traces(store, scorers=scorers)
+    report = build_traces_report(store)
+    answered = before.calls - before.failures.failed  # the traces that gave an answer: each was scored
+    assert answered > 0 and result.sampled - result.failed >= answered
+    assert report.failures.failed == before.failures.failed + answered == report.calls
+    assert report.failures.infrastructure == before.failures.infrastructure + answered
+    assert report.failures_by_type == {**before.failures_by_type, "scorer_error": answered}
+    assert report.failures.rate == 1.0 and report.failures.ci95 == wilson95(report.calls, report.calls)
+    assert sum(s.failed for s in report.services) == report.calls
+    unjudged = [f for f in report.latest_failures if f.failure_type == "scorer_error"]
+    assert unjudged and all(f.infrastructure for f in unjudged)
+    # The message a trial gets, from the same SQL.
+    assert unjudged[0].message == "scorer judge could not judge the answer: ConnectionError: the judge's API is down"
+    assert {s.scorer: s.errors for s in report.scorers}["judge"] == result.sampled - result.failed
+    code, text = cli(production, "report", "--traces", "--format", "markdown")
+    assert code == 0 and f"| {markdown_cell('  scorer_error')} | {answered} |" in text
 
 
 def test_report_traces_command_formats(production, tmp_path):

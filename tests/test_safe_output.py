@@ -235,7 +235,9 @@ def test_the_markdown_report_renders_literally_and_keeps_its_table_shape(hostile
     assert len(tables) == 10 and all(len({len(row) for row in table}) == 1 for table in tables)
     categories, worst = tables[3], tables[9]
     assert len(categories) == 2 + len(HOSTILE_CATEGORIES) and len(categories[0]) == 6
-    assert len(worst) == 2 + 10 and len(worst[0]) == 4  # header, rule, the ten worst cases; how their attempts ended in one
+    assert (
+        len(worst) == 2 + 10 and len(worst[0]) == 4
+    )  # header, rule, the ten worst cases; how their attempts ended in one
 
 
 def test_the_html_report_escapes_markup_and_shows_bidi_characters(hostile):

@@ -16,7 +16,7 @@ from ..run._prices import Prices, cost, load_prices
 from ..store import Store
 from ..store._snapshots import scorer_figures_sql
 from ..store._trace_views import PRODUCTION
-from ..store._views import COUNTED_MODEL_CALL
+from ..store._views import COUNTED_MODEL_CALL, SCORER_ERROR, scorer_verdicts, unjudged_message
 from ._experiments import fetch
 from ._report_data import ScorerFigures, SpanLatency
 from ._stats import wilson95
@@ -90,10 +90,18 @@ GROUP BY ALL
 """
 """The agent's model calls beneath each tool's spans (a tool that is itself an agent, or calls one), by model."""
 
-SCORER_FIGURES = scorer_figures_sql(
-    "(SELECT * FROM trace_scores WHERE trace_id IN (SELECT trace_id FROM selected))", "trace_id"
-)
+SELECTED_SCORES = "(SELECT * FROM trace_scores WHERE trace_id IN (SELECT trace_id FROM selected))"
+
+SCORER_FIGURES = scorer_figures_sql(SELECTED_SCORES, "trace_id")
 """Each trace is its own unit: its scores are independent of other traces'."""
+
+UNJUDGED = f"""
+SELECT t.trace_id, t.service, t.started_at, {unjudged_message("j")} AS message
+FROM ({scorer_verdicts(SELECTED_SCORES, "trace_id")}) j JOIN selected t USING (trace_id)
+WHERE j.errored_scorer IS NOT NULL
+"""
+"""The traces whose answer an applicable pass/fail scorer could not judge: ``scorer_error`` failures, infrastructure,
+as an evaluation's trials are (:func:`agenteval.store._views.judged_trials`), with the same message."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +116,8 @@ class TraceWindow:
 
 @dataclasses.dataclass(frozen=True)
 class ErrorRate:
-    """Traces that failed (a failure type by the trials' classifier), of all, with a Wilson 95% interval."""
+    """Traces that failed (a failure type by the trials' classifier, or a ``scorer_error`` as trials have), of all,
+    with a Wilson 95% interval."""
 
     failed: int
     calls: int
@@ -245,7 +254,7 @@ def _report(
 ) -> TracesReport:
     con.execute(SELECTED, [since, service, service])
     summary = fetch(con, SUMMARY)[0]
-    failures = [f for f in map(trace_failure, fetch(con, CLASSIFIED)) if f is not None]
+    failures = _failures(con)
     by_type: dict[str, int] = {}
     for failure in failures:
         by_type[failure.failure_type] = by_type.get(failure.failure_type, 0) + 1
@@ -290,6 +299,19 @@ def _report(
         scorers=[ScorerFigures.from_row(row) for row in fetch(con, SCORER_FIGURES)],
         latest_failures=failures[:RECENT_FAILURES],
     )
+
+
+def _failures(con: duckdb.DuckDBPyConnection) -> list[TraceFailure]:
+    """The selected traces that failed, latest first: by the trials' classifier, or, for a trace that answered, as a
+    ``scorer_error`` when a pass/fail scorer could not judge its answer (what fails a trial too)."""
+    failures = [f for f in map(trace_failure, fetch(con, CLASSIFIED)) if f is not None]
+    failed = {f.trace_id for f in failures}
+    failures += [
+        TraceFailure(row["trace_id"], row["service"], row["started_at"], SCORER_ERROR, True, row["message"])
+        for row in fetch(con, UNJUDGED)
+        if row["trace_id"] not in failed
+    ]
+    return sorted(failures, key=lambda f: (f.started_at, f.trace_id), reverse=True)
 
 
 def _tools(con: duckdb.DuckDBPyConnection, prices: Prices) -> list[ToolUse]:

@@ -136,6 +136,25 @@ UNION ALL
 """
 
 
+def scorer_verdicts(scores: str, keys: str) -> str:
+    """Per ``keys`` (a trial, or a production trace), what its current pass/fail ``scores`` say: ``all_passed``
+    (every one passed), and the first scorer (by name) that could not judge its answer, ``errored_scorer``, with
+    that error, ``scorer_error``; continuous scores are reported beside, never folded in. What makes an answered
+    trial (or trace) passed, wrong, or a ``scorer_error`` failure (:func:`judged_trials`)."""
+    return f"""
+SELECT {keys}, bool_and(passed IS TRUE) AS all_passed,
+       -- the first scorer (by name) that errored, so the message is the same however the scores are read
+       min(scorer) FILTER (WHERE error IS NOT NULL) AS errored_scorer,
+       arg_min(error, scorer) FILTER (WHERE error IS NOT NULL) AS scorer_error
+FROM {scores} WHERE NOT coalesce(continuous, false) GROUP BY ALL
+"""
+
+
+def unjudged_message(verdicts: str) -> str:
+    """SQL: the message of a ``scorer_error`` failure, from a row (alias ``verdicts``) of :func:`scorer_verdicts`."""
+    return f"'scorer ' || {verdicts}.errored_scorer || ' could not judge the answer: ' || {verdicts}.scorer_error"
+
+
 def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id") -> str:
     """``trials`` with ``outcome`` and ``passed`` judged by ``scores`` (their current scores): what passing means.
 
@@ -155,7 +174,6 @@ def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id
     """
     passes = "t.failure_type IS NULL AND coalesce(j.all_passed, true)"
     unjudged = "t.failure_type IS NULL AND j.errored_scorer IS NOT NULL"
-    message = "'scorer ' || j.errored_scorer || ' could not judge the answer: ' || j.scorer_error"
     return f"""
 SELECT t.* REPLACE (
     CASE WHEN t.failure_type IS NOT NULL OR {unjudged} THEN 'failed' WHEN {passes} THEN 'passed' ELSE 'wrong' END
@@ -164,16 +182,10 @@ SELECT t.* REPLACE (
     CASE WHEN {unjudged} THEN {sql_string(SCORER_ERROR)} ELSE t.failure_type END AS failure_type,
     -- an answered trial's stored flag is the run's verdict on the scores it had then: the current ones decide
     CASE WHEN {unjudged} THEN true WHEN t.failure_type IS NOT NULL THEN t.infrastructure END AS infrastructure,
-    CASE WHEN {unjudged} THEN {message} ELSE t.error_message END AS error_message
+    CASE WHEN {unjudged} THEN {unjudged_message("j")} ELSE t.error_message END AS error_message
 )
 FROM {trials} t
-LEFT JOIN (
-    SELECT {keys}, bool_and(passed IS TRUE) AS all_passed,
-           -- the first scorer (by name) that errored, so the message is the same however the scores are read
-           min(scorer) FILTER (WHERE error IS NOT NULL) AS errored_scorer,
-           arg_min(error, scorer) FILTER (WHERE error IS NOT NULL) AS scorer_error
-    FROM {scores} WHERE NOT coalesce(continuous, false) GROUP BY ALL
-) j USING ({keys})
+LEFT JOIN ({scorer_verdicts(scores, keys)}) j USING ({keys})
 """
 
 
