@@ -191,6 +191,17 @@ def format_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)(fn)
 
 
+def echo_table(table: Any, fmt: str) -> None:
+    """A query result rendered in ``fmt`` on stdout, and on stderr what the format could not keep (JSON has no NaN
+    or infinity): stdout stays the result alone for the program that reads it."""
+    from .render._tables import render_noted
+
+    text, notes = render_noted(table, fmt)
+    echo_rendered(text, fmt)
+    for note in notes:
+        click.echo(note, err=True)
+
+
 def echo_rendered(text: str, fmt: str) -> None:
     """A rendered query result on stdout. CSV is the one format that holds values raw: on a terminal they show
     as escapes, as in every table; elsewhere (a file, a program) they go out exactly, which click's echo would
@@ -326,9 +337,7 @@ def sql(query: str, store: str | None, fmt: str) -> None:
     as reports give them), experiment_history, trial_history, score_history, review_history (every row as
     written), and traces, trace_scores (production traces). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE,
     SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
-    from .render._tables import render
-
-    echo_rendered(render(existing_store(store).query(query, read_only=True), fmt), fmt)
+    echo_table(existing_store(store).query(query, read_only=True), fmt)
 
 
 @main.command()
@@ -1181,14 +1190,13 @@ def experiments(store: str | None, fmt: str) -> None:
     import pyarrow as pa
 
     from .analysis._experiments import list_experiments
-    from .render._tables import render
 
     rows = list_experiments(existing_store(store))
     for row in rows:
         row["pass_rate"] = None if row["pass_rate"] is None else round(row["pass_rate"], 3)
         row["pass_rate_ci95"] = None if row["pass_rate_ci95"] is None else [round(e, 3) for e in row["pass_rate_ci95"]]
     table = pa.Table.from_pylist(rows) if rows else pa.table({"experiment_id": pa.array([], pa.string())})
-    echo_rendered(render(table, fmt), fmt)
+    echo_table(table, fmt)
 
 
 @main.command(name="plugins")
@@ -1201,11 +1209,10 @@ def plugins_command(fmt: str) -> None:
     import pyarrow as pa
 
     from ._plugins import PluginStatus, check_plugins
-    from .render._tables import render
 
     rows = check_plugins()
     columns = [field.name for field in dataclasses.fields(PluginStatus)]
-    echo_rendered(render(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt), fmt)
+    echo_table(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt)
     if not rows:  # on stderr: the table stays a table for whatever reads it
         click.echo(
             "no plugins installed: a distribution adds one with an entry point in agenteval.scorers, "

@@ -206,7 +206,31 @@ def test_json_output_is_strict_json_when_values_are_not_finite(store):
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not JSON")
 
-    assert json.loads(result.output, parse_constant=refuse) == [{"x": None, "l": [None, 1.5], "s": {"a": None, "b": 2}}]
+    assert json.loads(result.stdout, parse_constant=refuse) == [{"x": None, "l": [None, 1.5], "s": {"a": None, "b": 2}}]
+
+
+def test_json_output_says_on_stderr_which_columns_had_values_written_as_null(store):
+    """DuckDB's own shell writes NaN as null in its json mode, its to_json and COPY write bare NaN and Infinity (not
+    JSON), Python's json.dumps too; null parses everywhere, but was written without a word, so a user read an
+    infinite ratio as a missing one. stdout stays the JSON alone; stderr names the columns and the count."""
+    query = (
+        "SELECT 'nan'::DOUBLE AS x, ['inf'::DOUBLE, 1.5, '-inf'::DOUBLE] AS l, NULL::DOUBLE AS missing, 2.5 AS fine "
+        "UNION ALL SELECT '-inf'::DOUBLE, [], NULL, 1"
+    )
+    result = sql(store, query)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == [
+        {"x": None, "l": [None, 1.5, None], "missing": None, "fine": 2.5},
+        {"x": None, "l": [], "missing": None, "fine": 1.0},
+    ]
+    assert result.stderr == (
+        "note: JSON has no NaN or infinity: 4 such values written as null, in columns x (2), l (2); --format csv "
+        "keeps them (nan, inf, -inf)\n"
+    )
+    finite = sql(store, "SELECT 1.5::DOUBLE AS x, NULL::DOUBLE AS y")
+    assert finite.stderr == "" and json.loads(finite.stdout) == [{"x": 1.5, "y": None}]
+    as_csv = sql(store, query, "csv")
+    assert as_csv.stderr == "" and as_csv.stdout.splitlines()[1].startswith("nan,")
 
 
 def test_explain_analyze_of_a_write_is_refused_and_writes_nothing(store, tmp_path):

@@ -38,20 +38,52 @@ def _cell(value: Any, *, exact: bool = False) -> str:
     return str(value)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN or Infinity: strict parsers (jq, JSON.parse) refuse the whole document
-    if isinstance(value, decimal.Decimal) and value.is_finite():
-        return _number(value)
-    if isinstance(value, (datetime.datetime, datetime.date)):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
+class _Jsonable:
+    """Values made JSON's, counting the numbers JSON cannot hold that were written as null."""
+
+    def __init__(self) -> None:
+        self.non_finite = 0
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            self.non_finite += 1
+            return None  # JSON has no NaN or Infinity: strict parsers (jq, JSON.parse) refuse the whole document
+        if isinstance(value, decimal.Decimal) and value.is_finite():
+            return _number(value)
+        if isinstance(value, (datetime.datetime, datetime.date)):
+            return value.isoformat()
+        if isinstance(value, bytes):
+            return value.hex()
+        if isinstance(value, dict):
+            return {k: self(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        return value
+
+
+def _json_row(jsonable: _Jsonable, row: dict[str, Any], replaced: dict[str, int]) -> dict[str, Any]:
+    """``row`` made JSON's; ``replaced`` gains per column how many NaN or infinite numbers (nested ones too) were
+    written as null: JSON has none, and a strict parser refuses a document with them, so no value may be changed
+    without the user being told (:func:`json_note`)."""
+    out = {}
+    for name, value in row.items():
+        before = jsonable.non_finite
+        out[name] = jsonable(value)
+        if jsonable.non_finite != before:
+            replaced[name] = replaced.get(name, 0) + jsonable.non_finite - before
+    return out
+
+
+def json_note(replaced: dict[str, int]) -> str | None:
+    """What :func:`json_pieces` wrote as null, for stderr; None when nothing."""
+    if not replaced:
+        return None
+    columns = ", ".join(f"{visible(name)} ({n})" for name, n in replaced.items())
+    total = sum(replaced.values())
+    return (
+        f"note: JSON has no NaN or infinity: {total} such value{'s' if total != 1 else ''} written as null, in "
+        f"column{'s' if len(replaced) != 1 else ''} {columns}; --format csv keeps them (nan, inf, -inf)"
+    )
 
 
 def to_rows(table: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
@@ -80,12 +112,17 @@ def csv_pieces(names: list[str], batches: Iterable[pa.Table | pa.RecordBatch]) -
             yield "\n" + out.getvalue()[:-1]  # the newline after the previous row, none after this batch's last
 
 
-def json_pieces(batches: Iterable[pa.Table | pa.RecordBatch]) -> Iterator[str]:
+def json_pieces(batches: Iterable[pa.Table | pa.RecordBatch], replaced: dict[str, int] | None = None) -> Iterator[str]:
     """A JSON list of ``batches``' rows as objects, one piece per batch; joined, the text ``json.dumps`` gives the
-    whole list with ``indent=2`` (a row's own lines indented once more: none is inside a string, escaped there)."""
+    whole list with ``indent=2`` (a row's own lines indented once more: none is inside a string, escaped there).
+    ``replaced`` gains per column how many NaN or infinite numbers were written as null."""
+    jsonable, counts = _Jsonable(), {} if replaced is None else replaced
     first = True
     for batch in batches:
-        rows = [json.dumps(_jsonable(row), indent=2, default=str, allow_nan=False) for row in to_rows(batch)]
+        rows = [
+            json.dumps(_json_row(jsonable, row, counts), indent=2, default=str, allow_nan=False)
+            for row in to_rows(batch)
+        ]
         if rows:
             yield ("[\n  " if first else ",\n  ") + ",\n  ".join(row.replace("\n", "\n  ") for row in rows)
             first = False
@@ -100,13 +137,25 @@ FROM spans``) printed nothing for minutes. The other formats, for files and prog
 def render(table: pa.Table, fmt: str = "table") -> str:
     """``table`` as ``table`` (aligned text; its first :data:`TABLE_ROWS` rows, and how many there are), ``csv``,
     ``json`` (a list of objects) or ``markdown``."""
+    return render_noted(table, fmt)[0]
+
+
+def render_noted(table: pa.Table, fmt: str = "table") -> tuple[str, list[str]]:
+    """:func:`render`, and what the rendering could not keep as it was, to tell the user (on stderr)."""
+    if fmt == "json":
+        replaced: dict[str, int] = {}
+        text = "".join(json_pieces([table], replaced))
+        note = json_note(replaced)
+        return text, [note] if note else []
+    return _rendered(table, fmt), []
+
+
+def _rendered(table: pa.Table, fmt: str) -> str:
     if fmt == "table" and table.num_rows > TABLE_ROWS:
         names = table.column_names
         shown = [[_cell(row[n]) for n in names] for row in to_rows(table.slice(0, TABLE_ROWS))]
         return rich_table_text(names, shown, total=table.num_rows)
     names = table.column_names
-    if fmt == "json":
-        return "".join(json_pieces([table]))
     if fmt == "csv":
         return "".join(csv_pieces(names, [table]))
     rows = to_rows(table)
