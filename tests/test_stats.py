@@ -269,3 +269,22 @@ def test_a_latency_quantile_difference_interval_covers_the_true_difference_about
         low, high = difference.interval()
         covered += low <= truth <= high
     assert 0.92 <= covered / 1000 <= 0.98
+
+
+def test_a_latency_quantile_difference_over_tied_durations_has_no_interval_rather_than_a_zero_width_one():
+    """Durations tied around the quantile (rounded to the millisecond, a mock's constant latency) leave no density
+    to estimate: the standard error came out 0, shown as an interval of zero width and "alike in every case", though
+    the cases differ. There is now no interval."""
+    import math
+
+    from agenteval.analysis._quantiles import RunQuantile, quantile_difference
+
+    def side(value: float, per_case: dict[str, tuple[int, int]]) -> RunQuantile:
+        return RunQuantile(0.5, value, (0.3, value), (0.7, value), per_case)  # the same value either side
+
+    baseline = side(0.010, {"a": (3, 3), "b": (3, 0), "c": (3, 2)})
+    candidate = side(0.012, {"a": (3, 0), "b": (3, 3), "c": (3, 2)})
+    difference = quantile_difference(baseline, candidate, ["a", "b", "c"])
+    assert difference is not None and difference.difference == pytest.approx(0.002)
+    assert math.isnan(difference.standard_error) and not difference.no_spread
+    assert all(math.isnan(bound) for bound in difference.interval())

@@ -83,6 +83,10 @@ def quantile_difference(
     clusters = len(terms)
     spread = math.fsum(t * t for t in terms)
     standard_error = math.sqrt(spread * clusters / (clusters - 1)) if clusters >= 2 else math.nan
+    if not (baseline.sparsity() > 0 and candidate.sparsity() > 0):
+        # Values tied around the quantile (durations rounded to the millisecond, a mock's constant latency) give no
+        # density to estimate: no interval, rather than a zero-width one that claims certainty.
+        standard_error = math.nan
     return PairedDifference(
         cases=len(set(shared) & cases),
         baseline=baseline.value,
