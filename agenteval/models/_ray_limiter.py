@@ -68,6 +68,28 @@ class LimiterHost:
         }
 
 
+def start_limiter_host(ray: Any, name: str, namespace: str) -> Any:
+    """The run's :class:`LimiterHost` actor, named ``name`` in ``namespace`` (workers find it by name).
+
+    Owned by the driver, so it ends with the run (or the driver); on the driver's node where it can be, so a lost
+    worker node does not take it along; restarted (its limits afresh) should its process die."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return (
+        ray.remote(LimiterHost)
+        .options(
+            name=name,
+            namespace=namespace,
+            num_cpus=0,
+            scheduling_strategy=here,
+            max_restarts=-1,
+            max_task_retries=-1,
+        )
+        .remote()
+    )
+
+
 _CALLER = f"{socket.gethostname()}:{os.getpid()}"
 
 

@@ -50,9 +50,9 @@ MAX_RETRIES = 3
 CHUNKS_PER_CPU = 4
 """Tasks per CPU of the cluster: enough for a lost node to cost little and for fast nodes to take more."""
 MAX_CHUNK = 1000
+"""The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 LIMITS_TIMEOUT = 10.0
 """Seconds the driver waits for the limiter actor's figures at the end of the run."""
-"""The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 
 
 class ClusterFailed(AgentevalError):
@@ -215,26 +215,10 @@ class RayExecutor:
         assert run.recipe is not None and run.sink is not None
         if not run.plans:
             return
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from ..models._ray_limiter import LimiterHost
+        from ..models._ray_limiter import start_limiter_host
 
         name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
-        # Owned by the driver, so it ends with the run (or the driver); on the driver's node where it can be, so
-        # a lost worker node does not take it along; restarted (its limits afresh) should its process die.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        host = (
-            ray.remote(LimiterHost)
-            .options(
-                name=name,
-                namespace=NAMESPACE,
-                num_cpus=0,
-                scheduling_strategy=here,
-                max_restarts=-1,
-                max_task_retries=-1,
-            )
-            .remote()
-        )
+        host = start_limiter_host(ray, name, NAMESPACE)
         recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
         task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
         cpus = int(ray.cluster_resources().get("CPU", 1))
