@@ -223,3 +223,29 @@ def test_the_cluster_limiter_loses_no_place_to_abandoned_calls():
         assert host._limiters["m"].active == DEFAULT_INITIAL - 1
 
     asyncio.run(scenario())
+
+
+def test_a_wait_abandoned_before_it_reached_the_limiter_takes_no_place():
+    """An async actor's calls may start out of order: a cancelled call's ``abandon`` can run before its ``acquire``,
+    which must then give up at once rather than hold a place nobody gives back."""
+    from agenteval.models._limiter import DEFAULT_INITIAL
+    from agenteval.models._ray_limiter import LimiterHost
+
+    async def scenario():
+        host = LimiterHost()
+        await host.abandon(7)
+        assert await host.acquire("m", 7, "worker-1") == -1.0
+        for token in range(DEFAULT_INITIAL):  # every place is still there to take
+            assert await host.acquire("m", 100 + token, "worker-1") == 0.0
+        assert host._limiters["m"].active == DEFAULT_INITIAL
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.heavy
+def test_more_waiting_calls_than_an_actor_runs_at_once_do_not_block_the_places_given_back(cluster):
+    """Ray runs at most 1,000 calls of an async actor at once: 1,100 calls waiting for one of the limiter's 32 places
+    must not keep the calls that give places back from running (a deadlock of every worker's model calls)."""
+    done = cluster.run([sys.executable, str(HERE / "ray_limiter_calls.py"), cluster.address, "1100"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"finished": 1100, "waiting": 0}

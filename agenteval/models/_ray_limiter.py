@@ -5,6 +5,11 @@ Each place is asked for with a token of the caller's: a call cancelled while it 
 so with :meth:`LimiterHost.abandon`, which withdraws the wait or, if the place was granted meanwhile, gives it
 back; no place is lost to a cancelled call. A worker process that dies while its calls hold places does not give
 them back: the limit recovers as the other calls succeed (additive increase), never above its bound.
+
+Ray runs at most ``max_concurrency`` (1,000) calls of an async actor at once, and a waiting ``acquire`` is one of
+them: places are given back (and waits withdrawn) through a concurrency group of their own, :data:`RETURNS`, so
+however many calls wait, the ones that free places still run. Calls in two groups may start in either order, so
+an ``abandon`` may come before the ``acquire`` it withdraws; that ``acquire`` then gives up at once.
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ from typing import Any
 
 from ._limiter import AdaptiveLimiter
 
+RETURNS = "returns"
+"""The actor's concurrency group for the calls that never wait: ``release``, ``abandon`` and ``limits``."""
+RETURNS_AT_ONCE = 64
+"""How many of those run at once: each is over in microseconds."""
+
 
 class LimiterHost:
     """The cluster's limiters, one per model key; made a Ray actor (async, so waits do not block each other)."""
@@ -26,12 +36,17 @@ class LimiterHost:
         self._waiting: dict[int, asyncio.Task[Any]] = {}
         self._granted: dict[int, tuple[str, int]] = {}
         self._callers: dict[str, set[str]] = {}
+        self._abandoned: set[int] = set()
+        """Tokens abandoned before their ``acquire`` started: it gives up on arrival."""
 
     async def acquire(self, key: str, token: int, caller: str = "") -> float:
         """Wait for a place under ``key``'s limiter for ``caller`` (a worker process); the seconds waited (-1 when
         the wait was abandoned)."""
         limiter = self._limiters.setdefault(key, AdaptiveLimiter())
         self._callers.setdefault(key, set()).add(caller)
+        if token in self._abandoned:
+            self._abandoned.discard(token)
+            return -1.0
         task = asyncio.current_task()
         assert task is not None
         self._waiting[token] = task
@@ -56,8 +71,10 @@ class LimiterHost:
         task = self._waiting.get(token)
         if task is not None:
             task.cancel()
-        else:
+        elif token in self._granted:
             await self.release(token, "other")
+        else:  # its acquire has not started yet
+            self._abandoned.add(token)
 
     async def limits(self) -> dict[str, dict[str, Any]]:
         """Per model: its ``limits`` so far, in order (how the cluster's concurrency fell and recovered), and the
@@ -77,7 +94,7 @@ def start_limiter_host(ray: Any, name: str, namespace: str) -> Any:
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
     return (
-        ray.remote(LimiterHost)
+        ray.remote(concurrency_groups={RETURNS: RETURNS_AT_ONCE})(LimiterHost)
         .options(
             name=name,
             namespace=namespace,
@@ -106,9 +123,9 @@ class ClusterLimiter:
         try:
             waited = await self.host.acquire.remote(self.key, token, _CALLER)
         except asyncio.CancelledError:
-            self.host.abandon.remote(token)
+            self.host.abandon.options(concurrency_group=RETURNS).remote(token)
             raise
         return token, max(waited, 0.0)
 
     def release(self, generation: int, outcome: str) -> None:
-        self.host.release.remote(generation, outcome)
+        self.host.release.options(concurrency_group=RETURNS).remote(generation, outcome)

@@ -215,7 +215,7 @@ class RayExecutor:
         assert run.recipe is not None and run.sink is not None
         if not run.plans:
             return
-        from ..models._ray_limiter import start_limiter_host
+        from ..models._ray_limiter import RETURNS, start_limiter_host
 
         name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
         host = start_limiter_host(ray, name, NAMESPACE)
@@ -253,7 +253,9 @@ class RayExecutor:
                 finished.cancel()
             # The figures are for the summary: their loss must not hide why the run ended.
             with contextlib.suppress(Exception):
-                run.limits.update(ray.get(host.limits.remote(), timeout=LIMITS_TIMEOUT))
+                run.limits.update(
+                    ray.get(host.limits.options(concurrency_group=RETURNS).remote(), timeout=LIMITS_TIMEOUT)
+                )
             ray.kill(host)
         run.counts["ray_tasks"] = tasks
         run.counts["ray_worker_processes"] = len(workers)
