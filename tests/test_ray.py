@@ -53,6 +53,19 @@ def finished(child: subprocess.Popen, timeout: float = 300) -> dict:
     return json.loads(out)
 
 
+def refused(child: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
+    """The exit code and the one error line of a run refused before it started (a run that hangs instead fails
+    the test once ``timeout`` has passed)."""
+    try:
+        _, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise AssertionError(f"the run was not refused within {timeout} s") from None
+    (line,) = [line for line in err.splitlines() if line.startswith("Error: ")]
+    return child.returncode, line
+
+
 def trial_keys(store: Path, experiment_id: str) -> dict[tuple[str, int], int]:
     rows = Store(store).rows(
         "SELECT case_id, attempt, count(*) AS n FROM trials WHERE experiment_id = ? GROUP BY ALL", [experiment_id]
@@ -249,3 +262,27 @@ def test_more_waiting_calls_than_an_actor_runs_at_once_do_not_block_the_places_g
     done = cluster.run([sys.executable, str(HERE / "ray_limiter_calls.py"), cluster.address, "1100"], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"finished": 1100, "waiting": 0}
+
+
+@pytest.mark.heavy
+def test_an_error_of_the_users_on_a_worker_is_shown_as_its_own_one_line(cluster, tmp_path):
+    """An agent whose import fails on the workers only (a package the driver has and the nodes lack): the run
+    fails with that error's own message, as a local run would show it, not Ray's traceback of the task."""
+    (tmp_path / "only_here").mkdir()
+    (tmp_path / "only_here" / "only_on_the_driver.py").write_text("ANSWER = 'ok'\n")
+    (tmp_path / "needs_it.py").write_text(
+        "from only_on_the_driver import ANSWER\n\n\ndef answer(question):\n    return ANSWER\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path / 'only_here'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    store = tmp_path / "store"
+    agent = f"{tmp_path / 'needs_it.py'}:answer"
+    code, line = refused(
+        start_driver(cluster, store, "--dataset", "arithmetic", "--cases", "3", "--agent", agent, env=env)
+    )
+    assert code == 1
+    assert line.startswith(
+        f"Error: --agent {agent}: importing {tmp_path / 'needs_it.py'} raised ModuleNotFoundError: "
+    ), line
+    assert "ray::" not in line and "Traceback" not in line
+    (row,) = Store(store).rows("SELECT status FROM experiments")
+    assert row["status"] == "failed"

@@ -170,14 +170,19 @@ def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
 
 def _result(finished: asyncio.Future[Any], run: _Run) -> ChunkDone:
     """A task's result; a task that failed for good fails the run, saying how to run the rest."""
+    from ray.exceptions import RayTaskError
+
     try:
         result: ChunkDone = finished.result()
-    except AgentevalError:  # the task's own, such as an agent of another version on its node
-        raise
     except Exception as exc:
-        first = visible(ANSI.sub("", str(exc)).strip().splitlines()[0] if str(exc).strip() else "")
+        # A task's own exception comes inside Ray's, whose text is the task's traceback.
+        cause = exc.cause if isinstance(exc, RayTaskError) else exc
+        if isinstance(cause, AgentevalError):  # the user's to fix, such as an agent that cannot load on a node
+            raise cause from exc
+        text = ANSI.sub("", str(cause)).strip()
+        first = visible(text.splitlines()[0] if text else "")
         raise ClusterFailed(
-            f"a task of the run failed on the Ray cluster ({type(exc).__name__}: {first}). The trials committed "
+            f"a task of the run failed on the Ray cluster ({type(cause).__name__}: {first}). The trials committed "
             f"so far are kept; run `{run._resume_command()}` to run the rest"
         ) from exc
     return result
