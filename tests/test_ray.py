@@ -265,6 +265,64 @@ def test_more_waiting_calls_than_an_actor_runs_at_once_do_not_block_the_places_g
 
 
 @pytest.mark.heavy
+def test_an_unreachable_cluster_is_refused_before_anything_is_written(cluster, tmp_path):
+    nobody = "127.0.0.1:1"  # nothing listens there in the cluster's namespace
+    for given, env in (("--ray-address", {}), ("$RAY_ADDRESS", {"RAY_ADDRESS": nobody})):
+        store = tmp_path / given.strip("-$")
+        address = ["--ray-address", nobody] if not env else []
+        command = agenteval_run(store, *MOCK, "--cases", "3", "--executor", "ray", *address)
+        code, line = refused(cluster.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+        assert code == 1
+        assert line.startswith(f"Error: the Ray cluster at {nobody} ({given}) cannot be reached: "), line
+        assert "leave out --ray-address" in line
+        assert not store.exists()
+
+
+@pytest.mark.heavy
+def test_a_cluster_without_a_cpu_for_tasks_is_refused_before_anything_is_written(tmp_path):
+    with LoopbackRayCluster(head_cpus=0) as empty:
+        code, line = refused(start_driver(empty, tmp_path / "store", *MOCK, "--cases", "3"))
+    assert code == 1
+    assert line.startswith(f"Error: the Ray cluster at {empty.address} (--ray-address) has no CPU for tasks"), line
+    assert f"ray start --address={empty.address}" in line
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.heavy
+def test_what_cannot_be_sent_to_the_workers_is_refused_before_anything_is_written(cluster, tmp_path):
+    script = f"""
+import json, threading
+from agenteval.errors import UsageError
+from agenteval.run import evaluate
+lock = threading.Lock()
+def agent(question):
+    with lock:
+        return "ok"
+def simulator(goal, messages):
+    with lock:
+        return None
+def refusal(**given):
+    try:
+        evaluate(dataset="arithmetic", cases=3, progress="none", executor="ray", ray_address={cluster.address!r},
+                 **given)
+    except UsageError as error:
+        return str(error)
+print(json.dumps([
+    refusal(agent=agent, store={str(tmp_path / "a")!r}),
+    refusal(agent="reference", model="openai/m", base_url="http://user:s3cret@127.0.0.1:1/v1",
+            user_simulator=simulator, store={str(tmp_path / "b")!r}),
+]))
+"""
+    done = cluster.run([sys.executable, "-c", script], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    agent, simulator = json.loads(done.stdout.splitlines()[-1])
+    assert agent.startswith("--executor ray: the agent (agent) cannot be sent to the cluster's workers (TypeError: ")
+    assert simulator.startswith("--executor ray: the user simulator (simulator) cannot be sent")
+    assert "s3cret" not in simulator  # a gateway URL's credentials are never shown
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.heavy
 def test_an_error_of_the_users_on_a_worker_is_shown_as_its_own_one_line(cluster, tmp_path):
     """An agent whose import fails on the workers only (a package the driver has and the nodes lack): the run
     fails with that error's own message, as a local run would show it, not Ray's traceback of the task."""

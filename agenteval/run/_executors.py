@@ -4,9 +4,10 @@ saves) is the same whichever executes it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UsageError
@@ -27,6 +28,12 @@ class Executor(Protocol):
 
     name: str
 
+    def ready(self, shipped: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
+        """While the run is planned and runs: for a cluster, connected to it, and checked that it can run tasks and
+        that ``shipped`` (what its workers are sent, by what to call it in an error) can be sent. Entered before
+        anything is written, so a refusal leaves the store as it was."""
+        ...
+
     async def run(self, run: _Run, runner: TrialRunner) -> None:
         """Run ``run.plans``; every finished trial ends up saved by ``run`` (its spans, scores and row)."""
         ...
@@ -36,6 +43,9 @@ class LocalExecutor:
     """Trials on this process's event loop, ``concurrency`` at a time (``agenteval.run._scheduler``)."""
 
     name = "local"
+
+    def ready(self, shipped: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     async def run(self, run: _Run, runner: TrialRunner) -> None:
         await run.run_trials(runner)
@@ -64,7 +74,7 @@ class RunRecipe:
     options: RunOptions
     agent: str | Callable[..., Any]
     scorers: Sequence[Scorer | str]
-    urls: dict[str, str | None]
+    urls: dict[str, str | None] = dataclasses.field(repr=False)
     """The model URLs as given (a gateway's may carry credentials): sent to the workers, never stored."""
     user_simulator: UserSimulator | None
     pass_id: str

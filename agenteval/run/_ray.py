@@ -28,7 +28,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentevalError, UsageError
@@ -53,10 +53,18 @@ MAX_CHUNK = 1000
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 LIMITS_TIMEOUT = 10.0
 """Seconds the driver waits for the limiter actor's figures at the end of the run."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds the driver tries to reach the cluster's head before it says it cannot (Ray itself tries for minutes)."""
+DEFAULT_PORT = 6379
+"""The head's port when an address names none, as Ray reads it."""
 
 
 class ClusterFailed(AgentevalError):
     """A task failed on the cluster for good: its own error, or its worker lost more often than Ray retries."""
+
+
+class ClusterUnavailable(AgentevalError):
+    """The cluster cannot be reached, or has no CPU to run a task on: said before anything is written."""
 
 
 def require_ray() -> Any:
@@ -188,6 +196,72 @@ def _result(finished: asyncio.Future[Any], run: _Run) -> ChunkDone:
     return result
 
 
+def _check_shippable(ray: Any, shipped: Mapping[str, Any]) -> None:
+    """Each thing the workers are sent can be pickled, or an error naming the one that cannot."""
+    for what, value in shipped.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if item is None or isinstance(item, str):
+                continue
+            try:
+                ray.cloudpickle.dumps(item)
+            except Exception as exc:
+                name = getattr(item, "name", None) or getattr(item, "__qualname__", None) or type(item).__name__
+                text = str(exc).strip().splitlines()
+                raise UsageError(
+                    f"--executor ray: {what} ({visible(str(name))}) cannot be sent to the cluster's workers "
+                    f"({type(exc).__name__}: {visible(text[0] if text else '')}): give it by name (FILE.py:ATTR or "
+                    "MODULE:ATTR, which every worker imports), or make what it holds (a lock, a client, an open "
+                    "file) inside it rather than around it"
+                ) from None
+
+
+def _cluster_address(given: str | None) -> tuple[str | None, str]:
+    """The cluster's address and where it came from: ``--ray-address``, else ``$RAY_ADDRESS``, else none (a Ray
+    started on this machine)."""
+    if given:
+        return given, "--ray-address"
+    return os.environ.get("RAY_ADDRESS") or None, "$RAY_ADDRESS"
+
+
+def _head(address: str) -> tuple[str, int] | None:
+    """The host and port ``address`` reaches the head on; None for Ray's own words (``auto``, ``local``)."""
+    where = address.split("://", 1)[-1].rstrip("/")
+    if where in ("auto", "local", ""):
+        return None
+    host, colon, port = where.rpartition(":")
+    if not colon or not port.isdigit() or host.endswith(":"):  # no port (an IPv6 address's last colon is its own)
+        host, port = where, str(DEFAULT_PORT)
+    return host.strip("[]"), int(port)
+
+
+def _check_reachable(address: str, given: str) -> None:
+    """The head at ``address`` accepts a connection, or an error saying what to do: Ray's own connection attempt
+    retries for minutes without a word, and cannot be stopped with Ctrl-C meanwhile."""
+    head = _head(address)
+    if head is None:
+        return
+    try:
+        socket.create_connection(head, timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ClusterUnavailable(
+            f"the Ray cluster at {visible(address)} ({given}) cannot be reached: {exc.strerror or exc or 'timed out'}."
+            " Check that its head node runs (`ray start --head` prints the address to give) and that this machine "
+            "reaches it; or leave out --ray-address (and $RAY_ADDRESS) to run on a Ray started on this machine"
+        ) from None
+
+
+def _check_has_cpus(ray: Any, address: str | None, given: str) -> None:
+    """The cluster has a CPU for a task (each takes one), or an error: its tasks would wait forever."""
+    if ray.cluster_resources().get("CPU", 0) >= 1:
+        return
+    where = f"at {visible(address)} ({given})" if address else "started on this machine"
+    join = visible(address) if address else "ADDRESS"
+    raise ClusterUnavailable(
+        f"the Ray cluster {where} has no CPU for tasks (its nodes were started with --num-cpus=0, and no worker "
+        f"node has joined): add one with `ray start --address={join}`, then run again"
+    )
+
+
 class RayExecutor:
     """Trials as Ray tasks on the cluster at ``address`` (else ``$RAY_ADDRESS``, else a local cluster)."""
 
@@ -197,23 +271,34 @@ class RayExecutor:
         self.address = address
         self.ray = require_ray()  # said before anything is written
 
-    async def run(self, run: _Run, runner: TrialRunner) -> None:
+    @contextlib.contextmanager
+    def ready(self, shipped: Mapping[str, Any]) -> Iterator[None]:
+        """Connected to the cluster (unless this process already is), which has a CPU for tasks, with ``shipped``
+        checked to be sendable; each said before anything is written."""
         ray = self.ray
+        _check_shippable(ray, shipped)
+        address, given = _cluster_address(self.address)
         connected_here = not ray.is_initialized()
         if connected_here:
+            if address is not None:
+                _check_reachable(address, given)
             ray.init(
-                address=self.address or os.environ.get("RAY_ADDRESS"),
+                address=address,
                 namespace=NAMESPACE,
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,
             )
         try:
-            with _cluster_messages_to(run.progress.note):
-                await self._run(run)
+            _check_has_cpus(ray, address, given)
+            yield
         finally:
             if connected_here:
                 ray.shutdown()
+
+    async def run(self, run: _Run, runner: TrialRunner) -> None:
+        with _cluster_messages_to(run.progress.note):
+            await self._run(run)
 
     async def _run(self, run: _Run) -> None:
         ray = self.ray

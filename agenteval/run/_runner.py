@@ -210,27 +210,29 @@ async def evaluate_async(
         # Plugins that cannot be loaded are said before anything is written.
         register_plugins()
         chosen_executor = executor_for(executor, ray_address)
-        run = _Run.prepare(
-            target,
-            agent,
-            dataset,
-            given,
-            scorers,
-            name,
-            resume,
-            retry_failed,
-            user_simulator,
-            prices,
-            progress,
-            urls,
-            None if experiment_id is None else checked_experiment_id(experiment_id),
-            chosen_executor,
-        )
-        try:
-            with run.lease:
-                return await run.execute()
-        finally:
-            run.agent.release()
+        shipped = {"the agent": agent, "the user simulator": user_simulator, "a scorer": scorers}
+        with chosen_executor.ready(shipped):
+            run = _Run.prepare(
+                target,
+                agent,
+                dataset,
+                given,
+                scorers,
+                name,
+                resume,
+                retry_failed,
+                user_simulator,
+                prices,
+                progress,
+                urls,
+                None if experiment_id is None else checked_experiment_id(experiment_id),
+                chosen_executor,
+            )
+            try:
+                with run.lease:
+                    return await run.execute()
+            finally:
+                run.agent.release()
 
 
 P = ParamSpec("P")
