@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -69,11 +70,12 @@ class LoopbackRayCluster:
         self._ray("start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}")
         return self
 
-    def add_node(self, cpus: int, node_manager_port: int) -> None:
-        """A worker node (a raylet and its worker processes) with ``cpus`` CPUs for tasks."""
-        self._ray(
-            "start", f"--address={self.address}", f"--num-cpus={cpus}", f"--node-manager-port={node_manager_port}"
-        )
+    def add_node(self, cpus: int, node_manager_port: int, hide: Path | None = None) -> None:
+        """A worker node (a raylet and its worker processes) with ``cpus`` CPUs for tasks; ``hide``: a folder this
+        node sees empty (an empty file system mounted over it, in a mount namespace of the node's own), as a node
+        without a shared file system sees a folder of the driver's machine."""
+        args = ["start", f"--address={self.address}", f"--num-cpus={cpus}", f"--node-manager-port={node_manager_port}"]
+        self._ray(*args, hide=hide)
         self.nodes[node_manager_port] = cpus
 
     def busy_workers(self, node_manager_port: int, task: str) -> int:
@@ -115,12 +117,16 @@ class LoopbackRayCluster:
             **options,  # type: ignore[arg-type]
         )
 
-    def _ray(self, *args: str) -> None:
+    def _ray(self, *args: str, hide: Path | None = None) -> None:
         head = ["--include-dashboard=false"] if "--head" in args else []
         # Every node in the cluster's own temporary folder: a node without one reads /tmp/ray, where another
         # cluster's session (and its authentication token) may be.
         common = [f"--temp-dir={self.temp}", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-        done = self.run([str(BIN / "ray"), *args, *head, *common])
+        command = [str(BIN / "ray"), *args, *head, *common]
+        if hide is not None:  # the node's processes inherit the mount namespace, and the empty folder with it
+            started = shlex.join(command)
+            command = ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs none {shlex.quote(str(hide))} && {started}"]
+        done = self.run(command)
         if done.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 

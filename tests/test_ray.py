@@ -57,13 +57,14 @@ def refused(child: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
     """The exit code and the one error line of a run refused before it started (a run that hangs instead fails
     the test once ``timeout`` has passed)."""
     try:
-        _, err = child.communicate(timeout=timeout)
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
         raise AssertionError(f"the run was not refused within {timeout} s") from None
-    (line,) = [line for line in err.splitlines() if line.startswith("Error: ")]
-    return child.returncode, line
+    errors = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, f"exit {child.returncode}, not one error line: {out[:2000]}"
+    return child.returncode, errors[0]
 
 
 def trial_keys(store: Path, experiment_id: str) -> dict[tuple[str, int], int]:
@@ -279,13 +280,27 @@ def test_an_unreachable_cluster_is_refused_before_anything_is_written(cluster, t
 
 
 @pytest.mark.heavy
-def test_a_cluster_without_a_cpu_for_tasks_is_refused_before_anything_is_written(tmp_path):
-    with LoopbackRayCluster(head_cpus=0) as empty:
-        code, line = refused(start_driver(empty, tmp_path / "store", *MOCK, "--cases", "3"))
+def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_path):
+    """No CPU for tasks: refused before anything is written. Then a worker node whose file system does not have the
+    store (its own empty folder mounted over it): its tasks refuse to run, rather than write spans and scores where
+    the driver never sees them while the driver commits their trial rows."""
+    hidden = tmp_path / "shared"
+    hidden.mkdir()
+    store = hidden / "store"
+    with LoopbackRayCluster(head_cpus=0) as cluster:
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))
+        assert code == 1
+        assert line.startswith(f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks")
+        assert f"ray start --address={cluster.address}" in line
+        assert not store.exists()
+
+        cluster.add_node(1, NODE_B, hide=hidden)
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))
     assert code == 1
-    assert line.startswith(f"Error: the Ray cluster at {empty.address} (--ray-address) has no CPU for tasks"), line
-    assert f"ray start --address={empty.address}" in line
-    assert not (tmp_path / "store").exists()
+    assert line.startswith(f"Error: the store {store} on a worker of the Ray cluster (at "), line
+    assert "every node must reach the store at the same path" in line
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    assert row["status"] == "failed" and trial_keys(store, row["experiment_id"]) == {}
 
 
 @pytest.mark.heavy

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import gc
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
 from agenteval_exporters.ablation import enabled
+from agenteval_exporters.files import partition_path
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture
 
@@ -473,8 +475,16 @@ class _Run:
         (a worker with another copy of the agent's file would mix two agents in one experiment)."""
         store = Store(recipe.store)
         options = recipe.options
-        register_plugins()
         experiment = recipe.experiment
+        # The driver saved the experiment before any task started: a store without it is another one (this node's
+        # own folder at that path), where spans and scores would be lost to the driver, which commits their rows.
+        if not _holds_experiment(store, experiment.experiment_id):
+            raise RunRefused(
+                f"the store {store.root} on a worker of the Ray cluster (at {socket.gethostname()}) does not hold "
+                f"experiment {experiment.experiment_id}, which the driver saved there: every node must reach the "
+                "store at the same path (a shared folder, or object storage)"
+            )
+        register_plugins()
         # The reference agent's tools read the whole dataset (shipped with the recipe); nothing else needs more
         # than the task's own cases.
         dataset = recipe.dataset or Dataset(
@@ -910,6 +920,15 @@ class _Run:
 
     def _resume_command(self) -> str:
         return resume_command(self.experiment.experiment_id, self.options.shard) + self.store.as_option()
+
+
+def _holds_experiment(store: Store, experiment_id: str) -> bool:
+    """Whether ``store`` has the experiment's record: on a file system its folder, looked up by name (a shared file
+    system such as NFS may list a folder's entries as they were up to a minute ago, but looks a new name up afresh);
+    on object storage, which lists what is there, by a query."""
+    if isinstance(store.root, Path):
+        return (store.root / "experiments" / partition_path("experiment_id", experiment_id)).is_dir()
+    return ex.find_exact(store, experiment_id) is not None
 
 
 def _uncancel_current_task() -> None:
