@@ -1,7 +1,9 @@
 """``--executor ray`` on a real Ray cluster: a head and worker nodes on this machine, in a network namespace whose
 only interface is loopback (tests/ray_cluster.py). Every trial exactly once and the same figures as a local run;
 a worker node killed mid-run and the run still complete with every trial once; one rate limiter per model for the
-whole cluster. One cluster serves the module (starting one takes seconds)."""
+whole cluster, which more waiting calls than Ray runs at once do not deadlock; a cluster that cannot be reached, has
+no CPU, or has a node without the store, and an agent that cannot be sent, each refused with one line. One cluster
+serves the module (starting one takes seconds); the test that needs a cluster without a CPU starts its own."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from agenteval.dataset import load_dataset
 from agenteval.errors import UsageError
 from agenteval.run import evaluate
 from agenteval.run._plan import new_trials
-from agenteval.run._ray import MAX_CHUNK, chunks
+from agenteval.run._ray import MAX_CHUNK, _head, chunks
 from agenteval.store import Store
 
 NODE_A, NODE_B = 6401, 6402
@@ -168,6 +170,19 @@ def test_tasks_hold_whole_cases_every_trial_once_within_bounds():
         assert sum(map(len, cases)) == 500  # no case split between two tasks
         assert all(len(chunk) <= max(concurrency, MAX_CHUNK) + 2 for chunk in cut)
         assert all(len(chunk) >= min(concurrency, len(plans)) - 2 for chunk in cut[:-1])
+
+
+def test_the_head_a_ray_address_names_is_the_one_tried_before_connecting():
+    expected = {
+        "10.0.0.5:6380": ("10.0.0.5", 6380),
+        "head.example": ("head.example", 6379),  # Ray's default port
+        "ray://head.example:10001": ("head.example", 10001),  # Ray Client
+        "[::1]:6379": ("::1", 6379),
+        "::1": ("::1", 6379),
+        "auto": None,  # Ray's own words: Ray finds the cluster itself
+        "local": None,
+    }
+    assert {address: _head(address) for address in expected} == expected
 
 
 def test_a_ray_address_needs_the_ray_executor_and_executors_are_named(tmp_path):
