@@ -16,6 +16,10 @@ killed local run does: ``--resume`` (with either executor) runs what has no row.
 
 Rate limits are shared: one :class:`agenteval.models._ray_limiter.LimiterHost` actor per run holds one AIMD
 limiter per model for the whole cluster. Progress moves on the driver as tasks finish.
+
+Before the run is planned (:meth:`RayExecutor.ready`), so before anything is written: what the workers are sent
+must pickle, the head must answer, and the cluster must have a CPU for a task; Ray itself would hang in each case,
+or fail with the sent object's repr. A worker refuses a store that lacks the experiment (``_Run.for_worker``).
 """
 
 from __future__ import annotations
