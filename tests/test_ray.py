@@ -303,9 +303,12 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
     hidden.mkdir()
     store = hidden / "store"
     with LoopbackRayCluster(head_cpus=0) as cluster:
-        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))
+        waited = {"AGENTEVAL_RAY_CPU_WAIT": "2"}
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3", env=waited))
         assert code == 1
-        assert line.startswith(f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks")
+        assert line.startswith(
+            f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks after waiting 2 s"
+        ), line
         assert f"ray start --address={cluster.address}" in line
         assert not store.exists()
 
@@ -316,6 +319,29 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
     assert "every node must reach the store at the same path" in line
     (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
     assert row["status"] == "failed" and trial_keys(store, row["experiment_id"]) == {}
+
+
+@pytest.mark.heavy
+def test_a_run_on_a_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_joins(tmp_path):
+    """An autoscaling cluster starts with no worker and adds one when tasks wait: the run says it waits for a CPU,
+    and runs its trials once a node joins, rather than being refused (or waiting without a word)."""
+    store = tmp_path / "store"
+    with LoopbackRayCluster(head_cpus=0) as cluster:
+        driver = start_driver(cluster, store, *MOCK, "--cases", "3", "--attempts", "2", "--quiet")
+        waiting = f"the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks yet: waiting up to"
+        said: list[str] = []
+        for line in iter(driver.stderr.readline, ""):
+            said.append(line)
+            if waiting in line:
+                break
+        assert waiting in said[-1], said
+        assert driver.poll() is None
+        cluster.add_node(1, NODE_B)
+        out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 0, out + err
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    assert row["status"] == "completed"
+    assert sorted(trial_keys(store, row["experiment_id"]).values()) == [1] * 6
 
 
 @pytest.mark.heavy

@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import re
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,8 @@ MAX_RETRIES = 3
 """How often Ray runs a task again whose worker process or node was lost."""
 CHUNKS_PER_CPU = 4
 """Tasks per CPU of the cluster: enough for a lost node to cost little and for fast nodes to take more."""
+logger = logging.getLogger(__name__)
+
 MAX_CHUNK = 1000
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 LIMITS_TIMEOUT = 10.0
@@ -254,16 +258,48 @@ def _check_reachable(address: str, given: str) -> None:
         ) from None
 
 
-def _check_has_cpus(ray: Any, address: str | None, given: str) -> None:
-    """The cluster has a CPU for a task (each takes one), or an error: its tasks would wait forever."""
-    if ray.cluster_resources().get("CPU", 0) >= 1:
+CPU_WAIT_SECONDS = 600.0
+"""How long a run waits for its cluster to have a CPU for tasks (``AGENTEVAL_RAY_CPU_WAIT``): an autoscaling cluster
+may start with none and add a node within minutes."""
+ENV_CPU_WAIT = "AGENTEVAL_RAY_CPU_WAIT"
+
+
+def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
+    """Return once the cluster has a CPU for a task (each takes one), saying so while it waits; an error once
+    :data:`CPU_WAIT_SECONDS` pass without one, since its tasks would wait forever."""
+    if _has_cpu(ray):
         return
+    wait = _cpu_wait_seconds()
     where = f"at {visible(address)} ({given})" if address else "started on this machine"
     join = visible(address) if address else "ADDRESS"
-    raise ClusterUnavailable(
-        f"the Ray cluster {where} has no CPU for tasks (its nodes were started with --num-cpus=0, and no worker "
-        f"node has joined): add one with `ray start --address={join}`, then run again"
+    logger.warning(
+        "the Ray cluster %s has no CPU for tasks yet: waiting up to %s s for a node to join (an autoscaler may be "
+        "adding one; `ray start --address=%s` adds one by hand)",
+        where,
+        f"{wait:g}",
+        join,
     )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        if _has_cpu(ray):
+            return
+    raise ClusterUnavailable(
+        f"the Ray cluster {where} has no CPU for tasks after waiting {wait:g} s (its nodes were started with "
+        f"--num-cpus=0, and no worker node joined): add one with `ray start --address={join}`, then run again; "
+        f"${ENV_CPU_WAIT} sets how long to wait"
+    )
+
+
+def _has_cpu(ray: Any) -> bool:
+    return bool(ray.cluster_resources().get("CPU", 0) >= 1)
+
+
+def _cpu_wait_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV_CPU_WAIT) or CPU_WAIT_SECONDS))
+    except ValueError:
+        return CPU_WAIT_SECONDS
 
 
 class RayExecutor:
@@ -294,7 +330,7 @@ class RayExecutor:
                 configure_logging=False,
             )
         try:
-            _check_has_cpus(ray, address, given)
+            _wait_for_cpus(ray, address, given)
             yield
         finally:
             if connected_here:
