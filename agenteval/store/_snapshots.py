@@ -50,10 +50,11 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
 their case, and scorer figures the spread their intervals need; 3: judged trials whose answer a scorer could not
-judge fail as ``scorer_error``, infrastructure, where they were wrong)."""
+judge fail as ``scorer_error``, infrastructure, where they were wrong; 4: scorer figures count only the scores of
+current trials, not those of a try lost before its trial row was written)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -265,7 +266,7 @@ def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Pa
     scores = folder / "scores"
     scores.mkdir()
     for bucket, some in enumerate(_trial_ranges(con, experiment_id)):
-        current = f"SELECT {SCORE_FIGURES} FROM ({views.current_scores(experiment_id, some)})"
+        current = f"SELECT {SCORE_FIGURES} FROM ({views.counted_scores(experiment_id, some)})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE current_scores AS {current}")
         _copy(con, "FROM current_scores", scores / f"current_scores-{bucket}{SNAPSHOT_SUFFIX}")
         judged = views.judged_trials(f"({views.current_trials(experiment_id, some)})", "current_scores")
@@ -281,7 +282,7 @@ def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Pa
 
 def _trial_ranges(con: duckdb.DuckDBPyConnection, experiment_id: str) -> list[str]:
     """Conditions on ``trial_id`` that split the experiment into ranges of about :data:`BUCKET_TRIALS` trials,
-    the first and last open-ended (scores of trials whose row a crash left unwritten still count once). By
+    the first and last open-ended, so that every trial id is in exactly one. By
     range, not by hash: trial ids grow with time and files keep that order, so each range reads its own row
     groups rather than every score."""
     where = views.only(experiment_id)

@@ -1,8 +1,8 @@
 """The store's views, and the one SQL definition of a trial's outcome.
 
 The views people query by name give the report's numbers: ``experiments`` (each experiment's latest
-row), ``trials`` (current trials judged by their current scores) and ``scores`` (each trial's newest
-score from each scorer). The rows as written stay queryable as ``experiment_history``,
+row), ``trials`` (current trials judged by their current scores) and ``scores`` (each current trial's newest
+score from each scorer: :func:`counted_scores`). The rows as written stay queryable as ``experiment_history``,
 ``trial_history`` and ``score_history``. Reports, compare, the gate and the run itself build their
 figures from the same functions, given an experiment id, so a figure and a query over the views
 cannot disagree.
@@ -136,6 +136,23 @@ UNION ALL
 """
 
 
+def counted_scores(experiment_id: str | None = None, where: str = "true") -> str:
+    """The current scores that count: those of current trials, and of production traces (which have no trial row).
+    Every figure read from scores (a report's scorer table, the ``scores`` view) reads these.
+
+    A try lost after its scores were published but before its trial row was (a run killed between the two, a Ray
+    worker lost mid-task) leaves scores whose trial has no row; ``--resume`` runs the trial again under a new id, so
+    the lost try's scores would count beside the new one's. They stay in ``score_history``, as written. ``where`` as
+    for :func:`current_scores`, on columns the trials table has too (the trial's or the case's id)."""
+    tried = f"""
+SELECT s.* FROM ({current_scores(experiment_id, f"experiment_id IS NOT NULL AND ({where})")}) s
+SEMI JOIN ({current_trials(experiment_id, where)}) t USING (experiment_id, trial_id)
+"""
+    if experiment_id:
+        return tried
+    return f"({tried}) UNION ALL ({current_scores(where=f'experiment_id IS NULL AND ({where})')})"
+
+
 def scorer_verdicts(scores: str, keys: str) -> str:
     """Per ``keys`` (a trial, or a production trace), what its current pass/fail ``scores`` say: ``all_passed``
     (every one passed), and the first scorer (by name) that could not judge its answer, ``errored_scorer``, with
@@ -199,7 +216,7 @@ QUALIFY row_number() OVER (PARTITION BY experiment_id, trial_id ORDER BY reviewe
 
 CURRENT_VIEWS = {
     "experiments": latest_experiments(),
-    "scores": current_scores(),
+    "scores": counted_scores(),
     "trials": judged_trials(f"({current_trials()})", f"({current_scores()})"),
     "reviews": current_reviews(),
 }
