@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from agenteval.store import Store
+from agenteval.store._snapshots import snapshot_folders
 
 # An agent whose first second of replies is short, and whose later replies are 30 KB each: the first
 # micro-batch fits under the file-size limit below, every later one does not, however fast the machine.
@@ -219,3 +222,49 @@ def test_doctor_dry_run_reads_a_read_only_store_and_the_maintenance_commands_say
         for path in paths:
             path.chmod(0o755 if path.is_dir() else 0o644)
     assert fingerprint(store) == before
+
+
+def scorer_figures(store: Path) -> dict[str, tuple[int, float, int]]:
+    """Each scorer's scored count, pass rate and errors, as ``agenteval report`` gives them."""
+    done = agenteval("report", "--format", "json", "--store", str(store))
+    assert done.returncode == 0, done.stderr[-3000:]
+    scorers = json.loads(done.stdout)["scorers"]
+    return {s["scorer"]: (s["scored"], s["pass_rate"], s["errors"]) for s in scorers}
+
+
+def test_scores_of_tries_whose_trial_rows_were_never_written_are_not_counted_after_resume(tmp_path):
+    """A run stopped after publishing its trials' scores and before their rows (here the trials' folder cannot be
+    written; a run killed between the two, or a Ray worker lost mid-task, leaves the same) is resumed, and the
+    trials run again under new ids. The report's scorer table counted the lost tries' scores beside theirs:
+    "scored 180" for 90 trials, while the pass rate counted 90."""
+    store = tmp_path / "store"
+    Store(store).ensure()
+    (store / "trials").chmod(0o555)
+    run = ["run", "-d", "arithmetic", "-a", "mock", "--cases", "30", "--attempts", "3", "-q", "--store", str(store)]
+    run += ["--agent-option", "wrong_rate=0.3"]
+    assert "Permission denied" in error_line(agenteval(*run, unprivileged=True))
+    (store / "trials").chmod(0o755)
+    [(experiment_id,)] = rows(store, "SELECT experiment_id FROM experiments")
+    assert rows(store, "SELECT count(*) FROM trial_history") == [(0,)]
+    assert rows(store, "SELECT count(*) FROM score_history")[0][0] > 0  # the lost tries' scores, kept as written
+
+    resumed = agenteval(*run, "--resume", experiment_id)
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(store, "SELECT count(*) FROM trials") == [(90,)]
+    by_hand = agenteval(
+        "sql", "--format", "json", "--store", str(store),
+        "SELECT scorer, count(*) AS scored, avg(s.passed::INT) AS pass_rate, count(s.error) AS errors "
+        "FROM score_history s JOIN trials t USING (experiment_id, trial_id) GROUP BY scorer",
+    )  # fmt: skip
+    assert by_hand.returncode == 0, by_hand.stderr
+    expected = {r["scorer"]: (r["scored"], r["pass_rate"], r["errors"]) for r in json.loads(by_hand.stdout)}
+    assert {scorer: figures[0] for scorer, figures in expected.items()} == {"answer_match": 90, "tool_use": 90}
+    assert snapshot_folders(Store(store))
+    assert scorer_figures(store) == expected  # saved by the resume
+    shutil.rmtree(store / ".snapshots")
+    assert scorer_figures(store) == expected  # computed
+    assert rows(store, "SELECT scorer, count(*) FROM scores GROUP BY scorer ORDER BY scorer") == [
+        ("answer_match", 90),
+        ("tool_use", 90),
+    ]

@@ -144,9 +144,10 @@ def counted_scores(experiment_id: str | None = None, where: str = "true") -> str
     worker lost mid-task) leaves scores whose trial has no row; ``--resume`` runs the trial again under a new id, so
     the lost try's scores would count beside the new one's. They stay in ``score_history``, as written. ``where`` as
     for :func:`current_scores`, on columns the trials table has too (the trial's or the case's id)."""
+    keys = "trial_id" if experiment_id else "experiment_id, trial_id"  # one experiment: its id needs no hashing
     tried = f"""
 SELECT s.* FROM ({current_scores(experiment_id, f"experiment_id IS NOT NULL AND ({where})")}) s
-SEMI JOIN ({current_trials(experiment_id, where)}) t USING (experiment_id, trial_id)
+SEMI JOIN ({current_trials(experiment_id, where)}) t USING ({keys})
 """
     if experiment_id:
         return tried
