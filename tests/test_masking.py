@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 import pydantic
@@ -58,6 +58,14 @@ FORMS = [
     ("aws session key id", {"note": "id ASIAPLANTED234567890 ok"}, ("ASIAPLANTED234567890",), "id *** ok"),
     ("jwt in text", {"note": f"session {JWT} end"}, (JWT[:20], JWT[-12:]), "session *** end"),
     ("pem block", {"note": f"key:\n{PEM}\nthanks"}, ("plantedPemBody", "ZmFrZWtleQ"), "key:\n***\nthanks"),
+    # A name given its value in text: a repr, JSON or YAML text, header lines, a command line.
+    ("repr", {"note": "Settings(api_key='plantedReprKey', model='m')"}, ("plantedReprKey",), "api_key='***', model"),
+    ("repr of a dict", {"note": "bad config {'password': 'planted pass'}"}, ("planted pass",), "{'password': '***'}"),
+    ("json text", {"body": '{"token": "plantedJsonTok"}'}, ("plantedJsonTok",), r"{\"token\": \"***\"}"),
+    ("yaml line", {"note": "AWS_SECRET_ACCESS_KEY: planted/Yaml+Secret"}, ("planted/Yaml",), "_KEY: ***"),
+    ("header line", {"note": "GET /\nx-api-key: plantedHeaderLine\n"}, ("plantedHeaderLine",), "x-api-key: ***\n"),
+    ("basic auth", {"note": "Authorization: Basic cGxhbnRlZA=="}, ("cGxhbnRlZA",), "Authorization: Basic ***"),
+    ("spaced option", {"argv": "run --api_key = plantedSpaced -q"}, ("plantedSpaced",), "--api_key = *** -q"),
 ]
 
 
@@ -112,6 +120,8 @@ def test_look_alike_names_and_prose_stay_visible(spans):
         "author": "Ann",
         "note": "the bearer of bad news took a risk-assessment-framework-v2 to ASIA on sk-day",
         "query": "https://example.com/?q=weather&page=2",
+        "times": "Note: at 12:30, a ratio of 3:1 (max_tokens: 5); see https://example.com/a:b",
+        "json": '{"token_count": 3, "secret": null}',
     }
     call_service(visible)
     assert json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)) == {"request": visible}
@@ -131,6 +141,43 @@ def test_model_and_dataclass_fields_named_like_secrets_are_masked(spans):
     assert json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)) == {
         "request": [{"openai_api_key": "***", "max_tokens": 9}, {"githubToken": "***", "user": "ann"}]
     }
+
+
+def test_named_tuple_fields_named_like_secrets_are_masked(spans):
+    # A named tuple is a tuple: it was recorded as a plain list, its api_key field's value in the clear.
+    class Login(NamedTuple):
+        api_key: str
+        user: str
+
+    call_service(Login("plantedTupleKey", "ann"))
+    assert json.loads(recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)) == {"request": ["***", "ann"]}
+
+
+def test_an_error_quoting_a_secret_in_a_repr_is_masked_in_every_stored_table(tmp_path):
+    # A tool's error message quotes its settings as Python prints them: the key reached the span's exception
+    # event, its status and the trial's error message.
+    from agenteval import evaluate
+    from agenteval.dataset import Case, Dataset
+
+    secret = "team-blue-PLANTED-7F3A9C2E"
+
+    @tool
+    def fetch(url: str) -> str:
+        raise ConnectionError(f"cannot reach {url} with {{'api_key': '{secret}', 'timeout': 5}}")
+
+    def agent(question: str) -> str:
+        return fetch("https://api.example.com/v1")
+
+    store = tmp_path / "s"
+    case = Case(id="c", input="What is 2 + 2?", expected_output="4")
+    experiment = evaluate(agent, Dataset("d", "d(test)", "hash-d", [case]), store=store, attempts=1, progress="none")
+    (row,) = Store(store).rows("SELECT error_message FROM trials WHERE experiment_id = ?", [experiment.id])
+    assert "{'api_key': '***', 'timeout': 5}" in row["error_message"]
+    for table in ("spans", "trials", "scores"):
+        text = json.dumps(Store(store).rows(f"SELECT * FROM {table}"), default=str)
+        assert secret not in text, table
+    for path in store.rglob("*"):
+        assert not path.is_file() or secret.encode() not in path.read_bytes(), path.relative_to(store)
 
 
 def test_a_secret_in_a_model_message_is_masked_in_place(spans):

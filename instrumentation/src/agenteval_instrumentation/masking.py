@@ -98,10 +98,21 @@ _SHAPES = (
     ("xox", re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}")),  # Slack tokens
     ("AIza", re.compile(r"AIza[0-9A-Za-z_-]{35}")),  # Google API keys
 )
-# name=value in a URL query, a form body or a log line: only the value of a secret name is masked.
-# The pattern starts at "=" (a literal, so it is found fast); the name is read backwards from there.
-_PARAMETER_VALUE = re.compile(r"=([^&#\s\"'<>,;]+)")
+# A value given to a name: name=value in a URL query, a form body or a log line, and name: value in a header
+# line, a YAML line or a repr of a mapping; quoted or not (api_key='...' in a repr, "token": "..." in JSON text,
+# with the escaped quotes of JSON inside JSON). Only the value of a secret name is masked, and an HTTP auth
+# scheme before it ("Authorization: Basic ...") stays. Separators are found first (one character class, found
+# fast), the name is read backwards from each, and only after a secret name is a value looked for.
+_SEPARATOR = re.compile(r"[=:]")
+_VALUE = re.compile(
+    r"""[ \t]*(?:(?P<dq>\\?")[^"\\\n]*\\?"|(?P<sq>\\?')[^'\\\n]*\\?'"""
+    r"""|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>[^&#\s"'<>,;\\)\]}]+))"""
+)
 _NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]")
+_NAME_CLOSERS = frozenset(" \t\"'\\")
+"""What may stand between a name and its separator: spaces, and the quotes of a quoted name."""
+_JSON_WORDS = frozenset(("null", "true", "false"))
+"""Bare JSON values that hold nothing, left as they are: masking them would say a secret was there."""
 # user:password@ in a URL.
 _USERINFO = re.compile(r"://([^/\s:@]+):([^/\s@]+)@")
 
@@ -113,7 +124,7 @@ def might_hold_secret(text: str) -> bool:
     """A cheap pre-check: False means :func:`mask_text` would leave ``text`` as it is."""
     if len(text) < SHORTEST_SECRET_TEXT:
         return False
-    if "=" in text or "://" in text:
+    if "=" in text or ":" in text:
         return True
     for hint, _ in _SHAPES:
         if hint in text:
@@ -125,8 +136,8 @@ def mask_text(text: str) -> str:
     """``text`` with every secret found in it replaced in place by ``***``."""
     if len(text) < SHORTEST_SECRET_TEXT:
         return text
-    if "=" in text:
-        text = _PARAMETER_VALUE.sub(_mask_parameter, text)
+    if "=" in text or ":" in text:
+        text = _mask_parameters(text)
     if "://" in text:
         text = _USERINFO.sub(rf"://\1:{MASK}@", text)
     for hint, shape in _SHAPES:
@@ -135,12 +146,32 @@ def mask_text(text: str) -> str:
     return text
 
 
-def _mask_parameter(match: re.Match[str]) -> str:
-    text, end = match.string, match.start()
+def _mask_parameters(text: str) -> str:
+    """``text`` with the value given to each secret name masked (see ``_VALUE``)."""
+    kept: list[str] = []
+    done = 0
+    for separator in _SEPARATOR.finditer(text):
+        at = separator.start()
+        if at < done or not _secret_name_before(text, at):
+            continue
+        value = _VALUE.match(text, at + 1)
+        if value is None or value["bare"] in _JSON_WORDS:
+            continue
+        quote = value["dq"] or value["sq"]
+        start = value.start("dq" if value["dq"] else "sq" if quote else "bare")
+        kept += [text[done:start], f"{quote}{MASK}{quote}" if quote else MASK]
+        done = value.end()
+    return "".join(kept) + text[done:] if kept else text
+
+
+def _secret_name_before(text: str, separator: int) -> bool:
+    end = separator
+    while end > max(0, separator - 3) and text[end - 1] in _NAME_CLOSERS:  # "token" : and \"token\": in JSON
+        end -= 1
     start = end
     while start > 0 and text[start - 1] in _NAME_CHARACTERS:
         start -= 1
-    return f"={MASK}" if start < end and is_secret_key(text[start:end]) else match.group(0)
+    return start < end and is_secret_key(text[start:end])
 
 
 def _mask_shape(match: re.Match[str]) -> str:
