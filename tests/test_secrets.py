@@ -123,3 +123,60 @@ def test_a_key_that_a_gateway_quotes_back_in_its_error_is_masked_everywhere(mode
         table = pq.read_table(path)
         for name in table.column_names:
             assert key not in json.dumps(table.column(name).to_pylist(), default=str), f"{path}: column {name}"
+
+
+AGENT_WITH_A_KEY = """
+import os, signal
+from pathlib import Path
+
+
+def make(api_key: str = "", endpoint: str = ""):
+    def answer(question):
+        marker = Path(os.environ["KILL_MARKER"])
+        if not marker.exists():  # the first run dies at its first trial, so that it can be resumed
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "4" if api_key == os.environ["EXPECTED_KEY"] else f"wrong key {api_key!r}"
+    return answer
+"""
+
+
+def test_a_key_given_as_an_agent_option_is_used_not_stored_and_asked_for_again_on_resume(tmp_path):
+    # The experiment's options kept --agent-option values as typed: the key, and the password in a URL.
+    key, password = "team-blue-PLANTED-7F3A9C2E", "pw-PLANTED-51D04B86"
+    (tmp_path / "agent.py").write_text(AGENT_WITH_A_KEY)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}) + "\n")
+    store = tmp_path / "store"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AGENTEVAL_STORE": str(store),
+        "KILL_MARKER": str(tmp_path / "killed"),
+        "EXPECTED_KEY": key,
+        "PYTHONPATH": ":".join(sys.path),
+    }
+    secret_options = ["--agent-option", f"api_key={key}", "--agent-option", f"endpoint=https://bob:{password}@gw/v1"]
+
+    def run(*args):
+        command = [sys.executable, "-m", "agenteval.cli", "run", "--attempts", "1", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+
+    killed = run("-d", str(cases), "--agent", "agent.py:make", *secret_options)
+    assert killed.returncode == -9
+    refused = run("--resume")
+    assert refused.returncode != 0 and "agent options api_key, endpoint hold secrets" in refused.stderr
+    resumed = run("--resume", *secret_options)
+    assert resumed.returncode == 0, resumed.stderr
+    report = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "report", "--format", "json"], capture_output=True, text=True, env=env
+    )
+    from agenteval.store import Store
+
+    # The agent was built with the key given again, not with the stored mask.
+    assert Store(store).rows("SELECT reply, passed FROM trials") == [{"reply": "4", "passed": True}]
+    for path in store.rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            assert key.encode() not in content and password.encode() not in content, path.relative_to(store)
+    for output in (killed, refused, resumed, report):
+        assert key not in output.stdout + output.stderr and password not in output.stdout + output.stderr

@@ -7,6 +7,8 @@ import dataclasses
 import math
 from typing import Any
 
+from agenteval_instrumentation.masking import MASK, mask_setting
+
 from ..errors import UsageError
 
 MIN_CASES_PER_CATEGORY = 5
@@ -92,12 +94,28 @@ class RunOptions:
             raise UsageError("--max-tokens must be at least 1")
 
 
+def recorded_options(options: RunOptions) -> dict[str, Any]:
+    """``options`` as the experiment stores them: the agent's options with their secrets masked (an
+    ``--agent-option api_key=...`` is used, never stored), so a resume is given those again."""
+    recorded = dataclasses.asdict(options)
+    recorded["agent_options"] = mask_setting("agent_options", recorded["agent_options"])
+    return recorded
+
+
+def masked_agent_options(stored: dict[str, Any]) -> list[str]:
+    """The names of the agent options a run stored masked: a resume cannot take them from the store."""
+    return [name for name, value in (stored.get("agent_options") or {}).items() if MASK in str(value)]
+
+
 CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})
 """Options a resume may set anew: how fast trials run (or where answers are cached), not what they are."""
 
 
 def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """The options ``given`` for a resume that differ from what the run stored, as ``name (given, stored)``."""
+    # Compared as recorded, secrets masked on both sides: the values given are not shown, nor compared with a
+    # stored one of a run recorded before agent options were masked.
+    given, stored = mask_setting("options", given), mask_setting("options", stored)
     return [
         f"{name} ({given[name]!r} given, {stored.get(name)!r} in the run)"
         for name in given

@@ -17,7 +17,7 @@ from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError, UsageError
-from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume
+from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume, masked_agent_options
 from ._trial import TrialPlan
 
 if TYPE_CHECKING:
@@ -96,6 +96,13 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
             f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
         )
     kept = {k: v for k, v in previous.options.items() if k in RunOptions.__dataclass_fields__}
+    if "agent_options" in given:  # the same as recorded: the values given hold what the record masked
+        kept["agent_options"] = given["agent_options"]
+    elif masked := masked_agent_options(previous.options):
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: its agent options {', '.join(masked)} hold secrets, which "
+            "the run did not store; give all its agent options again (--agent-option NAME=VALUE)"
+        )
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
 
 

@@ -67,7 +67,7 @@ from ._failures import register_plugins
 from ._loop import run_to_the_end
 from ._memory import arrow_on_system_allocator
 from ._models import RunModels, check_agent_and_model, own_agent
-from ._options import RunOptions, changed_on_resume
+from ._options import RunOptions, changed_on_resume, recorded_options
 from ._plan import (
     RunRefused,
     check_resumable,
@@ -425,7 +425,7 @@ class _Run:
                     dataset_hash=dataset.hash,
                     agent=agent.spec,
                     version=agent.version,
-                    options=dataclasses.asdict(options),
+                    options=recorded_options(options),
                     status=ex.RUNNING,
                     started_at=time.time_ns(),
                     environment={**environment(agent.source_file), "agent": agent.provenance},

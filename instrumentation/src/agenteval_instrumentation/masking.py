@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from typing import Any
 
 MASK = "***"
 
@@ -79,6 +81,20 @@ def is_secret_pair(item: object) -> bool:
     )
 
 
+def mask_setting(name: str, value: Any) -> Any:
+    """``value`` as a setting called ``name`` may be recorded: ``***`` under a secret name, text with its
+    secrets masked, mappings and lists masked item by item, anything else as it is."""
+    if is_secret_key(name):
+        return MASK
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, Mapping):
+        return {key: mask_setting(str(key), item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_setting(name, item) for item in value]
+    return value
+
+
 # Values that are secrets whatever key they sit under, also inside longer text. Each shape starts
 # with a literal its own cheap ``in`` check looks for first, and each pattern begins with that
 # literal so the regex engine jumps between occurrences instead of trying every position.
@@ -104,12 +120,16 @@ _SHAPES = (
 # scheme before it ("Authorization: Basic ...") stays. Separators are found first (one character class, found
 # fast), the name is read backwards from each, and only after a secret name is a value looked for.
 _SEPARATOR = re.compile(r"[=:]")
+_SECRET_ENDINGS = tuple({*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_PAIRS)})
+"""How every secret name ends, whatever its case style: most separators follow no such name (12:30, https:,
+"n": 1), and a test of the text's ending (in C) leaves them before the name is read."""
 _VALUE = re.compile(
     r"""[ \t]*(?:(?P<dq>\\?")[^"\\\n]*\\?"|(?P<sq>\\?')[^'\\\n]*\\?'"""
     r"""|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>[^&#\s"'<>,;\\)\]}]+))"""
 )
 _NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]")
-_NAME_CLOSERS = frozenset(" \t\"'\\")
+_CLOSERS = " \t\"'\\"
+_NAME_CLOSERS = frozenset(_CLOSERS)
 """What may stand between a name and its separator: spaces, and the quotes of a quoted name."""
 _JSON_WORDS = frozenset(("null", "true", "false"))
 """Bare JSON values that hold nothing, left as they are: masking them would say a secret was there."""
@@ -152,7 +172,9 @@ def _mask_parameters(text: str) -> str:
     done = 0
     for separator in _SEPARATOR.finditer(text):
         at = separator.start()
-        if at < done or not _secret_name_before(text, at):
+        if at < done or not text[max(0, at - 16) : at].rstrip(_CLOSERS).lower().endswith(_SECRET_ENDINGS):
+            continue
+        if not _secret_name_before(text, at):
             continue
         value = _VALUE.match(text, at + 1)
         if value is None or value["bare"] in _JSON_WORDS:
