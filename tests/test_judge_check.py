@@ -31,8 +31,8 @@ def judge_server(server):
         prompt = json.dumps(request.messages)
         if "You grade an AI assistant" not in request.system_text():
             return ms.text("Canberra")
-        expected = prompt.split("Expected answer: ")[1].split("\\n")[0].split('"')[0]
-        reply = prompt.split("ASSISTANT: ")[1].split("\\n")[0]
+        expected = prompt.split("<expected_answer>\\n")[1].split("\\n")[0].split('"')[0]
+        reply = prompt.split("<assistant>\\n")[1].split("\\n")[0]
         ok = expected.lower() in reply.lower()
         return ms.tool_call("grade", {"score": float(ok), "passed": ok, "reasoning": f"expected {expected}"})
 

@@ -272,8 +272,8 @@ def test_the_collectors_hook_scores_a_sample_of_arriving_traces(production):
 
 def test_the_judge_grades_production_replies_against_a_rubric(production, model_server):
     def respond(request: ms.Request) -> ms.Reply:
-        assert "Expected answer" not in json.dumps(request.messages)
-        assert "Rubric: be polite" in json.dumps(request.messages)
+        assert "<expected_answer>" not in json.dumps(request.messages)
+        assert "<rubric>\\nbe polite\\n</rubric>" in json.dumps(request.messages)
         assert "There is no expected answer" in request.system_text()
         return ms.tool_call("grade", {"score": 1.0, "passed": True, "reasoning": "polite"})
 
@@ -293,7 +293,7 @@ def test_the_judge_grades_production_replies_against_a_rubric(production, model_
     )
     assert judged[0]["n"] == 4
     versions = Store(production).rows("SELECT DISTINCT scorer_version FROM trace_scores WHERE scorer = 'llm_judge'")
-    assert versions == [{"scorer_version": "rf1:openai/judge-model"}]
+    assert versions == [{"scorer_version": "rf2:openai/judge-model"}]
 
 
 def test_cases_from_traces_become_valid_cases_once_filled(production, tmp_path):
