@@ -5,6 +5,7 @@ its calls apart from the agent's, the conversation stored and shown in the repor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -226,3 +227,35 @@ def test_a_simulator_that_never_answers_is_an_infrastructure_failure_not_the_age
         assert (row["outcome"], row["failure_type"], row["infrastructure"]) == ("failed", "simulator_error", True)
         assert "simulated user" in row["error_message"] and "timeout" in row["error_message"]
     assert experiment.summary.infrastructure_failures == 2
+
+
+def test_the_judge_sees_what_the_simulated_user_said_at_run_time_and_when_rescoring(model_server):
+    """The simulated user's messages are known only from the trial (its root span), not from the case: the judge
+    is shown them, not a placeholder, both when the run grades and when a rescore grades again."""
+    from agenteval.scorers import rescore
+
+    def judged(request):
+        if "You grade an AI assistant" in request.system_text():
+            return ms.tool_call("grade", {"score": 1.0, "passed": True, "reasoning": "replaced"})
+        return play(request)
+
+    model_server.responder = judged
+    options = {"judge_base_url": model_server.openai_url}
+    experiment = evaluate(
+        "",
+        dataset([dataclasses.replace(CASES[1], rubric="Offers a replacement for the order the user names.")]),
+        model="openai/agent",
+        base_url=model_server.openai_url,
+        simulate_users="openai/user-model",
+        simulator_base_url=model_server.openai_url,
+        judge="openai/judge-model",
+        attempts=1,
+        progress="none",
+        **options,
+    )
+    rescore(Store(), experiment.experiment_id, judge="openai/judge-model", **options)
+    prompts = [r.last_user_text() for r in model_server.requests if "You grade" in r.system_text()]
+    assert len(prompts) == 2
+    for prompt in prompts:
+        assert "<user>\nIt is order 42.\n</user>" in prompt and "a further user message" not in prompt
+

@@ -25,7 +25,13 @@ roots AS (
            list_transform(
                try(from_json(json_extract_string(attributes, '$."gen_ai.output.messages"'),
                              '[{{"parts": [{{"content": "VARCHAR"}}]}}]')),
-               lambda m: m.parts[1].content) AS replies
+               lambda m: m.parts[1].content) AS replies,
+           list_transform(
+               list_filter(
+                   try(from_json(json_extract_string(attributes, '$."gen_ai.input.messages"'),
+                                 '[{{"role": "VARCHAR", "parts": [{{"content": "VARCHAR"}}]}}]')),
+                   lambda m: m.role = 'user'),
+               lambda m: m.parts[1].content) AS user_turns
     FROM s WHERE {root}
 ),
 tools AS (
@@ -52,6 +58,7 @@ retrievals AS (
 )
 SELECT t.experiment_id, t.trial_id, t.case_id, t.attempt, t.trace_id, roots.root_span_id, t.failure_type,
        coalesce(roots.replies, t.replies, CASE WHEN t.reply IS NULL THEN [] ELSE [t.reply] END) AS replies,
+       coalesce(roots.user_turns, []) AS user_turns,
        roots.replies IS NOT NULL OR t.replies IS NOT NULL OR t.reply IS NOT NULL AS has_content,
        length(coalesce(t.reply, t.replies[-1], roots.replies[-1])) AS reply_length,
        coalesce(tools.tool_calls, []) AS tool_calls,
@@ -168,6 +175,12 @@ class TrialFeatures:
     def replies(self) -> tuple[str, ...]:
         """Every reply of the conversation, in order."""
         return tuple(r or "" for r in self._get("replies") or ())
+
+    @property
+    def user_turns(self) -> tuple[str, ...]:
+        """Every user message of the conversation, in order, simulated ones included, as the trial's root span
+        recorded them; empty when its content was not captured."""
+        return tuple(u or "" for u in self._get("user_turns") or ())
 
     @property
     def reply(self) -> str:

@@ -85,15 +85,18 @@ def fenced(tag: str, text: str) -> str:
     return f"<{tag}>\n{_FENCE_TAG.sub('&lt;', text)}\n</{tag}>"
 
 
-def grading_prompt(case: Case, replies: tuple[str, ...]) -> str:
-    """What the judge is shown: the user turns and replies, the expected answer, the rubric, each fenced."""
-    users = list(case.turns) if case.turns else [case.input]
+def grading_prompt(case: Case, replies: tuple[str, ...], users: tuple[str, ...] = ()) -> str:
+    """What the judge is shown: the user turns and replies, the expected answer, the rubric, each fenced. ``users``:
+    the user messages as the trial recorded them (a simulated user's are known only there); used when there is one
+    for each reply, as in the runner's conversations, else the case's own."""
+    recorded = list(users) if users and len(users) == len(replies) else []
+    users_shown = recorded or (list(case.turns) if case.turns else [case.input])
     turns = []
     for index, reply in enumerate(replies):
-        user = users[index] if index < len(users) else "(a further user message)"
+        user = users_shown[index] if index < len(users_shown) else "(a further user message)"
         turns += [fenced(USER, user), fenced(ASSISTANT, reply)]
     if not replies:
-        turns += [fenced(USER, users[0]), fenced(ASSISTANT, "(no reply)")]
+        turns += [fenced(USER, users_shown[0]), fenced(ASSISTANT, "(no reply)")]
     lines = [f"<{CONVERSATION}>", *turns, f"</{CONVERSATION}>"]
     expected = case.expected_output.strip()
     if expected.lower() == UNKNOWN_ANSWER:
@@ -126,13 +129,14 @@ class LLMJudge:
         self.system_prompt = system_prompt
 
     async def __call__(self, case: Case, trial: TrialFeatures) -> Score:
-        return await self.grade(case, trial.replies)
+        return await self.grade(case, trial.replies, trial.user_turns)
 
-    async def grade(self, case: Case, replies: tuple[str, ...]) -> Score:
-        """The judge's score of ``replies`` to ``case``: a pass or a fail, or an error score."""
+    async def grade(self, case: Case, replies: tuple[str, ...], users: tuple[str, ...] = ()) -> Score:
+        """The judge's score of ``replies`` to ``case`` (``users``: the user messages, when recorded): a pass or a
+        fail, or an error score."""
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": grading_prompt(case, replies)},
+            {"role": "user", "content": grading_prompt(case, replies, users)},
         ]
         unreadable = ""
         for _ in range(2):  # output that does not parse is asked for once more
