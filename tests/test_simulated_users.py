@@ -259,3 +259,32 @@ def test_the_judge_sees_what_the_simulated_user_said_at_run_time_and_when_rescor
     for prompt in prompts:
         assert "<user>\nIt is order 42.\n</user>" in prompt and "a further user message" not in prompt
 
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_an_empty_answer_from_the_simulators_model_is_its_failure_not_the_end_of_the_conversation(model_server, api):
+    """Only [DONE] ends a conversation: an empty answer (a refusal, a content filter) ended it as if the user's
+    goal were met, and the agent was judged on a conversation the simulator cut short."""
+
+    def silent_simulator(request):
+        return ms.text("", finish="content_filter") if is_simulator(request) else play(request)
+
+    model_server.responder = silent_simulator
+    experiment = evaluate(
+        "",
+        dataset(CASES[:2]),
+        model=f"{api}/agent",
+        base_url=model_server.url(api),
+        simulate_users=f"{api}/user-model",
+        simulator_base_url=model_server.url(api),
+        attempts=1,
+        progress="none",
+    )
+    rows = Store().rows(
+        "SELECT case_id, outcome, failure_type, infrastructure, error_message FROM trials WHERE experiment_id = ?",
+        [experiment.experiment_id],
+    )
+    by_case = {r["case_id"]: r for r in rows}
+    kettle = by_case["kettle"]
+    assert (kettle["outcome"], kettle["failure_type"], kettle["infrastructure"]) == ("failed", "simulator_error", True)
+    assert "empty message" in kettle["error_message"] and "[DONE]" in kettle["error_message"]
+    assert by_case["plain"]["outcome"] == "passed"

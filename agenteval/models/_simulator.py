@@ -1,6 +1,7 @@
 """A simulated user played by a model: it is given the case's ``simulated_user`` description and the conversation,
 writes the user's next message after each reply, and ends the conversation once the goal is met or clearly
-cannot be. The runner bounds it with the case's ``max_turns`` and marks its spans ``simulated_user``."""
+cannot be, by answering :data:`DONE`; an empty answer is the simulator's failure, not an end. The runner bounds
+it with the case's ``max_turns`` and marks its spans ``simulated_user``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ SYSTEM_PROMPT = f"""You play a user talking to an AI assistant, to test the assi
 description below says who you are and what you want. Write only the user's next message: short, natural, one \
 message, never the assistant's part. Reveal details only when the assistant needs them.
 When your goal has been met, or it clearly cannot be met, reply with exactly {DONE} and nothing else."""
+
+
+class EmptyUserMessage(RuntimeError):
+    """The simulated user's model answered with neither a message nor :data:`DONE`: the trial's
+    ``simulator_error``, not the end of the conversation (which only :data:`DONE` says)."""
 
 
 class ModelUserSimulator:
@@ -30,8 +36,13 @@ class ModelUserSimulator:
             [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
         )
         text = response.text.strip()
-        if not text or DONE in text:
+        if DONE in text:
             return None
+        if not text:  # a refusal, a content filter, a tool call, a cut answer: not a user who is done
+            raise EmptyUserMessage(
+                f"{self.model.name} wrote an empty message (finish reason {response.finish_reason}) instead of the "
+                f"user's next message or {DONE}"
+            )
         return text
 
     @property
