@@ -288,3 +288,21 @@ def test_an_empty_answer_from_the_simulators_model_is_its_failure_not_the_end_of
     assert (kettle["outcome"], kettle["failure_type"], kettle["infrastructure"]) == ("failed", "simulator_error", True)
     assert "empty message" in kettle["error_message"] and "[DONE]" in kettle["error_message"]
     assert by_case["plain"]["outcome"] == "passed"
+
+
+def test_a_simulator_callable_that_returns_something_else_than_a_message_is_its_failure():
+    """A callable returning a dict (a chat message object, say) instead of the text ended the conversation as if
+    the user were done."""
+
+    def simulator(goal, messages):
+        return {"role": "user", "content": "It is order 42."}
+
+    async def agent(question):
+        return "Sorry to hear that."
+
+    experiment = evaluate(agent, dataset(CASES[1:2]), user_simulator=simulator, attempts=1, progress="none")
+    (row,) = Store().rows(
+        "SELECT outcome, failure_type, error_message FROM trials WHERE experiment_id = ?", [experiment.experiment_id]
+    )
+    assert (row["outcome"], row["failure_type"]) == ("failed", "simulator_error")
+    assert "returned dict, not the next message" in row["error_message"]

@@ -312,6 +312,10 @@ class TrialRunner:
                 result = self.user_simulator(goal, [dict(m) for m in messages])
                 if inspect.isawaitable(result):
                     result = await result
+                if result is not None and not isinstance(result, str):  # would end the conversation unsaid
+                    raise TypeError(
+                        f"the user simulator returned {type(result).__name__}, not the next message (a str) or None"
+                    )
         except Exception as exc:  # not a cancellation (the trial's timeout, a stop): those are BaseExceptions
             mark_raised_by_simulator(exc)
             raise
