@@ -75,19 +75,25 @@ def play(request):
     return ms.text("4" if "2 + 2" in question else "Have you tried another bulb?", input_tokens=20, output_tokens=8)
 
 
+def run_with_simulator(server, api=ms.OPENAI, cases=CASES, **options):
+    """The reference agent and a simulated user, both models of ``server``."""
+    return evaluate(
+        "",
+        dataset(cases),
+        model=f"{api}/agent",
+        base_url=server.url(api),
+        simulate_users=f"{api}/user-model",
+        simulator_base_url=server.url(api),
+        attempts=1,
+        progress="none",
+        **options,
+    )
+
+
 @pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
 def test_a_model_plays_the_user_until_the_goal_is_met_or_max_turns(model_server, api):
     model_server.responder = play
-    experiment = evaluate(
-        "",
-        dataset(),
-        model=f"{api}/agent",
-        base_url=model_server.url(api),
-        simulate_users=f"{api}/user-model",
-        simulator_base_url=model_server.url(api),
-        attempts=1,
-        progress="none",
-    )
+    experiment = run_with_simulator(model_server, api)
     assert experiment.summary.failed == 0
     store = Store()
     report = build_report(store, experiment.experiment_id)
@@ -241,18 +247,9 @@ def test_the_judge_sees_what_the_simulated_user_said_at_run_time_and_when_rescor
 
     model_server.responder = judged
     options = {"judge_base_url": model_server.openai_url}
-    experiment = evaluate(
-        "",
-        dataset([dataclasses.replace(CASES[1], rubric="Offers a replacement for the order the user names.")]),
-        model="openai/agent",
-        base_url=model_server.openai_url,
-        simulate_users="openai/user-model",
-        simulator_base_url=model_server.openai_url,
-        judge="openai/judge-model",
-        attempts=1,
-        progress="none",
-        **options,
-    )
+    rubric = "Offers a replacement for the order the user names."
+    case = dataclasses.replace(CASES[1], rubric=rubric)
+    experiment = run_with_simulator(model_server, cases=[case], judge="openai/judge-model", **options)
     rescore(Store(), experiment.experiment_id, judge="openai/judge-model", **options)
     prompts = [r.last_user_text() for r in model_server.requests if "You grade" in r.system_text()]
     assert len(prompts) == 2
@@ -269,16 +266,7 @@ def test_an_empty_answer_from_the_simulators_model_is_its_failure_not_the_end_of
         return ms.text("", finish="content_filter") if is_simulator(request) else play(request)
 
     model_server.responder = silent_simulator
-    experiment = evaluate(
-        "",
-        dataset(CASES[:2]),
-        model=f"{api}/agent",
-        base_url=model_server.url(api),
-        simulate_users=f"{api}/user-model",
-        simulator_base_url=model_server.url(api),
-        attempts=1,
-        progress="none",
-    )
+    experiment = run_with_simulator(model_server, api, CASES[:2])
     rows = Store().rows(
         "SELECT case_id, outcome, failure_type, infrastructure, error_message FROM trials WHERE experiment_id = ?",
         [experiment.experiment_id],
