@@ -17,9 +17,13 @@ from html.parser import HTMLParser
 
 import pytest
 from click.testing import CliRunner
+from collect_clients import agent_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from agenteval.analysis import build_report
 from agenteval.cli import main
+from agenteval.collect import Collector
 from agenteval.dataset import Case, Dataset
 from agenteval.render import to_html, to_json, to_markdown
 from agenteval.render._console import run_summary
@@ -76,11 +80,13 @@ def hostile(tmp_path_factory):
 
 
 SQL = "SELECT case_id, category, reply, error_message FROM trials JOIN cases USING (experiment_id, case_id)"
-UNSAFE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}]")
+INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff\u2028\u2029"
+"""Zero-width characters (an id reads as another) and the line and paragraph separators."""
+UNSAFE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{BIDI_CONTROLS}{INVISIBLE}]")
 
 
 def assert_inert(text: str) -> None:
-    """No raw control (but newline) or bidirectional character."""
+    """No raw control (but newline), bidirectional or invisible character."""
     found = sorted({f"U+{ord(c):04X}" for c in UNSAFE.findall(text)})
     assert not found, f"raw control or bidi characters in output: {found}"
 
@@ -340,3 +346,52 @@ def test_a_path_holding_a_line_break_shows_on_one_line(tmp_path):
         lines = result.output.splitlines()
         assert not any(line.strip(" │┃").startswith("forged") for line in lines), f"{name}:\n{result.output}"
         assert "\\x0aforged: " in result.output, f"{name}:\n{result.output}"
+
+
+LOOKALIKE = "case\u200b1\u2060\ufeff"  # reads as "case1"
+SEPARATED = "sep\u2028forged: line\u2029x\u00ad"
+
+
+def test_zero_width_characters_and_line_separators_show_as_code_points(tmp_path):
+    """A case id with a zero-width space read as another id ("case\u200b1" as "case1"), and U+2028, which
+    splitlines and some terminals take for a line break, went out raw to the terminal, markdown and HTML."""
+    dataset = tmp_path / "cases.jsonl"
+    lines = [
+        {"id": LOOKALIKE, "input": "What is 1 + 1?", "expected_output": "2", "category": SEPARATED},
+        {"id": "case1", "input": "What is 2 + 2?", "expected_output": "4", "category": "plain"},
+    ]
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    store = str(tmp_path / "store")
+    ran = cli("run", "--dataset", str(dataset), "--agent", "mock", "--attempts", "1", "--store", store, "-q")
+    assert ran.exit_code == 0, ran.output
+    for fmt in ("table", "markdown", "html"):
+        shown = cli("report", "--format", fmt, "--store", store).output
+        assert_inert(shown)
+        assert "case<U+200B>1<U+2060><U+FEFF>" in shown.replace("&lt;", "<").replace("&gt;", ">"), fmt
+        assert "sep<U+2028>forged: line<U+2029>x<U+00AD>" in shown.replace("&lt;", "<").replace("&gt;", ">"), fmt
+    listed = cli("sql", "SELECT case_id, category FROM cases", "--store", store).output
+    assert_inert(listed)
+    assert "case<U+200B>1" in listed
+
+
+def test_collected_spans_with_hostile_names_show_literally_in_the_traces_report(tmp_path):
+    """Service and span names sent over OTLP/HTTP to `agenteval collect` by whatever client reaches it."""
+    hostile = f"svc{CLEAR}{TITLE}\x1b]8;;http://evil.example\x1b\\l\x1b]8;;\x1b\\{CSI_C1}\u202e{LOOKALIKE}"
+    hostile += f"{RICH_MARKUP}<img src=x onerror=alert(1)>|![](http://evil.example/p)"
+    with Collector(tmp_path / "store", port=0, grpc_port=0) as collector:
+        exporter = HttpExporter(endpoint=collector.http_endpoint)
+        assert exporter.export(agent_spans(2, service=hostile, prefix=hostile)) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    store = str(tmp_path / "store")
+    shown = cli("report", "--traces", "--store", store).output
+    assert_inert(shown)
+    assert "svc\\x1b[2J\\x1b]0;pwned\\x07\\x1b]8;;http" in shown and RICH_MARKUP in shown
+    assert "<U+202E>case<U+200B>1" in shown
+    markdown = cli("report", "--traces", "--format", "markdown", "--store", store).output
+    assert_inert(markdown)
+    assert "<img" not in markdown and "![" not in markdown and "&lt;U+202E&gt;case&lt;U+200B&gt;1" in markdown
+    page = cli("report", "--traces", "--format", "html", "--store", store).output
+    assert_inert(page)
+    parsed = _Page()
+    parsed.feed(page)
+    assert "img" not in parsed.tags and "<img src=x onerror=alert(1)>" in "".join(parsed.text)
