@@ -235,9 +235,11 @@ def _stdout_to_stderr() -> Iterator[None]:
 def shown_error(exc: BaseException) -> str:
     """An error's message for the terminal, a line for each of its lines (:meth:`AgentevalError.lines`), each with
     its control and bidirectional characters and line breaks as escapes: messages quote paths, files and ids. The
-    lines of another library's error (DuckDB's point at the statement) are its own."""
-    lines = exc.lines() if isinstance(exc, AgentevalError) else str(exc).splitlines()
-    return "\n".join(visible(line) for line in lines)
+    newlines of another library's error (DuckDB's point at the statement) are its own; the other breaks
+    ``str.splitlines`` knows (a carriage return, NEL, U+2028) come from the values it quotes, and show as escapes."""
+    if not isinstance(exc, AgentevalError):
+        return visible(exc, newlines=True)
+    return "\n".join(visible(line) for line in exc.lines())
 
 
 def _debugging() -> bool:

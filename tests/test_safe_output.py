@@ -395,3 +395,19 @@ def test_collected_spans_with_hostile_names_show_literally_in_the_traces_report(
     parsed = _Page()
     parsed.feed(page)
     assert "img" not in parsed.tags and "<img src=x onerror=alert(1)>" in "".join(parsed.text)
+
+
+def test_a_stored_value_quoted_by_a_sql_error_cannot_forge_lines(tmp_path):
+    """DuckDB's errors quote values ("Could not convert string '...'"); the message was split at every line
+    boundary str.splitlines knows (carriage return, form feed, NEL, U+2028, ...), so a reply holding one printed
+    a line of its own. The error's own line breaks (DuckDB points at the statement) stay."""
+    reply = "1\rforged: cr\x85forged: nel\x0cforged: ff\u2028forged: ls\x1cforged: fs"
+    dataset = Dataset("sep", "sep(test)", "hash-sep", [Case(id="a", input="What is 1 + 0?", expected_output="1")])
+    store = tmp_path / "store"
+    evaluate(lambda question: reply, dataset, attempts=1, store=store, progress="none")
+    failed = cli("sql", "SELECT CAST(reply AS INTEGER) FROM trials", "--store", str(store))
+    assert failed.exit_code != 0
+    assert_inert(failed.output)
+    assert not any(line.startswith("forged") for line in failed.output.splitlines()), failed.output
+    assert "1\\x0dforged: cr\\x85forged: nel\\x0cforged: ff<U+2028>forged: ls\\x1cforged: fs" in failed.output
+    assert "LINE 1: SELECT CAST" in failed.output  # DuckDB's own lines are kept
