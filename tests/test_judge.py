@@ -302,3 +302,58 @@ def test_two_grade_calls_that_disagree_are_asked_again_then_are_a_scorer_error(m
     assert found["passed"] is None and "2 different grade calls" in found["error"]
     assert sum(is_judge(r) for r in model_server.requests) == 2
     assert experiment.summary.failures_by_type == {"scorer_error": 1}
+
+
+def judge_of_some_cases(server, model: str, case_ids: set[str]):
+    """The LLM judge with ``model``, applied to some cases only: a rescore of some trials."""
+    import dataclasses
+
+    from agenteval.models import Model
+    from agenteval.models._names import parse_model_name
+    from agenteval.scorers._judge import llm_judge
+
+    judge = llm_judge(Model(parse_model_name(model, "--judge"), base_url=server.openai_url))
+    return dataclasses.replace(judge, when=lambda case: case.id in case_ids)
+
+
+def test_the_report_says_which_judge_gave_the_current_scores_and_warns_when_they_mix(model_server):
+    """After a rescore with another judge the scorer table did not say whose scores were current, and a figure
+    mixing two judges (a rescore of some trials) looked like any other. Now each scorer lists its versions, with
+    how many trials each when several, and the report warns, in every format and in the saved report."""
+    from agenteval.analysis._saved_report import saved_report
+    from agenteval.render._report_formats import to_html, to_json, to_markdown
+
+    model_server.responder = responder(lambda request: grade(1.0, True))
+    experiment = run(model_server, attempts=3)
+    eid, store = experiment.experiment_id, Store()
+    rescore(store, eid, judge="openai/judge-b", judge_base_url=model_server.openai_url)
+    (judge,) = [s for s in build_report(store, eid).scorers if s.scorer == "llm_judge"]
+    assert [(v.version, v.scored) for v in judge.versions] == [("2:openai/judge-b", 6)]
+    assert not build_report(store, eid).warnings
+
+    rescore(store, eid, [judge_of_some_cases(model_server, "openai/judge-c", {"sum"})])
+    report = build_report(store, eid)
+    (judge,) = [s for s in report.scorers if s.scorer == "llm_judge"]
+    assert [(v.version, v.scored) for v in judge.versions] == [("2:openai/judge-b", 3), ("2:openai/judge-c", 3)]
+    (warning,) = report.warnings
+    assert "llm_judge" in warning and "2:openai/judge-b on 3 trials, 2:openai/judge-c on 3 trials" in warning
+    assert saved_report(store.root, eid) == report  # the rescore saved it, warning and all
+    markdown = to_markdown(report)
+    assert "## Warnings" in markdown and "2:openai/judge-b (3), 2:openai/judge-c (3)" in markdown
+    assert "on 3 trials" in to_html(report)
+    assert json.loads(to_json(report))["warnings"] == [warning]
+
+
+def test_compare_warns_when_the_two_runs_current_judges_differ(model_server):
+    """A pass rate judged by one judge against one judged by another is not like for like: compare says so."""
+    from agenteval.analysis import compare
+
+    model_server.responder = responder(lambda request: grade(1.0, True))
+    baseline, candidate = run(model_server).experiment_id, run(model_server).experiment_id
+    store = Store()
+    assert not [w for w in compare(store, baseline, candidate, min_shared=1).warnings if "judge" in w.message]
+    rescore(store, candidate, judge="openai/judge-b", judge_base_url=model_server.openai_url)
+    warned = [w for w in compare(store, baseline, candidate, min_shared=1).warnings if w.kind != "unshared_cases"]
+    assert [w.kind for w in warned] == ["different_scorer_versions"]
+    said = "llm_judge is 2:openai/judge-model in the baseline and 2:openai/judge-b in the candidate"
+    assert said in warned[0].message

@@ -28,6 +28,7 @@ from ._compare_figures import (
     run_quantiles,
 )
 from ._quantiles import RunQuantile
+from ._report_data import ScorerFigures, ScorerVersion, versions_text
 from ._stats import PairedDifference, no_spread_note, paired_difference
 
 MIN_SHARED_CASES = 10
@@ -77,6 +78,9 @@ INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datase
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
 INFRASTRUCTURE = "infrastructure_failures"
 """Either run had infrastructure failures: the gate refuses past ``--max-infra``, compare warns on any."""
+DIFFERENT_SCORER_VERSIONS = "different_scorer_versions"
+"""A scorer's current scores come from other versions in one run than in the other (another judge model or prompt):
+its figures are not like for like."""
 SAME_EXPERIMENT = "same_experiment"
 """A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
 
@@ -151,6 +155,8 @@ class _Run:
     """``RUN_FIGURES``, with each latency quantile under its key, and ``planned_cases``."""
     summary: ex.Figures
     quantiles: dict[str, RunQuantile]
+    scorer_versions: dict[str, list[ScorerVersion]]
+    """The versions that gave each scorer's current scores (``scorer_figures``)."""
 
 
 def _run(store: Store, experiment_id: str) -> _Run:
@@ -171,7 +177,11 @@ def _run(store: Store, experiment_id: str) -> _Run:
         figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]
         by_type = ex.fetch(con, INFRASTRUCTURE_BY_TYPE) if figures["infrastructure_failures"] else []
         figures["infrastructure_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
-        return _Run(rates, figures, ex.summarize(store, experiment_id, con), run_quantiles(levels, values, rates))
+        versions = {
+            row["scorer"]: ScorerFigures.from_row(row).versions for row in ex.fetch(con, "SELECT * FROM scorer_figures")
+        }
+        quantiles = run_quantiles(levels, values, rates)
+        return _Run(rates, figures, ex.summarize(store, experiment_id, con), quantiles, versions)
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
@@ -257,6 +267,26 @@ def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list
     ]
 
 
+def _scorer_version_warning(a: _Run, b: _Run) -> list[ComparisonWarning]:
+    """Scorers both runs have whose current scores come from different versions (an LLM judge's: prompt and model):
+    a pass rate judged by one judge against one judged by another measures the judges as much as the agents."""
+    differing = []
+    for scorer in sorted(set(a.scorer_versions) & set(b.scorer_versions)):
+        sides = [versions_text(run.scorer_versions[scorer]) for run in (a, b)]
+        if sorted(v.version for v in a.scorer_versions[scorer]) != sorted(v.version for v in b.scorer_versions[scorer]):
+            differing.append(f"{scorer} is {sides[0]} in the baseline and {sides[1]} in the candidate")
+    if not differing:
+        return []
+    return [
+        ComparisonWarning(
+            DIFFERENT_SCORER_VERSIONS,
+            f"the current scores come from different scorer versions: {'; '.join(differing)}. The difference may "
+            "come from the scorers, not the agents: rescore both with the same judge (agenteval rescore ID --judge "
+            "MODEL)",
+        )
+    ]
+
+
 def _infrastructure_warning(
     baseline: ex.Experiment, candidate: ex.Experiment, figures: dict[str, dict[str, Any]], store_option: str
 ) -> list[ComparisonWarning]:
@@ -305,6 +335,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
         *_unshared_warning(a, b, len(shared)),
+        *_scorer_version_warning(run_a, run_b),
         *_infrastructure_warning(
             baseline, candidate, {"baseline": figures_a, "candidate": figures_b}, store.as_option()
         ),
@@ -313,7 +344,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         raise NotComparable(
             f"{baseline.experiment_id} and {candidate.experiment_id} share {len(shared)} case(s); at least "
             f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed).",
-            *(w.message for w in warnings if w.kind not in (UNSHARED_CASES, INFRASTRUCTURE)),
+            *(w.message for w in warnings if w.kind not in (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORER_VERSIONS)),
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories: dict[str, PairedDifference] = {}

@@ -31,6 +31,7 @@ from ._report_data import (
     ScorerFigures,
     SpanLatency,
     TokenUse,
+    mixed_versions,
 )
 from ._stats import (
     clustered_rate,
@@ -216,13 +217,14 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
             )
         )
     flaky = [c["case_id"] for c in cases if 0 < c["passes"] < c["attempts"]]
+    scorer_figures = [ScorerFigures.from_row(s) for s in scorers]
     return Report(
         experiment=_reported_experiment(experiment),
         trials=summary["trials"] or 0,
         cases=len(cases),
         overall=PassRate(**_rate(cases, _k_rates(cases, max_k))),
         categories=categories,
-        scorers=[ScorerFigures.from_row(s) for s in scorers],
+        scorers=scorer_figures,
         outcomes=_outcomes(summary),
         flaky=FlakyCases(count=len(flaky), cases=flaky[:FLAKY_LISTED]),
         latency=Latency(
@@ -240,6 +242,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         worst_cases=worst_cases,
         conversations=[_conversation(row) for row in conversations],
         shards=ex.shard_progress(store, eid, {c["case_id"]: c["attempts"] for c in cases}, opened),
+        warnings=mixed_versions(scorer_figures),
     )
 
 

@@ -58,6 +58,14 @@ class CategoryPassRate(PassRate):
 
 
 @dataclasses.dataclass(frozen=True)
+class ScorerVersion:
+    """One version of a scorer (an LLM judge's: ``PROMPT:MODEL``) and how many of the current scores it gave."""
+
+    version: str
+    scored: int
+
+
+@dataclasses.dataclass(frozen=True)
 class ScorerFigures:
     """One scorer over the current scores: pass rate, or mean for a continuous scorer, and its errors."""
 
@@ -70,6 +78,9 @@ class ScorerFigures:
     ci95: tuple[float, float] | None = None
     """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
     traces): Wilson's at the effective number of scores (:func:`._stats.rate_interval95`). None under 2 of them."""
+    versions: list[ScorerVersion] = dataclasses.field(default_factory=list)
+    """The versions that gave the current scores, most scores first: more than one and the figure mixes scorers
+    (some trials judged by one judge, some by another), which :func:`mixed_versions` warns of."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ScorerFigures:
@@ -90,7 +101,26 @@ class ScorerFigures:
             pass_rate=row["pass_rate"],
             errors=row["errors"],
             ci95=known_interval(interval),
+            versions=[ScorerVersion(v["version"], v["scored"]) for v in row["versions"] or []],
         )
+
+
+def versions_text(versions: list[ScorerVersion]) -> str:
+    """A scorer's versions in one cell: the version alone, or each with its count when there are several."""
+    if len(versions) == 1:
+        return versions[0].version
+    return ", ".join(f"{v.version} ({v.scored})" for v in versions)
+
+
+def mixed_versions(scorers: list[ScorerFigures], unit: str = "trials") -> list[str]:
+    """A warning for each scorer whose current scores more than one version gave (``unit``: what was scored)."""
+    return [
+        f"scorer {s.scorer}'s current scores come from {len(s.versions)} versions, so its figures mix them: "
+        + ", ".join(f"{v.version} on {v.scored} {unit}" for v in s.versions)
+        + f". Score every one with the same version (agenteval rescore) before reading {s.scorer}'s figures"
+        for s in scorers
+        if len(s.versions) > 1
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +248,8 @@ class Report:
     """Each shard of an experiment run in shards, with its status and trials (empty otherwise)."""
     conversations: list[Conversation] = dataclasses.field(default_factory=list)
     """Conversations with simulated users (at most :data:`CONVERSATIONS_SHOWN`, first attempts first)."""
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    """What makes the figures less than they seem: a scorer whose current scores mix versions."""
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON output shows it."""

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..analysis._report_data import versions_text  # dataclasses only: the analysis package loads lazily
 from ._tables import markdown_table
 from ._text_safety import html_text, markdown_cell, visible
 
@@ -65,13 +66,13 @@ Section = tuple[str, list[str], list[list[str]]]
 """A report's section as every format renders it: its heading, its columns, its rows."""
 
 
-SCORER_COLUMNS = ["scorer", "kind", "pass rate / mean", "95% CI", "scored", "errors"]
+SCORER_COLUMNS = ["scorer", "kind", "pass rate / mean", "95% CI", "scored", "errors", "version (scores)"]
 """The columns of :func:`scorer_rows`."""
 
 
 def scorer_rows(scorers: list[ScorerFigures]) -> list[list[str]]:
-    """Each scorer's kind, pass rate (or mean) with its interval, and counts, as the scorers' table of either
-    report shows them."""
+    """Each scorer's kind, pass rate (or mean) with its interval, counts, and the versions that gave its current
+    scores, as the scorers' table of either report shows them."""
     return [
         [
             s.scorer,
@@ -80,9 +81,15 @@ def scorer_rows(scorers: list[ScorerFigures]) -> list[list[str]]:
             interval(s.ci95),
             str(s.scored),
             str(s.errors),
+            versions_text(s.versions),
         ]
         for s in scorers
     ]
+
+
+def warning_section(warnings: list[str]) -> list[Section]:
+    """The report's warnings as a section of their own, shown near the top; none without warnings."""
+    return [("Warnings", ["warning"], [[w] for w in warnings])] if warnings else []
 
 
 def sections(report: Report) -> list[Section]:
@@ -161,6 +168,7 @@ def sections(report: Report) -> list[Section]:
     )
     return [
         ("Experiment", ["", ""], about),
+        *warning_section(report.warnings),
         ("Pass rate", ["", "value", "95% CI", "note"], headline),
         ("pass@k and pass^k (over cases)", ["k", "pass@k", "95% CI", "pass^k", "95% CI", "cases"], k_rows),
         (

@@ -8,6 +8,7 @@ import datetime
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..analysis._report_data import mixed_versions
 from ._report_formats import (
     SCORER_COLUMNS,
     Section,
@@ -20,6 +21,7 @@ from ._report_formats import (
     pct,
     scorer_rows,
     terminal_document,
+    warning_section,
 )
 
 if TYPE_CHECKING:  # the analysis brings in DuckDB
@@ -89,6 +91,7 @@ def sections(report: TracesReport) -> list[Section]:
     ]
     return [
         ("Traces", ["", ""], about),
+        *warning_section(mixed_versions(report.scorers, "traces")),
         ("Failures by type (the classifier of trials)", ["", "traces", "share", "95% CI"], failures),
         ("Latency", ["of", "p50", "p90", "p95", "p99", "count"], latency + spans),
         ("By service", ["service", "calls", "failed", "share", "95% CI", "p50", "p95"], services),

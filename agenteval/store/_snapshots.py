@@ -50,11 +50,12 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
 their case, and scorer figures the spread their intervals need; 3: judged trials whose answer a scorer could not
 judge fail as ``scorer_error``, infrastructure, where they were wrong; 4: scorer figures count only the scores of
-current trials, not those of a try lost before its trial row was written)."""
+current trials, not those of a try lost before its trial row was written; 5: scorer figures say which scorer
+versions gave the current scores, and how many each)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -66,7 +67,7 @@ this many trials' scores, not by the experiment's size (about 400 MB at two pass
 STALE_SNAPSHOT_SECONDS = 60.0
 """A replaced snapshot is removed once replaced for this long: a reader that chose it before has finished by then."""
 
-SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, value, passed, continuous, error"
+SCORE_FIGURES = "experiment_id, trial_id, case_id, scorer, scorer_version, value, passed, continuous, error"
 USAGE_FIGURES = ", ".join([*views.USAGE, *(name + views.ALL_TRIES for name in views.USAGE)])
 TRIAL_FIGURES = (
     "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
@@ -79,17 +80,23 @@ def scorer_figures_sql(scores: str, unit: str) -> str:
     """Each scorer's figures over ``scores`` (a relation of current scores): what it scored, its pass rate or mean,
     its errors, and what their intervals need, clustered by ``unit`` (a column: the case, or a production trace):
     how many were judged and valued, in how many units, and the spread of the units' pass counts and value sums
-    about the scorer's rate and mean (:func:`agenteval.analysis._stats.clustered_standard_error`)."""
+    about the scorer's rate and mean (:func:`agenteval.analysis._stats.clustered_standard_error`); and ``versions``,
+    the scorer versions that gave those scores (an LLM judge's is its prompt and model), each with how many it gave,
+    most first: more than one means the figure mixes scorers (a rescore of some trials with another judge)."""
     return f"""
-WITH per_unit AS (
+WITH versions AS (
+  SELECT scorer, list(struct_pack(version := scorer_version, scored) ORDER BY scored DESC, scorer_version) AS versions
+  FROM (SELECT scorer, scorer_version, count(*) AS scored FROM {scores} GROUP BY ALL) GROUP BY scorer),
+per_unit AS (
   SELECT scorer, {unit} AS unit, bool_or(coalesce(continuous, false)) AS continuous, count(*) AS scored,
          count(passed) AS judged, count(*) FILTER (WHERE passed) AS passes, count(value) AS valued,
          fsum(value) AS value_sum, count(*) FILTER (WHERE error IS NOT NULL) AS errors
   FROM {scores} GROUP BY ALL),
 totals AS (  -- from the scores themselves: a sum of the units' sums loses the last bits of an exact mean
   SELECT scorer, avg(passed::INT) AS rate, fsum(value) / count(value) AS mean_value FROM {scores} GROUP BY scorer),
-about AS (SELECT * FROM per_unit JOIN totals USING (scorer))
-SELECT scorer, bool_or(continuous) AS continuous, sum(scored)::BIGINT AS scored, any_value(mean_value) AS mean,
+about AS (SELECT * FROM per_unit JOIN totals USING (scorer) JOIN versions USING (scorer))
+SELECT scorer, any_value(versions) AS versions, bool_or(continuous) AS continuous, sum(scored)::BIGINT AS scored,
+       any_value(mean_value) AS mean,
        any_value(rate) AS pass_rate, sum(errors)::BIGINT AS errors,
        sum(judged)::BIGINT AS judged, count(*) FILTER (WHERE judged > 0) AS judged_units,
        coalesce(fsum((passes - judged * rate) ** 2), 0) AS pass_spread,
