@@ -23,7 +23,7 @@ from agenteval.dataset import load_dataset
 from agenteval.errors import UsageError
 from agenteval.run import evaluate
 from agenteval.run._plan import new_trials
-from agenteval.run._ray import MAX_CHUNK, _head, chunks
+from agenteval.run._ray import MAX_CHUNK, MAX_RETRIES, _head, chunks
 from agenteval.store import Store
 
 NODE_A, NODE_B = 6401, 6402
@@ -211,24 +211,103 @@ def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
 
 
+def scored_without_a_row(store: Path) -> int:
+    """Trials a task finished, scored and published, whose row the driver has not committed (yet)."""
+    (row,) = Store(store).rows(
+        "SELECT count(DISTINCT trial_id) AS n FROM score_history WHERE trial_id NOT IN (SELECT trial_id FROM trials)"
+    )
+    return int(row["n"])
+
+
 @pytest.mark.heavy
-def test_ctrl_c_on_the_driver_stops_the_tasks_and_the_run_resumes(cluster, tmp_path):
+def test_ctrl_c_on_the_driver_keeps_what_the_tasks_finished_and_the_run_resumes(cluster, tmp_path):
+    """Ctrl-C while tasks are half done: they stop after the trials they are running and hand back the ones they
+    finished, whose rows the driver commits; a force-cancel would lose them (run again on resume)."""
     store = tmp_path / "store"
-    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
+    options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.5"]
     driver = start_driver(cluster, store, *options)
     wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    wait_until(lambda: scored_without_a_row(store) > 0, "trials finished inside running tasks", timeout=120)
     driver.send_signal(signal.SIGINT)
     out, err = driver.communicate(timeout=120)
     summary = json.loads(out)
     assert (
         summary["status"] == "interrupted" and summary["resume"] == f"agenteval run --resume {summary['experiment_id']}"
     )
+    assert scored_without_a_row(store) == 0  # every trial a task finished was committed
     done = len(trial_keys(store, summary["experiment_id"]))
     assert summary["this_run"]["trials"] == done < 200  # what it committed, nothing more
     resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
     keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+EXITS_ON_ONE_CASE = """
+import os
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def answer(question):
+    if (HERE / "broken").exists() and question == (HERE / "bad_question").read_text():
+        with open(HERE / "exits", "a") as exits:
+            exits.write("exit\\n")
+        os._exit(3)  # the worker process is lost: Ray runs the task again, until its retries are spent
+    deadline = time.monotonic() + 300  # held until the test lets go (a safety bound, never reached when it passes)
+    while not (HERE / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "4"
+"""
+
+
+@pytest.mark.heavy
+def test_a_task_failed_for_good_lets_the_running_ones_commit_and_the_rest_resumes(cluster, tmp_path):
+    """One case's agent kills its worker every time (os._exit): its task fails for good once Ray's retries are
+    spent. The other tasks, running meanwhile (held until then), still commit their trials, each once; the run
+    fails, resumable, and the resume, with the agent fixed, runs the failed task's trials and nothing else."""
+    cases = load_dataset("arithmetic", cases=3).cases
+    (tmp_path / "agent.py").write_text(EXITS_ON_ONE_CASE)
+    (tmp_path / "bad_question").write_text(cases[0].input)
+    (tmp_path / "broken").touch()
+    store = tmp_path / "store"
+    # One case a task (attempts = concurrency = 2), three tasks on the cluster's three CPUs: all run at once.
+    options = ["--dataset", "arithmetic", "--cases", "3", "--attempts", "2", "--concurrency", "2"]
+    command = [
+        str(BIN / "agenteval"),
+        "run",
+        "--store",
+        str(store),
+        *options,
+        "--agent",
+        f"{tmp_path / 'agent.py'}:answer",
+    ]
+    driver = cluster.popen(
+        [*command, "--executor", "ray", "--ray-address", cluster.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    said: list[str] = []
+    for line in iter(driver.stderr.readline, ""):  # until the driver says it heard of the failure, or ends
+        said.append(line)
+        if "a task failed for good" in line:
+            break
+    (tmp_path / "release").touch()  # the other tasks' trials finish only now
+    out, err = driver.communicate(timeout=300)
+    errors = [line for line in [*said, *err.splitlines()] if line.startswith("Error: ")]
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    eid = row["experiment_id"]
+    assert driver.returncode == 1 and row["status"] == "failed", out + "".join(said) + err
+    assert len(errors) == 1 and f"run `agenteval run --resume {eid}" in errors[0], errors
+    assert (tmp_path / "exits").read_text().count("exit") == 1 + MAX_RETRIES
+    assert trial_keys(store, eid) == {(case.id, attempt): 1 for case in cases[1:] for attempt in (1, 2)}
+
+    (tmp_path / "broken").unlink()  # the agent fixed
+    resumed = finished(start_driver(cluster, store, "--resume", eid))
+    assert trial_keys(store, eid) == {(case.id, attempt): 1 for case in cases for attempt in (1, 2)}
+    assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 2
 
 
 def test_the_cluster_limiter_loses_no_place_to_abandoned_calls():

@@ -14,6 +14,10 @@ result per task however often it ran, and the driver keeps at most one row per (
 reads, dropping any other deterministically (the first committed stays). A driver that dies leaves the run as a
 killed local run does: ``--resume`` (with either executor) runs what has no row.
 
+Stopping keeps what finished, as in a local run (``._ray_signal``): on Ctrl-C the tasks are told to stop and hand
+back their finished trials, for :data:`STOP_SECONDS` before they are cancelled outright; a task that fails for good
+lets the running ones finish and commit, and no task starts after it, before the run fails.
+
 Rate limits are shared: one :class:`agenteval.models._ray_limiter.LimiterHost` actor per run holds one AIMD
 limiter per model for the whole cluster. Progress moves on the driver as tasks finish.
 
@@ -39,8 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
-from ._loop import run_to_the_end
+from ._loop import CANCEL_GRACE_SECONDS, run_to_the_end
 from ._plan import trial_id
+from ._ray_signal import FINISH, GO, STOP, start_task_signal, watching, word_of
 from ._scheduler import TICK_SECONDS
 from ._trial import TrialPlan
 
@@ -65,6 +70,9 @@ CONNECT_TIMEOUT = 10.0
 """Seconds the driver tries to reach the cluster's head before it says it cannot (Ray itself tries for minutes)."""
 DEFAULT_PORT = 6379
 """The head's port when an address names none, as Ray reads it."""
+STOP_SECONDS = 2 * TICK_SECONDS + CANCEL_GRACE_SECONDS + 10.0
+"""After Ctrl-C, how long the driver waits for its tasks to return their finished trials before it cancels them
+outright: a tick for a task to hear it, the cancelled trials' grace, and time to save what finished."""
 
 
 class ClusterFailed(AgentevalError):
@@ -114,16 +122,24 @@ class ChunkDone:
     cache_hits: int
     worker: str
     node: str
+    started: bool = True
+    """False for a task the driver's signal told not to start: it ran nothing."""
 
 
-def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
-    """The Ray task: run ``plans`` in this worker, publish their spans and scores, return their rows."""
+def run_chunk(recipe: RunRecipe, plans: list[TrialPlan], signal: Any) -> ChunkDone:
+    """The Ray task: run ``plans`` in this worker, publish their spans and scores, return their rows; nothing
+    when ``signal`` (a :class:`~agenteval.run._ray_signal.TaskSignal`) says not to start, and only the finished
+    ones when it says to stop meanwhile."""
     import ray
 
     from ..models._limiter import use_limiters
     from ..models._ray_limiter import ClusterLimiter
     from ._runner import _Run
 
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    node = ray.get_runtime_context().get_node_id()
+    if run_to_the_end(word_of(signal)) != GO:
+        return ChunkDone([], 0, worker, node, started=False)
     if recipe.limiters is not None:
         host = ray.get_actor(recipe.limiters, namespace=NAMESPACE)
         use_limiters(lambda key: ClusterLimiter(host, key))
@@ -132,12 +148,16 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan]) -> ChunkDone:
     with _working_folder(recipe.cwd):
         run = _Run.for_worker(recipe, fresh)
         try:
-            rows, cache_hits = run_to_the_end(run.run_chunk())
+            rows, cache_hits = run_to_the_end(_chunk_until_told(run, signal))
         finally:
             run.agent.release()
             use_limiters(None)
-    node = ray.get_runtime_context().get_node_id()
-    return ChunkDone(rows, cache_hits, f"{socket.gethostname()}:{os.getpid()}", node)
+    return ChunkDone(rows, cache_hits, worker, node)
+
+
+async def _chunk_until_told(run: _Run, signal: Any) -> tuple[list[dict[str, Any]], int]:
+    async with watching(signal, run.stop):
+        return await run.run_chunk()
 
 
 @contextlib.contextmanager
@@ -349,35 +369,42 @@ class RayExecutor:
 
         name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
         host = start_limiter_host(ray, name, NAMESPACE)
+        signal = start_task_signal(ray)
         recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
         task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
         cpus = int(ray.cluster_resources().get("CPU", 1))
         pending: dict[asyncio.Future[Any], Any] = {}
         for chunk in chunks(run.plans, cpus, run.options.concurrency):
-            ref = task.remote(recipe, chunk)
+            ref = task.remote(recipe, chunk, signal)
             pending[asyncio.wrap_future(ref.future())] = ref
         tasks = len(pending)
         stopper: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
-        committed: set[tuple[str, int]] = set()
-        workers: set[str] = set()
-        nodes: set[str] = set()
+        tally = _Tally()
+        failure: AgentevalError | None = None
+        deadline: float | None = None  # once stopped: when the tasks still running are cancelled outright
         try:
-            while pending:
-                done, _ = await asyncio.wait({*pending, stopper}, timeout=TICK_SECONDS, return_when="FIRST_COMPLETED")
+            while pending and (deadline is None or time.monotonic() < deadline):
+                watched = {*pending} if stopper.done() else {*pending, stopper}
+                wait = TICK_SECONDS if deadline is None else min(TICK_SECONDS, deadline - time.monotonic())
+                done, _ = await asyncio.wait(watched, timeout=max(wait, 0.0), return_when="FIRST_COMPLETED")
                 for finished in done - {stopper}:
                     del pending[finished]
-                    result = _result(finished, run)
-                    rows = [row for row in result.rows if (row["case_id"], row["attempt"]) not in committed]
-                    committed.update((row["case_id"], row["attempt"]) for row in rows)
-                    run.commit(rows, result.cache_hits)
-                    workers.add(result.worker)
-                    nodes.add(result.node)
+                    try:
+                        tally.commit(run, _result(finished, run))
+                    except AgentevalError as exc:  # the others' finished trials are still kept: see _FAILED
+                        if failure is None:
+                            failure = exc
+                            signal.tell.remote(FINISH)
+                            run.progress.note(_FAILED.format(error=exc))
                 run.sink.flush()
-                if stopper.done():  # the unfinished tasks' trials have no row: --resume runs them
-                    break
+                if stopper.done() and deadline is None:  # Ctrl-C: the tasks return what finished, for so long
+                    deadline = time.monotonic() + STOP_SECONDS
+                    signal.tell.remote(STOP)
+            if failure is not None:
+                raise failure
         finally:
             stopper.cancel()
-            for ref in pending.values():
+            for ref in pending.values():  # the unfinished tasks' trials have no row: --resume runs them
                 ray.cancel(ref, force=True)
             for finished in pending:
                 finished.cancel()
@@ -387,6 +414,32 @@ class RayExecutor:
                     ray.get(host.limits.options(concurrency_group=RETURNS).remote(), timeout=LIMITS_TIMEOUT)
                 )
             ray.kill(host)
+            ray.kill(signal)
         run.counts["ray_tasks"] = tasks
-        run.counts["ray_worker_processes"] = len(workers)
-        run.counts["ray_nodes"] = len(nodes)
+        run.counts["ray_worker_processes"] = len(tally.workers)
+        run.counts["ray_nodes"] = len(tally.nodes)
+
+
+_FAILED = (
+    "a task failed for good ({error}); no task starts any more, the running ones finish and their trials are "
+    "kept, then the run fails"
+)
+"""What the driver says when a task fails for good: a local run keeps the trials that finished, and so does this."""
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What the driver has committed: the (case, attempt) keys, and where the tasks that ran did."""
+
+    committed: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+    workers: set[str] = dataclasses.field(default_factory=set)
+    nodes: set[str] = dataclasses.field(default_factory=set)
+
+    def commit(self, run: _Run, result: ChunkDone) -> None:
+        """Commit a task's rows, at most one per (case, attempt), the key resume reads."""
+        rows = [row for row in result.rows if (row["case_id"], row["attempt"]) not in self.committed]
+        self.committed.update((row["case_id"], row["attempt"]) for row in rows)
+        run.commit(rows, result.cache_hits)
+        if result.started:
+            self.workers.add(result.worker)
+            self.nodes.add(result.node)
