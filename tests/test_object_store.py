@@ -137,9 +137,10 @@ def test_run_report_rescore_compact_sql_and_doctor_on_s3(store, s3):
 
 
 def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once(store):
-    # One trial at a time, 0.3 s each: about 27 s in all, so the run is still going after the refused resume
-    # below (a fresh process that imports agenteval and reads the store) even on a loaded machine.
-    first = one_at_a_time(store, latency=0.3)
+    # One trial at a time, 0.8 s each: about 72 s in all, so the run is still going after the refused resume
+    # below (a fresh process that imports agenteval and reads the store) even on a loaded machine: at 0.3 s it
+    # once finished all 90 before the refusal came back, with five other test processes beside it.
+    first = one_at_a_time(store, latency=0.8)
     try:
         experiment_id = recorded_experiment(store)
 
@@ -162,7 +163,7 @@ def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once
 
     # Its lease stops being renewed and expires; a resume waits for that, then runs only what is missing.
     def resumed() -> subprocess.CompletedProcess | None:
-        # More at a time than the killed run, which the run's stored options allow: the rest takes about 2 s, not 24.
+        # More at a time than the killed run, which the run's stored options allow: the rest takes seconds, not a minute.
         done = agenteval(store, "run", "--resume", experiment_id, "--concurrency", "16", "--json", check=False)
         return done if done.returncode == 0 else None
 
