@@ -163,7 +163,7 @@ def test_a_run_killed_mid_way_resumes_from_another_process_with_every_trial_once
 
     # Its lease stops being renewed and expires; a resume waits for that, then runs only what is missing.
     def resumed() -> subprocess.CompletedProcess | None:
-        # More at a time than the killed run, which the run's stored options allow: the rest takes seconds, not a minute.
+        # More at a time than the killed run, as the run's stored options allow: the rest takes seconds.
         done = agenteval(store, "run", "--resume", experiment_id, "--concurrency", "16", "--json", check=False)
         return done if done.returncode == 0 else None
 
