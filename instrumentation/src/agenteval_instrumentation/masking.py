@@ -170,9 +170,8 @@ def _mask_parameters(text: str) -> str:
     """``text`` with the value given to each secret name masked (see ``_VALUE``)."""
     kept: list[str] = []
     done = 0
-    for separator in _SEPARATOR.finditer(text):
-        at = separator.start()
-        if at < done or not text[max(0, at - 16) : at].rstrip(_CLOSERS).lower().endswith(_SECRET_ENDINGS):
+    for at in _candidate_separators(text):
+        if at < done:
             continue
         if not _secret_name_before(text, at):
             continue
@@ -184,6 +183,36 @@ def _mask_parameters(text: str) -> str:
         kept += [text[done:start], f"{quote}{MASK}{quote}" if quote else MASK]
         done = value.end()
     return "".join(kept) + text[done:] if kept else text
+
+
+FEW_SEPARATORS = 8
+"""Up to this many separators in a text, each is looked at; past it, the secret names' endings are searched for."""
+
+
+def _candidate_separators(text: str) -> list[int]:
+    """The separators that follow the ending of a secret name (up to three closers between), in order. Found from
+    the endings, one search in C each, rather than from every colon of the text: most text has colons (times,
+    JSON, "Answer: ...") and few secret names."""
+    # A few separators are looked at one by one; so is text of other scripts, whose lower() may change its length.
+    if text.count(":") + text.count("=") <= FEW_SEPARATORS or not text.isascii():
+        return [
+            m.start()
+            for m in _SEPARATOR.finditer(text)
+            if text[max(0, m.start() - 16) : m.start()].rstrip(_CLOSERS).lower().endswith(_SECRET_ENDINGS)
+        ]
+    lowered = text.lower()
+    found = set()
+    for ending in _SECRET_ENDINGS:
+        at = lowered.find(ending)
+        while at >= 0:
+            end = at + len(ending)
+            closers_end = min(len(text), end + 3)
+            while end < closers_end and text[end] in _NAME_CLOSERS:
+                end += 1
+            if end < len(text) and text[end] in "=:":
+                found.add(end)
+            at = lowered.find(ending, at + 1)
+    return sorted(found)
 
 
 def _secret_name_before(text: str, separator: int) -> bool:
