@@ -281,6 +281,26 @@ def test_a_prune_killed_at_any_point_leaves_nothing_a_glob_over_the_stores_folde
     assert not (root / "spans" / f"date={old}").exists()
 
 
+def test_a_prune_journal_naming_files_a_prune_never_deletes_deletes_nothing(tmp_path):
+    """A prune's journal is a file in the store like any other: whatever it names, finishing it deletes only Parquet
+    files of the production tables, inside the store; not a file beside the store, a trial, or a file of any other
+    kind (it deleted whatever it named)."""
+    root = tmp_path / "s"
+    Store(root).write("trials", trial_rows("e1", 0, 3))
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(b"mine")
+    (trials_file,) = [p.relative_to(root).as_posix() for p in (root / "trials").glob("experiment_id=e1/*.parquet")]
+    named = ["../outside.parquet", str(outside), trials_file, "spans/notes.txt", "spans"]
+    (root / "spans" / "notes.txt").write_text("kept")
+    (root / ".pruning").mkdir()
+    (root / ".pruning" / "0123.json").write_text(json.dumps({"files": named}))
+    NEXT_USE["open"](root)
+    assert outside.read_bytes() == b"mine"
+    assert (root / trials_file).exists() and (root / "spans" / "notes.txt").read_text() == "kept"
+    assert Store(root).query("SELECT count(*) AS n FROM trial_history").to_pylist()[0]["n"] == 3
+    assert not (root / ".pruning").exists()
+
+
 LATE_WRITER = """
 import os, sys
 from agenteval.store import Store

@@ -166,12 +166,22 @@ class _Journal:
     def finish(store_root: Path, path: Path) -> None:
         """Finish the prune that saved the journal at ``path`` and was killed."""
         try:
-            files = [store_root / f for f in json.loads(path.read_text())["files"]]
+            named = json.loads(path.read_text())["files"]
         except (OSError, ValueError, KeyError, TypeError):  # killed while saving it: nothing was deleted yet
-            files = []
+            named = []
+        files = [store_root / f for f in named if _prunable(f)]
         for file in files:
             _delete(file)
         _remove_empty_folders(store_root, [f.parent for f in files])
+
+
+def _prunable(relative: object) -> bool:
+    """Whether a journal's entry names what a prune deletes: a Parquet file of a production table, inside the store.
+    A journal is a file in the store like any other; whatever it says, finishing it deletes nothing else."""
+    if not isinstance(relative, str) or not relative.endswith(".parquet"):
+        return False
+    parts = Path(relative).parts
+    return not Path(relative).is_absolute() and ".." not in parts and len(parts) > 1 and parts[0] in PRODUCTION_TABLES
 
 
 def _homes(store_root: Path) -> tuple[Path, Path]:
