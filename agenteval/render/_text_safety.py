@@ -19,7 +19,7 @@ INVISIBLE = "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\
 ``case\u200b1`` reads as ``case1``, and the line and paragraph separators, which ``str.splitlines`` and some
 terminals take for line breaks."""
 SHOWN_AS_CODE_POINTS = BIDI_CONTROLS + INVISIBLE
-"""Shown as ``<U+XXXX>``."""
+"""Shown as their code point in angle brackets: a zero-width space as ``<U+200B>``."""
 
 _CONTROL = "\x00-\x09\x0b-\x1f\x7f-\x9f"
 """C0 controls but newline, DEL and C1 controls."""

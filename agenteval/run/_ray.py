@@ -41,6 +41,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agenteval_exporters.settings import env_number
+
 from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
 from ._loop import CANCEL_GRACE_SECONDS, run_to_the_end
@@ -289,7 +291,7 @@ def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
     :data:`CPU_WAIT_SECONDS` pass without one, since its tasks would wait forever."""
     if _has_cpu(ray):
         return
-    wait = _cpu_wait_seconds()
+    wait = max(0.0, env_number(ENV_CPU_WAIT, CPU_WAIT_SECONDS))
     where = f"at {visible(address)} ({given})" if address else "started on this machine"
     join = visible(address) if address else "ADDRESS"
     logger.warning(
@@ -313,13 +315,6 @@ def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
 
 def _has_cpu(ray: Any) -> bool:
     return bool(ray.cluster_resources().get("CPU", 0) >= 1)
-
-
-def _cpu_wait_seconds() -> float:
-    try:
-        return max(0.0, float(os.environ.get(ENV_CPU_WAIT) or CPU_WAIT_SECONDS))
-    except ValueError:
-        return CPU_WAIT_SECONDS
 
 
 class RayExecutor:

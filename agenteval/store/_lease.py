@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+from agenteval_exporters.settings import env_number
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
 from ..errors import AgentevalError
@@ -128,10 +129,7 @@ LEASE_SECONDS = 30.0
 
 
 def lease_seconds() -> float:
-    try:
-        return max(0.5, float(os.environ.get(ENV_LEASE_SECONDS) or LEASE_SECONDS))
-    except ValueError:
-        return LEASE_SECONDS
+    return max(0.5, env_number(ENV_LEASE_SECONDS, LEASE_SECONDS))
 
 
 class LeaseLost(AgentevalError, OSError):

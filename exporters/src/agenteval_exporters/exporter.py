@@ -18,6 +18,7 @@ from .files import write_to_memory
 from .partitions import partition_spans, store_path
 from .required import required_columns, without_missing
 from .schema import SPAN_SCHEMA
+from .settings import env_number
 from .writer import PartitionedWriter
 
 logger = logging.getLogger(__name__)
@@ -27,18 +28,6 @@ ENV_FLUSH_INTERVAL = "AGENTEVAL_PARQUET_FLUSH_INTERVAL"
 DEFAULT_MAX_ROWS = 100_000
 DEFAULT_FLUSH_INTERVAL = 1.0
 SPANS_TABLE = "spans"
-
-
-def _setting(value: float | None, env: str, default: float, kind: type) -> float:
-    if value is not None:
-        return value
-    raw = os.environ.get(env)
-    if raw:
-        try:
-            return kind(raw)
-        except ValueError:
-            logger.warning("agenteval: ignoring %s=%r, not a number; using %s", env, raw, default)
-    return default
 
 
 WARM_UP_SPANS = 512
@@ -90,8 +79,10 @@ class ParquetSpanExporter(SpanExporter):
             SPANS_TABLE,
             SPAN_SCHEMA,
             partition_spans,
-            max_rows=int(_setting(max_rows, ENV_MAX_ROWS, DEFAULT_MAX_ROWS, int)),
-            flush_interval=_setting(flush_interval, ENV_FLUSH_INTERVAL, DEFAULT_FLUSH_INTERVAL, float),
+            max_rows=int(max_rows if max_rows is not None else env_number(ENV_MAX_ROWS, DEFAULT_MAX_ROWS, int)),
+            flush_interval=(
+                flush_interval if flush_interval is not None else env_number(ENV_FLUSH_INTERVAL, DEFAULT_FLUSH_INTERVAL)
+            ),
         )
         self._shutdown = False
         self._failing = False

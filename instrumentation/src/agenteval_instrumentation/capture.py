@@ -215,16 +215,21 @@ def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int)
 def _sequence(items: Any, size: int, depth: int, max_string: int, max_items: int) -> list[Any]:
     if config.mask_secrets and is_secret_pair(items):  # ("Authorization", "Bearer ..."), a header given as a pair
         return [items[0], MASK]
-    # A named tuple's fields are named like a dataclass's, but it is kept a list, as JSON gives it.
-    fields = getattr(items, "_fields", ()) if config.mask_secrets else ()
+    secret = _secret_fields(items) if config.mask_secrets and type(items) is not list else ()
     out = []
     for i, item in enumerate(items):
         if i >= max_items:
             out.append(f"…{size - max_items} more items")
             break
-        secret = i < len(fields) and isinstance(fields[i], str) and is_secret_key(fields[i])
-        out.append(MASK if secret else _jsonable(item, depth - 1, max_string, max_items))
+        out.append(MASK if i in secret else _jsonable(item, depth - 1, max_string, max_items))
     return out
+
+
+def _secret_fields(items: Any) -> frozenset[int]:
+    """The positions of a named tuple's fields named like secrets: its fields are named like a dataclass's, but it
+    is kept a list, as JSON gives it."""
+    fields = getattr(items, "_fields", ())
+    return frozenset(i for i, name in enumerate(fields) if isinstance(name, str) and is_secret_key(name))
 
 
 def _other(value: Any, depth: int, max_string: int, max_items: int) -> Any:
