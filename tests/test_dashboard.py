@@ -12,6 +12,8 @@ import html
 import io
 import json
 import re
+import selectors
+import socket
 import subprocess
 import sys
 import time
@@ -521,6 +523,47 @@ def test_a_download_keeps_the_sql_page_s_rules(runs, tmp_path):
                         pass
         assert get(site, "/sql.json", params={"q": "SELECT 1 AS one"}).json() == [{"one": 1}]  # the server goes on
     assert store_files(runs["store"]) == before
+
+
+def test_a_download_its_client_stops_reading_is_closed_at_the_time_limit(runs):
+    """A client that asked for a download and then read nothing kept the statement and its DuckDB connection
+    open for as long as it kept the socket: the time limit stopped DuckDB, not a send waiting on the client. The
+    download is now stopped at the limit, the log says so, and the client sees a broken transfer."""
+    with dashboard_process(runs["store"], "--sql-timeout", "2") as (site, process):
+        host, port = site.removeprefix("http://").rstrip("/").rsplit(":", 1)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills after a few chunks
+        client.connect((host, int(port)))
+        endless = quote("SELECT i FROM range(1000000000000) t(i)")
+        client.sendall(f"GET /sql.csv?q={endless} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        assert client.recv(64).startswith(b"HTTP/1.1 200")
+        try:  # the client reads no more; the server's log must say the download stopped, while it waits
+            log = _stderr_until(process, "a download of the SQL page stopped", seconds=60)
+            assert "took no more of it within 2 s (--sql-timeout)" in log
+            assert get(site, "/sql.json", params={"q": "SELECT 1 AS one"}).json() == [{"one": 1}]
+            rest = b""
+            client.settimeout(30)
+            while piece := client.recv(65536):
+                rest += piece
+            assert rest and not rest.endswith(b"0\r\n\r\n")  # no last chunk: the file is not whole
+        finally:
+            client.close()
+
+
+def _stderr_until(process: subprocess.Popen[str], wanted: str, seconds: float) -> str:
+    """The process's stderr up to the line holding ``wanted``; fails if none comes within ``seconds``."""
+    assert process.stderr is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stderr, selectors.EVENT_READ)
+    seen = []
+    give_up = time.monotonic() + seconds
+    while selector.select(timeout=max(give_up - time.monotonic(), 0)):
+        line = process.stderr.readline()
+        seen.append(line)
+        if not line or wanted in line:
+            break
+    assert seen and wanted in seen[-1], "".join(seen)
+    return seen[-1]
 
 
 def test_a_statement_that_runs_too_long_is_stopped_and_the_server_goes_on(runs):

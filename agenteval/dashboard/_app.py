@@ -235,6 +235,7 @@ class Dashboard:
             return PlainTextResponse(str(exc).splitlines()[0], status_code=400)
         return ResultFile(
             pieces,
+            self.sql_seconds,
             media_type=MEDIA_TYPES[fmt],
             headers={"Content-Disposition": f'attachment; filename="result.{fmt}"'},
         )
