@@ -18,6 +18,7 @@ from agenteval.analysis._compare_figures import FIGURES, figure_rows, number
 from agenteval.cli import main
 
 Z = 1.959964  # the normal 97.5% quantile
+T19 = 2.0930241  # Student's t 97.5% quantile at 19 degrees of freedom (scipy's): the runs' 20 cases, each a cluster
 
 
 def cli(*args: str) -> str:
@@ -66,9 +67,10 @@ def by_hand(store: str, baseline: str, candidate: str, column: str) -> tuple[int
     rows = json.loads(cli("sql", "--store", store, "--format", "json", query))
     differences = [row["candidate"] - row["baseline"] for row in rows]
     clusters = len(differences)
+    assert clusters == 20  # T19's degrees of freedom
     mean = sum(differences) / clusters
     standard_error = math.sqrt(sum((d - mean) ** 2 for d in differences) * clusters / (clusters - 1)) / clusters
-    return clusters, mean, mean - Z * standard_error, mean + Z * standard_error
+    return clusters, mean, mean - T19 * standard_error, mean + T19 * standard_error
 
 
 @pytest.mark.parametrize(
@@ -108,7 +110,7 @@ def quantile_interval_by_hand(durations: dict[str, list[float]], other: dict[str
     """The 95% interval of other's quantile minus durations' (each: case id to its trials' durations), worked out
     as docs/reports.md says: Hall and Sheather's bandwidth h; the sparsity (Q(level + h) - Q(level - h)) / 2h; each
     case's term (its trials at or below the quantile - F x its trials) x sparsity / all trials; the candidate's
-    term minus the baseline's per case; SE = sqrt(sum of squares x C / (C - 1))."""
+    term minus the baseline's per case; SE = sqrt(sum of squares x C / (C - 1)); t with C - 1 degrees of freedom."""
     from statistics import NormalDist
 
     normal = NormalDist()
@@ -127,7 +129,8 @@ def quantile_interval_by_hand(durations: dict[str, list[float]], other: dict[str
     cases = set(ta) | set(tb)
     spread = sum((tb.get(c, 0.0) - ta.get(c, 0.0)) ** 2 for c in cases)
     se = math.sqrt(spread * len(cases) / (len(cases) - 1))
-    return qb - qa, (qb - qa - Z * se, qb - qa + Z * se)
+    assert len(cases) == 20  # T19's degrees of freedom
+    return qb - qa, (qb - qa - T19 * se, qb - qa + T19 * se)
 
 
 @pytest.mark.parametrize(("key", "level"), [("latency_p50_ms", 0.5), ("latency_p95_ms", 0.95)])

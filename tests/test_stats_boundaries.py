@@ -101,14 +101,15 @@ def test_compare_json_is_strict_json_when_a_category_has_one_shared_case(tmp_pat
 
 def test_the_interval_of_a_difference_stays_within_100_points(tmp_path):
     """9 of 10 cases passing, then none: a difference of -90% with a standard error of 10 points, whose normal
-    interval read -109.6% to -70.4%, a drop no pass rate can take. Clipped to [-1, 1] as a rate's is to [0, 1]."""
+    interval read -109.6% to -70.4%, a drop no pass rate can take. Clipped to [-1, 1] as a rate's is to [0, 1].
+    (Its ends are t's with 9 degrees of freedom: 2.2621572 at 95%, 1.8331129 at 90%, scipy's.)"""
     store, baseline, candidate = pair(tmp_path, [(9, "P/F", None), (1, "F/F", None)], attempts=1)
     data = strict_json(CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store, "--json"]).stdout)
     overall = data["overall"]
     assert overall["difference"] == pytest.approx(-0.9) and overall["standard_error"] == pytest.approx(0.1)
-    assert overall["ci95"] == [-1.0, pytest.approx(-0.9 + 1.959964 * 0.1)]
+    assert overall["ci95"] == [-1.0, pytest.approx(-0.9 + 2.2621572 * 0.1)]
     gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
-    assert gate.exit_code == 1 and "(90% CI -100.0% to -73.6%)" in gate.output, gate.output
+    assert gate.exit_code == 1 and "(90% CI -100.0% to -71.7%)" in gate.output, gate.output
 
 
 def test_the_gate_shows_the_interval_of_its_own_test(tmp_path):
@@ -151,7 +152,9 @@ def test_a_tiny_alpha_the_options_accept_is_judged_not_an_internal_error(tmp_pat
     assert power.exit_code == 0, power.output
     table = strict_json(power.output)
     assert 0 < table["paired"][0][0] < 0.5 and table["cases_needed"][0] > 25  # z(1 - 1e-17) is 8.5: strict
-    store, baseline, candidate = pair(tmp_path, [(9, "P/F", None), (1, "F/F", None)], attempts=1)
+    # 30 cases, 29 of them lost: t = -29 with 29 degrees of freedom, p about 1e-24 (10 cases, t = -9 with 9, gave
+    # p = 4e-6, which no alpha of 1e-17 calls significant).
+    store, baseline, candidate = pair(tmp_path, [(29, "P/F", None), (1, "F/F", None)], attempts=1)
     args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--alpha", "1e-17"]
     gate = CliRunner().invoke(main, args)
     assert gate.exit_code == 1 and "significant at alpha 1e-17" in gate.output, gate.output

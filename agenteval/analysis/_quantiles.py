@@ -95,4 +95,5 @@ def quantile_difference(
         standard_error=standard_error,
         no_spread=standard_error == 0,
         rate=False,
+        degrees_of_freedom=clusters - 1 if clusters >= 2 else None,
     )

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from statistics import NormalDist
 from typing import Any
 
 from ..run._options import DEFAULT_ALPHA, DEFAULT_TARGET_POWER
+from ._student_t import NORMAL, t_cdf, t_quantile, t_upper
 
 Z95 = 1.959963984540054
 
@@ -63,7 +63,9 @@ def interval95(mean: float, standard_error: float) -> tuple[float, float]:
 
 def rate_interval95(rate: float, standard_error: float, trials: int, cases: int) -> tuple[float, float]:
     """The 95% interval of a pass rate over ``trials`` clustered in ``cases``: Wilson's, at the effective number of
-    trials the clustered standard error implies, p(1 - p) / SE², at most ``trials`` (Korn and Graubard, 1998).
+    trials the clustered standard error implies, p(1 - p) / SE², at most ``trials``, times (z / t)², t Student's
+    with ``cases`` - 1 degrees of freedom (Korn and Graubard, 1998): the standard error is estimated from that many
+    cases, and without that factor the interval held a 99% rate over 5 cases of 3 attempts 86% of the time.
 
     Where the trials show no spread (all passed, all failed, or every case passed the same share of its
     attempts) the standard error is 0 and says nothing: the effective number is then the number of cases, since
@@ -74,8 +76,11 @@ def rate_interval95(rate: float, standard_error: float, trials: int, cases: int)
     if math.isnan(rate) or trials <= 0:
         return math.nan, math.nan
     spread = rate * (1 - rate)
-    measured = not math.isnan(standard_error) and standard_error > 0 and spread > 0
-    effective = min(trials, spread / standard_error**2) if measured else cases
+    measured = not math.isnan(standard_error) and standard_error > 0 and spread > 0 and cases >= 2
+    if measured:
+        effective = min(trials, spread / standard_error**2) * (Z95 / t_quantile(0.975, cases - 1)) ** 2
+    else:
+        effective = cases
     return _wilson(rate, max(effective, 1))
 
 
@@ -100,9 +105,6 @@ def _wilson(rate: float, total: float) -> tuple[float, float]:
     half = Z95 * math.sqrt(rate * (1 - rate) / total + z2 / (4 * total * total)) / (1 + z2 / total)
     low = 0.0 if rate == 0 else max(0.0, centre - half)
     return low, 1.0 if rate == 1 else min(1.0, centre + half)
-
-
-NORMAL = NormalDist()
 
 
 def z_upper(alpha: float) -> float:
@@ -158,30 +160,38 @@ class PairedDifference:
     spread is unknown rather than zero, and ``standard_error`` is the most the unchanged cases leave possible."""
     rate: bool = True
     """A difference of two rates, which is within [-1, 1]; False for a mean with no bound, such as tokens per trial."""
+    degrees_of_freedom: int | None = None
+    """Of the Student t its interval, test and detectable drop are read from: the clusters the standard error was
+    estimated over less one (at 10 cases the normal's 95% interval held the true difference about 92% of the time);
+    None for the normal, as for an unseen spread, which is a bound of its own."""
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """The normal interval; of rates clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases
+        """The t interval; of rates clipped to [-1, 1]: a difference of two rates is no larger (9 of 10 cases
         passing, then none, read -109.6% to -70.4%)."""
-        return self._within(NORMAL.inv_cdf(0.5 + level / 2))
+        return self._within(t_quantile(0.5 + level / 2, self._df()))
 
     def test_interval(self, alpha: float) -> tuple[float, float]:
         """The 1 - 2 alpha interval (90% at alpha 0.05), clipped: its upper end is below 0 exactly when the
         one-sided test at ``alpha`` rejects "no drop"."""
-        return self._within(z_upper(alpha))
+        return self._within(t_upper(alpha, self._df()))
 
-    def _within(self, z: float) -> tuple[float, float]:
-        low, high = self.difference - z * self.standard_error, self.difference + z * self.standard_error
+    def _df(self) -> float:
+        return math.inf if self.degrees_of_freedom is None else self.degrees_of_freedom
+
+    def _within(self, critical: float) -> tuple[float, float]:
+        low = self.difference - critical * self.standard_error
+        high = self.difference + critical * self.standard_error
         return (max(-1.0, low), min(1.0, high)) if self.rate else (low, high)
 
     def p_drop(self) -> float:
         """One-sided p-value of "the candidate is no worse": small when the drop is real."""
         if self.standard_error == 0:
             return 0.0 if self.difference < 0 else 1.0
-        return NORMAL.cdf(self.difference / self.standard_error)
+        return t_cdf(self.difference / self.standard_error, self._df())
 
     def minimum_detectable_drop(self, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_TARGET_POWER) -> float:
         """The smallest drop a one-sided test at ``alpha`` catches with ``power``, at this standard error."""
-        return (z_upper(alpha) + NORMAL.inv_cdf(power)) * self.standard_error
+        return (t_upper(alpha, self._df()) + t_quantile(power, self._df())) * self.standard_error
 
 
 def paired_difference(
@@ -201,7 +211,10 @@ def paired_difference(
     no_spread = standard_error == 0
     if no_spread and rate:
         standard_error = unseen_spread_error(len(shared))
-    return PairedDifference(len(shared), base, cand, difference, standard_error, no_spread, rate)
+    measured = len(shared) >= 2 and not (no_spread and rate)
+    return PairedDifference(
+        len(shared), base, cand, difference, standard_error, no_spread, rate, len(shared) - 1 if measured else None
+    )
 
 
 def no_spread_note(cases: int) -> str:
