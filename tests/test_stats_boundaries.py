@@ -235,3 +235,15 @@ def test_a_one_case_experiment_reports_every_rate_with_an_interval(tmp_path):
         assert k["pass_at_k_ci95"] == k["pass_hat_k_ci95"] == one_case, k
     text = CliRunner().invoke(main, ["report", "--store", str(store)]).output
     assert "–" not in text.split("By category")[0], text  # no rate of the overview without its interval
+
+
+def test_power_names_spread_when_it_is_more_than_the_pass_rate_allows():
+    """--spread 0.2 at --pass-rate 0.99 (whose cases can differ by at most sqrt(0.99 x 0.01) = 0.0995) read "the
+    between-case variance must be between 0 and p(1 - p) = 0.0099", naming no option, and exited 1."""
+    result = CliRunner().invoke(main, ["power", "--pass-rate", "0.99", "--spread", "0.2"])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "Error: --spread 0.2 is more than cases with a pass rate of 0.99 can differ by: at most sqrt(p(1 - p)) = "
+        "0.0995, when every case is all-or-nothing; give --spread up to that"
+    ], result.output
+    at_most = CliRunner().invoke(main, ["power", "--pass-rate", "0.99", "--spread", "0.0994", "--drop", "0.05"])
+    assert at_most.exit_code == 0, at_most.output

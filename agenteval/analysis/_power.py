@@ -209,12 +209,26 @@ def build_model(
                     f"--from {from_experiment}: its pass rate is {pass_rate:.0%}, from which no drop can be sized; "
                     "give the pass rate to plan for with --pass-rate (e.g. 0.95)"
                 )
-        variance = estimate_between_case_variance(rates, attempts) if spread is None else spread**2
+        variance = (
+            estimate_between_case_variance(rates, attempts) if spread is None else _spread_variance(spread, pass_rate)
+        )
         return PowerModel(pass_rate, attempts, variance, alpha, affected)
     pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
     if spread is None:
         return default_model(pass_rate, attempts, alpha, affected)
-    return PowerModel(pass_rate, attempts, spread**2, alpha, affected)
+    return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected)
+
+
+def _spread_variance(spread: float, pass_rate: float) -> float:
+    """The between-case variance ``--spread`` gives, refused, naming the option, past what ``pass_rate`` allows:
+    "the between-case variance must be between 0 and p(1 - p) = 0.0099" named neither option."""
+    largest = math.sqrt(pass_rate * (1 - pass_rate)) if 0 < pass_rate < 1 else 0.0
+    if spread**2 > pass_rate * (1 - pass_rate):
+        raise UsageError(
+            f"--spread {spread:g} is more than cases with a pass rate of {pass_rate:g} can differ by: at most "
+            f"sqrt(p(1 - p)) = {largest:.4f}, when every case is all-or-nothing; give --spread up to that"
+        )
+    return spread**2
 
 
 def _experiment_rates(store: Any, experiment_id: str) -> tuple[list[float], int]:
