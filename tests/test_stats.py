@@ -251,6 +251,37 @@ def test_analytic_power_agrees_with_monte_carlo_within_3_points(
     assert abs(model.unpaired_power(cases, drop) - simulated.unpaired) <= 0.03
 
 
+@pytest.mark.parametrize(
+    ("pass_rate", "attempts", "spread_share", "alpha", "cases", "drop"),
+    [
+        (0.85, 3, 0.5, 0.025, 10, 0.15),  # the normal promised 39%; the gate caught 31%
+        (0.85, 3, 0.0, 0.05, 10, 0.15),  # 41% against 36%
+        (0.7, 5, 0.3, 0.05, 10, 0.15),  # 54% against 49%
+        (0.85, 3, 0.5, 0.05, 25, 0.10),
+    ],
+)
+def test_power_is_the_share_of_comparisons_the_gates_own_test_catches(
+    pass_rate, attempts, spread_share, alpha, cases, drop
+):
+    """``power`` read the normal while compare and gate test with Student's t: over 10 cases it promised 5 to 9
+    points more than the gate catches. Drawn as its model says, then judged by ``paired_difference``, the code
+    the gate decides with."""
+    model = PowerModel(pass_rate, attempts, spread_share * pass_rate * (1 - pass_rate), alpha)
+    rng = np.random.default_rng(11)
+    runs = 4000
+    if spread_share:
+        common = 1 / spread_share - 1
+        rates = rng.beta(pass_rate * common, (1 - pass_rate) * common, size=(runs, cases))
+    else:
+        rates = np.full((runs, cases), pass_rate)
+    baseline = rng.binomial(attempts, rates) / attempts
+    candidate = rng.binomial(attempts, rates * (1 - drop / pass_rate)) / attempts
+    caught = 0
+    for base, cand in zip(baseline, candidate, strict=True):
+        caught += paired_difference(dict(enumerate(base)), dict(enumerate(cand))).p_drop() < alpha
+    assert abs(model.power(cases, drop) - caught / runs) <= 0.03, (model.power(cases, drop), caught / runs)
+
+
 def test_unpaired_power_is_lower_the_more_cases_differ():
     def both(spread_share):
         model = PowerModel(0.85, 3, spread_share * 0.85 * 0.15)

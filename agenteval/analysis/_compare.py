@@ -430,10 +430,11 @@ def gate(
 ) -> GateDecision:
     """Exit 0: no regression. Exit 1: a regression, meaning the candidate's pass rate is below the
     baseline's by more than ``max_drop`` AND the one-sided paired test rejects "no drop" at ``alpha``
-    (p = Phi(difference / SE) < alpha). Exit 3: refused, when the two cannot be compared, when either
-    is not completed (unless ``allow_incomplete``), when their datasets differ (unless
-    ``allow_different_datasets``), or when more than ``max_infra`` of either experiment's trials failed
-    for infrastructure reasons. Never raises for what a user can cause: that is a refusal too."""
+    (p = F(difference / SE) < alpha, F Student's t with shared cases - 1 degrees of freedom). Exit 3: refused,
+    when the two cannot be compared, when either is not completed (unless ``allow_incomplete``), when their
+    datasets differ (unless ``allow_different_datasets``), or when more than ``max_infra`` of either
+    experiment's trials failed for infrastructure reasons. Never raises for what a user can cause: that is a
+    refusal too."""
     limits = {"max_drop": max_drop, "alpha": alpha, "max_infra": max_infra}
     # NaN fails this test too: it compares false with any bound, so every check it took part in passed.
     unusable = [f"{name} {value!r}" for name, value in limits.items() if not 0 <= value <= 1]

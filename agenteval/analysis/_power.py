@@ -10,12 +10,15 @@ With q_i = p_i - d_i and E p_i(1 - p_i) = p(1 - p) - s², E q_i(1 - q_i) = q(1 -
 - paired, over the same cases: the between-case part cancels, and each case's difference has
   variance  V = v + [E p_i(1 - p_i) + E q_i(1 - q_i)] / K;  over m cases the difference has
   standard error sqrt(V / m), and a one-sided test at alpha catches the drop with probability
-  Phi(d / sqrt(V / m) - z(1 - alpha)).
+  P(d + sqrt(V / m) Z > t(1 - alpha) sqrt(V / m) S), where t is Student's with m - 1 degrees of
+  freedom, as the test of ``compare`` and ``gate`` reads it, and S the ratio of the estimated error to
+  the true one (the square root of a chi-square over its m - 1 degrees of freedom): the noncentral t's
+  power, found by summing over S.
 - unpaired: each run's pass rate with its own case-clustered standard error, as when two reports'
   intervals are set side by side. The test divides by sqrt(U / m), U = [s² + E p_i(1 - p_i) / K] +
   [s² + v + E q_i(1 - q_i) / K], which counts the between-case spread twice; but the two runs are
   of the same cases, so the difference still varies by sqrt(V / m) only. It catches the drop with
-  probability  Phi((d - z(1 - alpha) sqrt(U / m)) / sqrt(V / m)).
+  probability  P(d + sqrt(V / m) Z > t(1 - alpha) sqrt(U / m) S).
 
 The more the cases' pass rates are spread out (all-or-nothing cases: s² near p(1 - p)), the more
 the unpaired test overstates its error and the less it catches.
@@ -30,7 +33,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
-from ._stats import NORMAL, z_upper
+from ._student_t import NORMAL, t_quantile, t_upper
 
 DEFAULT_SPREAD_SHARE = 0.5
 """Without a past experiment to estimate from, the between-case variance is taken as half its largest
@@ -113,23 +116,40 @@ class PowerModel:
         return self._power(cases, drop, true=v.paired, tested=v.unpaired)
 
     def _power(self, cases: int, drop: float, true: float, tested: float) -> float:
-        """Phi((d - z(1 - alpha) SE_tested) / SE_true): the test divides by the error it estimates,
-        and the difference varies by the true one."""
-        threshold = z_upper(self.alpha) * math.sqrt(tested / cases)
+        """The chance that the drop's estimate, varying by the true error, is past t(1 - alpha) times the error
+        the test estimates (t at cases - 1 degrees of freedom), that estimate varying as the test's does."""
+        df = _degrees_of_freedom(cases)
+        threshold = t_upper(self.alpha, df) * math.sqrt(tested / cases)
         true_error = math.sqrt(true / cases)
         if true_error == 0:
             return 1.0 if drop > threshold else 0.0
-        return NORMAL.cdf((drop - threshold) / true_error)
+        return _chance_past(drop, threshold, true_error, df)
 
     def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER, paired: bool = True) -> int:
-        """The fewest cases for which ``drop`` is caught with probability ``target``:
-        m = [(z(1 - alpha) sqrt(U) + z(target) sqrt(V)) / d]², U = V when paired."""
+        """The fewest cases for which ``drop`` is caught with probability ``target``. Between the normal's
+        m = [(z(1 - alpha) sqrt(U) + z(target) sqrt(V)) / d]², U = V when paired, which promises too much, and the
+        same with a central t at m - 1 degrees of freedom, which promises too little."""
         v = self.variances(drop)
         tested = v.paired if paired else v.unpaired
-        root = (z_upper(self.alpha) * math.sqrt(tested) + NORMAL.inv_cdf(target) * math.sqrt(v.paired)) / drop
-        if not math.isfinite(root * root):  # --drop 1e-200: ceil(inf) raised OverflowError, a traceback
+
+        def closed_form(df: float) -> float:
+            root = (t_upper(self.alpha, df) * math.sqrt(tested) + t_quantile(target, df) * math.sqrt(v.paired)) / drop
+            return root * root
+
+        low = closed_form(math.inf)
+        if not math.isfinite(low):  # --drop 1e-200: ceil(inf) raised OverflowError, a traceback
             raise UsageError(f"--drop {drop:g} is too small for any number of cases to catch; give a larger drop")
-        return max(2, math.ceil(root * root))
+        low = high = max(2, math.ceil(low))
+        while (more := math.ceil(closed_form(_degrees_of_freedom(high)))) > high:
+            high = more
+        power = self.power if paired else self.unpaired_power
+        while low < high:  # the fewest in [low, high] whose power reaches the target: power grows with cases
+            middle = (low + high) // 2
+            if power(middle, drop) >= target:
+                high = middle
+            else:
+                low = middle + 1
+        return low
 
     def assumptions(self) -> list[str]:
         if self.affected < 1:
@@ -148,7 +168,8 @@ class PowerModel:
             how,
             "paired: the same cases, each case's difference (compare, gate); unpaired: the same cases, but each "
             "run's pass rate with its own case-clustered error, as when two reports are set side by side",
-            f"one-sided test at alpha {self.alpha}; normal approximation",
+            f"one-sided t test at alpha {self.alpha} (cases - 1 degrees of freedom), as compare and gate make it; "
+            "each case's difference taken as normal",
         ]
 
 
@@ -217,6 +238,41 @@ def build_model(
     if spread is None:
         return default_model(pass_rate, attempts, alpha, affected)
     return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected)
+
+
+ERROR_RATIO_POINTS = 801
+"""Points of the sum over the ratio of a test's estimated error to the true one: the power is within 1e-6 of the
+integral's (checked against 100,001)."""
+
+NORMAL_FROM_DF = 10_000
+"""From this many degrees of freedom the estimated error is taken as the true one (the ratio's spread, 1 / sqrt(2
+df), is under 1%): the normal's power."""
+
+
+def _chance_past(drop: float, threshold: float, true_error: float, df: float) -> float:
+    """P(drop + true_error Z > threshold S), Z standard normal and S the chi of ``df`` degrees of freedom over
+    sqrt(df): summed over S on a grid of its density (v^(df - 1) e^(-v² / 2) for v = S sqrt(df)), normalised on
+    that grid, so its density's constant and the grid's spacing cancel."""
+    if math.isinf(df) or df >= NORMAL_FROM_DF:
+        return NORMAL.cdf((drop - threshold) / true_error)
+    centre = math.sqrt(max(df - 1, 0.0))  # the chi's mode
+    low, high = max(centre - 12.0, 0.0), centre + 12.0
+    step = (high - low) / (ERROR_RATIO_POINTS - 1)
+    weights = caught = 0.0
+    for point in range(ERROR_RATIO_POINTS):
+        v = low + point * step
+        if v <= 0:
+            continue
+        weight = math.exp((df - 1) * math.log(v / centre if centre else v) - (v * v - centre * centre) / 2)
+        weights += weight
+        caught += weight * NORMAL.cdf((drop - threshold * v / math.sqrt(df)) / true_error)
+    return caught / weights
+
+
+def _degrees_of_freedom(cases: int) -> float:
+    """Of the t that compare and gate read over ``cases`` shared cases; the normal's where there are too few to
+    estimate a spread from (one case)."""
+    return cases - 1 if cases >= 2 else math.inf
 
 
 def _spread_variance(spread: float, pass_rate: float) -> float:
@@ -305,7 +361,7 @@ def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000,
     hit = rng.random((runs, cases)) < share
     baseline = rng.binomial(k, rates) / k
     candidate = rng.binomial(k, rates * (1 - hit * drop / (share * p))) / k
-    critical = -z_upper(model.alpha)
+    critical = -t_upper(model.alpha, _degrees_of_freedom(cases))  # the test compare and gate make
 
     def rejects(difference: Any, standard_error: Any) -> float:
         # No error at all: the test rejects exactly when the candidate is worse.
