@@ -373,6 +373,33 @@ def test_an_unreachable_cluster_is_refused_before_anything_is_written(cluster, t
         assert not store.exists()
 
 
+PLAIN_HTTP_SERVER = """
+import http.server
+server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.mark.heavy
+def test_a_server_that_is_not_a_ray_head_is_refused_before_anything_is_written(cluster, tmp_path):
+    """Something else listening at the address given (a plain HTTP server): the connection opens, and Ray would
+    then retry its handshake without end; the run is refused instead, saying so, and writes nothing."""
+    server = cluster.popen([sys.executable, "-c", PLAIN_HTTP_SERVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        address = f"127.0.0.1:{int(server.stdout.readline())}"
+        store = tmp_path / "store"
+        command = agenteval_run(store, *MOCK, "--cases", "3", "--executor", "ray", "--ray-address", address)
+        code, line = refused(cluster.popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    finally:
+        server.kill()
+        server.communicate()
+    assert code == 1
+    assert line.startswith(f"Error: the Ray cluster at {address} (--ray-address) cannot be reached: "), line
+    assert "is not a Ray head" in line and "leave out --ray-address" in line
+    assert not store.exists()
+
+
 @pytest.mark.heavy
 def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_path):
     """No CPU for tasks: refused before anything is written. Then a worker node whose file system does not have the

@@ -265,19 +265,54 @@ def _head(address: str) -> tuple[str, int] | None:
 
 
 def _check_reachable(address: str, given: str) -> None:
-    """The head at ``address`` accepts a connection, or an error saying what to do: Ray's own connection attempt
-    retries for minutes without a word, and cannot be stopped with Ctrl-C meanwhile."""
+    """The head at ``address`` accepts a connection and answers as a Ray head, or an error saying what to do: Ray's
+    own connection attempt retries for minutes without a word (without end when something else answers there), and
+    cannot be stopped with Ctrl-C meanwhile."""
     head = _head(address)
     if head is None:
         return
     try:
         socket.create_connection(head, timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise ClusterUnavailable(
-            f"the Ray cluster at {visible(address)} ({given}) cannot be reached: {exc.strerror or exc or 'timed out'}."
-            " Check that its head node runs (`ray start --head` prints the address to give) and that this machine "
-            "reaches it; or leave out --ray-address (and $RAY_ADDRESS) to run on a Ray started on this machine"
-        ) from None
+        raise _unreachable(address, given, exc.strerror or str(exc) or "timed out") from None
+    if not address.startswith("ray://"):  # a Ray Client server answers otherwise, and gives up by itself
+        problem = _not_a_ray_head(head)
+        if problem is not None:
+            raise _unreachable(address, given, problem)
+
+
+def _unreachable(address: str, given: str, why: str) -> ClusterUnavailable:
+    return ClusterUnavailable(
+        f"the Ray cluster at {visible(address)} ({given}) cannot be reached: {why}. Check that its head node runs "
+        "(`ray start --head` prints the address to give) and that this machine reaches it; or leave out "
+        "--ray-address (and $RAY_ADDRESS) to run on a Ray started on this machine"
+    )
+
+
+GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A call every Ray head's GCS serves: what a driver asks first when it connects."""
+NOT_A_HEAD = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNIMPLEMENTED")
+"""gRPC's answers when no Ray head is there: nothing that speaks gRPC, no answer in time, or another gRPC server
+(a Ray Client server given without ``ray://``). Any other answer, an authentication refusal included, is a head's."""
+
+
+def _not_a_ray_head(head: tuple[str, int]) -> str | None:
+    """Why what listens at ``head`` is not a Ray head, asked with one gRPC call (Ray's own client would retry its
+    handshake with anything else there without end); None when it is one."""
+    import grpc
+
+    host, port = head
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        call = channel.unary_unary(GCS_PROBE, request_serializer=bytes, response_deserializer=bytes)
+        try:
+            call(b"", timeout=CONNECT_TIMEOUT)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code is not None and code.name in NOT_A_HEAD:
+                details = str(exc.details() or code.name).strip().splitlines()
+                return f"what answers at {visible(target)} is not a Ray head ({visible(details[0] if details else '')})"
+    return None
 
 
 CPU_WAIT_SECONDS = 600.0
