@@ -23,7 +23,7 @@ from agenteval.dataset import load_dataset
 from agenteval.errors import UsageError
 from agenteval.run import evaluate
 from agenteval.run._plan import new_trials
-from agenteval.run._ray import MAX_CHUNK, MAX_RETRIES, _head, chunks
+from agenteval.run._ray import MAX_CHUNK, MAX_RETRIES, WINDOW_PER_CPU, _head, chunks
 from agenteval.store import Store
 
 NODE_A, NODE_B = 6401, 6402
@@ -241,6 +241,27 @@ def test_ctrl_c_on_the_driver_keeps_what_the_tasks_finished_and_the_run_resumes(
     keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
+
+
+@pytest.mark.heavy
+def test_tasks_are_submitted_a_few_per_cpu_at_a_time_and_a_stopped_run_submits_no_more(cluster, tmp_path):
+    """The trials of tasks not yet submitted wait in the driver's plan, not in Ray's object store and scheduler:
+    stopped while the first tasks run, the run has submitted at most :data:`WINDOW_PER_CPU` tasks per CPU, of the
+    four per CPU its trials were cut into, and the rest resume."""
+    cpus = cluster.head_cpus + sum(cluster.nodes.values())
+    store = tmp_path / "store"
+    options = [*MOCK, "--cases", "120", "--attempts", "1", "--concurrency", "1", "--agent-option", "latency=0.5"]
+    driver = start_driver(cluster, store, *options)
+    wait_until(lambda: cluster.busy_workers(NODE_A, "run_chunk") > 0, "a task running", timeout=120)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=120)
+    summary = json.loads(out)
+    assert summary["status"] == "interrupted", out + err
+    assert len(chunks(new_trials(load_dataset("arithmetic", cases=120).cases, 1), cpus, 1)) == 4 * cpus
+    assert 0 < summary["this_run"]["ray_tasks"] <= WINDOW_PER_CPU * cpus < 4 * cpus
+    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
+    keys = trial_keys(store, summary["experiment_id"])
+    assert len(keys) == 120 and set(keys.values()) == {1} and resumed["status"] == "completed"
 
 
 EXITS_ON_ONE_CASE = """

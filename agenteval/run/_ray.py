@@ -1,7 +1,8 @@
 """``--executor ray``: a run's trials as tasks on a Ray cluster, each writing straight to the shared store.
 
 The driver (the process that ran ``agenteval run``) plans the run, holds its lease and records its status as a
-local run does; it cuts the planned trials into chunks and submits each as a Ray task. A task makes the run again
+local run does; it cuts the planned trials into chunks and submits them as Ray tasks, :data:`WINDOW_PER_CPU` per
+CPU of the cluster at a time, another as each returns. A task makes the run again
 in its worker (``_Run.for_worker``), gives its trials fresh ids, runs them ``concurrency`` at a time, scores them,
 and publishes their spans and scores to the store itself, through writers of its own (file names are unique, so
 workers never collide). It returns its trial rows, and the driver publishes them: a trial row is the trial's
@@ -29,6 +30,7 @@ or fail with the sent object's repr. A worker refuses a store that lacks the exp
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -62,6 +64,10 @@ MAX_RETRIES = 3
 """How often Ray runs a task again whose worker process or node was lost."""
 CHUNKS_PER_CPU = 4
 """Tasks per CPU of the cluster: enough for a lost node to cost little and for fast nodes to take more."""
+WINDOW_PER_CPU = 2
+"""Tasks submitted at once per CPU of the cluster: one running and one queued behind it, so no CPU waits for the
+driver. The others' trials stay in the driver's plan until a task returns, not in Ray's object store and scheduler,
+so neither grows with the dataset, and a stopped run has few queued tasks to call off."""
 logger = logging.getLogger(__name__)
 
 MAX_CHUNK = 1000
@@ -402,23 +408,23 @@ class RayExecutor:
         signal = start_task_signal(ray)
         recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
         task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        pending: dict[asyncio.Future[Any], Any] = {}
-        for chunk in chunks(run.plans, cpus, run.options.concurrency):
-            ref = task.remote(recipe, chunk, signal)
-            pending[asyncio.wrap_future(ref.future())] = ref
-        tasks = len(pending)
+        cut = chunks(run.plans, _cpus(ray), run.options.concurrency)
+        tasks = _Tasks(lambda chunk: task.remote(recipe, chunk, signal), cut)
         stopper: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
         tally = _Tally()
         failure: AgentevalError | None = None
         deadline: float | None = None  # once stopped: when the tasks still running are cancelled outright
         try:
-            while pending and (deadline is None or time.monotonic() < deadline):
-                watched = {*pending} if stopper.done() else {*pending, stopper}
+            while deadline is None or time.monotonic() < deadline:
+                if deadline is None and failure is None:  # once stopped or failed, no task starts any more
+                    tasks.top_up(WINDOW_PER_CPU * _cpus(ray))
+                if not tasks.pending:
+                    break
+                watched = {*tasks.pending} if stopper.done() else {*tasks.pending, stopper}
                 wait = TICK_SECONDS if deadline is None else min(TICK_SECONDS, deadline - time.monotonic())
                 done, _ = await asyncio.wait(watched, timeout=max(wait, 0.0), return_when="FIRST_COMPLETED")
                 for finished in done - {stopper}:
-                    del pending[finished]
+                    del tasks.pending[finished]
                     try:
                         tally.commit(run, _result(finished, run))
                     except AgentevalError as exc:  # the others' finished trials are still kept: see _FAILED
@@ -434,9 +440,9 @@ class RayExecutor:
                 raise failure
         finally:
             stopper.cancel()
-            for ref in pending.values():  # the unfinished tasks' trials have no row: --resume runs them
+            for ref in tasks.pending.values():  # the unfinished tasks' trials have no row: --resume runs them
                 ray.cancel(ref, force=True)
-            for finished in pending:
+            for finished in tasks.pending:
                 finished.cancel()
             # The figures are for the summary: their loss must not hide why the run ended.
             with contextlib.suppress(Exception):
@@ -445,9 +451,31 @@ class RayExecutor:
                 )
             ray.kill(host)
             ray.kill(signal)
-        run.counts["ray_tasks"] = tasks
+        run.counts["ray_tasks"] = tasks.submitted
         run.counts["ray_worker_processes"] = len(tally.workers)
         run.counts["ray_nodes"] = len(tally.nodes)
+
+
+def _cpus(ray: Any) -> int:
+    """The cluster's CPUs now (an autoscaler may have added some since the run started)."""
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+class _Tasks:
+    """The run's tasks: the chunks still to submit, in order, and the tasks submitted that have not returned."""
+
+    def __init__(self, submit: Callable[[list[TrialPlan]], Any], cut: list[list[TrialPlan]]) -> None:
+        self._submit = submit
+        self._queued = collections.deque(cut)
+        self.pending: dict[asyncio.Future[Any], Any] = {}
+        self.submitted = 0
+
+    def top_up(self, window: int) -> None:
+        """Submit chunks until ``window`` tasks are out or none is left."""
+        while self._queued and len(self.pending) < window:
+            ref = self._submit(self._queued.popleft())
+            self.pending[asyncio.wrap_future(ref.future())] = ref
+            self.submitted += 1
 
 
 _FAILED = (
