@@ -11,6 +11,7 @@ namespace with :meth:`LoopbackRayCluster.popen`. Nothing it opens can be reached
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shlex
@@ -37,10 +38,14 @@ ENV = {
 
 
 class LoopbackRayCluster:
-    """A head node (``head_cpus`` CPUs for tasks) in a loopback-only network namespace."""
+    """A head node (``head_cpus`` CPUs for tasks) in a loopback-only network namespace; with ``autoscaled_cpus``,
+    the head runs Ray's autoscaler, which adds up to ``autoscaled_nodes`` worker nodes with that many CPUs each when
+    tasks wait for one."""
 
-    def __init__(self, head_cpus: int = 1) -> None:
+    def __init__(self, head_cpus: int = 1, autoscaled_cpus: int = 0, autoscaled_nodes: int = 1) -> None:
         self.head_cpus = head_cpus
+        self.autoscaled_cpus = autoscaled_cpus
+        self.autoscaled_nodes = autoscaled_nodes
         # Short: Ray's unix sockets live under it, and a socket's path is limited to 107 bytes.
         self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
         (self.temp / "auth_token").write_text(secrets.token_hex(32))
@@ -67,8 +72,51 @@ class LoopbackRayCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("the network namespace's loopback did not come up")
             time.sleep(0.05)
-        self._ray("start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}")
+        head = ["start", "--head", f"--port={PORT}", f"--num-cpus={self.head_cpus}"]
+        if self.autoscaled_cpus:
+            head.append(f"--autoscaling-config={self._autoscaling_config()}")
+        self._ray(*head)
         return self
+
+    def _autoscaling_config(self) -> Path:
+        """A cluster config for Ray's autoscaler with its ``fake_multinode`` provider (``RAY_FAKE_CLUSTER``), whose
+        nodes are real raylets started on this machine (in this namespace) by the autoscaler itself."""
+        path = self.temp / "autoscaling.json"
+        most = self.autoscaled_nodes
+        worker = {"resources": {"CPU": self.autoscaled_cpus}, "node_config": {}, "min_workers": 0, "max_workers": most}
+        config = {
+            "cluster_name": "agenteval-test",
+            "max_workers": most,
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": 5,
+            "provider": {
+                "type": "fake_multinode",
+                "gcs_address": self.address,
+                "use_node_id_as_ip": True,
+                "disable_node_updaters": True,
+                "disable_launch_config_check": True,
+            },
+            "available_node_types": {
+                "ray.head.default": {"resources": {}, "node_config": {}, "max_workers": 0},
+                "ray.worker.cpu": worker,
+            },
+            "head_node_type": "ray.head.default",
+            "docker": {},
+            "auth": {},
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            "rsync_exclude": [],
+            "rsync_filter": [],
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
+            "worker_start_ray_commands": [],
+        }
+        path.write_text(json.dumps(config))
+        return path
 
     def add_node(self, cpus: int, node_manager_port: int, hide: Path | None = None) -> None:
         """A worker node (a raylet and its worker processes) with ``cpus`` CPUs for tasks; ``hide``: a folder this
@@ -99,7 +147,10 @@ class LoopbackRayCluster:
     def env(self) -> dict[str, str]:
         # Token authentication on, with a token of this cluster's own: Ray turns it on by itself when it finds a
         # token (~/.ray/auth_token, which a local ray.init may have written), and then refuses nodes without it.
-        return {**os.environ, **ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.temp / "auth_token")}
+        env = {**os.environ, **ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.temp / "auth_token")}
+        if self.autoscaled_cpus:  # the fake provider's switch, and the autoscaler looking every second
+            env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
+        return env
 
     def popen(self, command: list[str], **options: object) -> subprocess.Popen[str]:
         """``command`` started inside the cluster's namespace (a driver, a loopback server)."""

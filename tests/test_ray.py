@@ -1,9 +1,10 @@
 """``--executor ray`` on a real Ray cluster: a head and worker nodes on this machine, in a network namespace whose
 only interface is loopback (tests/ray_cluster.py). Every trial exactly once and the same figures as a local run;
 a worker node killed mid-run and the run still complete with every trial once; one rate limiter per model for the
-whole cluster, which more waiting calls than Ray runs at once do not deadlock; a cluster that cannot be reached, has
-no CPU, or has a node without the store, and an agent that cannot be sent, each refused with one line. One cluster
-serves the module (starting one takes seconds); the test that needs a cluster without a CPU starts its own."""
+whole cluster, which more waiting calls than Ray runs at once do not deadlock; a cluster that cannot be reached, is
+not a Ray head, has no CPU and no autoscaler, or has a node without the store, and an agent that cannot be sent, each
+refused with one line; an autoscaling cluster waited for. One cluster serves the module (starting one takes seconds);
+the tests that need a cluster without a CPU start their own."""
 
 from __future__ import annotations
 
@@ -429,12 +430,12 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
     hidden = tmp_path / "shared"
     hidden.mkdir()
     store = hidden / "store"
-    with LoopbackRayCluster(head_cpus=0) as cluster:
-        waited = {"AGENTEVAL_RAY_CPU_WAIT": "2"}
-        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3", env=waited))
+    with LoopbackRayCluster(head_cpus=0) as cluster:  # started by hand: no autoscaler will add a node
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))  # not after the 10-minute wait
         assert code == 1
         assert line.startswith(
-            f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks after waiting 2 s"
+            f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks and no autoscaler to "
+            "add a node"
         ), line
         assert f"ray start --address={cluster.address}" in line
         assert not store.exists()
@@ -449,11 +450,13 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
 
 
 @pytest.mark.heavy
-def test_a_run_on_a_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_joins(tmp_path):
-    """An autoscaling cluster starts with no worker and adds one when tasks wait: the run says it waits for a CPU,
-    and runs its trials once a node joins, rather than being refused (or waiting without a word)."""
+def test_a_run_on_an_autoscaling_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_is_added(tmp_path):
+    """An autoscaling cluster starts with no worker: the run says it waits for a CPU, asks the autoscaler for one
+    (no task of its own is waiting yet, and an autoscaler adds nodes for what waits), and runs its trials once the
+    autoscaler has added a node, rather than being refused (or waiting without a word). Ray's autoscaler on the
+    head, with its fake_multinode provider, which starts real nodes on this machine."""
     store = tmp_path / "store"
-    with LoopbackRayCluster(head_cpus=0) as cluster:
+    with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1) as cluster:
         driver = start_driver(cluster, store, *MOCK, "--cases", "3", "--attempts", "2", "--quiet")
         waiting = f"the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks yet: waiting up to"
         said: list[str] = []
@@ -462,13 +465,24 @@ def test_a_run_on_a_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_joi
             if waiting in line:
                 break
         assert waiting in said[-1], said
-        assert driver.poll() is None
-        cluster.add_node(1, NODE_B)
         out, err = driver.communicate(timeout=300)
     assert driver.returncode == 0, out + err
     (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
     assert row["status"] == "completed"
     assert sorted(trial_keys(store, row["experiment_id"]).values()) == [1] * 6
+
+
+@pytest.mark.heavy
+def test_an_autoscaling_cluster_that_adds_no_node_is_refused_when_the_wait_ends(tmp_path):
+    store = tmp_path / "store"
+    with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1, autoscaled_nodes=0) as cluster:  # at its most already
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3", env={"AGENTEVAL_RAY_CPU_WAIT": "2"}))
+    assert code == 1
+    assert line.startswith(
+        f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks after waiting 2 s"
+    ), line
+    assert f"ray start --address={cluster.address}" in line and "$AGENTEVAL_RAY_CPU_WAIT" in line
+    assert not store.exists()
 
 
 @pytest.mark.heavy

@@ -33,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -325,16 +326,21 @@ CPU_WAIT_SECONDS = 600.0
 """How long a run waits for its cluster to have a CPU for tasks (``AGENTEVAL_RAY_CPU_WAIT``): an autoscaling cluster
 may start with none and add a node within minutes."""
 ENV_CPU_WAIT = "AGENTEVAL_RAY_CPU_WAIT"
+WITHOUT_AUTOSCALER = "and no autoscaler to add a node (its nodes were started by hand, none with a CPU for tasks)"
+"""Why a cluster without a CPU is refused at once: no node will join unless someone starts one."""
 
 
 def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
-    """Return once the cluster has a CPU for a task (each takes one), saying so while it waits; an error once
-    :data:`CPU_WAIT_SECONDS` pass without one, since its tasks would wait forever."""
+    """Return once the cluster has a CPU for a task (each takes one), saying so while it waits; an error at once
+    for a cluster known to have no autoscaler, and once :data:`CPU_WAIT_SECONDS` pass without a CPU otherwise,
+    since its tasks would wait forever."""
     if _has_cpu(ray):
         return
-    wait = max(0.0, env_number(ENV_CPU_WAIT, CPU_WAIT_SECONDS))
     where = f"at {visible(address)} ({given})" if address else "started on this machine"
     join = visible(address) if address else "ADDRESS"
+    if _without_autoscaler(ray):
+        raise _no_cpu(where, join, WITHOUT_AUTOSCALER)
+    wait = max(0.0, env_number(ENV_CPU_WAIT, CPU_WAIT_SECONDS))
     logger.warning(
         "the Ray cluster %s has no CPU for tasks yet: waiting up to %s s for a node to join (an autoscaler may be "
         "adding one; `ray start --address=%s` adds one by hand)",
@@ -342,20 +348,57 @@ def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
         f"{wait:g}",
         join,
     )
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
-        if _has_cpu(ray):
-            return
-    raise ClusterUnavailable(
-        f"the Ray cluster {where} has no CPU for tasks after waiting {wait:g} s (its nodes were started with "
-        f"--num-cpus=0, and no worker node joined): add one with `ray start --address={join}`, then run again; "
-        f"${ENV_CPU_WAIT} sets how long to wait"
+    # An autoscaler adds nodes for the tasks that wait, and none of the run's waits yet: this one stands for them.
+    wanting = ray.remote(_nothing).options(num_cpus=1).remote()
+    try:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+            if _has_cpu(ray):
+                return
+            if _without_autoscaler(ray):  # the head's first report may come a few seconds after it started
+                raise _no_cpu(where, join, WITHOUT_AUTOSCALER)
+    finally:
+        with contextlib.suppress(Exception):
+            ray.cancel(wanting, force=True)
+    raise _no_cpu(
+        where,
+        join,
+        f"after waiting {wait:g} s (no node with a CPU joined, nor did its autoscaler add one)",
+        f"; ${ENV_CPU_WAIT} sets how long to wait",
     )
+
+
+def _no_cpu(where: str, join: str, why: str, more: str = "") -> ClusterUnavailable:
+    return ClusterUnavailable(
+        f"the Ray cluster {where} has no CPU for tasks {why}: add one with `ray start --address={join}`, then run "
+        f"again{more}"
+    )
+
+
+def _nothing() -> None:
+    """The task a run waiting for a CPU leaves pending, so that an autoscaler sees a CPU wanted."""
 
 
 def _has_cpu(ray: Any) -> bool:
     return bool(ray.cluster_resources().get("CPU", 0) >= 1)
+
+
+def _without_autoscaler(ray: Any) -> bool:
+    """Whether the cluster's head reports that no autoscaler can add a node to it: its monitor (what ``ray status``
+    shows) mirrors the nodes started by hand, through Ray's read-only provider. Ray says so nowhere public, so this
+    reads the monitor's report; a head whose report is missing or reads otherwise (an autoscaler's node types, Ray's
+    autoscaler v2, a KubeRay head without a monitor, a Ray that words it differently) is not known to lack one."""
+    try:
+        from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+        from ray.autoscaler._private.util import format_readonly_node_type
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        report = json.loads(_internal_kv_get(DEBUG_AUTOSCALING_STATUS) or b"{}")
+        nodes = report["autoscaler_report"]["node_type_mapping"]
+        return bool(nodes) and all(kind == format_readonly_node_type(node) for node, kind in nodes.items())
+    except Exception:  # whatever Ray changed, the run then waits as for an autoscaling cluster
+        return False
 
 
 class RayExecutor:
