@@ -357,3 +357,39 @@ def test_compare_warns_when_the_two_runs_current_judges_differ(model_server):
     assert [w.kind for w in warned] == ["different_scorer_versions"]
     said = "llm_judge is 2:openai/judge-model in the baseline and 2:openai/judge-b in the candidate"
     assert said in warned[0].message
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_grade_that_contradicts_itself_is_asked_again_then_is_a_scorer_error(model_server, api):
+    """A grade of score 0 (wrong) with passed true, or of score 1 (fully right) with passed false, was taken as
+    it came: passed won silently, so a judge that contradicted itself decided the trial on a coin's toss. Now it
+    is asked again, with what contradicted; a second such grade is the trial's scorer error, saying what."""
+    answers = {
+        "What is the capital of Australia?": [grade(0.0, True, "wrong city"), grade(1.0, True)],
+        "What is 2 + 2?": [grade(1.0, False, "says four"), grade(1.0, False, "says four")],
+    }
+
+    def judge(request):
+        question = next(q for q in answers if q in json.dumps(request.messages))
+        return answers[question].pop(0)
+
+    model_server.responder = responder(judge)
+    experiment = run(model_server, api)
+    found = scores(experiment.experiment_id)
+    assert found["capital", "llm_judge"]["passed"] is True  # the second grade agreed with itself
+    asked_again = [r for r in model_server.requests if is_judge(r) and "Australia" in json.dumps(r.messages)][1]
+    assert "score 0 (wrong) with passed true" in asked_again.last_user_text()
+    contradicted = found["sum", "llm_judge"]
+    assert contradicted["passed"] is None and contradicted["value"] is None
+    assert "contradicts itself" in contradicted["reason"]
+    assert "score 1 (fully right) with passed false" in contradicted["error"]
+    assert sum(is_judge(r) for r in model_server.requests) == 4  # one retry each, no more
+    assert experiment.summary.failures_by_type == {"scorer_error": 1}
+
+
+def test_a_score_outside_0_to_1_is_asked_again_then_is_a_scorer_error_that_says_so(model_server):
+    model_server.responder = responder(lambda request: grade(7.0, True, "seven out of ten"))
+    experiment = run(model_server, cases=CASES[:1])
+    found = scores(experiment.experiment_id)["capital", "llm_judge"]
+    assert found["passed"] is None and "score 7.0 is outside 0 (wrong) to 1 (fully right)" in found["error"]
+    assert sum(is_judge(r) for r in model_server.requests) == 2

@@ -2,8 +2,9 @@
 interface (a coroutine scorer, so a batch's trials are graded concurrently).
 
 The grade comes back as a forced tool call whose arguments follow a JSON schema (score, passed, reasoning): the
-structured output every provider and most OpenAI-compatible servers support. Output that does not parse is asked
-for once more; a second failure is the trial's scorer error, never a pass or a fail. The conversation is untrusted
+structured output every provider and most OpenAI-compatible servers support. Output that does not parse, or a grade
+that contradicts itself (:func:`contradiction`), is asked for once more; a second failure is the trial's scorer
+error, never a pass or a fail. The conversation is untrusted
 text: it is fenced in tags it cannot close (:func:`fenced`), and the instructions say it is never instructions.
 Temperature 0, a versioned prompt, and its spans are marked ``judge``, so its tokens and cost are reported apart
 from the agent's. It never falls back to the model under test: it runs only with the model it is given.
@@ -49,6 +50,9 @@ Record your grade by calling the grade tool: score from 0 (fails the rubric) to 
 false, and a one or two sentence reasoning."""
 """The judge's instructions for replies without an expected answer (production traces): the rubric alone."""
 RETRY_NOTE = "Your grade could not be read. Call the grade tool once, with score, passed and reasoning."
+CONTRADICTION_NOTE = "Your grade contradicts itself: {}. Call the grade tool once, with a score and passed that agree."
+UNREADABLE = "the judge's output could not be read"
+CONTRADICTED = "the judge's grade contradicts itself"
 GRADE_TOOL: dict[str, Any] = {
     "name": GRADE,
     "description": "Record the grade of the reply.",
@@ -101,15 +105,41 @@ def grading_prompt(case: Case, replies: tuple[str, ...], users: tuple[str, ...] 
 
 
 def read_grade(arguments: Any) -> tuple[float, bool, str] | None:
-    """``(score, passed, reasoning)`` from the grade call's arguments, or None when they do not fit."""
+    """``(score, passed, reasoning)`` from the grade call's arguments, or None when they do not fit its schema (the
+    score's range is :func:`contradiction`'s to say)."""
     if not isinstance(arguments, dict):
         return None
     score, passed, reasoning = arguments.get("score"), arguments.get("passed"), arguments.get("reasoning")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 1:
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
         return None
     if not isinstance(passed, bool) or not isinstance(reasoning, str):
         return None
     return float(score), passed, reasoning
+
+
+def contradiction(score: float, passed: bool) -> str | None:
+    """What makes a grade contradict the scale the prompt gives, or None. The prompt defines only the ends, score 0
+    (wrong) and 1 (fully right): a pass at 0 or a fail at 1 contradicts it, and which half was meant cannot be told,
+    so neither wins. Between the ends a partly right reply may or may not be acceptable, and ``passed`` decides,
+    as promptfoo's llm-rubric lets ``pass`` decide without a threshold (a threshold of our own would overrule the
+    judge on the very cases it was asked about)."""
+    if not 0 <= score <= 1:  # NaN too
+        return f"score {score!r} is outside 0 (wrong) to 1 (fully right)"
+    if score == 0 and passed:
+        return "score 0 (wrong) with passed true"
+    if score == 1 and not passed:
+        return "score 1 (fully right) with passed false"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Unusable:
+    """Why a grade call could not be used: the score's reason, its error, and what the judge is told when asked
+    again."""
+
+    reason: str
+    error: str
+    note: str
 
 
 class LLMJudge:
@@ -129,34 +159,44 @@ class LLMJudge:
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": grading_prompt(case, replies, users)},
         ]
-        unreadable = ""
-        for _ in range(2):  # output that does not parse is asked for once more
+        unusable: Unusable | None = None
+        for _ in range(2):  # output that does not parse, or contradicts itself, is asked for once more
             response = await self.model.complete(messages, tools=[GRADE_TOOL], tool_choice=GRADE, temperature=0)
-            grade, unreadable = self._grade(response)
-            if grade is not None:
+            grade = self._grade(response)
+            if not isinstance(grade, Unusable):
                 score, passed, reasoning = grade
                 return Score(NAME, PROMPT_VERSION, score, passed, reasoning)
+            unusable = grade
             messages = [*messages, {"role": "assistant", "content": response.text or "(no grade)"}]
-            messages.append({"role": "user", "content": RETRY_NOTE})
-        return Score(NAME, PROMPT_VERSION, None, None, "the judge's output could not be read", error=unreadable)
+            messages.append({"role": "user", "content": unusable.note})
+        assert unusable is not None
+        return Score(NAME, PROMPT_VERSION, None, None, unusable.reason, error=unusable.error)
 
     @staticmethod
-    def _grade(response: Any) -> tuple[tuple[float, bool, str] | None, str]:
+    def _grade(response: Any) -> tuple[float, bool, str] | Unusable:
+        def unreadable(error: str) -> Unusable:
+            return Unusable(UNREADABLE, error, RETRY_NOTE)
+
         calls = [c for c in response.tool_calls if c.name == GRADE]
         if not calls:
-            return None, f"the judge gave no {GRADE} call: {response.text[:300]!r}"
+            return unreadable(f"the judge gave no {GRADE} call: {response.text[:300]!r}")
         if len({c.arguments for c in calls}) > 1:  # which of two verdicts is meant cannot be told
-            return None, f"the judge gave {len(calls)} different {GRADE} calls: " + "; ".join(
-                repr(c.arguments[:150]) for c in calls
+            return unreadable(
+                f"the judge gave {len(calls)} different {GRADE} calls: "
+                + "; ".join(repr(c.arguments[:150]) for c in calls)
             )
         try:
             arguments = calls[0].parsed()
         except ValueError:
-            return None, f"the judge's {GRADE} arguments are not JSON: {calls[0].arguments[:300]!r}"
+            return unreadable(f"the judge's {GRADE} arguments are not JSON: {calls[0].arguments[:300]!r}")
         grade = read_grade(arguments)
         if grade is None:
-            return None, f"the judge's {GRADE} arguments do not fit its schema: {calls[0].arguments[:300]!r}"
-        return grade, ""
+            return unreadable(f"the judge's {GRADE} arguments do not fit its schema: {calls[0].arguments[:300]!r}")
+        problem = contradiction(grade[0], grade[1])
+        if problem is not None:
+            error = f"{CONTRADICTED} ({problem}): {calls[0].arguments[:300]!r}"
+            return Unusable(CONTRADICTED, error, CONTRADICTION_NOTE.format(problem))
+        return grade
 
 
 def llm_judge(model: Model, *, concurrency: int = DEFAULT_JUDGE_CONCURRENCY, reference_free: bool = False) -> Scorer:
