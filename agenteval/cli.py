@@ -123,6 +123,11 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--simulator-base-url", metavar="URL", help="Where --simulate-users is served."),
         click.option(
+            "--simulator-max-tokens",
+            type=click.IntRange(min=1),
+            help="The most tokens one simulated user's message may have (a message cut there is a simulator_error).",
+        ),
+        click.option(
             "--skip-simulated",
             is_flag=True,
             default=None,
@@ -618,6 +623,7 @@ def run(
     judge_base_url: str | None,
     simulate_users: str | None,
     simulator_base_url: str | None,
+    simulator_max_tokens: int | None,
     skip_simulated: bool | None,
     cache: str | None,
     store: str | None,
@@ -667,6 +673,7 @@ def run(
                 judge_base_url=judge_base_url,
                 simulate_users=simulate_users,
                 simulator_base_url=simulator_base_url,
+                simulator_max_tokens=simulator_max_tokens,
                 skip_simulated=skip_simulated,
                 cache=True if cache == STORE_CACHE else cache,
                 shard=shard,

@@ -345,3 +345,50 @@ def test_a_simulated_user_message_cut_at_the_token_limit_is_its_failure_not_sent
     agent_saw = [r.last_user_text() for r in model_server.requests if not is_simulator(r)]
     assert not any(cut in text for text in agent_saw)
     assert by_case["plain"]["outcome"] == "passed"
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_the_simulated_users_token_limit_is_an_option_recorded_and_checked_on_resume(tmp_path, model_server, api):
+    """A simulated user's message cut at its token limit is a simulator_error whose message says to give the
+    simulator's model a larger max_tokens, but the command line had no way to: --max-tokens is the agent's. Now
+    --simulator-max-tokens sets it, the run records it, and a resume keeps it and refuses another."""
+    kettle = dataset([CASES[1]])
+
+    def limited(request):
+        if is_simulator(request) and request.body.get("max_tokens", 4096) < 50:
+            return ms.truncated("It is order")
+        return play(request)
+
+    model_server.responder = limited
+    path = tmp_path / "cases.jsonl"
+    path.write_text("".join(json.dumps(c.to_dict()) + "\n" for c in kettle.cases))
+    url = model_server.url(api)
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--model", f"{api}/agent", "--base-url", url]
+    command += ["--simulate-users", f"{api}/user-model", "--simulator-base-url", url, "--dataset", str(path)]
+    command += ["--attempts", "1", "--json"]
+
+    def ran(*options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*command, *options], capture_output=True, text=True, timeout=120)
+
+    def simulator_limits() -> set[int | None]:
+        return {r.body.get("max_tokens") for r in model_server.requests if is_simulator(r)}
+
+    cut = ran("--simulator-max-tokens", "10")
+    assert cut.returncode == 0, cut.stderr
+    summary = json.loads(cut.stdout)
+    assert summary["failures_by_type"] == {"simulator_error": 1} and simulator_limits() == {10}
+    (row,) = Store().rows("SELECT options FROM experiments WHERE experiment_id = ?", [summary["experiment_id"]])
+    assert json.loads(row["options"])["simulator_max_tokens"] == 10
+    assert json.loads(row["options"])["max_tokens"] is None  # the agent's limit is its own
+
+    refused = ran("--resume", summary["experiment_id"], "--simulator-max-tokens", "200")
+    assert refused.returncode == 1 and "simulator_max_tokens (200 given, 10 in the run)" in refused.stderr
+    model_server.requests.clear()
+    retried = ran("--resume", summary["experiment_id"], "--retry-failed", "infra")
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["failures_by_type"] == {"simulator_error": 1} and simulator_limits() == {10}
+
+    model_server.requests.clear()
+    larger = ran("--simulator-max-tokens", "200")
+    assert larger.returncode == 0, larger.stderr
+    assert json.loads(larger.stdout)["failed"] == 0 and simulator_limits() == {200}

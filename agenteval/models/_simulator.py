@@ -73,7 +73,7 @@ class ModelUserSimulator:
             raise CutUserMessage(
                 f"{self.model.name} reached its token limit (finish reason {response.provider_finish_reason}) before "
                 f"it finished the user's next message, which would have reached the agent cut: give the simulator's "
-                f"model a larger max_tokens, or another model. It had written {text[:200]!r}"
+                f"model a larger max_tokens (--simulator-max-tokens), or another model. It had written {text[:200]!r}"
             )
         return text
 

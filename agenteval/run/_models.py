@@ -58,7 +58,9 @@ class RunModels:
             found.judge = llm_judge(model(options.judge, "--judge", urls.get("judge") or options.judge_base_url))
         if options.simulate_users:
             simulator_url = urls.get("simulator") or options.simulator_base_url
-            simulator = model(options.simulate_users, "--simulate-users", simulator_url)
+            simulator = model(
+                options.simulate_users, "--simulate-users", simulator_url, max_tokens=options.simulator_max_tokens
+            )
             found.simulator = ModelUserSimulator(simulator)
         return found
 

@@ -69,6 +69,9 @@ class RunOptions:
     simulate_users: str | None = None
     """``PROVIDER/MODEL`` playing the cases' simulated users."""
     simulator_base_url: str | None = None
+    simulator_max_tokens: int | None = None
+    """The most tokens one simulated user's message may have (None: the provider's default); a message cut there
+    is the trial's ``simulator_error``."""
     skip_simulated: bool = False
     """Cases with a simulated user are left out (reported as not run) when no simulator is given."""
     cache: str | None = None
@@ -90,8 +93,9 @@ class RunOptions:
             raise UsageError("--max-steps must be at least 1")
         if self.temperature is not None and not (math.isfinite(self.temperature) and 0 <= self.temperature <= 2):
             raise UsageError(f"--temperature must be between 0 and 2, not {self.temperature}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise UsageError("--max-tokens must be at least 1")
+        for option, limit in (("--max-tokens", self.max_tokens), ("--simulator-max-tokens", self.simulator_max_tokens)):
+            if limit is not None and limit < 1:
+                raise UsageError(f"{option} must be at least 1, not {limit}")
 
 
 def recorded_options(options: RunOptions) -> dict[str, Any]:

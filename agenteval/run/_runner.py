@@ -123,6 +123,7 @@ async def evaluate_async(
     judge_base_url: str | None = None,
     simulate_users: str | None = None,
     simulator_base_url: str | None = None,
+    simulator_max_tokens: int | None = None,
     skip_simulated: bool | None = None,
     cache: bool | str | Path | None = None,
     shard: str | None = None,
@@ -148,8 +149,9 @@ async def evaluate_async(
     that model (``agent`` then is ``reference`` or left empty), ``base_url`` pointing at any OpenAI-compatible
     server, with ``temperature``, ``max_tokens`` and ``max_steps``; ``corpus`` is the search tool's corpus in
     place of the built-in one. ``judge`` grades answers with an LLM judge, which then decides whether an answer
-    is right. ``simulate_users`` plays the cases' simulated users with a model; without one such cases are
-    refused, unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated model
+    is right. ``simulate_users`` plays the cases' simulated users with a model (``simulator_max_tokens``: the most
+    tokens one of its messages may have); without one such cases are refused, unless ``skip_simulated`` leaves
+    them out. ``cache`` (True, or a folder) answers repeated model
     requests from disk, for development. These are recorded with the experiment, never an API key.
 
     Spread over machines: ``shard="K/N"`` runs the K-th of N disjoint slices of the experiment (its cases, split
@@ -195,6 +197,7 @@ async def evaluate_async(
             ("judge_base_url", recordable_url(judge_base_url)),
             ("simulate_users", simulate_users),
             ("simulator_base_url", recordable_url(simulator_base_url)),
+            ("simulator_max_tokens", simulator_max_tokens),
             ("skip_simulated", skip_simulated),
             ("shard", None if shard is None else str(Shard.parse(shard))),
             (
