@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from urllib.parse import parse_qs, urlsplit
 
 import model_servers as ms
 import pytest
@@ -17,6 +18,7 @@ from agenteval.dataset import load_dataset
 from agenteval.dataset._cases import Case, Dataset, dataset_hash
 from agenteval.errors import UsageError
 from agenteval.models import Model, RetryPolicy
+from agenteval.run._plan import RunRefused
 from agenteval.store import Store
 
 BUILTIN = [("arithmetic", {"cases": 8}), ("mixed", {}), ("hard", {}), ("extended", {"sample": 24}), ("rag", {})]
@@ -190,6 +192,39 @@ def test_a_run_records_which_api_version_it_called_and_no_key(model_server, api,
     stored = Store(tmp_path / "store").rows("SELECT options FROM experiments ORDER BY started_at")
     assert [json.loads(row["options"])["base_url"] for row in stored] == [older_url, newer_url]
     assert secret not in repr(Store(tmp_path / "store").rows("SELECT * FROM experiment_history"))
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_run_recorded_before_the_query_was_kept_resumes_with_its_query_and_no_other_url(model_server, api, tmp_path):
+    """Runs recorded before the base URL's query was kept stored the URL without it, and hashed the agent's version
+    from that: a resume given the very URL they ran with, query and all (Azure's ?api-version=), was refused as a
+    changed base_url. Now the URL given is compared in the form the run recorded it, in the options and in the
+    version; another scheme, host, port or path is refused still, and so is another query beside a recorded one."""
+    cases = load_dataset("arithmetic", cases=3).cases
+    model_server.responder = ms.CaseResponder(cases, {cases[0].input: ms.quota_exhausted()})
+    deployment = model_server.url(api)
+    given = f"{deployment}?api-version=2024-06-01"
+    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
+    # The row the code before that change wrote for a run of `given`: options and version hold the URL without its
+    # query (checked against a run of that code: the same version).
+    old = evaluate("", "arithmetic", base_url=deployment, **options)
+    assert old.options["base_url"] == deployment and old.summary.failures_by_type == {"quota_exhausted": 1}
+    model_server.responder = ms.CaseResponder(cases)
+    elsewhere = f"http://127.0.0.1:{ms.refused_port()}/v1?api-version=2024-06-01"
+    for other in (elsewhere, f"{deployment}/other?api-version=2024-06-01", f"https{given.removeprefix('http')}"):
+        with pytest.raises(RunRefused, match="base_url"):
+            evaluate("", "arithmetic", base_url=other, resume=old.id, retry_failed="infra", **options)
+    model_server.requests.clear()
+    resumed = evaluate("", "arithmetic", base_url=given, resume=old.id, retry_failed="infra", **options)
+    assert resumed.id == old.id and resumed.summary.this_run["trials"] == 1 and resumed.summary.passed == 3
+    assert model_server.requests  # each call of the resumed trial carried the query
+    assert all(parse_qs(urlsplit(r.path).query) == {"api-version": ["2024-06-01"]} for r in model_server.requests)
+    assert (resumed.version, resumed.options["base_url"]) == (old.version, deployment)  # the record as it was
+
+    recorded = evaluate("", "arithmetic", base_url=given, **options)  # a run that recorded its query
+    assert recorded.options["base_url"] == given
+    with pytest.raises(RunRefused, match="base_url"):
+        evaluate("", "arithmetic", base_url=f"{deployment}?api-version=2025-01-01", resume=recorded.id, **options)
 
 
 def test_model_and_agent_together_and_reference_without_a_model_are_usage_errors(model_server):

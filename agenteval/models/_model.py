@@ -109,6 +109,9 @@ class Model:
         self._sdk = _sdk(self.name)
         self.adapter = ADAPTERS[self.name.provider]
         self.base_url = effective_base_url(self.name, base_url)
+        self.recorded_base_url = recordable_url(self.base_url)
+        """The base URL as :meth:`settings` records it: :func:`recordable_url`'s, or a resumed run's older form of
+        it (``agenteval.models._names.as_stored``), so the agent's version is hashed as the run hashed it."""
         self._api_key = self._key(api_key)
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -139,7 +142,7 @@ class Model:
         """What identifies this model's answers, as recorded with an experiment: never the API key."""
         return {
             "model": str(self.name),
-            "base_url": recordable_url(self.base_url),
+            "base_url": self.recorded_base_url,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "params": self.params,

@@ -105,3 +105,14 @@ def recordable_url(url: str | None) -> str | None:
         return recorded
     shown = sorted((name, MASK if _secret_parameter(name, value) else value) for name, value in query.items())
     return f"{recorded}?{urllib.parse.urlencode(shown)}"
+
+
+def as_stored(recorded: str | None, stored: str | None) -> str | None:
+    """``recorded`` (a base URL as :func:`recordable_url` gives it) in the form ``stored``, a run's record of it,
+    was written in, so a resume compares like with like: without its query when ``stored`` has none and is the rest
+    of it, as runs recorded a base URL before its query was kept (2026-12); else as it is. Another scheme, host,
+    port or path, or another query beside a stored one, still differs. (A run recorded since then without a query
+    reads the same way: a query added on resume is taken for the one such a record could not keep.)"""
+    if recorded and stored and "?" not in stored and recorded.partition("?")[0] == stored:
+        return stored
+    return recorded

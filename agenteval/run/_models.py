@@ -34,14 +34,17 @@ class RunModels:
             return cls()
         from ..models._cache import ResponseCache
         from ..models._model import Model
-        from ..models._names import parse_model_name
+        from ..models._names import as_stored, parse_model_name
         from ..models._simulator import ModelUserSimulator
         from ..scorers._judge import llm_judge
 
         found = cls(cache=ResponseCache(options.cache) if options.cache else None)
 
-        def model(name: str, option: str, url: str | None, **settings: Any) -> Model:
-            made = Model(parse_model_name(name, option), base_url=url, cache=found.cache, **settings)
+        def model(name: str, option: str, url: str | None, recorded: str | None, **settings: Any) -> Model:
+            """The model called at ``url`` (as given, else as ``recorded``), its settings recording it as the run's
+            options do (``recorded``): a resumed run's record may hold an older form of it."""
+            made = Model(parse_model_name(name, option), base_url=url or recorded, cache=found.cache, **settings)
+            made.recorded_base_url = as_stored(made.recorded_base_url, recorded)
             found.models.append(made)
             return made
 
@@ -49,17 +52,21 @@ class RunModels:
             chosen = model(
                 options.model,
                 "--model",
-                urls.get("model") or options.base_url,
+                urls.get("model"),
+                options.base_url,
                 temperature=options.temperature,
                 max_tokens=options.max_tokens,
             )
             found.agent = reference_agent(chosen, dataset, corpus=options.corpus, max_steps=options.max_steps)
         if options.judge:
-            found.judge = llm_judge(model(options.judge, "--judge", urls.get("judge") or options.judge_base_url))
+            found.judge = llm_judge(model(options.judge, "--judge", urls.get("judge"), options.judge_base_url))
         if options.simulate_users:
-            simulator_url = urls.get("simulator") or options.simulator_base_url
             simulator = model(
-                options.simulate_users, "--simulate-users", simulator_url, max_tokens=options.simulator_max_tokens
+                options.simulate_users,
+                "--simulate-users",
+                urls.get("simulator"),
+                options.simulator_base_url,
+                max_tokens=options.simulator_max_tokens,
             )
             found.simulator = ModelUserSimulator(simulator)
         return found

@@ -10,6 +10,7 @@ from typing import Any
 from agenteval_instrumentation.masking import MASK, mask_setting
 
 from ..errors import UsageError
+from ..models._names import as_stored
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
@@ -113,6 +114,8 @@ def masked_agent_options(stored: dict[str, Any]) -> list[str]:
 
 CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})
 """Options a resume may set anew: how fast trials run (or where answers are cached), not what they are."""
+URL_OPTIONS = ("base_url", "judge_base_url", "simulator_base_url")
+"""The options that hold a base URL, recorded by ``agenteval.models._names.recordable_url``."""
 
 
 def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
@@ -120,6 +123,9 @@ def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     # Compared as recorded, secrets masked on both sides: the values given are not shown, nor compared with a
     # stored one of a run recorded before agent options were masked.
     given, stored = mask_setting("options", given), mask_setting("options", stored)
+    given = {
+        name: as_stored(value, stored.get(name)) if name in URL_OPTIONS else value for name, value in given.items()
+    }
     return [
         f"{name} ({given[name]!r} given, {stored.get(name)!r} in the run)"
         for name in given
