@@ -227,6 +227,27 @@ def test_a_run_recorded_before_the_query_was_kept_resumes_with_its_query_and_no_
         evaluate("", "arithmetic", base_url=f"{deployment}?api-version=2025-01-01", resume=recorded.id, **options)
 
 
+def test_a_resume_is_given_a_base_url_whose_secret_the_run_masked_again(model_server, tmp_path):
+    """The record masks a secret in the base URL's query; a resume left without --base-url called the URL as
+    recorded, so every request sent the mask (api-key=***) for a key. Now it is refused, asking for the URL, as a
+    resume is asked for agent options whose secrets were masked; given again, it resumes."""
+    cases = load_dataset("arithmetic", cases=2).cases
+    model_server.responder = ms.CaseResponder(cases, {cases[0].input: ms.quota_exhausted()})
+    url = f"{model_server.openai_url}?api-version=2024-06-01&api-key=sk-query-secret-0123456789"
+    options = dict(model="openai/test-model", cases=2, attempts=1, store=tmp_path / "store", progress="none")
+    first = evaluate("", "arithmetic", base_url=url, **options)
+    assert first.summary.failures_by_type == {"quota_exhausted": 1}
+    model_server.responder = ms.CaseResponder(cases)
+    model_server.requests.clear()
+    with pytest.raises(RunRefused, match="--base-url"):
+        evaluate("", "arithmetic", resume=first.id, retry_failed="infra", **options)
+    assert not model_server.requests
+    resumed = evaluate("", "arithmetic", base_url=url, resume=first.id, retry_failed="infra", **options)
+    assert resumed.summary.passed == 2
+    sent = {parse_qs(urlsplit(r.path).query)["api-key"][0] for r in model_server.requests}
+    assert sent == {"sk-query-secret-0123456789"}
+
+
 def test_model_and_agent_together_and_reference_without_a_model_are_usage_errors(model_server):
     with pytest.raises(UsageError, match="reference agent"):
         evaluate("mock", "arithmetic", model="openai/m", base_url=model_server.openai_url, progress="none")

@@ -107,6 +107,11 @@ def recordable_url(url: str | None) -> str | None:
     return f"{recorded}?{urllib.parse.urlencode(shown)}"
 
 
+def holds_masked(url: str | None) -> bool:
+    """Whether ``url``, as :func:`recordable_url` gave it, had a secret masked: it cannot be called as it is."""
+    return bool(url) and MASK in urllib.parse.unquote(url or "")
+
+
 def as_stored(recorded: str | None, stored: str | None) -> str | None:
     """``recorded`` (a base URL as :func:`recordable_url` gives it) in the form ``stored``, a run's record of it,
     was written in, so a resume compares like with like: without its query when ``stored`` has none and is the rest

@@ -10,7 +10,7 @@ from typing import Any
 from agenteval_instrumentation.masking import MASK, mask_setting
 
 from ..errors import UsageError
-from ..models._names import as_stored
+from ..models._names import as_stored, holds_masked
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
@@ -110,6 +110,14 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
 def masked_agent_options(stored: dict[str, Any]) -> list[str]:
     """The names of the agent options a run stored masked: a resume cannot take them from the store."""
     return [name for name, value in (stored.get("agent_options") or {}).items() if MASK in str(value)]
+
+
+def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The options of the base URLs a run stored with a secret masked and a resume does not give again: called as
+    stored, they would send the mask for the secret."""
+    return [
+        f"--{name.replace('_', '-')}" for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))
+    ]
 
 
 CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})

@@ -17,7 +17,7 @@ from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError, UsageError
-from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume, masked_agent_options
+from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume, masked_agent_options, masked_urls
 from ._trial import TrialPlan
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
         raise RunRefused(
             f"cannot resume {previous.experiment_id}: its agent options {', '.join(masked)} hold secrets, which "
             "the run did not store; give all its agent options again (--agent-option NAME=VALUE)"
+        )
+    if urls := masked_urls(previous.options, given):
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: the query of its {', '.join(urls)} held a secret, which the run "
+            f"did not store; give {' and '.join(urls)} again, as the run was started with"
         )
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
 
