@@ -54,6 +54,16 @@ def responder(judge, agent=None):
     return respond
 
 
+def scripted(answers: dict[str, list[ms.Reply]]):
+    """A judge that answers each question's grade calls in turn from ``answers`` (question -> replies)."""
+
+    def judge(request):
+        question = next(q for q in answers if q in json.dumps(request.messages))
+        return answers[question].pop(0)
+
+    return judge
+
+
 def run(server, api=ms.OPENAI, **options):
     return evaluate(
         "",
@@ -127,12 +137,7 @@ def test_the_judge_is_apart_from_the_agent_in_spans_tokens_and_cost(model_server
 def test_output_that_does_not_parse_is_asked_again_once_then_is_a_scorer_error(model_server, api):
     answers = {"What is the capital of Australia?": [ms.text("PASS, clearly"), grade(1.0, True)]}
     answers["What is 2 + 2?"] = [ms.tool_call("grade", '{"score": "high"'), ms.text("I refuse to grade")]
-
-    def judge(request):
-        question = next(q for q in answers if q in json.dumps(request.messages))
-        return answers[question].pop(0)
-
-    model_server.responder = responder(judge)
+    model_server.responder = responder(scripted(answers))
     experiment = run(model_server, api)
     found = scores(experiment.experiment_id)
     assert found["capital", "llm_judge"]["passed"] is True  # the second answer parsed
@@ -368,12 +373,7 @@ def test_a_grade_that_contradicts_itself_is_asked_again_then_is_a_scorer_error(m
         "What is the capital of Australia?": [grade(0.0, True, "wrong city"), grade(1.0, True)],
         "What is 2 + 2?": [grade(1.0, False, "says four"), grade(1.0, False, "says four")],
     }
-
-    def judge(request):
-        question = next(q for q in answers if q in json.dumps(request.messages))
-        return answers[question].pop(0)
-
-    model_server.responder = responder(judge)
+    model_server.responder = responder(scripted(answers))
     experiment = run(model_server, api)
     found = scores(experiment.experiment_id)
     assert found["capital", "llm_judge"]["passed"] is True  # the second grade agreed with itself

@@ -40,34 +40,26 @@ class RunModels:
 
         found = cls(cache=ResponseCache(options.cache) if options.cache else None)
 
-        def model(name: str, option: str, url: str | None, recorded: str | None, **settings: Any) -> Model:
-            """The model called at ``url`` (as given, else as ``recorded``), its settings recording it as the run's
-            options do (``recorded``): a resumed run's record may hold an older form of it."""
-            made = Model(parse_model_name(name, option), base_url=url or recorded, cache=found.cache, **settings)
-            made.recorded_base_url = as_stored(made.recorded_base_url, recorded)
+        recorded = {"model": options.base_url, "judge": options.judge_base_url, "simulator": options.simulator_base_url}
+
+        def model(name: str, option: str, role: str, **settings: Any) -> Model:
+            """``role``'s model, called at its URL as given (else as recorded), its settings recording the URL as the
+            run's options do: a resumed run's record may hold an older form of it."""
+            url = urls.get(role) or recorded[role]
+            made = Model(parse_model_name(name, option), base_url=url, cache=found.cache, **settings)
+            made.recorded_base_url = as_stored(made.recorded_base_url, recorded[role])
             found.models.append(made)
             return made
 
         if options.model:
-            chosen = model(
-                options.model,
-                "--model",
-                urls.get("model"),
-                options.base_url,
-                temperature=options.temperature,
-                max_tokens=options.max_tokens,
-            )
+            settings = {"temperature": options.temperature, "max_tokens": options.max_tokens}
+            chosen = model(options.model, "--model", "model", **settings)
             found.agent = reference_agent(chosen, dataset, corpus=options.corpus, max_steps=options.max_steps)
         if options.judge:
-            found.judge = llm_judge(model(options.judge, "--judge", urls.get("judge"), options.judge_base_url))
+            found.judge = llm_judge(model(options.judge, "--judge", "judge"))
         if options.simulate_users:
-            simulator = model(
-                options.simulate_users,
-                "--simulate-users",
-                urls.get("simulator"),
-                options.simulator_base_url,
-                max_tokens=options.simulator_max_tokens,
-            )
+            max_tokens = options.simulator_max_tokens
+            simulator = model(options.simulate_users, "--simulate-users", "simulator", max_tokens=max_tokens)
             found.simulator = ModelUserSimulator(simulator)
         return found
 
