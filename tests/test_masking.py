@@ -261,3 +261,91 @@ def test_a_trial_rows_reply_is_masked_and_redacted_as_its_spans_are(tmp_path):
         assert secret not in text and email not in text, path.relative_to(store)
     (length,) = Store(store).rows("SELECT reason FROM scores WHERE scorer = 'reply_length'")
     assert length["reason"].startswith(f"{len(row['reply'])} characters")  # the reply as stored: masked, not cut
+
+
+# Provider tokens as they appear bare in text (a log line, a reply, an error), under no secret name.
+BARE_TOKENS = {
+    "hugging face": "hf_PlantedHuggingFaceTokenAbCdEfGhIjKl",
+    "gitlab": "glpat-PlantedGitLab_tok-0123",
+    "stripe secret": "sk_live_51PlantedStripeSecret0123",
+    "stripe restricted": "rk_live_51PlantedStripeRestrict012",
+    "stripe test": "sk_test_51PlantedStripeTestKey0123",
+    "stripe webhook": "whsec_PlantedStripeWebhookSecret01",
+    "npm": "npm_PlantedNpmToken0123456789abcdefghijk",
+    "pypi": "pypi-AgEIcHlwaS5vcmcPlantedPyPiToken0123456789abcdefghijABCD",
+    "groq": "gsk_PlantedGroqKey0123456789abcdefghijABCDEFGHIJklmnop",
+    "xai": "xai-PlantedXaiKey0123456789abcdefghijABCDEFGHIJklmnop",
+    "perplexity": "pplx-PlantedPerplexityKey0123456789abcdefghijABCD",
+    "replicate": "r8_PlantedReplicateToken0123456789abcd",
+    "slack": "xoxb-1234567890-PlantedSlackBot",
+    "slack app": "xapp-1-A0PLANTED-1234567890-abcdef0123456789",
+    "google": "AIzaSyPlanted-Google_ApiKey0123456789ab",
+    "openai": "sk-proj-PlantedOpenAi0123456789",
+    "github": "ghp_PlantedGitHubToken0123456789abcd",
+    "github fine-grained": "github_pat_11PLANTED0_PlantedGitHubFineGrained0123",
+}
+
+
+@pytest.mark.parametrize("token", BARE_TOKENS.values(), ids=BARE_TOKENS)
+@pytest.mark.parametrize("around", ["use {} now", "{}", "(key {}).", '"{}"', "a\n{}\n", "token_{} ok"])
+def test_provider_tokens_bare_in_text_are_masked(token, around):
+    assert mask_text(around.format(token)) == around.format("***")
+
+
+ORDINARY_TEXT = [
+    "The agent called hf_hub_download and sk_learn, then wrote npm_config_cache to the log.",
+    "case-0001 case_id run_2026_12_05 task-live-updates risk-assessment-framework-v2",
+    "sha 3f786850e387550fdab836ed7e6dc881de23001b uuid 123e4567-e89b-12d3-a456-426614174000",
+    "use the glpat- prefix; gsk_ and hf_ and xai- alone are not tokens; desk_live_demo",
+    "sklearn.linear_model.LogisticRegression and xgboost-classifier-with-early-stopping-rounds",
+    "the whsec_ prefix, r8_ and pypi-install instructions, not keys: pypi-package-name-with-many-words",
+    '{"case_id": "support-billing-refund-0042", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}',
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY_TEXT)
+def test_ordinary_words_ids_and_hashes_stay_as_they_are(text):
+    assert mask_text(text) == text
+
+
+# A quoted value holding an escaped quote or the other kind of quote, as repr, JSON and JSON inside JSON print it.
+QUOTED = {
+    "escaped double quote": ('api_key="ab\\"cdPLANTED" next', 'api_key="***" next'),
+    "other quote in single": ("password='a\"bPLANTED' next", "password='***' next"),
+    "other quote in double": ('password="a\'bPLANTED" next', 'password="***" next'),
+    "repr of a dict": (repr({"password": "a'b\"cPLANTED", "n": 1}), "{'password': '***', 'n': 1}"),
+    "json": (json.dumps({"token": 'x"yPLANTED', "n": 1}), '{"token": "***", "n": 1}'),
+    "json with a backslash": (json.dumps({"token": 'x\\"yPLANTED', "n": 1}), '{"token": "***", "n": 1}'),
+    "json in json": (json.dumps(json.dumps({"token": 'x"yPLANTED', "n": 1})), json.dumps('{"token": "***", "n": 1}')),
+    "json in json, a backslash": (
+        json.dumps(json.dumps({"token": 'x\\"yPLANTED', "n": 1})),
+        json.dumps('{"token": "***", "n": 1}'),
+    ),
+    "not closed": ('cut: {"token": "x\\"yPLANTED', 'cut: {"token": "***'),
+}
+
+
+@pytest.mark.parametrize(("text", "masked"), QUOTED.values(), ids=QUOTED)
+def test_a_quoted_value_is_masked_whole_whatever_quotes_it_holds(text, masked):
+    assert mask_text(text) == masked
+
+
+# A bare value holding a closing bracket: the rest of the value must not show; a bracket that closes the
+# context the name sits in stays.
+BARE = {
+    "parenthesis inside": ("api_key=abc)defPLANTED next", "api_key=*** next"),
+    "square bracket inside": ("token: xyz]PLANTED next", "token: *** next"),
+    "brace inside": ("password=a}b{cPLANTED&page=2", "password=***&page=2"),
+    "closer at the end, nothing opened": ("password=hunter2PLANTED)", "password=***"),
+    "backslash inside": ("secret=ab\\cdPLANTED next", "secret=*** next"),
+    "call": ("Settings(api_key=abcPLANTED)", "Settings(api_key=***)"),
+    "call with more": ("f(password=hunter2PLANTED, user=ann)", "f(password=***, user=ann)"),
+    "list": ("[token: abcPLANTED]", "[token: ***]"),
+    "flow mapping": ("{token: abcPLANTED}, {n: 1}", "{token: ***}, {n: 1}"),
+    "nested": ("g(f(token=abcPLANTED))", "g(f(token=***))"),
+}
+
+
+@pytest.mark.parametrize(("text", "masked"), BARE.values(), ids=BARE)
+def test_a_bare_value_is_masked_whole_and_a_closing_bracket_stays(text, masked):
+    assert mask_text(text) == masked

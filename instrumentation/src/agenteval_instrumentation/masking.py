@@ -107,13 +107,31 @@ _SHAPES = (
     # The scheme word stays, so the text stays readable; the token must hold a digit, so prose
     # ("the bearer of bad news") is left alone.
     ("earer", re.compile(r"(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
-    ("sk-", re.compile(r"sk-[A-Za-z0-9_-]{12,}")),  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-)
     ("IA", re.compile(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),  # AWS access key ids
     ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?")),  # JWTs
-    ("gh", re.compile(r"gh(?:[pousr]|ithub_pat)_[A-Za-z0-9_]{20,}")),  # GitHub tokens
-    ("xox", re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}")),  # Slack tokens
     ("AIza", re.compile(r"AIza[0-9A-Za-z_-]{35}")),  # Google API keys
 )
+# Provider tokens: a short prefix word, then "-" or "_", then a long run of token characters. Rather than one
+# substring test per prefix (each a pass over the text), the text's hyphens and underscores followed by a long run
+# are found (one pass each, from a literal the engine jumps to; prose has few), and only there is the word before
+# read and the prefixes tried.
+_PREFIXED_TOKEN = re.compile(
+    r"sk-[A-Za-z0-9_-]{12,}"  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter, DeepSeek
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,}"  # Stripe secret, restricted and webhook keys
+    r"|gh[pousr]_[A-Za-z0-9_]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+    r"|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"  # Slack
+    r"|npm_[A-Za-z0-9]{36,}|pypi-AgE[A-Za-z0-9_-]{50,}"  # npm, PyPI
+    r"|gsk_[A-Za-z0-9]{40,}|xai-[A-Za-z0-9]{40,}|pplx-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}"  # Groq, xAI, ...
+)
+_TOKEN_SEPARATORS = (
+    ("-", re.compile(r"-(?=[A-Za-z0-9_-]{10})")),
+    ("_", re.compile(r"_(?=[A-Za-z0-9_-]{10})")),
+)
+LONGEST_TOKEN_PREFIX = 6
+"""The longest word before a token's first separator ("github" of github_pat_): a longer word starts no token."""
+_ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 # A value given to a name: name=value in a URL query, a form body or a log line, and name: value in a header
 # line, a YAML line or a repr of a mapping; quoted or not (api_key='...' in a repr, "token": "..." in JSON text,
 # with the escaped quotes of JSON inside JSON). Only the value of a secret name is masked, and an HTTP auth
@@ -124,9 +142,12 @@ _SECRET_ENDINGS = tuple({*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_P
 """How every secret name ends, whatever its case style: most separators follow no such name (12:30, https:,
 "n": 1), and a test of the text's ending (in C) leaves them before the name is read."""
 _VALUE = re.compile(
-    r"""[ \t]*(?:(?P<dq>\\?")[^"\\\n]*\\?"|(?P<sq>\\?')[^'\\\n]*\\?'"""
-    r"""|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>[^&#\s"'<>,;\\)\]}]+))"""
+    r"""[ \t]*(?:(?P<quote>\\*["'])|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>"""
+    # A bare value ends at a separator of its context (&, #, a space, a quote, ",", ";", <, >) or at a closing
+    # bracket that nothing of the value follows; a backslash ends it only before a quote (\" of JSON in JSON).
+    r"""(?:[^&#\s"'<>,;\\)\]}]|\\(?!\\*["'])|[)\]}]+(?=[^&#\s"'<>,;\\)\]}]))+))"""
 )
+_OPENERS = {")": "(", "]": "[", "}": "{"}
 _NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]")
 _CLOSERS = " \t\"'\\"
 _NAME_CLOSERS = frozenset(_CLOSERS)
@@ -149,7 +170,7 @@ def might_hold_secret(text: str) -> bool:
     for hint, _ in _SHAPES:
         if hint in text:
             return True
-    return False
+    return any(separator in text and pattern.search(text) for separator, pattern in _TOKEN_SEPARATORS)
 
 
 def mask_text(text: str) -> str:
@@ -163,6 +184,9 @@ def mask_text(text: str) -> str:
     for hint, shape in _SHAPES:
         if hint in text:
             text = shape.sub(_mask_shape, text)
+    for separator, pattern in _TOKEN_SEPARATORS:
+        if separator in text:
+            text = _mask_prefixed_tokens(text, pattern)
     return text
 
 
@@ -178,11 +202,41 @@ def _mask_parameters(text: str) -> str:
         value = _VALUE.match(text, at + 1)
         if value is None or value["bare"] in _JSON_WORDS:
             continue
-        quote = value["dq"] or value["sq"]
-        start = value.start("dq" if value["dq"] else "sq" if quote else "bare")
-        kept += [text[done:start], f"{quote}{MASK}{quote}" if quote else MASK]
-        done = value.end()
+        if quote := value["quote"]:
+            end = _closing_quote_end(text, value.end(), quote)
+            kept += [text[done : value.start("quote")], quote + MASK + (quote if end else "")]
+            done = end or len(text)
+        else:
+            kept += [text[done : value.start("bare")], MASK]
+            done = _past_unopened_closers(text, at, value.end())
     return "".join(kept) + text[done:] if kept else text
+
+
+def _closing_quote_end(text: str, start: int, quote: str) -> int | None:
+    """Just past the quote that closes a value opened by ``quote`` (a quote after the backslashes escaping it, as
+    JSON inside JSON has them) at ``start``; None when nothing closes it (a value cut short). A quote closes the
+    value when escaped as the opening one was: in JSON inside JSON, ``\\"`` closes and ``\\\\\\"`` (a quote
+    escaped inside) does not, so the value's end is found whatever quotes and backslashes it holds."""
+    escapes = len(quote) - 1
+    at = start
+    while (at := text.find(quote[-1], at)) >= 0:
+        run = at
+        while run > start and text[run - 1] == "\\":
+            run -= 1
+        if (at - run) % (2 * escapes + 2) == escapes:
+            return at + 1
+        at += 1
+    return None
+
+
+def _past_unopened_closers(text: str, separator: int, end: int) -> int:
+    """``end`` moved past the closing brackets right after a bare value that open no bracket before the value's
+    name: ``password=abc)`` ends with its ``)``, ``Settings(api_key=abc)`` keeps its own."""
+    while end < len(text) and (opener := _OPENERS.get(text[end])):
+        if text.count(opener, 0, separator) > text.count(text[end], 0, separator):
+            break
+        end += 1
+    return end
 
 
 FEW_SEPARATORS = 8
@@ -230,3 +284,22 @@ def _mask_shape(match: re.Match[str]) -> str:
     if start and match.string[start - 1].isalnum():  # inside a longer word ("risk-assessment-..."): not a key
         return match.group(0)
     return (match.groupdict().get("scheme") or "") + MASK
+
+
+def _mask_prefixed_tokens(text: str, separators: re.Pattern[str]) -> str:
+    """``text`` with the provider tokens (``_PREFIXED_TOKEN``) whose first separator ``separators`` finds masked."""
+    kept: list[str] = []
+    done = 0
+    for found in separators.finditer(text):
+        start = found.start()
+        if start < done:
+            continue
+        while start > 0 and text[start - 1] in _ASCII_ALNUM and found.start() - start <= LONGEST_TOKEN_PREFIX:
+            start -= 1
+        if start and text[start - 1].isalnum():  # inside a longer word ("risk-assessment-..."): not a key
+            continue
+        token = _PREFIXED_TOKEN.match(text, start)
+        if token is not None:
+            kept += [text[done:start], MASK]
+            done = token.end()
+    return "".join(kept) + text[done:] if kept else text
