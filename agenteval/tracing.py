@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import logging
 import os
 import signal
 import threading
@@ -30,10 +29,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from agenteval_exporters import ParquetSpanExporter, store_path
 from agenteval_exporters.storefs import RemoteRoot
+from agenteval_instrumentation.masking import masked_logger
 
 from .run._collect import TrialCollector, collector_for, store_key
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 OTLP_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -137,19 +137,32 @@ def _set_up(provider: TracerProvider) -> dict[str, Tracing]:
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
-    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None."""
+    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None; its logs masked."""
     if not any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
         return None
     protocol = next((os.environ[v] for v in OTLP_PROTOCOL_VARIABLES if os.environ.get(v)), "http/protobuf")
+    exporter: SpanExporter
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-        return GrpcExporter()
-    if protocol != "http/protobuf":
-        logger.warning("agenteval: OTLP protocol %r is not supported; using http/protobuf", protocol)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+        exporter = GrpcExporter()
+    else:
+        if protocol != "http/protobuf":
+            logger.warning("agenteval: OTLP protocol %r is not supported; using http/protobuf", protocol)
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-    return HttpExporter()
+        exporter = HttpExporter()
+    _mask_logs_of(exporter)
+    return exporter
+
+
+def _mask_logs_of(exporter: SpanExporter) -> None:
+    """The exporter's loggers masked: its warnings quote the error its HTTP client raised, and that names the
+    endpoint with its query (``?api-key=...``); they go to the run's stderr."""
+    for cls in type(exporter).__mro__:
+        if cls.__module__.startswith("opentelemetry.exporter."):
+            masked_logger(cls.__module__)
+    masked_logger("opentelemetry.exporter.otlp.common.http")  # the HTTP client's own, for what it logs itself
 
 
 def sdk_provider(service_name: str | None = None) -> TracerProvider:

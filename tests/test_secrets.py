@@ -48,6 +48,7 @@ def test_no_api_key_in_any_table_file_or_output(model_server, tmp_path):
         "OPENAI_BASE_URL": model_server.openai_url,
         "ANTHROPIC_BASE_URL": model_server.anthropic_url,
         "AGENTEVAL_STORE": str(store),
+        "PYTHONPATH": ":".join(sys.path),  # this tree's three distributions, whatever the interpreter has installed
     }
     command = [
         sys.executable,
@@ -180,3 +181,66 @@ def test_a_key_given_as_an_agent_option_is_used_not_stored_and_asked_for_again_o
             assert key.encode() not in content and password.encode() not in content, path.relative_to(store)
     for output in (killed, refused, resumed, report):
         assert key not in output.stdout + output.stderr and password not in output.stdout + output.stderr
+
+
+def test_a_key_in_the_otlp_endpoint_is_masked_in_what_the_run_prints(model_server, tmp_path):
+    """The OTLP exporter's warnings quote its HTTP client's error, which names the endpoint with its query: a run
+    sending its spans to an endpoint that takes its key as ``?api-key=`` printed the key on stderr at each retry."""
+    key = "otlp-PLANTED-4E2B9D71C0"
+    model_server.responder = respond
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}) + "\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OPENAI_API_KEY": KEY,
+        "OPENAI_BASE_URL": model_server.openai_url,
+        "AGENTEVAL_STORE": str(tmp_path / "store"),
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{ms.refused_port()}/v1/traces?api-key={key}",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3",  # one retry: its warning names the endpoint
+        "PYTHONPATH": ":".join(sys.path),
+    }
+    command = [sys.executable, "-m", "agenteval.cli", "run", "--model", "openai/agent", "-d", str(cases)]
+    done = subprocess.run([*command, "--attempts", "1"], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Transient error" in done.stderr and "/v1/traces?api-key=***" in done.stderr  # the warning is there
+    assert key not in done.stdout + done.stderr
+
+
+def test_a_key_in_a_request_to_collect_is_masked_in_its_log(tmp_path, caplog):
+    """collect logs each request line at debug level: a client giving its key in the URL's query had it logged."""
+    import http.client
+    import logging
+
+    from collect_clients import json_request
+
+    from agenteval.collect import Collector
+
+    key = "collect-PLANTED-8A7C3E19"
+    caplog.set_level(logging.DEBUG, logger="agenteval.collect")
+    with Collector(tmp_path / "collected", port=0, grpc_port=0) as collector:
+        connection = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+        body = json_request([])
+        connection.request("POST", f"/v1/traces?api-key={key}", body, {"Content-Type": "application/json"})
+        assert connection.getresponse().status == 200
+        connection.close()
+    assert "POST /v1/traces?api-key=*** HTTP/1.1" in caplog.text
+    assert key not in caplog.text
+
+
+def test_an_exporter_error_quoting_its_url_is_masked_in_the_runs_log(caplog):
+    """An exporter that raises has its traceback logged: the error named the endpoint with its password and key."""
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from agenteval.run._export import OTLPForwarder
+
+    password, key = "pw-PLANTED-3C9E", "qk-PLANTED-71AB"
+
+    class Unreachable(SpanExporter):
+        def export(self, spans):
+            raise ConnectionError(f"POST https://bob:{password}@collector.example/v1/traces?api-key={key} failed")
+
+    forwarder = OTLPForwarder(Unreachable())
+    forwarder.send(["a span"])
+    assert forwarder.close().failed == 1
+    assert "the OTLP exporter raised" in caplog.text and "https://bob:***@collector.example" in caplog.text
+    assert password not in caplog.text and key not in caplog.text

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 import uuid
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agenteval_exporters.partitions import store_path
+from agenteval_instrumentation.masking import masked_logger
 
 from .. import __version__
 from ..store._fingerprints import SNAPSHOTS, files_fingerprint
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from ..store import Store
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 REPORTS = "reports"
 """The folder of saved reports, in the store's snapshots folder."""

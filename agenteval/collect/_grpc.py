@@ -10,7 +10,6 @@ enforces the message size limit (RESOURCE_EXHAUSTED) and decompresses gzip.
 from __future__ import annotations
 
 import hmac
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,12 +22,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from agenteval_instrumentation.masking import masked_logger
+
 from ..errors import AgentevalError
 from ._intake import Intake
 from ._protobuf import decode_protobuf
 from ._settings import RETRY_AFTER_SECONDS
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 WORKERS = 4

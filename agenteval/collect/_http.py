@@ -32,13 +32,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from agenteval_instrumentation.masking import masked_logger
+
 from ._decode import Decoded
 from ._intake import Answer, Intake
 from ._json import decode_json
 from ._protobuf import decode_protobuf
 from ._settings import DEFAULT_MAX_CONNECTIONS, RETRY_AFTER_SECONDS
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 TRACES_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"

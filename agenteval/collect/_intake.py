@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import threading
 import time
 from collections import deque
@@ -32,12 +31,13 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from agenteval_exporters import ParquetSpanExporter
+from agenteval_instrumentation.masking import masked_logger
 
 from ._decode import Decoded, PayloadError
 from ._recent import CLAIMED, RecentRequests, Remembered
 from ._settings import DEFAULT_MAX_QUEUED_SPANS
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,6 @@ receiving. What is still waiting when the collector stops is scored then, after 
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -19,10 +18,12 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agenteval_instrumentation.masking import masked_logger
+
 from ..scorers._traces import TraceScorer
 from ._settings import DEFAULT_SCORE_DELAY
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 
 def root_trace_ids(batch: pa.RecordBatch) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import multiprocessing
 import queue
 import signal
@@ -34,10 +33,12 @@ from multiprocessing.reduction import HAVE_SEND_HANDLE, recv_handle, send_handle
 from types import FrameType
 from typing import Any
 
+from agenteval_instrumentation.masking import masked_logger
+
 from ._intake import CollectStats, Intake
 from ._recent import RecentRequests
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 CAN_HAND_OVER_CONNECTIONS = HAVE_SEND_HANDLE
 """Whether this platform passes sockets between processes (Unix does; Windows has no ``send_handle`` here)."""

@@ -14,7 +14,6 @@ with them. The spans written to the store are the ones recorded, unchanged.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import queue
 import threading
@@ -29,8 +28,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation.masking import masked_logger
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 QUEUE_SPANS = 8_192
 """How many spans may wait for the exporter before the run waits for it."""

@@ -34,7 +34,6 @@ import collections
 import contextlib
 import dataclasses
 import json
-import logging
 import math
 import os
 import re
@@ -45,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.settings import env_number
+from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
@@ -69,7 +69,7 @@ WINDOW_PER_CPU = 2
 """Tasks submitted at once per CPU of the cluster: one running and one queued behind it, so no CPU waits for the
 driver. The others' trials stay in the driver's plan until a task returns, not in Ray's object store and scheduler,
 so neither grows with the dataset, and a stopped run has few queued tasks to call off."""
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 MAX_CHUNK = 1000
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""

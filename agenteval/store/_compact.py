@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import errno
 import json
-import logging
 import os
 import shutil
 import uuid
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot
+from agenteval_instrumentation.masking import masked_logger
 
 from . import _schemas
 from ._schemas import SCHEMA_FILE_PREFIX, TABLE_NAMES
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 # pyarrow is imported where files are merged: opening the store imports this module to recover (see recover).
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 COMPACT_WAIT_SECONDS = 300.0
 """How long an explicit compaction waits for another one of the same store before giving up."""

@@ -11,7 +11,6 @@ alive by a heartbeat (:class:`RemoteLease`).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from agenteval_exporters.settings import env_number
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
+from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
 
@@ -121,7 +121,7 @@ def _lock(fd: int, shared: bool = False) -> None:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
 
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 ENV_LEASE_SECONDS = "AGENTEVAL_LEASE_SECONDS"
 LEASE_SECONDS = 30.0

@@ -24,7 +24,6 @@ current as on disk; another machine's report computes the figures, as for a stor
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import shutil
@@ -40,12 +39,13 @@ from agenteval_exporters.files import STAGED_SUFFIX, partition_path
 from agenteval_exporters.schema import PARTITION_COLUMN
 from agenteval_exporters.storefs import RemoteRoot, local_home
 from agenteval_instrumentation import attributes as A
+from agenteval_instrumentation.masking import masked_logger
 
 from . import _views as views
 from ._fingerprints import SNAPSHOTS, files_fingerprint, fingerprint_of
 from ._store import Store, sql_string
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""

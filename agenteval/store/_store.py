@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import shlex
 import time
@@ -18,6 +17,7 @@ import duckdb
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home, register
+from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
 from . import _schemas
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 QUERY_RETRIES = 8
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 COMPACTION_LEASE = "compaction"
 

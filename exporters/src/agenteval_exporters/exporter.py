@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -11,6 +10,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from agenteval_instrumentation.masking import masked_logger
 
 from .ablation import FALLBACKS, enabled
 from .encode import sample_spans, spans_to_batch
@@ -21,7 +22,7 @@ from .schema import SPAN_SCHEMA
 from .settings import env_number
 from .writer import PartitionedWriter
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 ENV_MAX_ROWS = "AGENTEVAL_PARQUET_MAX_ROWS"
 ENV_FLUSH_INTERVAL = "AGENTEVAL_PARQUET_FLUSH_INTERVAL"

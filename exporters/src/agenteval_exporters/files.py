@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import logging
 import os
 import time
 import uuid
@@ -24,13 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from agenteval_instrumentation.masking import masked_logger
+
 from .schema import is_document_field, is_unique_field
 from .storefs import RemoteRoot, StoreRoot, local_home
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 STAGING = ".staging"
 STAGED_SUFFIX = ".partial"

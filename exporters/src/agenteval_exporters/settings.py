@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
-logger = logging.getLogger(__name__)
+from agenteval_instrumentation.masking import masked_logger
+
+logger = masked_logger(__name__)
 
 
 def env_number(name: str, default: float, kind: type = float) -> float:

@@ -15,7 +15,6 @@ flush thread picks up whatever was not handed over, by time).
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -28,10 +27,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from agenteval_instrumentation.masking import masked_logger
+
 from .files import StagedFile, remove_stale_staging
 from .storefs import StoreRoot, as_root
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 Partitioner = Callable[[pa.RecordBatch], Iterable[tuple[str, pa.RecordBatch]]]
 """Splits a batch into ``(partition path, rows)`` pairs."""

@@ -5,7 +5,6 @@ Imported on the first call of any decorated function (see ``_wrap``), with the O
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -17,11 +16,12 @@ from opentelemetry.trace import Span, Status, StatusCode
 from . import attributes as A
 from . import capture
 from ._steps import Step, error_type
+from .masking import masked_logger
 from .messages import StreamedMessage
 from .responses import ResponseInfo, chunk_text, read_chunk_into
 from .version import __version__
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 tracer = trace.get_tracer("agenteval_instrumentation", __version__)
 

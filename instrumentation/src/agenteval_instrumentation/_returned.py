@@ -18,15 +18,15 @@ Another instrumentation's proxy of the stream is read through to the object it w
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry.trace import Span
 
+from .masking import masked_logger
 from .responses import read_response
 
-logger = logging.getLogger(__name__)
+logger = masked_logger(__name__)
 
 SNAPSHOTS = ("current_message_snapshot", "current_completion_snapshot")
 """Properties of an SDK's stream helper that hold the message accumulated so far (Anthropic, OpenAI chat)."""

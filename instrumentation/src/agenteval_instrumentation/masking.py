@@ -9,6 +9,7 @@ few literal hints; short plain text never reaches a regular expression.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -303,3 +304,31 @@ def _mask_prefixed_tokens(text: str, separators: re.Pattern[str]) -> str:
             kept += [text[done:start], MASK]
             done = token.end()
     return "".join(kept) + text[done:] if kept else text
+
+
+class SecretMaskingFilter(logging.Filter):
+    """Masks a log record in place (:func:`mask_text`), before any handler formats it: its message with its
+    arguments, its traceback and its stack. For loggers whose records quote what others wrote: an exception from an
+    HTTP client naming a URL with a key (``?api-key=``, ``user:password@``), an error body echoing a header."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = mask_text(record.getMessage()), None
+        if record.exc_info and not record.exc_text:  # handlers' formatters use exc_text once it is set
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = mask_text(record.stack_info)
+        return True
+
+
+LOG_MASKING = SecretMaskingFilter()
+"""The one filter: added to a logger once, however often it is asked for."""
+
+
+def masked_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with its records masked (:class:`SecretMaskingFilter`). A filter sees only the
+    records of the logger it is added to, not its children's: each module asks for its own."""
+    logger = logging.getLogger(name)
+    logger.addFilter(LOG_MASKING)
+    return logger
