@@ -349,3 +349,11 @@ BARE = {
 @pytest.mark.parametrize(("text", "masked"), BARE.values(), ids=BARE)
 def test_a_bare_value_is_masked_whole_and_a_closing_bracket_stays(text, masked):
     assert mask_text(text) == masked
+
+
+def test_a_shape_inside_a_longer_word_does_not_hide_a_real_one_after_it():
+    # A look-alike inside a word was left alone, but its match ran on: a PEM block with no END line swallowed the
+    # text to its end, the real private key after it included.
+    text = f"x0-----BEGIN PRIVATE KEY-----cut\nthen {PEM}"
+    assert "plantedPemBody" not in mask_text(text)
+    assert mask_text("id ASIAPLANTED234567890 and xASIAPLANTED234567890") == "id *** and xASIAPLANTED234567890"

@@ -98,7 +98,10 @@ def mask_setting(name: str, value: Any) -> Any:
 
 # Values that are secrets whatever key they sit under, also inside longer text. Each shape starts
 # with a literal its own cheap ``in`` check looks for first, and each pattern begins with that
-# literal so the regex engine jumps between occurrences instead of trying every position.
+# literal so the regex engine jumps between occurrences instead of trying every position. A shape inside a longer
+# word ("xASIA...") is no key: the look-behind after the literal says so, so the engine moves on to the next
+# occurrence rather than consuming the text the match would have taken.
+_NOT_IN_A_WORD = r"(?<![^\W_]{literal})"
 _SHAPES = (
     # A PEM block cut before its END line is masked to the end.
     (
@@ -107,31 +110,55 @@ _SHAPES = (
     ),
     # The scheme word stays, so the text stays readable; the token must hold a digit, so prose
     # ("the bearer of bad news") is left alone.
-    ("earer", re.compile(r"(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
-    ("IA", re.compile(r"A[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),  # AWS access key ids
-    ("eyJ", re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?")),  # JWTs
-    ("AIza", re.compile(r"AIza[0-9A-Za-z_-]{35}")),  # Google API keys
+    ("earer", re.compile(r"(?<![^\W_])(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
+    # AWS access key ids
+    ("IA", re.compile("A" + _NOT_IN_A_WORD.format(literal="A") + r"[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    # JWTs
+    (
+        "eyJ",
+        re.compile(
+            "eyJ"
+            + _NOT_IN_A_WORD.format(literal="eyJ")
+            + r"[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?"
+        ),
+    ),
+    ("AIza", re.compile("AIza" + _NOT_IN_A_WORD.format(literal="AIza") + r"[0-9A-Za-z_-]{35}")),  # Google API keys
 )
-# Provider tokens: a short prefix word, then "-" or "_", then a long run of token characters. Rather than one
-# substring test per prefix (each a pass over the text), the text's hyphens and underscores followed by a long run
-# are found (one pass each, from a literal the engine jumps to; prose has few), and only there is the word before
-# read and the prefixes tried.
+# Provider tokens: a prefix word, "-" or "_", then a long run of token characters: (who, the words, the separator,
+# the rest as a regular expression).
+_PROVIDER_TOKENS = (
+    ("OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter, DeepSeek", ("sk",), "-", r"[A-Za-z0-9_-]{12,}"),
+    ("Stripe secret and restricted keys", ("sk", "rk"), "_", r"(?:live|test)_[A-Za-z0-9]{10,}"),
+    ("Stripe webhook secrets", ("whsec",), "_", r"[A-Za-z0-9]{20,}"),
+    ("GitHub", ("ghp", "gho", "ghu", "ghs", "ghr"), "_", r"[A-Za-z0-9_]{20,}"),
+    ("GitHub fine-grained", ("github",), "_", r"pat_[A-Za-z0-9_]{20,}"),
+    ("GitLab", ("glpat",), "-", r"[A-Za-z0-9_-]{20,}"),
+    ("Hugging Face", ("hf",), "_", r"[A-Za-z0-9]{30,}"),
+    ("Slack", ("xoxa", "xoxb", "xoxe", "xoxp", "xoxr", "xoxs", "xapp"), "-", r"[A-Za-z0-9-]{10,}"),
+    ("npm", ("npm",), "_", r"[A-Za-z0-9]{36,}"),
+    ("PyPI", ("pypi",), "-", r"AgE[A-Za-z0-9_-]{50,}"),
+    ("Groq", ("gsk",), "_", r"[A-Za-z0-9]{40,}"),
+    ("xAI", ("xai",), "-", r"[A-Za-z0-9]{40,}"),
+    ("Perplexity", ("pplx",), "-", r"[A-Za-z0-9]{40,}"),
+    ("Replicate", ("r8",), "_", r"[A-Za-z0-9]{30,}"),
+)
 _PREFIXED_TOKEN = re.compile(
-    r"sk-[A-Za-z0-9_-]{12,}"  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter, DeepSeek
-    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9]{20,}"  # Stripe secret, restricted and webhook keys
-    r"|gh[pousr]_[A-Za-z0-9_]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
-    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
-    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
-    r"|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"  # Slack
-    r"|npm_[A-Za-z0-9]{36,}|pypi-AgE[A-Za-z0-9_-]{50,}"  # npm, PyPI
-    r"|gsk_[A-Za-z0-9]{40,}|xai-[A-Za-z0-9]{40,}|pplx-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}"  # Groq, xAI, ...
+    "|".join(f"(?:{'|'.join(words)}){separator}{rest}" for _, words, separator, rest in _PROVIDER_TOKENS)
 )
-_TOKEN_SEPARATORS = (
-    ("-", re.compile(r"-(?=[A-Za-z0-9_-]{10})")),
-    ("_", re.compile(r"_(?=[A-Za-z0-9_-]{10})")),
-)
-LONGEST_TOKEN_PREFIX = 6
-"""The longest word before a token's first separator ("github" of github_pat_): a longer word starts no token."""
+
+
+def _token_separator(separator: str) -> re.Pattern[str]:
+    """Where a token may start, found from its separator rather than with one substring test per prefix (each a
+    pass over the text): ``separator`` is a literal the engine jumps to, and only where the two characters before
+    it end a prefix word and a long run follows is the word read and the prefixes tried (:func:`_mask_prefixed_tokens`);
+    "gpt-4o-mini-2024-07-18" and snake_case names are passed in C."""
+    endings = sorted({word[-2:] for _, words, used, _ in _PROVIDER_TOKENS if used == separator for word in words})
+    return re.compile(f"{separator}(?<=(?:{'|'.join(endings)}){separator})(?=[A-Za-z0-9_-]{{10}})")
+
+
+_TOKEN_SEPARATORS = (("-", _token_separator("-")), ("_", _token_separator("_")))
+LONGEST_TOKEN_PREFIX = max(len(word) for _, words, _, _ in _PROVIDER_TOKENS for word in words)
+"""The longest word before a token's separator ("github" of github_pat_): a longer word starts no token."""
 _ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 # A value given to a name: name=value in a URL query, a form body or a log line, and name: value in a header
 # line, a YAML line or a repr of a mapping; quoted or not (api_key='...' in a repr, "token": "..." in JSON text,
@@ -139,9 +166,11 @@ _ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 # scheme before it ("Authorization: Basic ...") stays. Separators are found first (one character class, found
 # fast), the name is read backwards from each, and only after a secret name is a value looked for.
 _SEPARATOR = re.compile(r"[=:]")
-_SECRET_ENDINGS = tuple({*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_PAIRS)})
+_ENDINGS = {*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_PAIRS)}
+_SECRET_ENDINGS = tuple(sorted(e for e in _ENDINGS if not any(e != o and e.endswith(o) for o in _ENDINGS)))
 """How every secret name ends, whatever its case style: most separators follow no such name (12:30, https:,
-"n": 1), and a test of the text's ending (in C) leaves them before the name is read."""
+"n": 1), and a test of the text's ending (in C) leaves them before the name is read. An ending that ends with
+another ("apikey", "key") is left out: each costs a search of the whole text."""
 _VALUE = re.compile(
     r"""[ \t]*(?:(?P<quote>\\*["'])|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>"""
     # A bare value ends at a separator of its context (&, #, a space, a quote, ",", ";", <, >) or at a closing
@@ -281,9 +310,6 @@ def _secret_name_before(text: str, separator: int) -> bool:
 
 
 def _mask_shape(match: re.Match[str]) -> str:
-    start = match.start()
-    if start and match.string[start - 1].isalnum():  # inside a longer word ("risk-assessment-..."): not a key
-        return match.group(0)
     return (match.groupdict().get("scheme") or "") + MASK
 
 
