@@ -9,7 +9,7 @@ spans are production-shaped: an agent turn, a model call with usage, two tool ca
 service resource, no experiment. The target, from the issue: at least 100,000 spans/s over HTTP protobuf.
 
     python benchmarks/bench_collect.py [--spans 204800] [--repeats 5] [--clients 2] [--protocols http grpc]
-                                       [--workers 1 2]
+                                       [--workers 1 2] [--scope agenteval_instrumentation]
 
 Each protocol is measured with each number of HTTP worker processes (``Collector(workers=N)``; gRPC is
 always received by the collector's own process, so it is measured with one), in turns within each repeat.
@@ -42,14 +42,16 @@ from agenteval_instrumentation import attributes as A
 
 BATCH = 512
 TARGET = 100_000
+OWN_SCOPE = "agenteval_instrumentation"
+"""agenteval's own spans, which collect stores as they come; another instrumentation's are masked on intake."""
 
 
-def request_bodies(count: int) -> list[bytes]:
+def request_bodies(count: int, scope: str = OWN_SCOPE) -> list[bytes]:
     """``count`` OTLP requests of 512 production-shaped spans (128 traces of 4) each: one template whose trace ids
     are renumbered in each, so no two requests are the same."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    template = ExportTraceServiceRequest.FromString(request_body())
+    template = ExportTraceServiceRequest.FromString(request_body(scope))
     bodies = []
     for number in range(count):
         request = ExportTraceServiceRequest()
@@ -63,12 +65,12 @@ def request_bodies(count: int) -> list[bytes]:
     return bodies
 
 
-def request_body() -> bytes:
-    """One OTLP request of 512 production-shaped spans (128 traces of 4)."""
+def request_body(scope: str = OWN_SCOPE) -> bytes:
+    """One OTLP request of 512 production-shaped spans (128 traces of 4) of instrumentation ``scope``."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource({"service.name": "support-bot", "deployment.environment": "prod"}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("agenteval_instrumentation")
+    tracer = provider.get_tracer(scope)
     for n in range(BATCH // 4):
         with tracer.start_as_current_span(
             "invoke_agent support-bot", kind=SpanKind.SERVER, attributes={A.GEN_AI_OPERATION_NAME: "invoke_agent"}
@@ -198,9 +200,12 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="HTTP worker processes to measure")
     parser.add_argument("--warm-up", type=float, default=1.0, help="seconds for the clients to start (not timed)")
+    parser.add_argument(
+        "--scope", default=OWN_SCOPE, help="the spans' instrumentation scope: another's has its secrets masked"
+    )
     options = parser.parse_args()
     spans = options.spans // BATCH // options.clients * options.clients * BATCH
-    bodies = request_bodies(spans // BATCH)
+    bodies = request_bodies(spans // BATCH, options.scope)
     sides = [(p, w) for p in options.protocols for w in (options.workers if p == "http" else [1])]
     runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {side: [] for side in sides}
     for _ in range(options.repeats):

@@ -20,6 +20,8 @@ import pyarrow as pa
 
 from agenteval_exporters.encode import columns_to_batch, hex_id_column
 
+from ._masking import mask_received
+
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 MAX_NANOS = 2**63 - 1  # what a timestamp[ns] column holds
@@ -111,6 +113,7 @@ class SpanColumns:
     def decoded(self) -> Decoded:
         if not self.names:
             return Decoded(None, self.rejected, self.reason)
+        mask_received(self.scope_names, self.attributes, self.events, self.status_messages, self.resources)
         parents = self.parent_span_ids
         if NO_PARENT in parents:  # a root, as written by senders that fill the invalid id in for "none"
             parents = [b"" if parent == NO_PARENT else parent for parent in parents]

@@ -1,0 +1,91 @@
+"""``agenteval collect`` masks the secrets in the spans other instrumentations send (as the decorators mask what
+they capture), in attributes, events, status and resource, and keeps every span; agenteval's own spans are stored
+as they come (masked where they were captured, or deliberately not)."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+
+from agenteval.collect import Collector
+from agenteval.store import Store
+
+SECRETS = {
+    "url key": "qk-PLANTED-0A1B2C3D",
+    "header": "hdr-PLANTED-4E5F6071",
+    "prompt key": "sk-proj-PLANTEDprompt0123456789",
+    "hf token": "hf_PLANTEDhuggingface0123456789abcdefgh",
+    "exception": "pw-PLANTED-8293A4B5",
+    "status": "tok-PLANTED-C6D7E8F9",
+    "command line": "cl-PLANTED-0F1E2D3C",
+}
+
+
+def other_instrumentations_spans(count: int) -> list:
+    memory = InMemorySpanExporter()
+    resource = Resource(
+        {"service.name": "shop", "process.command_line": f"python app.py --password={SECRETS['command line']}"}
+    )
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    http_tracer = provider.get_tracer("opentelemetry.instrumentation.requests")
+    llm_tracer = provider.get_tracer("openinference.instrumentation.openai")
+    for n in range(count):
+        with http_tracer.start_as_current_span("POST") as span:
+            span.set_attribute("http.url", f"https://api.example.com/v1/search?api-key={SECRETS['url key']}&page={n}")
+            span.set_attribute("http.request.header.authorization", [f"Bearer {SECRETS['header']}"])
+            span.set_attribute("http.response.status_code", 500)
+            span.set_status(Status(StatusCode.ERROR, f"refused token={SECRETS['status']}"))
+        with llm_tracer.start_as_current_span("ChatCompletion") as span:
+            messages = [{"role": "user", "content": f"use {SECRETS['prompt key']} and {SECRETS['hf token']}"}]
+            span.set_attribute("llm.input_messages", json.dumps(messages))
+            span.set_attribute("llm.model_name", "gpt-4o-mini")
+            span.set_attribute("llm.token_count.prompt", 12)
+            span.set_attribute("session.id", "session-4242")
+            span.record_exception(ConnectionError(f"login with password='{SECRETS['exception']}' refused"))
+    return list(memory.get_finished_spans())
+
+
+def test_secrets_in_other_instrumentations_spans_are_masked_and_every_span_is_kept(tmp_path):
+    spans = other_instrumentations_spans(40)
+    with Collector(tmp_path / "collected", port=0, grpc_port=None) as collector:
+        exporter = HttpExporter(endpoint=collector.http_endpoint)
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    assert collector.stats().spans_written == len(spans) == 80 and collector.stats().spans_rejected == 0
+    rows = Store(collector.store).rows("SELECT * FROM spans")
+    assert len(rows) == 80
+    text = json.dumps(rows, default=str)
+    for what, secret in SECRETS.items():
+        assert secret not in text, what
+    post = next(r for r in rows if r["name"] == "POST")
+    chat = next(r for r in rows if r["name"] == "ChatCompletion")
+    attributes = json.loads(post["attributes"])
+    assert attributes["http.url"].startswith("https://api.example.com/v1/search?api-key=***&page=")
+    assert attributes["http.request.header.authorization"] == "***"
+    assert post["status_message"] == "refused token=***"
+    assert "--password=***" in post["resource"]
+    chat_attributes = json.loads(chat["attributes"])
+    assert json.loads(chat_attributes["llm.input_messages"]) == [{"role": "user", "content": "use *** and ***"}]
+    assert chat_attributes["llm.model_name"] == "gpt-4o-mini" and chat_attributes["session.id"] == "session-4242"
+    assert "password='***' refused" in chat["events"]
+
+
+def test_agentevals_own_spans_are_stored_as_they_come(tmp_path):
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("agenteval_instrumentation").start_as_current_span("execute_tool call") as span:
+        span.set_attribute("gen_ai.tool.call.arguments", '{"api_key": "shown-on-purpose"}')  # mask_secrets=False
+    with Collector(tmp_path / "collected", port=0, grpc_port=None) as collector:
+        exporter = HttpExporter(endpoint=collector.http_endpoint)
+        assert exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
+        exporter.shutdown()
+    (row,) = Store(collector.store).rows("SELECT attributes FROM spans")
+    assert "shown-on-purpose" in row["attributes"]
