@@ -244,3 +244,22 @@ def test_an_exporter_error_quoting_its_url_is_masked_in_the_runs_log(caplog):
     assert forwarder.close().failed == 1
     assert "the OTLP exporter raised" in caplog.text and "https://bob:***@collector.example" in caplog.text
     assert password not in caplog.text and key not in caplog.text
+
+
+def test_a_password_and_key_in_the_base_url_are_masked_in_the_http_clients_log(model_server, monkeypatch, caplog):
+    """The providers' SDKs log each request's URL at INFO (through httpx): an application that shows INFO logs saw
+    the base URL's password and its ``?api-key=`` for every model call of a run."""
+    import logging
+
+    from agenteval import evaluate
+    from agenteval.dataset._cases import Case, Dataset
+
+    password, key = "pw-PLANTED-6D1F0A", "qk-PLANTED-2B8C47"
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    model_server.responder = respond
+    caplog.set_level(logging.INFO)
+    base_url = model_server.openai_url.replace("http://", f"http://bob:{password}@") + f"?api-key={key}"
+    dataset = Dataset("d", "d", "h", [Case(id="a", input="What is 2 + 2?", expected_output="4")])
+    evaluate("", dataset, model="openai/m", base_url=base_url, progress="none", attempts=1)
+    assert model_server.requests and "HTTP Request: POST http://bob:***@127.0.0.1" in caplog.text
+    assert password not in caplog.text and key not in caplog.text and KEY not in caplog.text

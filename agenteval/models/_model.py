@@ -23,6 +23,7 @@ from opentelemetry import trace
 
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import llm_call, set_llm_response
+from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
 from ..run._failures import (
@@ -46,6 +47,12 @@ DEFAULT_REQUEST_TIMEOUT = 60.0
 streamed answer, the longest silence between its events."""
 NO_KEY_NEEDED = "unused"
 """The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2")
+"""The providers' SDKs' HTTP clients (httpx2 is the one the current SDKs bundle): they log each request's URL at
+INFO, a base URL's ``user:password@`` and ``?api-key=`` with it; their records are masked once this is imported."""
+for _name in HTTP_CLIENT_LOGGERS:
+    masked_logger(_name)
+
 MIN_MASKED_KEY = 8
 """Keys shorter than this are not looked for in errors: masking every short word of a message hides nothing."""
 MASK = "***"
