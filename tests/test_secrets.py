@@ -263,3 +263,17 @@ def test_a_password_and_key_in_the_base_url_are_masked_in_the_http_clients_log(m
     evaluate("", dataset, model="openai/m", base_url=base_url, progress="none", attempts=1)
     assert model_server.requests and "HTTP Request: POST http://bob:***@127.0.0.1" in caplog.text
     assert password not in caplog.text and key not in caplog.text and KEY not in caplog.text
+
+
+def test_a_log_record_whose_arguments_do_not_fit_its_format_passes_the_filter_as_it_is():
+    # The masking filter formats the message before any handler: a format error raised there, from inside the
+    # program's logging call; it stays the handler's to report, as without the filter.
+    import logging
+
+    from agenteval_instrumentation.masking import SecretMaskingFilter
+
+    record = logging.LogRecord("agenteval", logging.WARNING, __file__, 1, "%d exports", ("not a number",), None)
+    assert SecretMaskingFilter().filter(record) is True
+    assert (record.msg, record.args) == ("%d exports", ("not a number",))
+    record = logging.LogRecord("agenteval", logging.WARNING, __file__, 1, "token=%s", ("tok-PLANTED-55E1",), None)
+    assert SecretMaskingFilter().filter(record) is True and record.getMessage() == "token=***"

@@ -338,7 +338,11 @@ class SecretMaskingFilter(logging.Filter):
     HTTP client naming a URL with a key (``?api-key=``, ``user:password@``), an error body echoing a header."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = mask_text(record.getMessage()), None
+        try:
+            message = record.getMessage()
+        except Exception:  # arguments that do not fit the format: the handler reports it, as it would unfiltered
+            return True
+        record.msg, record.args = mask_text(message), None
         if record.exc_info and not record.exc_text:  # handlers' formatters use exc_text once it is set
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
