@@ -10,7 +10,6 @@ from typing import Any
 from agenteval_instrumentation.masking import MASK, mask_setting
 
 from ..errors import UsageError
-from ..models._names import as_stored, holds_masked
 
 MIN_CASES_PER_CATEGORY = 5
 """Below this a category's pass rate is too uncertain to act on (one case moves it 20 points)."""
@@ -115,6 +114,8 @@ def masked_agent_options(stored: dict[str, Any]) -> list[str]:
 def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """The options of the base URLs a run stored with a secret masked and a resume does not give again: called as
     stored, they would send the mask for the secret."""
+    from ..models._names import holds_masked  # urllib.parse: not for the command line's start
+
     return [
         f"--{name.replace('_', '-')}" for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))
     ]
@@ -131,6 +132,8 @@ def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     # Compared as recorded, secrets masked on both sides: the values given are not shown, nor compared with a
     # stored one of a run recorded before agent options were masked.
     given, stored = mask_setting("options", given), mask_setting("options", stored)
+    from ..models._names import as_stored  # urllib.parse: not for the command line's start
+
     given = {
         name: as_stored(value, stored.get(name)) if name in URL_OPTIONS else value for name, value in given.items()
     }
