@@ -2,7 +2,9 @@
 message shapes, no finish_reason, retrieval ids under the older name only, no wraps_model_call column) still
 reports what that code reported, and rescoring it gives the scores it gave. The pass-rate intervals in
 expected.json are the ones computed since they became Wilson's at the effective number of trials (they had read
-0.0% to 0.0% for categories where no case passed); every other figure is that code's."""
+0.0% to 0.0% for categories where no case passed), that number taken times (z / t)² since Student's t reads errors
+estimated from few cases (a category of 5 cases: 49.0% to 94.3% became 37.5% to 96.4%); every other figure is that
+code's."""
 
 from __future__ import annotations
 
