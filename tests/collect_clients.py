@@ -3,9 +3,13 @@ and plain HTTP for what exporters never send (malformed payloads, other content 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.resources import Resource
@@ -149,3 +153,19 @@ def send_spans(endpoint: str, count: int, seed: int, protocol: str = "http/proto
         acknowledged += [span.context.span_id for span in chunk]
     exporter.shutdown()  # type: ignore[attr-defined]
     return acknowledged
+
+
+@contextlib.contextmanager
+def collect_command(store: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``agenteval collect`` (OTLP/HTTP only) in a process of its own, and its endpoint once it listens; killed at
+    the end if still running."""
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        yield process, line.split(" on ")[1].split(";")[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

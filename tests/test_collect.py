@@ -4,7 +4,6 @@ truncated, oversized, wrongly typed and unauthenticated requests, and the collec
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import http.client
 import json
@@ -16,12 +15,10 @@ import subprocess
 import sys
 import threading
 import zlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
-from collect_clients import agent_spans, json_request, post
+from collect_clients import agent_spans, collect_command, json_request, post
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
@@ -541,22 +538,6 @@ def test_the_command_receives_until_a_signal_then_writes_everything(tmp_path, st
     assert process.returncode == 0, err
     assert "stopped; 80 spans written, 0 rejected" in out
     assert len(stored(store)) == 80
-
-
-@contextlib.contextmanager
-def collect_command(store: Path) -> Iterator[tuple[subprocess.Popen, str]]:
-    """``agenteval collect`` (OTLP/HTTP only) in a process of its own, and its endpoint once it listens; killed at
-    the end if still running."""
-    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
-        yield process, line.split(" on ")[1].split(";")[0]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 def test_spans_the_store_would_not_take_are_counted_as_lost_and_the_command_fails(tmp_path):

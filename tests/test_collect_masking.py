@@ -5,7 +5,11 @@ as they come (masked where they were captured, or deliberately not)."""
 from __future__ import annotations
 
 import json
+import signal
 
+import pytest
+from collect_clients import collect_command, post
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -89,3 +93,32 @@ def test_agentevals_own_spans_are_stored_as_they_come(tmp_path):
         exporter.shutdown()
     (row,) = Store(collector.store).rows("SELECT attributes FROM spans")
     assert "shown-on-purpose" in row["attributes"]
+
+
+PATHOLOGICAL = {
+    # each about 2 MB; in the text as sent, one secret to mask
+    "a run of backslashes after a secret's value": "token=a" + "\\" * 2_000_000 + "x",
+    "token characters with eyJ every few": "-eyJ" * 500_000 + " token=PLANTED",
+    "many values closed by brackets after long text": "x" * 1_000_000 + " token=a)" * 110_000,
+}
+
+
+@pytest.mark.parametrize("value", PATHOLOGICAL.values(), ids=list(PATHOLOGICAL))
+def test_text_made_to_slow_masking_down_is_masked_and_answered(tmp_path, value):
+    """Masking reads a text in time that grows with its length. Each of these took time growing with its square
+    (12 s for 40,000 backslashes after "token=a", 0.5 s for 40,000 characters of "-eyJ", 7.7 s for 400,000 of
+    bracketed values): at 2 MB the collector did not answer its client for hours, and no signal stopped it."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("opentelemetry.instrumentation.requests").start_as_current_span("POST") as span:
+        span.set_attribute("http.request.body", value)
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    with collect_command(tmp_path / "collected") as (process, endpoint):
+        assert post(endpoint, body)[0] == 200  # the client gives up after 30 s
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert "stopped; 1 spans written, 0 rejected" in out, out + err
+    (row,) = Store(tmp_path / "collected").rows("SELECT attributes FROM spans")
+    stored = json.loads(row["attributes"])["http.request.body"]
+    assert "token=***" in stored and "PLANTED" not in stored

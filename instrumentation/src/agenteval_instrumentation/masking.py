@@ -113,17 +113,16 @@ _SHAPES = (
     ("earer", re.compile(r"(?<![^\W_])(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
     # AWS access key ids
     ("IA", re.compile("A" + _NOT_IN_A_WORD.format(literal="A") + r"[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    # JWTs
-    (
-        "eyJ",
-        re.compile(
-            "eyJ"
-            + _NOT_IN_A_WORD.format(literal="eyJ")
-            + r"[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?"
-        ),
-    ),
     ("AIza", re.compile("AIza" + _NOT_IN_A_WORD.format(literal="AIza") + r"[0-9A-Za-z_-]{35}")),  # Google API keys
 )
+# JWTs: found by :func:`_mask_jwts`, not by a substitution. A JWT's first part runs to a dot, so every "eyJ" of a run
+# of token characters ("-eyJ-eyJ-eyJ...") would read the rest of the run again: time growing with the square of its
+# length (0.5 s for 40,000 characters).
+_JWT = re.compile(
+    "eyJ" + _NOT_IN_A_WORD.format(literal="eyJ") + r"[A-Za-z0-9_-]{4,}+\.eyJ[A-Za-z0-9_-]{4,}+(?:\.[A-Za-z0-9_-]*+)?"
+)
+_JWT_PART = re.compile(r"[A-Za-z0-9_-]*+")
+_WORD_CHARACTER = re.compile(r"[^\W_]")
 # Provider tokens: a prefix word, "-" or "_", then a long run of token characters: (who, the words, the separator,
 # the rest as a regular expression).
 _PROVIDER_TOKENS = (
@@ -174,8 +173,10 @@ another ("apikey", "key") is left out: each costs a search of the whole text."""
 _VALUE = re.compile(
     r"""[ \t]*(?:(?P<quote>\\*["'])|(?P<scheme>(?:Basic|Bearer|Digest|Token|ApiKey)[ \t]+)?(?P<bare>"""
     # A bare value ends at a separator of its context (&, #, a space, a quote, ",", ";", <, >) or at a closing
-    # bracket that nothing of the value follows; a backslash ends it only before a quote (\" of JSON in JSON).
-    r"""(?:[^&#\s"'<>,;\\)\]}]|\\(?!\\*["'])|[)\]}]+(?=[^&#\s"'<>,;\\)\]}]))+))"""
+    # bracket that nothing of the value follows; a run of backslashes ends it only before a quote (\" of JSON in
+    # JSON). Runs are taken whole (possessive): looking ahead from each backslash of a run in turn took time growing
+    # with the square of its length (12 s for 40,000 backslashes after "token=a").
+    r"""(?:[^&#\s"'<>,;\\)\]}]|\\++(?!["'])|[)\]}]++(?=[^&#\s"'<>,;\\)\]}]))+))"""
 )
 _OPENERS = {")": "(", "]": "[", "}": "{"}
 _NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]")
@@ -197,6 +198,8 @@ def might_hold_secret(text: str) -> bool:
         return False
     if "=" in text or ":" in text:
         return True
+    if "eyJ" in text:
+        return True
     for hint, _ in _SHAPES:
         if hint in text:
             return True
@@ -214,6 +217,8 @@ def mask_text(text: str) -> str:
     for hint, shape in _SHAPES:
         if hint in text:
             text = shape.sub(_mask_shape, text)
+    if "eyJ" in text:
+        text = _mask_jwts(text)
     for separator, pattern in _TOKEN_SEPARATORS:
         if separator in text:
             text = _mask_prefixed_tokens(text, pattern)
@@ -224,6 +229,7 @@ def _mask_parameters(text: str) -> str:
     """``text`` with the value given to each secret name masked (see ``_VALUE``)."""
     kept: list[str] = []
     done = 0
+    brackets = _Brackets(text)
     for at in _candidate_separators(text):
         if at < done:
             continue
@@ -238,7 +244,7 @@ def _mask_parameters(text: str) -> str:
             done = end or len(text)
         else:
             kept += [text[done : value.start("bare")], MASK]
-            done = _past_unopened_closers(text, at, value.end())
+            done = _past_unopened_closers(text, brackets.before(at), value.end())
     return "".join(kept) + text[done:] if kept else text
 
 
@@ -259,11 +265,29 @@ def _closing_quote_end(text: str, start: int, quote: str) -> int | None:
     return None
 
 
-def _past_unopened_closers(text: str, separator: int, end: int) -> int:
+class _Brackets:
+    """How many of each bracket a text holds before a position. The positions asked about come in order (the
+    separators of :func:`_mask_parameters`), so the counts go on from the last one and the text is read once:
+    counting from its start at each value took time growing with the square of its length."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.counted = 0
+        self.counts = dict.fromkeys("()[]{}", 0)
+
+    def before(self, position: int) -> dict[str, int]:
+        for bracket in self.counts:
+            self.counts[bracket] += self.text.count(bracket, self.counted, position)
+        self.counted = position
+        return self.counts
+
+
+def _past_unopened_closers(text: str, before_name: dict[str, int], end: int) -> int:
     """``end`` moved past the closing brackets right after a bare value that open no bracket before the value's
-    name: ``password=abc)`` ends with its ``)``, ``Settings(api_key=abc)`` keeps its own."""
+    name (``before_name``: the brackets counted before its separator): ``password=abc)`` ends with its ``)``,
+    ``Settings(api_key=abc)`` keeps its own."""
     while end < len(text) and (opener := _OPENERS.get(text[end])):
-        if text.count(opener, 0, separator) > text.count(text[end], 0, separator):
+        if before_name[opener] > before_name[text[end]]:
             break
         end += 1
     return end
@@ -311,6 +335,22 @@ def _secret_name_before(text: str, separator: int) -> bool:
 
 def _mask_shape(match: re.Match[str]) -> str:
     return (match.groupdict().get("scheme") or "") + MASK
+
+
+def _mask_jwts(text: str) -> str:
+    """``text`` with its JWTs masked (``_JWT``). Where a JWT's first part cannot start (not followed by a dot and a
+    second part), no later "eyJ" of the same run can either: the search goes on past the run."""
+    kept: list[str] = []
+    done = at = 0
+    while (at := text.find("eyJ", at)) >= 0:
+        if (token := _JWT.match(text, at)) is not None:
+            kept += [text[done:at], MASK]
+            done = at = token.end()
+        elif at and _WORD_CHARACTER.match(text, at - 1):  # inside a word: a later "eyJ" of the run may start one
+            at += 3
+        else:
+            at = _JWT_PART.match(text, at).end()  # type: ignore[union-attr]
+    return "".join(kept) + text[done:] if kept else text
 
 
 def _mask_prefixed_tokens(text: str, separators: re.Pattern[str]) -> str:
