@@ -95,6 +95,103 @@ def test_agentevals_own_spans_are_stored_as_they_come(tmp_path):
     assert "shown-on-purpose" in row["attributes"]
 
 
+def otlp_json(spans: list[dict], resource: list[dict], scope: str = "openinference.instrumentation.openai") -> bytes:
+    """An OTLP/JSON request of ``spans`` under one resource (its attributes given) and one scope."""
+    scope_spans = [{"scope": {"name": scope}, "spans": spans}]
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": resource}, "scopeSpans": scope_spans}]}).encode()
+
+
+def json_span(number: int, attributes: list[dict], events: list[dict] | None = None) -> dict:
+    return {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": f"{number:016x}",
+        "name": "ChatCompletion",
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000000000000001",
+        "attributes": attributes,
+        "events": events or [],
+    }
+
+
+def kvlist(**values: dict) -> dict:
+    return {"kvlistValue": {"values": [{"key": key, "value": value} for key, value in values.items()]}}
+
+
+def array(*values: dict) -> dict:
+    return {"arrayValue": {"values": list(values)}}
+
+
+def text(value: str) -> dict:
+    return {"stringValue": value}
+
+
+def test_secrets_inside_maps_and_arrays_are_masked(tmp_path):
+    """OTLP's kvlist and array values, at any depth, are masked as the decorators mask dicts and lists (a secret
+    name's value is ***, secrets in strings are masked in place): they were stored as sent, a secret-named map key
+    and a key quoted in a string alike."""
+    nested = {
+        "llm.request": kvlist(
+            headers=kvlist(authorization=text("Basic PLANTED-header"), accept=text("json")),
+            prompt=text(f"use {SECRETS['prompt key']}"),
+            retries={"intValue": "3"},
+        ),
+        "llm.tools": array(
+            kvlist(name=text("search"), apiKey=text("PLANTED-tool-key")), array(text("token=PLANTED-a"))
+        ),
+        "process.args": array(text("run"), text("first line\ntoken=PLANTED-line")),
+    }
+    event = {"name": "retry", "attributes": [{"key": "request", "value": kvlist(password=text("PLANTED-event"))}]}
+    spans = [json_span(1, [{"key": k, "value": v} for k, v in nested.items()], [event])]
+    resource = [{"key": "service.name", "value": text("shop")}]
+    with Collector(tmp_path / "collected", port=0, grpc_port=None) as collector:
+        assert post(collector.http_endpoint, otlp_json(spans, resource), "application/json")[0] == 200
+    (row,) = Store(collector.store).rows("SELECT attributes, events FROM spans")
+    assert "PLANTED" not in json.dumps(row) and SECRETS["prompt key"] not in json.dumps(row)
+    attributes = json.loads(row["attributes"])
+    assert attributes["llm.request"] == {
+        "headers": {"authorization": "***", "accept": "json"},
+        "prompt": "use ***",
+        "retries": 3,
+    }
+    assert attributes["llm.tools"] == [{"name": "search", "apiKey": "***"}, ["token=***"]]
+    assert attributes["process.args"] == ["run", "first line\ntoken=***"]
+    assert json.loads(row["events"])[0]["attributes"] == {"request": {"password": "***"}}
+
+
+def test_a_secret_on_its_own_line_of_an_array_item_is_masked(tmp_path):
+    """The batch's one scan read an array by its repr, where a line break is "\\\\n": "\\ntoken=" read as the name
+    "ntoken", so a batch whose only secret sat so was stored as sent."""
+    args = {"key": "process.args", "value": array(text("run"), text("first line\ntoken=PLANTED-line"))}
+    resource = [{"key": "service.name", "value": text("shop")}]
+    with Collector(tmp_path / "collected", port=0, grpc_port=None) as collector:
+        assert post(collector.http_endpoint, otlp_json([json_span(1, [args])], resource), "application/json")[0] == 200
+    (row,) = Store(collector.store).rows("SELECT attributes FROM spans")
+    assert json.loads(row["attributes"]) == {"process.args": ["run", "first line\ntoken=***"]}
+
+
+def test_a_resource_with_secret_names_of_any_type_stays_json(tmp_path):
+    """A resource attribute with a secret name and a number, a list or a map: masking the resource's JSON text
+    made it text that is not JSON (``{"deploy.token": ***, ...}``), which DuckDB's JSON functions refuse."""
+    resource = [
+        {"key": "service.name", "value": text("shop")},
+        {"key": "deploy.token", "value": {"intValue": "8675309"}},
+        {"key": "signing.key", "value": kvlist(id=text("PLANTED-map"))},
+        {"key": "credentials", "value": array(text("PLANTED-list"))},
+        {"key": "process.command_line", "value": text("app --password=PLANTED-flag")},
+    ]
+    with Collector(tmp_path / "collected", port=0, grpc_port=None) as collector:
+        assert post(collector.http_endpoint, otlp_json([json_span(1, [])], resource), "application/json")[0] == 200
+    (row,) = Store(collector.store).rows("SELECT resource, resource->>'$.\"service.name\"' AS service FROM spans")
+    assert json.loads(row["resource"]) == {
+        "service.name": "shop",
+        "deploy.token": "***",
+        "signing.key": "***",
+        "credentials": "***",
+        "process.command_line": "app --password=***",
+    }
+    assert row["service"] == "shop"
+
+
 PATHOLOGICAL = {
     # each about 2 MB; in the text as sent, one secret to mask
     "a run of backslashes after a secret's value": "token=a" + "\\" * 2_000_000 + "x",
