@@ -357,3 +357,23 @@ def test_a_shape_inside_a_longer_word_does_not_hide_a_real_one_after_it():
     text = f"x0-----BEGIN PRIVATE KEY-----cut\nthen {PEM}"
     assert "plantedPemBody" not in mask_text(text)
     assert mask_text("id ASIAPLANTED234567890 and xASIAPLANTED234567890") == "id *** and xASIAPLANTED234567890"
+
+
+def test_names_read_out_of_long_text_are_not_kept_after_masking():
+    """Whether a name is a secret's was remembered for 4,096 names of any length: names read out of untrusted text
+    (a span's value, a collected request) stayed in memory, up to gigabytes of someone else's text."""
+    import gc
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(10):  # 10 distinct names of 300 KB each, each ending like a secret's before a separator
+            text = "x" * n + "a" * 300_000 + "token=value"  # one word: not a secret's name
+            assert mask_text(text) == text
+            del text
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1_000_000, kept  # 3 MB were kept

@@ -61,10 +61,23 @@ _CASE_CHANGE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NOT_ALPHANUMERIC = re.compile(r"[^A-Za-z0-9]+")
 
 
-@functools.lru_cache(maxsize=4096)
+CACHED_KEY_CHARS = 256
+"""Keys up to this long are remembered (:func:`is_secret_key`); a longer one, a name read out of untrusted text, is
+judged anew each time, so the cache never holds megabytes of someone else's text."""
+
+
 def is_secret_key(key: str) -> bool:
     """True for keys that look like they hold a secret (``api_key``, ``openaiApiKey``, ``x-api-key``,
     ``password``, ``githubToken``, ``jwt``, ...); not ``max_tokens`` or ``token_count``."""
+    return _is_secret_key(key) if len(key) <= CACHED_KEY_CHARS else _secret_words(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_key(key: str) -> bool:
+    return _secret_words(key)
+
+
+def _secret_words(key: str) -> bool:
     words = [w.lower() for w in _NOT_ALPHANUMERIC.split(_CASE_CHANGE.sub("_", key)) if w]
     if not words:
         return False
