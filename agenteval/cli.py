@@ -383,6 +383,7 @@ def validate(file: str) -> None:
 @click.option("--model", required=True, metavar="PROVIDER/MODEL", help="The model that drafts the questions.")
 @click.option("--base-url", metavar="URL", help="Where the model is served (an OpenAI-compatible server).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Which passages are chosen.")
+@click.option("--force", is_flag=True, help="Overwrite -o and --corpus-out if they exist.")
 def generate(
     documents: tuple[str, ...],
     count: int,
@@ -392,12 +393,14 @@ def generate(
     model: str,
     base_url: str | None,
     seed: int,
+    force: bool,
 ) -> None:
     """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
     (relevant_docs links them), about --unanswerable of them unanswerable; a question whose answer is not in
     its passage is dropped. Writes the cases and the corpus for the search tool."""
-    from .dataset._generate import dropped_counts, nothing_kept, write_jsonl
+    from .dataset._generate import check_outputs, dropped_counts, nothing_kept
     from .dataset._generate import generate as draft
+    from .dataset._jsonl_output import write_jsonl
     from .models._model import Model
 
     def progress(done: int, total: int) -> None:
@@ -410,6 +413,7 @@ def generate(
         if not os.path.isdir(os.path.dirname(path) or "."):
             missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
             raise OutputNotWritable.at(option, path, missing)
+    check_outputs(documents, outputs, force=force)
     made = draft(
         documents,
         Model(model, base_url=base_url),
@@ -422,10 +426,7 @@ def generate(
         raise nothing_kept(made, output)
     written = ([case.to_dict() for case in made.cases], [passage.to_document() for passage in made.passages])
     for (option, path), records in zip(outputs, written, strict=True):
-        try:
-            write_jsonl(path, records)
-        except OSError as exc:
-            raise OutputNotWritable.at(option, path, exc) from exc
+        write_jsonl(option, path, records)
     unknown = sum(case.expected_output == "unknown" for case in made.cases)
     click.echo(
         f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {visible(output)} and {len(made.passages)} "

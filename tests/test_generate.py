@@ -115,7 +115,7 @@ def test_generate_writes_valid_cases_and_a_corpus_drops_answers_not_in_their_pas
             (doc,) = case.relevant_docs
             text = next(d["text"] for d in corpus if d["id"] == doc)
             assert normalised(case.expected_output) in normalised(text)
-    again = generate(model_server, tmp_path, "--unanswerable", "0.2", "--seed", "3")
+    again = generate(model_server, tmp_path, "--unanswerable", "0.2", "--seed", "3", "--force")
     assert again.returncode == 0
     assert [c.metadata["passage"] for c in load_dataset(tmp_path / "cases.jsonl").cases] == [
         c.metadata["passage"] for c in cases
@@ -170,6 +170,34 @@ def test_files_named_alike_in_two_folders_give_distinct_passage_ids_and_a_file_g
     corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
     assert [d["id"] for d in corpus] == ["handbook-001", "handbook-002", "handbook-003", "handbook-2-001"]
     assert len(model_server.requests) == 4
+
+
+def test_generate_keeps_what_is_saved_an_existing_output_the_same_file_twice_or_a_document_before_asking(
+    model_server, tmp_path
+):
+    """-o over a curated dataset replaced it without a word; -o and --corpus-out naming one file wrote the corpus
+    over the cases and said both were written; -o naming a document read replaced the document. Each is refused
+    (exit 2, the option named) before any model call, and --force overwrites only what is not a document."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    curated = '{"id": "mine", "input": "hand-written", "expected_output": "x"}\n'
+    (tmp_path / "cases.jsonl").write_text(curated)
+    kept = generate(model_server, tmp_path)
+    assert kept.returncode == 2 and kept.stderr.strip() == (
+        f"Error: -o {tmp_path / 'cases.jsonl'}: the file exists (cases or a corpus saved before); choose another or "
+        "give --force"
+    ), kept.stderr
+    assert (tmp_path / "cases.jsonl").read_text() == curated and not (tmp_path / "corpus.jsonl").exists()
+    same = generate(model_server, tmp_path, "--force", "--corpus-out", str(tmp_path / "cases.jsonl"))
+    assert same.returncode == 2 and "-o and --corpus-out both name" in same.stderr, same.stderr
+    document = tmp_path / "docs" / "notes.txt"
+    for option in ("-o", "--corpus-out"):
+        over = generate(model_server, tmp_path, "--force", option, str(document))
+        assert over.returncode == 2 and f"{option} {document}: is one of the documents read" in over.stderr
+    assert document.read_text() == NOTES and model_server.requests == []
+    forced = generate(model_server, tmp_path, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "mine" not in (tmp_path / "cases.jsonl").read_text() and (tmp_path / "corpus.jsonl").exists()
 
 
 def test_an_output_in_a_missing_folder_is_one_line_naming_it_before_the_model_is_asked(model_server, tmp_path):

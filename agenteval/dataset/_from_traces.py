@@ -11,10 +11,11 @@ from typing import Any
 
 import duckdb
 
-from ..errors import OutputNotWritable, UsageError
+from ..errors import UsageError
 from ..store import Store
 from ..store._store import NotReadOnly
 from ._cases import parse_case
+from ._jsonl_output import refuse_existing, write_jsonl
 
 WHERE_OPTION = "--where"
 
@@ -77,13 +78,8 @@ def cases_from_traces(
     """Write the conversations of production traces matching ``where`` (a SQL condition on the ``traces`` view) to
     ``output`` as JSONL dataset cases, each checked by the dataset format's own rules; refuses to overwrite a file
     (cases people filled in) unless ``force``."""
-    import json
-
     target = Path(output)
-    if target.exists() and not force:
-        raise UsageError(
-            f"-o {target}: the file exists (its expected outputs may be filled in); choose another or give --force"
-        )
+    refuse_existing("-o", target, force=force, holds="its expected outputs may be filled in")
     rows = matching_traces(store, where)
     records: list[dict[str, Any]] = []
     without: list[str] = []
@@ -94,13 +90,5 @@ def cases_from_traces(
             continue
         parse_case(record, len(records) + 1)  # a case this writes is one the dataset format accepts
         records.append(record)
-    staged = target.with_name(f".{target.name}.partial")
-    try:
-        with open(staged, "w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(staged, target)
-    except OSError as exc:
-        staged.unlink(missing_ok=True)  # a disk that filled up leaves no half-written file behind
-        raise OutputNotWritable.at("-o", target, exc) from exc
+    write_jsonl("-o", target, records)
     return CasesFromTraces(str(target), len(records), len(rows), without)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import re
 from collections import Counter
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SeveralProblems, UsageError
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
+from ._jsonl_output import refuse_existing
 
 if TYPE_CHECKING:
     from ..models._model import Model
@@ -309,7 +309,17 @@ def nothing_kept(made: Generated, output: str) -> NothingKept:
     )
 
 
-def write_jsonl(path: str | Path, records: Sequence[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+def check_outputs(documents: Sequence[str | Path], outputs: Sequence[tuple[str, str]], *, force: bool) -> None:
+    """Refuse, before any model call, outputs that would lose what is saved: two options naming one file (the
+    corpus was written over the cases), an output that is one of the documents read (even with ``force``), or a
+    file that exists without ``force`` (a dataset someone curated was replaced without a word)."""
+    sources = {path.resolve() for path in document_files(documents)}
+    seen: dict[Path, str] = {}
+    for option, path in outputs:
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise UsageError(f"{seen[resolved]} and {option} both name {path}; give each its own file")
+        seen[resolved] = option
+        if resolved in sources:
+            raise UsageError(f"{option} {path}: is one of the documents read; choose another file")
+        refuse_existing(option, path, force=force, holds="cases or a corpus saved before")
