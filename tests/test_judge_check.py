@@ -88,3 +88,46 @@ def test_a_bad_labels_line_is_one_error_naming_it(tmp_path, model_server):
         timeout=60,
     )
     assert done.returncode == 1 and f"{labels}:1: human must be pass or fail" in done.stderr
+
+
+def judge_check_on(labels, server):
+    command = [sys.executable, "-m", "agenteval.cli", "judge-check", str(labels), "--judge", "openai/j"]
+    return subprocess.run([*command, "--judge-base-url", server.openai_url], capture_output=True, text=True, timeout=60)
+
+
+def test_labels_are_read_as_datasets_are_and_a_line_that_cannot_be_is_one_error_naming_it(tmp_path, model_server):
+    """A labels file in Latin-1 (or any bytes that are not UTF-8) and a line nested thousands deep ended in a
+    traceback (UnicodeDecodeError, RecursionError); one saved with a byte order mark was refused as not JSON,
+    though the dataset loader reads it."""
+    judge_server(model_server)
+    item = {"case": {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}, "reply": "Canberra"}
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes(b"\xef\xbb\xbf" + json.dumps({**item, "human": "pass"}).encode() + b"\r\n")
+    done = judge_check_on(labels, model_server)
+    assert done.returncode == 0 and "1 of 1 labelled items graded" in done.stdout, done.stderr
+    cases = {
+        b'{"case": {"id": "q1", "input": "caf\xe9", "expected_output": "x"}, "reply": "y", "human": "pass"}': (
+            "not valid UTF-8 at byte 36; save the file as UTF-8"
+        ),
+        b"[" * 100_000: "JSON nested too deeply; write one flat object a line",
+    }
+    for data, message in cases.items():
+        labels.write_bytes(json.dumps({**item, "human": "fail"}).encode() + b"\n" + data + b"\n")
+        done = judge_check_on(labels, model_server)
+        assert done.returncode == 1 and done.stderr == f"Error: {labels}:2: {message}\n", done.stderr
+
+
+def test_a_second_verdict_on_the_same_item_is_refused_naming_both_lines(tmp_path, model_server):
+    """Two lines labelling one reply (a file concatenated twice, a second rater) were both counted: agreement and
+    kappa weighed the item twice, and opposite verdicts made a disagreement no judge could avoid."""
+    judge_server(model_server)
+    item = {"case": {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}, "reply": "Canberra"}
+    other = {**item, "reply": "Sydney"}
+    lines = [{**item, "human": "pass"}, {**other, "human": "fail"}, {**item, "human": "fail"}]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = judge_check_on(labels, model_server)
+    assert done.returncode == 1 and done.stderr == (
+        f"Error: {labels}:3: the same case and reply as line 1; keep one human verdict per item\n"
+    ), done.stderr
+    assert model_server.requests == []

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..analysis._stats import Kappa, cohens_kappa
-from ..dataset._cases import Case, DatasetError, parse_case
+from ..dataset._cases import Case, DatasetError, NotUtf8, parse_case, utf8_text
 from ..errors import AgentevalError
 from ..run._options import DEFAULT_JUDGE_CONCURRENCY
 from ..store import Store
@@ -77,23 +78,49 @@ def _verdict(value: Any, where: str) -> bool:
     raise LabelsError(f"{where}: human must be pass or fail (or true/false), not {value!r}")
 
 
+def _records(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """The labels file's JSON values with their line numbers, blank lines skipped; read as the dataset loader
+    reads (UTF-8, an optional byte order mark, LF or CRLF), a line that is not one an error naming it."""
+    try:
+        with open(path, "rb") as handle:
+            raw_lines = handle.read().splitlines()
+    except OSError as exc:
+        raise LabelsError(f"{path}: {exc.strerror or exc}") from exc
+    for number, raw in enumerate(raw_lines, 1):
+        where = f"{path}:{number}"
+        try:
+            line = utf8_text(raw, file_start=number == 1).removeprefix("\ufeff")
+        except NotUtf8 as exc:
+            raise LabelsError(f"{where}: {exc}") from None
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LabelsError(f"{where}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise LabelsError(f"{where}: JSON nested too deeply; write one flat object a line") from None
+
+
+def _once(first_line_of: dict[tuple[str, ...], int], item: tuple[str, ...], number: int, where: str) -> None:
+    """A second verdict on one item (the same trial, or the same case and reply) counted it twice in the
+    agreement and kappa, two opposite verdicts as a disagreement the judge could not avoid."""
+    if item in first_line_of:
+        raise LabelsError(
+            f"{where}: the same {'trial' if item[0] == 'trial' else 'case and reply'} as line "
+            f"{first_line_of[item]}; keep one human verdict per item"
+        )
+    first_line_of[item] = number
+
+
 def read_labels(path: str | Path, store: Store | None = None) -> list[Labelled]:
     """The labelled items of ``path``; a line that cannot be read is an error naming it."""
     items: list[Labelled] = []
     trials: dict[str, dict[str, Any]] = {}
     cases_by_experiment: dict[str, dict[str, Case]] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise LabelsError(f"{path}: {exc.strerror or exc}") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    first_line_of: dict[tuple[str, ...], int] = {}
+    for number, record in _records(path):
         where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LabelsError(f"{where}: not JSON ({exc.msg})") from None
         if not isinstance(record, dict):
             raise LabelsError(f"{where}: expected an object with trial_id or case and reply, and human")
         human = _verdict(record.get("human"), where)
@@ -116,6 +143,7 @@ def read_labels(path: str | Path, store: Store | None = None) -> list[Labelled]:
             if eid not in cases_by_experiment:
                 cases_by_experiment[eid] = stored_cases(store, eid)
             case = cases_by_experiment[eid][trial["case_id"]]
+            _once(first_line_of, ("trial", trial["trial_id"]), number, where)
             items.append(Labelled(number, case, (trial["reply"],), human, trial["trial_id"]))
             continue
         if not isinstance(record.get("case"), dict) or not isinstance(record.get("reply"), str):
@@ -124,6 +152,7 @@ def read_labels(path: str | Path, store: Store | None = None) -> list[Labelled]:
             case = parse_case(record["case"], number)
         except DatasetError as exc:
             raise LabelsError(f"{where}: case: {exc}") from None
+        _once(first_line_of, ("reply", case.to_json(), record["reply"]), number, where)
         items.append(Labelled(number, case, (record["reply"],), human))
     if not items:
         raise LabelsError(f"{path}: no labelled items")
