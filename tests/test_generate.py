@@ -267,3 +267,17 @@ def test_a_draft_that_keeps_no_question_writes_nothing_and_says_why(model_server
     assert "tool call" in error and reasons == ["  dropped 4: the model's output could not be read"]
     assert "run it with" not in done.stdout
     assert not (tmp_path / "cases.jsonl").exists() and not (tmp_path / "corpus.jsonl").exists()
+
+
+def test_a_document_that_cannot_be_read_is_named_with_the_others_before_the_model_is_asked(model_server, tmp_path):
+    """A .md the operating system refuses to read (here a link to /proc/self/mem, which fails with EIO as a file
+    without permission fails with EACCES) ended in an OSError traceback."""
+    write_documents(tmp_path / "docs")
+    (tmp_path / "docs" / "mem.md").symlink_to("/proc/self/mem")
+    model_server.responder = generator
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 1 and done.stderr == (
+        f"Error: {tmp_path / 'docs' / 'mem.md'}: cannot be read (Input/output error); make it readable, or move it "
+        "out of the folder\n"
+    ), done.stderr
+    assert model_server.requests == []

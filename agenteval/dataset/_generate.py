@@ -60,7 +60,8 @@ PROPOSE_TOOL: dict[str, Any] = {
 
 
 class DocumentError(SeveralProblems, ValueError):
-    """Documents that cannot be read as text (not UTF-8): one line per file, naming it and saying what to do."""
+    """Documents that cannot be read as text (unreadable, not UTF-8): one line per file, naming it and saying
+    what to do."""
 
 
 class NothingKept(SeveralProblems, ValueError):
@@ -127,6 +128,10 @@ def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
         text = utf8_text(path.read_bytes(), file_start=True).removeprefix("\ufeff")
     except NotUtf8 as exc:
         raise DocumentError(f"{path}: {exc}") from None
+    except OSError as exc:  # permissions, a device or /proc file, a file gone since the folder was listed
+        raise DocumentError(
+            f"{path}: cannot be read ({exc.strerror or exc}); make it readable, or move it out of the folder"
+        ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # the line ends read_text translated
     title = path.stem
     pieces: list[str] = []
