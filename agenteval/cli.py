@@ -422,6 +422,9 @@ def generate(
         seed=seed,
         on_progress=progress,
     )
+    if made.interrupted and not made.cases:
+        click.echo("interrupted before any question was kept: nothing written", err=True)
+        raise SystemExit(130)
     if not made.cases:
         raise nothing_kept(made, output)
     written = ([case.to_dict() for case in made.cases], [passage.to_document() for passage in made.passages])
@@ -439,6 +442,9 @@ def generate(
         "Read the questions before you trust them: drop the wrong or ambiguous ones (agenteval validate checks "
         "the format, not the content)."
     )
+    if made.interrupted:  # the questions paid for are written; 130 says the run did not finish (128 + SIGINT)
+        click.echo(f"interrupted after {made.asked} passages were answered: wrote the cases drafted by then", err=True)
+        raise SystemExit(130)
 
 
 @main.command()

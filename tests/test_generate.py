@@ -4,8 +4,10 @@ checked deterministically, valid, and runnable with the reference agent and the 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 
 import model_servers as ms
 
@@ -281,3 +283,47 @@ def test_a_document_that_cannot_be_read_is_named_with_the_others_before_the_mode
         "out of the folder\n"
     ), done.stderr
     assert model_server.requests == []
+
+
+def test_ctrl_c_half_way_writes_the_cases_drafted_by_then_and_exits_130(model_server, tmp_path):
+    """Ctrl-C after most passages were answered (and paid for) lost them all: the answers were kept in memory
+    until the last one came, and nothing was written."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    paragraphs = [
+        f"Item {i} of the catalogue weighs {i + 10} kilograms and ships from warehouse {i} " * 2 for i in range(6)
+    ]
+    (docs / "catalogue.md").write_text("\n\n".join(f"# Item {i}\n\n{text}" for i, text in enumerate(paragraphs)))
+    release = threading.Event()
+
+    def answer_two(request):
+        passage = request.last_user_text().split("):\n", 1)[1]
+        reply = ms.tool_call("propose", {"question": f"How heavy? {passage[:9]}", "answer": passage.split()[6]})
+        if passage.startswith(("Item 0 ", "Item 1 ")):
+            return reply
+        held = ms.slow(600, reply)
+        held.hold = release  # answered only once the test ends
+        return held
+
+    model_server.responder = answer_two
+    command = [sys.executable, "-m", "agenteval.cli", "generate", str(docs), "-n", "6", "--unanswerable", "0"]
+    command += ["-o", str(tmp_path / "cases.jsonl"), "--corpus-out", str(tmp_path / "corpus.jsonl")]
+    command += ["--model", "openai/generator", "--base-url", model_server.openai_url]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("asked 2/6"):
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        err = "".join(seen) + err
+    finally:
+        release.set()
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted after 2 passages were answered: wrote the cases drafted by then" in err
+    cases = load_dataset(tmp_path / "cases.jsonl").cases
+    assert sorted(c.metadata["passage"] for c in cases) == ["catalogue-001", "catalogue-002"]
+    assert len((tmp_path / "corpus.jsonl").read_text().splitlines()) == 6

@@ -94,6 +94,9 @@ class Generated:
     passages: list[Passage]
     dropped: list[Dropped]
     asked: int
+    """Passages answered (or failed): all those chosen, unless the run was interrupted."""
+    interrupted: bool = False
+    """Ctrl-C stopped the questions: what had been answered by then is kept, the rest never asked or lost."""
 
 
 def document_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -244,30 +247,31 @@ def generate(
     rng = random.Random(seed)
     chosen = rng.sample(passages, min(count, len(passages)))
     without = set(rng.sample(range(len(chosen)), round(len(chosen) * unanswerable)))
-    done = 0
+    answers: dict[int, tuple[str, str] | str] = {}
 
-    async def ask_all() -> list[tuple[str, str] | str]:
-        nonlocal done
+    async def ask_all() -> None:
         gate = asyncio.Semaphore(CONCURRENCY)
 
-        async def one(index: int, passage: Passage) -> tuple[str, str] | str:
-            nonlocal done
+        async def one(index: int, passage: Passage) -> None:
             async with gate:
-                found = await _propose(model, passage, index in without)
-            done += 1
-            on_progress(done, len(chosen))
-            return found
+                answers[index] = await _propose(model, passage, index in without)
+            on_progress(len(answers), len(chosen))
 
         try:
-            return await asyncio.gather(*(one(i, p) for i, p in enumerate(chosen)))
+            await asyncio.gather(*(one(i, p) for i, p in enumerate(chosen)))
         finally:
             await model.aclose()
 
-    answers = asyncio.run(ask_all())
+    try:
+        asyncio.run(ask_all())
+        interrupted = False
+    except KeyboardInterrupt:  # the answers paid for so far are kept: the caller writes them
+        interrupted = True
     cases: list[Case] = []
     dropped: list[Dropped] = []
     seen: set[str] = set()
-    for index, (passage, found) in enumerate(zip(chosen, answers, strict=True)):
+    for index in sorted(answers):
+        passage, found = chosen[index], answers[index]
         if isinstance(found, str):
             dropped.append(Dropped(passage.id, found))
             continue
@@ -292,7 +296,7 @@ def generate(
                 metadata={"passage": passage.id, "source": passage.source, "generator": str(model.name)},
             )
         )
-    return Generated(cases, passages, dropped, len(chosen))
+    return Generated(cases, passages, dropped, len(answers), interrupted)
 
 
 def reason_kind(reason: str) -> str:
