@@ -266,7 +266,9 @@ def test_a_draft_that_keeps_no_question_writes_nothing_and_says_why(model_server
     assert done.returncode == 1, done.stdout + done.stderr
     error, *reasons = done.stderr.split("Error: ", 1)[1].splitlines()
     assert error.startswith("none of the 4 questions asked was kept, so nothing was written to ")
-    assert "tool call" in error and reasons == ["  dropped 4: the model's output could not be read"]
+    assert "tool call" in error and reasons == [
+        "  dropped 4: the model answered in text, not with the propose tool call (a refusal, or no tool calling)"
+    ]
     assert "run it with" not in done.stdout
     assert not (tmp_path / "cases.jsonl").exists() and not (tmp_path / "corpus.jsonl").exists()
 
@@ -327,3 +329,23 @@ def test_ctrl_c_half_way_writes_the_cases_drafted_by_then_and_exits_130(model_se
     cases = load_dataset(tmp_path / "cases.jsonl").cases
     assert sorted(c.metadata["passage"] for c in cases) == ["catalogue-001", "catalogue-002"]
     assert len((tmp_path / "corpus.jsonl").read_text().splitlines()) == 6
+
+
+def test_each_answer_without_a_question_is_dropped_saying_why_in_words_that_say_what_to_change(model_server, tmp_path):
+    """A refusal in text, an empty answer, a call cut at the token limit and a call whose arguments are not JSON
+    were all dropped as "the model's output could not be read": nothing told a token limit from a refusal."""
+    write_documents(tmp_path / "docs")
+    model_server.script(
+        ms.text("I cannot help with that."),
+        ms.text(""),
+        ms.truncated(),
+        ms.tool_call("propose", '{"question": "cut'),
+    )
+    done = generate(model_server, tmp_path, "--unanswerable", "0")
+    assert done.returncode == 1, done.stderr
+    assert sorted(line.strip() for line in done.stderr.splitlines() if "dropped 1:" in line) == [
+        "dropped 1: the answer was cut at the model's token limit (finish reason length)",
+        "dropped 1: the model answered in text, not with the propose tool call (a refusal, or no tool calling)",
+        "dropped 1: the model's answer was empty",
+        "dropped 1: the propose call's arguments are not a JSON object with a question and an answer",
+    ]

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SeveralProblems, UsageError
+from ..models._types import CONTENT_FILTER, LENGTH
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
 from ._jsonl_output import refuse_existing
 
 if TYPE_CHECKING:
     from ..models._model import Model
+    from ..models._types import ModelResponse
 
 PASSAGE_CHARS = 1200
 MIN_PASSAGE_CHARS = 80
@@ -198,6 +200,20 @@ def answer_check(answer: str, passage: Passage) -> str | None:
     return None
 
 
+def _unread(response: ModelResponse, *, called: bool) -> str:
+    """Why a model's answer gave no question, in words that say what to change: "could not be read" alone
+    looked the same for a refusal, an answer cut at the token limit and a server without tool calling."""
+    if response.finish_reason == LENGTH:
+        return "the answer was cut at the model's token limit (finish reason length)"
+    if response.finish_reason == CONTENT_FILTER:
+        return "the model refused (finish reason content_filter)"
+    if called:
+        return "the propose call's arguments are not a JSON object with a question and an answer"
+    if response.text.strip():
+        return "the model answered in text, not with the propose tool call (a refusal, or no tool calling)"
+    return "the model's answer was empty"
+
+
 async def _propose(model: Model, passage: Passage, unanswerable: bool) -> tuple[str, str] | str:
     """The model's question and answer for ``passage``, or why there is none."""
     prompt = (UNANSWERABLE if unanswerable else ANSWERABLE).format(title=passage.title, text=passage.text)
@@ -212,7 +228,7 @@ async def _propose(model: Model, passage: Passage, unanswerable: bool) -> tuple[
     except ValueError:
         proposed = None
     if not isinstance(proposed, dict) or not all(isinstance(proposed.get(k), str) for k in ("question", "answer")):
-        return "the model's output could not be read"
+        return _unread(response, called=bool(calls))
     question = proposed["question"].strip()
     if not question:
         return "the question is empty"
