@@ -529,3 +529,16 @@ def test_untrusted_names_are_shown_safely_in_every_format(tmp_path):
     assert code == 0 and "<img" not in html and "&lt;img src=x" in html and "\x1b" not in html
     code, text = cli(store, "report", "--traces")
     assert code == 0 and "\x1b[31m" not in text
+
+
+def test_cases_from_traces_matching_none_writes_nothing_and_says_so(production, tmp_path):
+    """A condition no trace met wrote an empty file and exit 0 ("wrote 0 cases"), a file validate and run refuse;
+    with --force it replaced cases a person had filled in with nothing."""
+    out = tmp_path / "cases.jsonl"
+    out.write_text("filled by a person\n")
+    code, text = cli(production, "cases-from-traces", "--where", "service = 'nobody'", "-o", str(out), "--force")
+    assert code == 1 and text.strip().splitlines() == [
+        f"Error: --where \"service = 'nobody'\": no trace matches it, so nothing was written to -o {out}; widen the "
+        'condition (agenteval sql "SELECT * FROM traces" shows what there is)'
+    ], text
+    assert out.read_text() == "filled by a person\n"

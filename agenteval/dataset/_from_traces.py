@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from ..errors import UsageError
+from ..errors import AgentevalError, UsageError
 from ..store import Store
 from ..store._store import NotReadOnly
 from ._cases import parse_case
@@ -72,6 +72,23 @@ def matching_traces(store: Store, where: str) -> list[dict[str, Any]]:
         raise UsageError(f"{WHERE_OPTION} {where!r}: {message}") from None
 
 
+class NoCases(AgentevalError):
+    """No matching trace had a conversation: the file would hold no case, which ``validate`` and ``run`` refuse
+    (and over a file with ``--force``, would replace filled-in cases with nothing)."""
+
+
+def _nothing_to_write(where: str, target: Path, matched: int) -> NoCases:
+    found = (
+        f"the {matched} matching traces recorded no user message or input (content capture off)"
+        if matched
+        else "no trace matches it"
+    )
+    return NoCases(
+        f"{WHERE_OPTION} {where!r}: {found}, so nothing was written to -o {target}; widen the condition "
+        '(agenteval sql "SELECT * FROM traces" shows what there is)'
+    )
+
+
 def cases_from_traces(
     store: Store, where: str, output: str | os.PathLike[str], *, force: bool = False
 ) -> CasesFromTraces:
@@ -90,5 +107,7 @@ def cases_from_traces(
             continue
         parse_case(record, len(records) + 1)  # a case this writes is one the dataset format accepts
         records.append(record)
+    if not records:
+        raise _nothing_to_write(where, target, len(rows))
     write_jsonl("-o", target, records)
     return CasesFromTraces(str(target), len(records), len(rows), without)
