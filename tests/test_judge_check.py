@@ -131,3 +131,31 @@ def test_a_second_verdict_on_the_same_item_is_refused_naming_both_lines(tmp_path
         f"Error: {labels}:3: the same case and reply as line 1; keep one human verdict per item\n"
     ), done.stderr
     assert model_server.requests == []
+
+
+def test_a_judge_whose_api_fails_leaves_those_items_ungraded_and_if_all_one_error_not_a_traceback(
+    tmp_path, model_server
+):
+    """A judge answering 500 (after the client's retries) ended judge-check in an InternalServerError traceback,
+    whatever the other items had been graded; the items it failed on are now counted apart, as the docs say, and
+    when it graded none, one line says so and what to check."""
+    judge_server(model_server)
+    graded = model_server.responder
+
+    def failing_on_sydney(request):
+        return ms.server_error(500) if "Sydney" in json.dumps(request.messages) else graded(request)
+
+    model_server.responder = failing_on_sydney
+    case = {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}
+    replies = [("Canberra", "pass"), ("Sydney", "fail"), ("Perth", "fail")]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"case": case, "reply": r, "human": h}) + "\n" for r, h in replies))
+    done = judge_check_on(labels, model_server)
+    assert done.returncode == 0, done.stderr
+    assert "2 of 3 labelled items graded" in done.stdout and "not graded (line 2): InternalServerError" in done.stdout
+    labels.write_text(json.dumps({"case": case, "reply": "Sydney", "human": "fail"}) + "\n")
+    done = judge_check_on(labels, model_server)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        f"Error: --judge openai/j: graded none of the 1 labelled items in {labels}; the first: InternalServerError"
+    ), done.stderr

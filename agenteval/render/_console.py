@@ -295,8 +295,10 @@ def judge_check_view(check: Any, shown: int = 20, width: int = 160) -> str:
             interval = f" (95% CI {kappa.ci95[0]:.2f} to {kappa.ci95[1]:.2f}, {kappa.method})" if kappa.ci95 else ""
             lines.append(f"Cohen's kappa: {kappa.kappa:.2f}{interval}")
         lines.append(f"pass rate: humans {check.human_pass_rate:.1%}, judge {check.judge_pass_rate:.1%}")
-    for line, why in check.ungraded:
+    for line, why in check.ungraded[:shown]:
         lines.append(f"not graded (line {line}): {why[:width]}")
+    if len(check.ungraded) > shown:  # a judge down for a while left a line per item, thousands
+        lines.append(f"  ... and {len(check.ungraded) - shown} more not graded (--json lists them all)")
     if check.disagreements:
         lines.append(f"{len(check.disagreements)} disagreement(s):")
     for d in check.disagreements[:shown]:

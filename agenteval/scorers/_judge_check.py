@@ -15,16 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agenteval_instrumentation.capture import error_text
+
 from ..analysis._stats import Kappa, cohens_kappa
 from ..dataset._cases import Case, DatasetError, NotUtf8, parse_case, utf8_text
 from ..errors import AgentevalError
 from ..run._options import DEFAULT_JUDGE_CONCURRENCY
 from ..store import Store
+from ._base import Score
+from ._judge import NAME, PROMPT_VERSION
 from ._rescore import stored_cases
 
 
 class LabelsError(AgentevalError):
     """A labels file that cannot be read: the message names the file and line."""
+
+
+class NothingGraded(AgentevalError):
+    """The judge graded none of the items (its API failed, or none of its answers could be read)."""
 
 
 VERDICTS = {"pass": True, "passed": True, "true": True, "fail": False, "failed": False, "false": False}
@@ -165,7 +173,12 @@ async def judge_items(judge: Any, items: list[Labelled], concurrency: int = DEFA
 
     async def one(item: Labelled) -> Any:
         async with gate:
-            return await judge.grade(item.case, item.replies)
+            try:
+                return await judge.grade(item.case, item.replies)
+            except AgentevalError:  # a missing key or SDK: the same for every item, said once
+                raise
+            except Exception as exc:  # the judge's API failed (after the client's retries): that item ungraded
+                return Score(NAME, PROMPT_VERSION, None, None, "the judge could not be asked", error=error_text(exc))
 
     return await asyncio.gather(*(one(item) for item in items))
 
@@ -188,6 +201,12 @@ def judge_check(
             await model.aclose()
 
     scores = asyncio.run(grade_all())
+    if all(score.passed is None for score in scores):  # nothing measured: an error, not a table of blanks
+        first = scores[0].error or scores[0].reason
+        raise NothingGraded(
+            f"--judge {judge}: graded none of the {len(items)} labelled items in {labels}; the first: {first}; "
+            "check --judge and --judge-base-url, then run again"
+        )
     graded = [(item, score) for item, score in zip(items, scores, strict=True) if score.passed is not None]
     ungraded = [
         (item.line, score.error or score.reason)
