@@ -90,8 +90,8 @@ def test_a_bad_labels_line_is_one_error_naming_it(tmp_path, model_server):
     assert done.returncode == 1 and f"{labels}:1: human must be pass or fail" in done.stderr
 
 
-def judge_check_on(labels, server):
-    command = [sys.executable, "-m", "agenteval.cli", "judge-check", str(labels), "--judge", "openai/j"]
+def judge_check_on(labels, server, *extra):
+    command = [sys.executable, "-m", "agenteval.cli", "judge-check", str(labels), "--judge", "openai/j", *extra]
     return subprocess.run([*command, "--judge-base-url", server.openai_url], capture_output=True, text=True, timeout=60)
 
 
@@ -158,4 +158,15 @@ def test_a_judge_whose_api_fails_leaves_those_items_ungraded_and_if_all_one_erro
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(
         f"Error: --judge openai/j: graded none of the 1 labelled items in {labels}; the first: InternalServerError"
+    ), done.stderr
+
+
+def test_a_trial_id_with_no_store_there_says_there_is_no_store(tmp_path, model_server):
+    """A mistyped --store said "no trial 'abc' in nostore", sending the user to check an id that was right."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"trial_id": "abc", "human": "pass"}) + "\n")
+    done = judge_check_on(labels, model_server, "--store", str(tmp_path / "nostore"))
+    assert done.returncode == 1 and done.stderr == (
+        f"Error: there is no store at {tmp_path / 'nostore'}: check --store (or AGENTEVAL_STORE), or run `agenteval "
+        "run` first\n"
     ), done.stderr

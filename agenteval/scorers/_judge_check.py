@@ -136,6 +136,7 @@ def read_labels(path: str | Path, store: Store | None = None) -> list[Labelled]:
             if store is None:
                 raise LabelsError(f"{where}: a trial_id needs a store (--store)")
             if not trials:
+                store.require()  # a mistyped --store said "no trial X in it", as if the id were wrong
                 trials = {
                     row["trial_id"]: row
                     for row in store.rows("SELECT trial_id, experiment_id, case_id, reply FROM trials")
