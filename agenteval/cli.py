@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import os
 import sys
@@ -400,7 +399,7 @@ def generate(
     its passage is dropped. Writes the cases and the corpus for the search tool."""
     from .dataset._generate import check_outputs, dropped_counts, nothing_kept
     from .dataset._generate import generate as draft
-    from .dataset._jsonl_output import write_jsonl
+    from .dataset._jsonl_output import check_writable, write_jsonl
     from .models._model import Model
 
     def progress(done: int, total: int) -> None:
@@ -408,12 +407,10 @@ def generate(
             click.echo(f"asked {done}/{total} passages", err=True)
 
     outputs = (("-o", output), ("--corpus-out", corpus_out))
-    for option, path in outputs:
-        # Said before the model is asked: a missing folder found at the end cost every call, for nothing kept.
-        if not os.path.isdir(os.path.dirname(path) or "."):
-            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
-            raise OutputNotWritable.at(option, path, missing)
     check_outputs(documents, outputs, force=force)
+    for option, path in outputs:
+        # Said before the model is asked: a missing or read-only folder found at the end cost every call, for nothing.
+        check_writable(option, path)
     made = draft(
         documents,
         Model(model, base_url=base_url),

@@ -349,3 +349,16 @@ def test_each_answer_without_a_question_is_dropped_saying_why_in_words_that_say_
         "dropped 1: the model's answer was empty",
         "dropped 1: the propose call's arguments are not a JSON object with a question and an answer",
     ]
+
+
+def test_an_output_the_system_will_not_let_be_written_is_refused_before_the_model_is_asked(model_server, tmp_path):
+    """An output in a folder that exists but cannot be written (here /sys, refused even to root) was found out
+    after every passage had been asked and paid for."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    done = generate(model_server, tmp_path, "--corpus-out", "/sys/corpus.jsonl")
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "Error: --corpus-out /sys/corpus.jsonl: cannot be written (Permission denied); check that its folder exists "
+        "and can be written, or choose another file"
+    ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()

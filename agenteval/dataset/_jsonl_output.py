@@ -20,11 +20,29 @@ def refuse_existing(option: str, path: str | os.PathLike[str], *, force: bool, h
         raise UsageError(f"{option} {path}: the file exists ({holds}); choose another or give --force")
 
 
+def _staged(target: Path) -> Path:
+    return target.with_name(f".{target.name}.partial")
+
+
+def check_writable(option: str, path: str | os.PathLike[str]) -> None:
+    """:class:`OutputNotWritable` unless a file can be made where ``path`` will be written (its staged name, made
+    and removed): said before paid work (model calls) rather than after it."""
+    staged = _staged(Path(path))
+    try:
+        with open(staged, "x", encoding="utf-8"):
+            pass
+        staged.unlink()
+    except FileExistsError:  # left by a run stopped by kill -9: written over when the time comes
+        pass
+    except OSError as exc:
+        raise OutputNotWritable.at(option, path, exc) from exc
+
+
 def write_jsonl(option: str, path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
     """``records`` as JSON lines at ``path``, whole or not at all; a failure is :class:`OutputNotWritable` naming
     ``option``."""
     target = Path(path)
-    staged = target.with_name(f".{target.name}.partial")
+    staged = _staged(target)
     try:
         with open(staged, "w", encoding="utf-8") as handle:
             for record in records:
