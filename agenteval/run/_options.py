@@ -7,8 +7,6 @@ import dataclasses
 import math
 from typing import Any
 
-from agenteval_instrumentation.masking import MASK, mask_setting
-
 from ..errors import UsageError
 
 MIN_CASES_PER_CATEGORY = 5
@@ -101,6 +99,8 @@ class RunOptions:
 def recorded_options(options: RunOptions) -> dict[str, Any]:
     """``options`` as the experiment stores them: the agent's options with their secrets masked (an
     ``--agent-option api_key=...`` is used, never stored), so a resume is given those again."""
+    from agenteval_instrumentation.masking import mask_setting  # with logging: not for the command line's start
+
     recorded = dataclasses.asdict(options)
     recorded["agent_options"] = mask_setting("agent_options", recorded["agent_options"])
     return recorded
@@ -108,6 +108,8 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
 
 def masked_agent_options(stored: dict[str, Any]) -> list[str]:
     """The names of the agent options a run stored masked: a resume cannot take them from the store."""
+    from agenteval_instrumentation.masking import MASK
+
     return [name for name, value in (stored.get("agent_options") or {}).items() if MASK in str(value)]
 
 
@@ -131,9 +133,11 @@ def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     """The options ``given`` for a resume that differ from what the run stored, as ``name (given, stored)``."""
     # Compared as recorded, secrets masked on both sides: the values given are not shown, nor compared with a
     # stored one of a run recorded before agent options were masked.
-    given, stored = mask_setting("options", given), mask_setting("options", stored)
+    from agenteval_instrumentation.masking import mask_setting
+
     from ..models._names import as_stored  # urllib.parse: not for the command line's start
 
+    given, stored = mask_setting("options", given), mask_setting("options", stored)
     given = {
         name: as_stored(value, stored.get(name)) if name in URL_OPTIONS else value for name, value in given.items()
     }
