@@ -202,7 +202,7 @@ def test_a_key_in_the_otlp_endpoint_is_masked_in_what_the_run_prints(model_serve
     command = [sys.executable, "-m", "agenteval.cli", "run", "--model", "openai/agent", "-d", str(cases)]
     done = subprocess.run([*command, "--attempts", "1"], capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr
-    assert "Transient error" in done.stderr and "/v1/traces?api-key=***" in done.stderr  # the warning is there
+    assert "/v1/traces?api-key=***" in done.stderr  # the exporter's warning is there (its wording is the SDK's)
     assert key not in done.stdout + done.stderr
 
 
