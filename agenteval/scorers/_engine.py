@@ -15,11 +15,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agenteval_instrumentation import capture
 
 from ..dataset._cases import SCORED_FIELDS, Case
+from ..store._database import open_database
 from ..store._schemas import SCORES
 from ..store._views import judged_trials
 from ._base import FAILED_REASON, Score, Scorer
@@ -145,7 +145,7 @@ class ScoringEngine:
         if duplicated:
             raise ValueError(f"two scorers share a name: {', '.join(sorted(duplicated))}")
         self.scorers = list(scorers)
-        self.con = duckdb.connect(config={} if threads is None else {"threads": threads})
+        self.con = open_database(config={} if threads is None else {"threads": threads})
         self._applicable: dict[str, tuple[Scorer, ...]] = {}
         self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
         self._when_errors: dict[tuple[str, str], str] = {}
@@ -210,7 +210,7 @@ class ScoringEngine:
                 if rows and self._when_errors:
                     rows, broken = self._split_broken(item, rows, case_ids)
                     plan.parts.extend(
-                        _with_scorer(_failed(item, _keys(features, r), e), item) for e, r in broken.items()
+                        _with_scorer(_failed(item, _keys(columns, r), e), item) for e, r in broken.items()
                     )
                 if not rows:
                     continue
@@ -221,7 +221,7 @@ class ScoringEngine:
                     outcomes = self._python_outcomes(item, rows, columns, case_ids, cases)
                 elif item.sql is not None:
                     wanted = [cases[cid] for cid in dict.fromkeys(case_ids[i] for i in rows)]
-                    outcomes = self._sql_outcomes(item, wanted, _keys(features, rows))
+                    outcomes = self._sql_outcomes(item, wanted, _keys(columns, rows))
                 else:
                     outcomes = self._arrow_outcomes(item, features.take(pa.array(rows, pa.int64())), case_ids, cases)
                 plan.parts.append(_with_scorer(outcomes, item))
@@ -410,11 +410,11 @@ async def _judged(item: Scorer, gate: asyncio.Semaphore, plan: _Plan, row: int, 
 def _outcome_table(outcomes: Sequence[Any], rows: list[int], columns: FeatureColumns) -> pa.Table:
     """Per-trial outcomes ``(value, passed, reason, error)`` of ``rows`` as an outcome table."""
     value, passed, reason, error = zip(*outcomes, strict=True)
-    indices = pa.array(rows, pa.int64())
+    keys = _keys(columns, rows)
     return pa.table(
         {
-            "trial_id": columns.table.column("trial_id").take(indices),
-            "case_id": columns.table.column("case_id").take(indices),
+            "trial_id": keys.column("trial_id"),
+            "case_id": keys.column("case_id"),
             "value": pa.array(value, pa.float64()),
             "passed": pa.array(passed, pa.bool_()),
             "reason": pa.array(reason, pa.string()),
@@ -497,14 +497,16 @@ def _rows_without_content(features: pa.Table) -> frozenset[int]:
     """Rows whose replies are unknown (stored with content capture off); usually none."""
     if "has_content" not in features.column_names:
         return frozenset()
-    known = pc.fill_null(features.column("has_content"), False)
-    if pc.all(known).as_py() is not False:
-        return frozenset()
-    return frozenset(pc.indices_nonzero(pc.invert(known)).to_pylist())
+    # Plain Python, not pyarrow.compute: a batch is small, and the run need not load compute's 8 MB.
+    return frozenset(row for row, known in enumerate(features.column("has_content").to_pylist()) if not known)
 
 
-def _keys(features: pa.Table, rows: list[int]) -> pa.Table:
-    return features.select(["trial_id", "case_id"]).take(pa.array(rows, pa.int64()))
+def _keys(columns: FeatureColumns, rows: list[int]) -> pa.Table:
+    """``trial_id`` and ``case_id`` of ``rows``, picked in Python: ``Table.take`` would load pyarrow.compute
+    (8 MB, 28 ms) into every run for this alone."""
+    types = columns.table.schema
+    picked = {name: [columns.column(name)[row] for row in rows] for name in ("trial_id", "case_id")}
+    return pa.table({name: pa.array(values, types.field(name).type) for name, values in picked.items()})
 
 
 def _failed(item: Scorer, keys: pa.Table, message: str) -> pa.Table:

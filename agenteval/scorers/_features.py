@@ -17,7 +17,9 @@ from ..store._views import COUNTED_MODEL_CALL
 FEATURES_SQL = """
 WITH t AS (SELECT experiment_id, trial_id, case_id, attempt, trace_id, failure_type, reply, replies FROM {trials}),
 s AS (
-    SELECT s.* FROM {spans} s JOIN t ON s.trial_id = t.trial_id AND s.trace_id = t.trace_id
+    SELECT s.trial_id, s.span_id, s.start_time, s.scope_name, s.operation, s.tool_name, s.status_code,
+           s.input_tokens, s.output_tokens, s.wraps_model_call, s.attributes
+    FROM {spans} s JOIN t ON s.trial_id = t.trial_id AND s.trace_id = t.trace_id
     WHERE s.role IS NULL
 ),
 roots AS (

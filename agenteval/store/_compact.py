@@ -107,10 +107,18 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     if missing:  # a column older files lack cannot stay declared non-nullable
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     columns = [
-        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-        for f in schema
+        _column_as(table, f) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
     ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _column_as(table: pa.Table, field: pa.Field) -> pa.ChunkedArray:
+    """``table``'s column of ``field``'s name, of its type and without nulls if it takes none. Cast only when the
+    type differs (an older file): a cast loads pyarrow.compute, 8 MB that a run's compaction need not hold."""
+    column = table.column(field.name)
+    if not field.nullable and column.null_count:
+        raise ValueError(f"column {field.name} is declared non-nullable but contains nulls")
+    return column if column.type == field.type else column.cast(field.type)
 
 
 ROW_GROUP_BYTES = 8 * 1024 * 1024
@@ -129,8 +137,9 @@ def _row_groups(files: list[Path] | list[str], schema: pa.Schema, filesystem: An
     size = 0
     for path in files:
         # One thread, no read-ahead: a small file gains nothing from either, and both raise the peak.
-        read = pq.read_table(path, use_threads=False, pre_buffer=False, filesystem=filesystem)
-        part = conform(read, schema).cast(schema)
+        # ParquetFile rather than read_table, which imports pyarrow.dataset (6 MB) for a single file.
+        with pq.ParquetFile(path, pre_buffer=False, filesystem=filesystem) as parquet:
+            part = conform(parquet.read(use_threads=False), schema)
         gathered.append(part)
         size += part.nbytes
         if size >= ROW_GROUP_BYTES:

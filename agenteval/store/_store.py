@@ -21,6 +21,7 @@ from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
 from . import _schemas
+from ._database import open_database
 from ._lease import LOCKS, store_lease
 from ._required import check_required
 from ._schemas import TABLE_NAMES, schema_file
@@ -414,7 +415,7 @@ class Store:
             from ._compact import recover
 
             recover(self, wait=0)
-        con = duckdb.connect(database)
+        con = open_database(database)
         register(con, self.root)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.

@@ -29,14 +29,15 @@ def store_path(store: str | os.PathLike[str] | StoreRoot | None = None) -> Store
 
 def partition_by_experiment(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` per experiment among the rows that have one (nulls are left out)."""
-    import pyarrow.compute as pc  # here: a reader of the store needs the store path, not the compute kernels
-
     ids = batch.column(PARTITION_COLUMN)
     # In Python rather than pc.unique, which releases the GIL (see encode's _gil_held note).
     values = ids.to_pylist()
     if values and values[0] is not None and values.count(values[0]) == len(values):
         yield partition_path(PARTITION_COLUMN, values[0]), batch  # the usual case: one experiment, no filtering
         return
+    # Only here, for rows of several experiments: a run writes one, and need not load compute's 8 MB.
+    import pyarrow.compute as pc
+
     for value in dict.fromkeys(v for v in values if v is not None):
         yield partition_path(PARTITION_COLUMN, value), batch.filter(pc.equal(ids, value))
 
@@ -57,14 +58,15 @@ def production_partition(day: datetime.date | str, service: str | None) -> str:
 def partition_spans(batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
     """``experiment_id=<id>`` for spans of an experiment; ``date=YYYY-MM-DD/service=NAME`` (UTC start, the
     resource's ``service.name``) for others: production traces."""
-    import numpy
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     yield from partition_by_experiment(batch)
     ids = batch.column(PARTITION_COLUMN)
     if not ids.null_count:
         return
+    # Imported for production spans only: a run's spans all have an experiment (see partition_by_experiment).
+    import numpy
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     rest = batch if ids.null_count == batch.num_rows else batch.filter(pc.is_null(ids))
     # numpy and Python lists rather than compute kernels, which release the GIL (see encode's _gil_held note).
     days = rest.column("start_time").to_numpy().astype("datetime64[D]")
