@@ -399,7 +399,7 @@ def generate(
     its passage is dropped. Writes the cases and the corpus for the search tool."""
     from .dataset._generate import check_outputs, dropped_counts, nothing_kept
     from .dataset._generate import generate as draft
-    from .dataset._jsonl_output import check_writable, write_jsonl
+    from .dataset._jsonl_output import check_writable, write_jsonl_files
     from .models._model import Model
 
     def progress(done: int, total: int) -> None:
@@ -424,9 +424,10 @@ def generate(
         raise SystemExit(130)
     if not made.cases:
         raise nothing_kept(made, output)
-    written = ([case.to_dict() for case in made.cases], [passage.to_document() for passage in made.passages])
-    for (option, path), records in zip(outputs, written, strict=True):
-        write_jsonl(option, path, records)
+    cases = (case.to_dict() for case in made.cases)
+    passages = (passage.to_document() for passage in made.passages)
+    # Together: cases whose relevant_docs name passages of a corpus that failed to be written are no dataset.
+    write_jsonl_files([("-o", output, cases), ("--corpus-out", corpus_out, passages)], force=force)
     unknown = sum(case.expected_output == "unknown" for case in made.cases)
     click.echo(
         f"wrote {len(made.cases)} cases ({unknown} unanswerable) to {visible(output)} and {len(made.passages)} "

@@ -80,6 +80,11 @@ def generate(server, tmp_path, *extra):
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
+def errors(done):
+    """What the command said on stderr, without its progress lines."""
+    return [line for line in done.stderr.strip().splitlines() if not line.startswith("asked ")]
+
+
 def test_passages_are_split_by_heading_and_size_and_answers_checked_in_them(tmp_path):
     write_documents(tmp_path / "docs")
     passages = split_passages(tmp_path / "docs" / "handbook.md")
@@ -362,3 +367,74 @@ def test_an_output_the_system_will_not_let_be_written_is_refused_before_the_mode
         "and can be written, or choose another file"
     ], done.stderr
     assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+
+
+def test_a_corpus_that_cannot_be_written_leaves_no_new_cases_file_and_an_older_one_as_it_was(model_server, tmp_path):
+    """The cases were written first: when the corpus then failed (its folder gone, a full disk), the cases file
+    was left linking passages of a corpus that did not exist, and with --force the cases it replaced were lost.
+    The two are staged, then put in place together; a failure puts back what the first had replaced."""
+    write_documents(tmp_path / "docs")
+    elsewhere = tmp_path / "corpora"
+    elsewhere.mkdir()
+    corpus = elsewhere / "corpus.jsonl"
+
+    def folder_removed_meanwhile(request):
+        if elsewhere.exists():
+            elsewhere.rmdir()  # checked writable before the model was asked; gone by the time it is written
+        return generator(request)
+
+    model_server.responder = folder_removed_meanwhile
+    done = generate(model_server, tmp_path, "--corpus-out", str(corpus))
+    cases = tmp_path / "cases.jsonl"
+    assert done.returncode == 1 and errors(done) == [
+        f"Error: --corpus-out {corpus}: cannot be written (No such file or directory); check that its folder "
+        f"exists and can be written, or choose another file; -o {cases} was not written either (the files are "
+        "written together or not at all)"
+    ], done.stderr
+    assert model_server.requests and sorted(p.name for p in tmp_path.iterdir()) == ["docs"]  # nothing staged left
+
+    # With --force over an older dataset: a folder now stands where the corpus goes, found only at its rename.
+    curated = '{"id": "mine", "input": "hand-written", "expected_output": "x"}\n'
+    cases.write_text(curated)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "old", "text": "the corpus saved with it"}\n')
+
+    def folder_made_meanwhile(request):
+        if corpus.is_file():
+            corpus.unlink()
+            corpus.mkdir()
+        return generator(request)
+
+    model_server.responder = folder_made_meanwhile
+    done = generate(model_server, tmp_path, "--force")
+    assert done.returncode == 1 and errors(done) == [
+        f"Error: --corpus-out {corpus}: cannot be written (Is a directory); check that its folder exists and can "
+        f"be written, or choose another file; -o {cases} was left as it was (the files are written together or "
+        "not at all)"
+    ], done.stderr
+    assert cases.read_text() == curated and corpus.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.jsonl", "corpus.jsonl", "docs"]
+
+
+def test_a_file_that_appears_at_an_output_while_the_model_is_asked_is_not_written_over_without_force(
+    model_server, tmp_path
+):
+    """The outputs were checked before the model was asked, then renamed over whatever was there at the end: a
+    dataset saved meanwhile (another run, an editor) was replaced without --force, and without a word."""
+    write_documents(tmp_path / "docs")
+    cases = tmp_path / "cases.jsonl"
+    saved = '{"id": "mine", "input": "saved meanwhile", "expected_output": "x"}\n'
+
+    def saved_meanwhile(request):
+        if not cases.exists():
+            cases.write_text(saved)
+        return generator(request)
+
+    model_server.responder = saved_meanwhile
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 1 and errors(done) == [
+        f"Error: -o {cases}: a file appeared there while this command ran and was not written over; choose another "
+        f"or give --force; --corpus-out {tmp_path / 'corpus.jsonl'} was not written either (the files are written "
+        "together or not at all)"
+    ], done.stderr
+    assert cases.read_text() == saved and sorted(p.name for p in tmp_path.iterdir()) == ["cases.jsonl", "docs"]

@@ -109,5 +109,5 @@ def cases_from_traces(
         records.append(record)
     if not records:
         raise _nothing_to_write(where, target, len(rows))
-    write_jsonl("-o", target, records)
+    write_jsonl("-o", target, records, force=force)
     return CasesFromTraces(str(target), len(records), len(rows), without)

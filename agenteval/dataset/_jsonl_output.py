@@ -1,16 +1,25 @@
-"""A JSONL file a command was told to write (``-o``): never written over one that exists unless ``--force``, and
+"""JSONL files a command was told to write (``-o``): never written over one that exists unless ``--force``, and
 written whole (staged beside it, then renamed over it), so a full disk or a Ctrl-C leaves no half file and the
-old one as it was."""
+old one as it was. Files that belong together (``generate``'s cases and the corpus their ``relevant_docs`` name)
+are all staged first, then put in place; a failure puts back the ones already in place."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
 import json
 import os
-from collections.abc import Iterable
+import secrets
+import stat
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import OutputNotWritable, UsageError
+
+Records = Iterable[dict[str, Any]]
+TOGETHER = "the files are written together or not at all"
 
 
 def refuse_existing(option: str, path: str | os.PathLike[str], *, force: bool, holds: str) -> None:
@@ -20,34 +29,153 @@ def refuse_existing(option: str, path: str | os.PathLike[str], *, force: bool, h
         raise UsageError(f"{option} {path}: the file exists ({holds}); choose another or give --force")
 
 
-def _staged(target: Path) -> Path:
-    return target.with_name(f".{target.name}.partial")
+def _hidden_beside(target: Path, kind: str) -> Path:
+    """A new name in ``target``'s folder: unique, so two runs writing one file never share a staged file, and a
+    leftover (or a link planted) at a fixed name is never written through."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(4)}.{kind}")
 
 
 def check_writable(option: str, path: str | os.PathLike[str]) -> None:
-    """:class:`OutputNotWritable` unless a file can be made where ``path`` will be written (its staged name, made
+    """:class:`OutputNotWritable` unless a file can be made where ``path`` will be written (a staged name, made
     and removed): said before paid work (model calls) rather than after it."""
-    staged = _staged(Path(path))
+    staged = _hidden_beside(Path(path), "partial")
     try:
         with open(staged, "x", encoding="utf-8"):
             pass
         staged.unlink()
-    except FileExistsError:  # left by a run stopped by kill -9: written over when the time comes
-        pass
     except OSError as exc:
         raise OutputNotWritable.at(option, path, exc) from exc
 
 
-def write_jsonl(option: str, path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
+@dataclasses.dataclass
+class _Output:
+    option: str
+    target: Path
+    staged: Path | None = None
+    replaced: Path | None = None
+    """The file ``target`` held, under a second name until every output is in place (to put it back)."""
+    placed: bool = False
+
+
+def _stage(output: _Output, records: Records) -> None:
+    output.staged = _hidden_beside(output.target, "partial")
+    with open(output.staged, "x", encoding="utf-8") as handle:  # "x": never through a file or link there
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())  # on disk before the rename makes it the file, not after a crash
+
+
+def _set_aside(output: _Output) -> None:
+    """Give the file ``output`` replaces a second name, so it can be put back if a later output fails."""
+    try:
+        mode = os.lstat(output.target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):  # a rename would move the folder aside, then fail to remove it
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(output.target))
+    replaced = _hidden_beside(output.target, "replaced")
+    try:
+        os.link(output.target, replaced, follow_symlinks=False)  # the file keeps its name meanwhile
+    except OSError as exc:
+        if isinstance(exc, FileExistsError):
+            raise
+        os.rename(output.target, replaced)  # a filesystem without hard links (FAT, some network shares)
+    output.replaced = replaced
+
+
+def _place_new(staged: Path, target: Path) -> None:
+    """Rename ``staged`` to ``target`` unless a file appeared there since it was checked (another run, an
+    editor): a link fails where a rename would replace that file without a word."""
+    appeared = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+    try:
+        os.link(staged, target)
+    except FileExistsError:
+        raise appeared from None
+    except OSError:
+        if os.path.lexists(target):  # no hard links here: checked, then renamed
+            raise appeared from None
+        os.replace(staged, target)
+
+
+def _place(output: _Output, *, force: bool) -> None:
+    assert output.staged is not None
+    if force:
+        _set_aside(output)
+        os.replace(output.staged, output.target)
+    else:
+        _place_new(output.staged, output.target)
+    output.placed = True
+
+
+def _put_back(output: _Output) -> str | None:
+    """Undo what was done at ``output``'s path; None when done, else where its files are."""
+    replaced = output.replaced
+    try:
+        if replaced is None:
+            if output.placed:
+                output.target.unlink()
+        elif output.placed or not os.path.lexists(output.target):
+            os.replace(replaced, output.target)  # replaced, or moved aside before its own rename failed: back
+        else:
+            replaced.unlink()  # a second link to the file, which never left its name
+        output.replaced = None
+        return None
+    except OSError as exc:
+        kept = f"; the file it held is {output.replaced}" if output.replaced is not None else ""
+        output.replaced = None  # the user's to keep: never removed
+        return f"{output.option} {output.target} could not be put back ({exc.strerror or exc}){kept}"
+
+
+def _where_now(output: _Output) -> str:
+    if os.path.lexists(output.target):
+        return f"{output.option} {output.target} was left as it was"
+    return f"{output.option} {output.target} was not written either"
+
+
+def _failure(output: _Output, exc: OSError, *, force: bool) -> OutputNotWritable:
+    if isinstance(exc, FileExistsError) and not force and exc.filename == str(output.target):
+        return OutputNotWritable(
+            f"{output.option} {output.target}: a file appeared there while this command ran and was not written "
+            "over; choose another or give --force"
+        )
+    return OutputNotWritable.at(output.option, output.target, exc)
+
+
+def write_jsonl_files(outputs: Sequence[tuple[str, str | os.PathLike[str], Records]], *, force: bool) -> None:
+    """Each ``(option, path, records)`` as JSON lines at ``path``: all of them whole, or none (as far as the
+    filesystem allows: each rename is atomic, a set of them is not). A failure is :class:`OutputNotWritable`
+    naming the option that failed and where the others' files are; without ``force``, a file that appeared at a
+    path since :func:`refuse_existing` looked is not written over."""
+    written = [_Output(option, Path(path)) for option, path, _ in outputs]
+    current = written[0]
+    try:
+        for current, (_, _, records) in zip(written, outputs, strict=True):
+            _stage(current, records)
+        for current in written:
+            _place(current, force=force)
+    except BaseException as exc:  # a full disk, a folder gone, a Ctrl-C between two renames
+        problems = [_put_back(output) for output in written]
+        if not isinstance(exc, OSError):
+            raise
+        said = [p or _where_now(o) for o, p in zip(written, problems, strict=True) if p or o is not current]
+        failed = _failure(current, exc, force=force)
+        if said:
+            failed = OutputNotWritable(f"{failed}; {'; '.join(said)} ({TOGETHER})")
+        raise failed from exc
+    else:
+        for output in written:
+            if output.replaced is not None:
+                with contextlib.suppress(OSError):  # written as asked; a hidden second link left is no harm
+                    output.replaced.unlink()
+    finally:
+        for output in written:
+            if output.staged is not None:
+                with contextlib.suppress(OSError):  # gone with its folder, or renamed into place
+                    output.staged.unlink()
+
+
+def write_jsonl(option: str, path: str | os.PathLike[str], records: Records, *, force: bool) -> None:
     """``records`` as JSON lines at ``path``, whole or not at all; a failure is :class:`OutputNotWritable` naming
     ``option``."""
-    target = Path(path)
-    staged = _staged(target)
-    try:
-        with open(staged, "w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(staged, target)
-    except OSError as exc:
-        staged.unlink(missing_ok=True)  # a disk that filled up leaves no half-written file behind
-        raise OutputNotWritable.at(option, target, exc) from exc
+    write_jsonl_files([(option, path, records)], force=force)
