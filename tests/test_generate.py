@@ -4,6 +4,7 @@ checked deterministically, valid, and runnable with the reference agent and the 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import model_servers as ms
 
 from agenteval import evaluate
 from agenteval.dataset import load_dataset
-from agenteval.dataset._generate import answer_check, normalised, split_passages
+from agenteval.dataset._generate import MAX_DOCUMENT_BYTES, answer_check, normalised, split_passages
 from agenteval.store import Store
 
 HANDBOOK = """# Returns
@@ -438,3 +439,47 @@ def test_a_file_that_appears_at_an_output_while_the_model_is_asked_is_not_writte
         "together or not at all)"
     ], done.stderr
     assert cases.read_text() == saved and sorted(p.name for p in tmp_path.iterdir()) == ["cases.jsonl", "docs"]
+
+
+def test_a_document_over_the_size_limit_is_refused_naming_it_before_it_is_read_whole(model_server, tmp_path):
+    """Each document was read whole into memory, then copied while split: a 2 GB log or dump named .txt took
+    several times that in memory before the model was asked (or the machine ran out)."""
+    write_documents(tmp_path / "docs")
+    big = tmp_path / "docs" / "export.txt"
+    paragraph = "Order 1234 shipped to the warehouse in Lyon on Monday morning by the usual carrier.\n\n"
+    big.write_text(paragraph * (MAX_DOCUMENT_BYTES // len(paragraph) + 1))
+    model_server.responder = generator
+    done = generate(model_server, tmp_path)
+    limit = f"{MAX_DOCUMENT_BYTES // 1_000_000} MB"
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"Error: {big}: larger than {limit}, the most a document may hold; split it into smaller files, or give "
+        "only the part to draft questions from"
+    ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+    big.unlink()
+    with open(tmp_path / "docs" / "dump.md", "wb") as sparse:  # 2 GB that take no disk (a hole reads as zeros)
+        sparse.truncate(2 * 1024**3)
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 1 and f"dump.md: larger than {limit}" in done.stderr, done.stderr
+
+
+def test_a_pipe_or_device_given_as_a_document_is_named_as_not_a_regular_file_and_never_waited_on(
+    model_server, tmp_path
+):
+    """A named pipe or a device given as a document was "no such file or folder" (it is there); one in a
+    folder was left out without a word. Each is named as what it is, without being opened: a pipe with no
+    writer would wait for ever, /dev/zero never ends."""
+    write_documents(tmp_path / "docs")
+    os.mkfifo(tmp_path / "docs" / "feed.md")
+    os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "docs" / "zero.txt").symlink_to("/dev/zero")
+    model_server.responder = generator
+    done = generate(model_server, tmp_path, str(tmp_path / "pipe.txt"), "/dev/null")
+    tail = "not a regular file; give a document as a .md or .txt file (save what it holds in one)"
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'docs' / 'feed.md'}: a named pipe, {tail}",
+        f"{tmp_path / 'docs' / 'zero.txt'}: a character device, {tail}",
+        f"{tmp_path / 'pipe.txt'}: a named pipe, {tail}",
+        f"/dev/null: a character device, {tail}",
+    ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import random
 import re
+import stat
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +37,17 @@ MAX_ANSWER_CHARS = 80
 PROMPT_VERSION = "1"
 PROPOSE = "propose"
 SUFFIXES = (".md", ".txt")
+MAX_DOCUMENT_BYTES = 10_000_000
+"""The most a document may hold: about 8,000 passages, several long books (War and Peace is 3.3 MB). A larger
+file (a log, a database dump named .txt) is refused by name rather than read whole into memory, split, and put
+whole in the corpus the search tool loads."""
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 CONCURRENCY = 8
 SYSTEM_PROMPT = """You write evaluation questions for a question-answering assistant that searches a document \
 collection. Each question must be answerable by a reader of the whole collection, without seeing the passage: \
@@ -108,8 +121,9 @@ def document_files(paths: Sequence[str | Path]) -> list[Path]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
-        elif path.is_file():
+            # Not only regular files: a pipe or a device named .md is refused by name when read, not left out.
+            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and not p.is_dir())
+        elif path.exists():
             files = [path]
         else:
             raise UsageError(f"{given}: no such file or folder")
@@ -118,6 +132,43 @@ def document_files(paths: Sequence[str | Path]) -> list[Path]:
     if not found:
         raise UsageError(f"no .md or .txt files in {', '.join(map(str, paths))}")
     return list(found.values())
+
+
+def _refuse_unless_regular(path: Path, mode: int) -> None:
+    for test, kind in _NOT_REGULAR:
+        if test(mode):
+            raise DocumentError(
+                f"{path}: {kind}, not a regular file; give a document as a .md or .txt file (save what it holds in one)"
+            )
+
+
+def _too_large(path: Path) -> DocumentError:
+    return DocumentError(
+        f"{path}: larger than {MAX_DOCUMENT_BYTES // 1_000_000} MB, the most a document may hold; split it into "
+        "smaller files, or give only the part to draft questions from"
+    )
+
+
+def document_bytes(path: Path) -> bytes:
+    """What the document at ``path`` holds, at most :data:`MAX_DOCUMENT_BYTES` of it, or a :class:`DocumentError`
+    naming it: not a regular file (a pipe with no writer waits for ever, /dev/zero never ends), too large, or
+    not readable."""
+    try:
+        _refuse_unless_regular(path, os.stat(path).st_mode)  # before opening: a pipe's open waits for a writer
+        # Non-blocking, and checked again once open: a pipe put in the file's place since would wait for ever.
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            _refuse_unless_regular(path, info.st_mode)
+            if info.st_size > MAX_DOCUMENT_BYTES:
+                raise _too_large(path)
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)  # a /proc file says 0 bytes, a log grows as it is read
+    except OSError as exc:  # permissions, a /proc file, a link to nothing, a file gone since the folder was listed
+        raise DocumentError(
+            f"{path}: cannot be read ({exc.strerror or exc}); make it readable, or move it out of the folder"
+        ) from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise _too_large(path)
+    return data
 
 
 def _slug(text: str) -> str:
@@ -130,13 +181,9 @@ def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
     ``stem`` by default the file name's slug. A file that is not UTF-8 is a :class:`DocumentError` naming it and
     its first bad byte: read with replacement characters, it sent the model mojibake (and paid for it)."""
     try:
-        text = utf8_text(path.read_bytes(), file_start=True).removeprefix("\ufeff")
+        text = utf8_text(document_bytes(path), file_start=True).removeprefix("\ufeff")
     except NotUtf8 as exc:
         raise DocumentError(f"{path}: {exc}") from None
-    except OSError as exc:  # permissions, a device or /proc file, a file gone since the folder was listed
-        raise DocumentError(
-            f"{path}: cannot be read ({exc.strerror or exc}); make it readable, or move it out of the folder"
-        ) from None
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # the line ends read_text translated
     title = path.stem
     pieces: list[str] = []
