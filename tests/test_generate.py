@@ -477,9 +477,31 @@ def test_a_pipe_or_device_given_as_a_document_is_named_as_not_a_regular_file_and
     done = generate(model_server, tmp_path, str(tmp_path / "pipe.txt"), "/dev/null")
     tail = "not a regular file; give a document as a .md or .txt file (save what it holds in one)"
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [
-        f"Error: {tmp_path / 'docs' / 'feed.md'}: a named pipe, {tail}",
+        f"Error: {tmp_path / 'docs' / 'feed.md'}: a pipe, {tail}",
         f"{tmp_path / 'docs' / 'zero.txt'}: a character device, {tail}",
-        f"{tmp_path / 'pipe.txt'}: a named pipe, {tail}",
+        f"{tmp_path / 'pipe.txt'}: a pipe, {tail}",
         f"/dev/null: a character device, {tail}",
     ], done.stderr
     assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+
+
+def test_an_output_that_is_a_pipe_is_refused_even_with_force_and_a_replaced_file_keeps_its_permissions(
+    model_server, tmp_path
+):
+    """--force renamed the new file over whatever the output named: a pipe a reader waited on was replaced by a
+    file (and -o /dev/null, as root, replaced the device for everyone); and the file replaced lost its
+    permissions: a dataset kept private (0600) or shared with a group (0660) came back with the umask's."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    pipe = tmp_path / "cases.jsonl"
+    os.mkfifo(pipe)
+    done = generate(model_server, tmp_path, "--force")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"Error: -o {pipe}: a pipe, not a regular file; give the name of a file to write"
+    ], done.stderr
+    assert model_server.requests == [] and pipe.is_fifo() and not (tmp_path / "corpus.jsonl").exists()
+    pipe.unlink()
+    (tmp_path / "cases.jsonl").write_text('{"id": "mine", "input": "shared", "expected_output": "x"}\n')
+    (tmp_path / "cases.jsonl").chmod(0o660)
+    assert generate(model_server, tmp_path, "--force").returncode == 0
+    assert (tmp_path / "cases.jsonl").stat().st_mode & 0o777 == 0o660

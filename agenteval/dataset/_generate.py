@@ -15,7 +15,6 @@ import dataclasses
 import os
 import random
 import re
-import stat
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SeveralProblems, UsageError
 from ..models._types import CONTENT_FILTER, LENGTH
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
+from ._file_kinds import not_regular
 from ._jsonl_output import refuse_existing
 
 if TYPE_CHECKING:
@@ -41,13 +41,6 @@ MAX_DOCUMENT_BYTES = 10_000_000
 """The most a document may hold: about 8,000 passages, several long books (War and Peace is 3.3 MB). A larger
 file (a log, a database dump named .txt) is refused by name rather than read whole into memory, split, and put
 whole in the corpus the search tool loads."""
-_NOT_REGULAR = (
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a folder"),
-)
 CONCURRENCY = 8
 SYSTEM_PROMPT = """You write evaluation questions for a question-answering assistant that searches a document \
 collection. Each question must be answerable by a reader of the whole collection, without seeing the passage: \
@@ -135,11 +128,11 @@ def document_files(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def _refuse_unless_regular(path: Path, mode: int) -> None:
-    for test, kind in _NOT_REGULAR:
-        if test(mode):
-            raise DocumentError(
-                f"{path}: {kind}, not a regular file; give a document as a .md or .txt file (save what it holds in one)"
-            )
+    kind = not_regular(mode)
+    if kind is not None:
+        raise DocumentError(
+            f"{path}: {kind}, not a regular file; give a document as a .md or .txt file (save what it holds in one)"
+        )
 
 
 def _too_large(path: Path) -> DocumentError:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutputNotWritable, UsageError
+from ._file_kinds import not_regular
 
 Records = Iterable[dict[str, Any]]
 TOGETHER = "the files are written together or not at all"
@@ -24,7 +25,14 @@ TOGETHER = "the files are written together or not at all"
 
 def refuse_existing(option: str, path: str | os.PathLike[str], *, force: bool, holds: str) -> None:
     """A :class:`UsageError` when ``path`` exists and ``force`` is false; ``holds`` says what it may hold that
-    would be lost (cases people filled in or curated)."""
+    would be lost (cases people filled in or curated). Even with ``force``, one that is not a regular file: the
+    rename would replace a pipe someone reads, or (as root) ``/dev/null`` for everyone."""
+    try:
+        kind = not_regular(os.stat(path).st_mode)
+    except OSError:  # nothing there, or a link to nothing: a file can be written
+        kind = None
+    if kind is not None:
+        raise UsageError(f"{option} {path}: {kind}, not a regular file; give the name of a file to write")
     if not force and os.path.lexists(path):
         raise UsageError(f"{option} {path}: the file exists ({holds}); choose another or give --force")
 
@@ -74,6 +82,8 @@ def _set_aside(output: _Output) -> None:
         return
     if stat.S_ISDIR(mode):  # a rename would move the folder aside, then fail to remove it
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(output.target))
+    if stat.S_ISREG(mode) and output.staged is not None:  # a private (0600) or group-shared file stays so
+        os.chmod(output.staged, stat.S_IMODE(mode))
     replaced = _hidden_beside(output.target, "replaced")
     try:
         os.link(output.target, replaced, follow_symlinks=False)  # the file keeps its name meanwhile
