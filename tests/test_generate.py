@@ -473,6 +473,7 @@ def test_a_pipe_or_device_given_as_a_document_is_named_as_not_a_regular_file_and
     os.mkfifo(tmp_path / "docs" / "feed.md")
     os.mkfifo(tmp_path / "pipe.txt")
     (tmp_path / "docs" / "zero.txt").symlink_to("/dev/zero")
+    (tmp_path / "docs" / ".#notes.txt").symlink_to("root@host.4242")  # Emacs's lock: a link to nothing, left out
     model_server.responder = generator
     done = generate(model_server, tmp_path, str(tmp_path / "pipe.txt"), "/dev/null")
     tail = "not a regular file; give a document as a .md or .txt file (save what it holds in one)"

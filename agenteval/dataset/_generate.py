@@ -107,6 +107,10 @@ class Generated:
     """Ctrl-C stopped the questions: what had been answered by then is kept, the rest never asked or lost."""
 
 
+def _is_file_or_special(path: Path) -> bool:
+    return path.exists() and not path.is_dir()
+
+
 def document_files(paths: Sequence[str | Path]) -> list[Path]:
     """The ``.md`` and ``.txt`` files among ``paths`` (folders searched recursively), in a stable order, each
     once (a file given beside its folder would otherwise put its passages in the corpus twice)."""
@@ -114,8 +118,9 @@ def document_files(paths: Sequence[str | Path]) -> list[Path]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            # Not only regular files: a pipe or a device named .md is refused by name when read, not left out.
-            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and not p.is_dir())
+            # Not only regular files: a pipe or a device named .md is refused by name when read, not left out. A
+            # link to nothing is (an editor's lock file, such as Emacs's .#notes.md).
+            files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES and _is_file_or_special(p))
         elif path.exists():
             files = [path]
         else:
