@@ -1310,8 +1310,8 @@ def cases_from_traces_command(where: str, output: str, force: bool, store: str |
 @store_option
 @user_errors
 def prune(older_than: str, service: str | None, dry_run: bool, store: str | None) -> None:
-    """Remove production traces (and their scores) by whole days, each day's folder at once; experiments are never
-    pruned."""
+    """Remove production traces (and their scores) by whole days, each day's files deleted in place; experiments
+    are never pruned."""
     from .store._prune import prune as prune_store
     from .store._windows import parse_age
 

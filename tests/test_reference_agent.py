@@ -248,6 +248,17 @@ def test_a_resume_is_given_a_base_url_whose_secret_the_run_masked_again(model_se
     assert sent == {"sk-query-secret-0123456789"}
 
 
+def test_evaluate_runs_the_reference_agent_with_the_agent_left_out(model_server):
+    """docs/run.md gives `evaluate(model=..., ...)` the command line's options, and the docstring says the agent may
+    be left empty with a model; `agent` was a required positional, so evaluate(dataset=..., model=...) raised
+    TypeError and only evaluate("", ...) worked."""
+    model_server.responder = ms.CaseResponder(load_dataset("mixed").cases)
+    experiment = evaluate(
+        dataset="mixed", model="openai/test-model", base_url=model_server.openai_url, attempts=1, progress="none"
+    )
+    assert experiment.agent == "reference" and experiment.summary.passed == experiment.summary.trials == 16
+
+
 def test_model_and_agent_together_and_reference_without_a_model_are_usage_errors(model_server):
     with pytest.raises(UsageError, match="reference agent"):
         evaluate("mock", "arithmetic", model="openai/m", base_url=model_server.openai_url, progress="none")

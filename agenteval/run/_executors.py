@@ -72,7 +72,7 @@ class RunRecipe:
     store: str
     experiment: Experiment
     options: RunOptions
-    agent: str | Callable[..., Any]
+    agent: str | Callable[..., Any] | None
     scorers: Sequence[Scorer | str]
     urls: dict[str, str | None] = dataclasses.field(repr=False)
     """The model URLs as given (a gateway's may carry credentials): sent to the workers, never stored."""

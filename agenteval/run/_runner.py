@@ -95,7 +95,7 @@ SIGNAL_CHECK_SECONDS = 0.1
 
 
 async def evaluate_async(
-    agent: str | Callable[..., Any],
+    agent: str | Callable[..., Any] | None = None,
     dataset: str | Path | Dataset | None = None,
     *,
     attempts: int | None = None,
@@ -145,14 +145,14 @@ async def evaluate_async(
     matchers are registered before the first run of the process.
     ``progress`` is ``auto`` (a bar on a terminal, lines otherwise), ``plain`` or ``none``.
 
-    Models (``PROVIDER/MODEL``, see :mod:`agenteval.models`): ``model`` runs the built-in reference agent with
-    that model (``agent`` then is ``reference`` or left empty), ``base_url`` pointing at any OpenAI-compatible
-    server, with ``temperature``, ``max_tokens`` and ``max_steps``; ``corpus`` is the search tool's corpus in
-    place of the built-in one. ``judge`` grades answers with an LLM judge, which then decides whether an answer
-    is right. ``simulate_users`` plays the cases' simulated users with a model (``simulator_max_tokens``: the most
-    tokens one of its messages may have); without one such cases are refused, unless ``skip_simulated`` leaves
-    them out. ``cache`` (True, or a folder) answers repeated model
-    requests from disk, for development. These are recorded with the experiment, never an API key.
+    Models (``PROVIDER/MODEL``, see :mod:`agenteval.models`): ``model`` runs the built-in reference agent with that
+    model (``agent`` then is ``reference`` or left out: ``evaluate(dataset="hard", model=...)``), ``base_url``
+    pointing at any OpenAI-compatible server, with ``temperature``, ``max_tokens`` and ``max_steps``; ``corpus`` is
+    the search tool's corpus in place of the built-in one. ``judge`` grades answers with an LLM judge, which then
+    decides whether an answer is right. ``simulate_users`` plays the cases' simulated users with a model
+    (``simulator_max_tokens``: the most tokens one of its messages may have); without one such cases are refused,
+    unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated model requests from
+    disk, for development. These are recorded with the experiment, never an API key.
 
     Spread over machines: ``shard="K/N"`` runs the K-th of N disjoint slices of the experiment (its cases, split
     by a hash of their ids), all shards writing one experiment whose id is ``experiment_id`` or derived from
@@ -357,7 +357,7 @@ class _Run:
     def prepare(
         cls,
         store: Store,
-        agent_spec: str | Callable[..., Any],
+        agent_spec: str | Callable[..., Any] | None,
         dataset_spec: str | Path | Dataset | None,
         given: dict[str, Any],
         scorers: Sequence[Scorer | str],
