@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,10 +310,6 @@ def test_the_simulated_user_case_shown_is_a_valid_case(tmp_path):
 def test_the_setup_tracing_example_files_spans_under_its_service(tmp_path):
     """Run as a program of its own (it installs the process's tracer provider), a decorated call in place of
     its `...`: the guide never said how the service of `report --traces --service` is named (it was `agenteval`)."""
-    import os
-    import subprocess
-    import sys
-
     (code,) = [b for b in blocks(page("export.md"), "python") if "setup_tracing(" in b]
     call = "from agenteval import tool\ntool(lambda: 1)()\n"
     (tmp_path / "app.py").write_text(re.sub(r"^\.\.\..*$", call, code, flags=re.M))
@@ -337,3 +336,100 @@ def test_the_traces_report_percentiles_are_those_the_guide_names():
     text = " ".join(page("production.md").split())
     traces, spans = percentiles(TraceLatency), percentiles(SpanLatency)
     assert f"latency percentiles of traces ({traces}) and of each kind of span ({spans})" in text
+
+
+# Every Python example of the README and the guides runs ----------------------------------------------------------
+
+EXAMPLES_WITH_A_TEST_OF_THEIR_OWN = {
+    "README.md": ['@agent(name="travel-agent")'],
+    "docs/instrument.md": ["client.chat.completions.create"],
+    "docs/scoring.md": ["batch_scorer"],
+    "docs/reports.md": ["build_report(Store"],
+    "docs/datasets.md": ["load_dataset"],
+    "docs/run.md": ['evaluate("my_agent.py:answer"'],
+    "docs/models.md": ["Model("],
+    "docs/export.md": ["setup_tracing("],
+    "docs/store.md": ["pd.read_parquet", "SPAN_SCHEMA.empty_table", "def table(name)"],  # tests/test_readable_store.py
+}
+"""Examples that a test above (or the one named) runs and checks, each found by a text only it holds."""
+
+EXAMPLES_RUN_HERE = {
+    "docs/instrument.md": {"configure_capture(max_string": ""},
+    "docs/collect.md": {"Collector(": r"http://127\.0\.0\.1:\d+/v1/traces \d+\nCollectStats\(spans_received=0,"},
+    "docs/production.md": {
+        "score_traces(": r"[1-9]\d* scores for [1-9]\d* traces",
+        "TraceScorer(": r"TraceScoreResult\(pass_id='\w+', traces=6,",
+    },
+}
+"""The other examples, run as programs of their own in a folder whose store holds production traces, with what
+each prints (a regular expression)."""
+
+PRODUCTION_AGENT = """
+from agenteval import agent, tool
+from agenteval.tracing import setup_tracing
+
+tracing = setup_tracing(service_name="shop")
+
+
+@tool
+def order_status(order: str) -> str:
+    if order.endswith("3"):
+        raise RuntimeError("the order service is down")
+    return "shipped"
+
+
+@agent(name="shop")
+def shop(order: str) -> str:
+    return f"Order {order} is {order_status(order)}; no secret here."
+
+
+for number in range(6):
+    try:
+        shop(f"A-{number}")
+    except RuntimeError:
+        pass
+tracing.flush()
+"""
+
+
+def python_examples() -> list[tuple[str, str]]:
+    """Every ``python`` block of the README and docs/*.md, with the page it is on."""
+    pages = ["README.md", *sorted(str(p.relative_to(DOCS.parent)) for p in DOCS.rglob("*.md"))]
+    return [(name, code) for name in pages for code in blocks((DOCS.parent / name).read_text(), "python")]
+
+
+def test_every_python_example_of_the_docs_is_run_by_a_test():
+    """Four examples (the collector, both trace-scoring ones, capture settings) were run by nothing, and one of them
+    used names it never defined (`Store`, `path`, `writer`); a new example must join one of the two lists."""
+    unaccounted = []
+    for name, code in python_examples():
+        markers = [*EXAMPLES_WITH_A_TEST_OF_THEIR_OWN.get(name, []), *EXAMPLES_RUN_HERE.get(name, {})]
+        if sum(marker in code for marker in markers) != 1:
+            unaccounted.append(f"{name}: {code.splitlines()[0]!r}")
+    assert unaccounted == []
+    for lists in (EXAMPLES_WITH_A_TEST_OF_THEIR_OWN, EXAMPLES_RUN_HERE):
+        for name, markers in lists.items():
+            for marker in markers:
+                assert sum(marker in code for page, code in python_examples() if page == name) == 1, (name, marker)
+
+
+@pytest.fixture(scope="module")
+def production_folder(tmp_path_factory):
+    """A folder whose ./.agenteval holds six production traces of service shop, one that failed in a tool."""
+    folder = tmp_path_factory.mktemp("production")
+    (folder / "agent.py").write_text(PRODUCTION_AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTEVAL_"))}
+    done = subprocess.run([sys.executable, "agent.py"], cwd=folder, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return folder, env
+
+
+@pytest.mark.parametrize(
+    ("name", "marker"), [(name, marker) for name, markers in EXAMPLES_RUN_HERE.items() for marker in markers]
+)
+def test_the_other_python_examples_run_as_written(name, marker, production_folder):
+    folder, env = production_folder
+    (code,) = [code for page, code in python_examples() if page == name and marker in code]
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert re.match(EXAMPLES_RUN_HERE[name][marker], done.stdout), done.stdout
