@@ -219,6 +219,39 @@ def test_every_command_has_help_and_is_in_the_cli_reference():
                     assert re.search(rf"`{re.escape(opt)}[ `]", text), f"agenteval {name}: {opt} is not documented"
 
 
+def default_shown(param: click.Option) -> object:
+    """The default ``--help`` shows for an option, or None when it shows none (a flag, a default given in words)."""
+    if isinstance(param.show_default, str):
+        return param.show_default
+    literal = isinstance(param.default, (int, float, str)) and not isinstance(param.default, bool)
+    return param.default if literal and not param.is_flag and not param.multiple else None
+
+
+def same_value(documented: str, default: object) -> bool:
+    """A cell of the reference's default column against an option's default: numbers compared as numbers."""
+    first = documented.replace("`", "").split(",")[0].split(" ")[0]
+    if isinstance(default, (int, float)) or re.fullmatch(r"-?\d+(\.\d+)?", str(default)):
+        try:
+            return float(first) == float(str(default))
+        except ValueError:
+            return False
+    return first == str(default)
+
+
+def test_the_cli_reference_gives_every_option_the_default_the_command_has():
+    """Each option's default in the reference's table is the one ``--help`` shows and the command uses."""
+    wrong = []
+    for name, command in main.commands.items():
+        text = section(CLI_DOC, f"## `agenteval {name}`")
+        rows = markdown_table(text) if "| option |" in text else []
+        documented = {opt: row[1] for row in rows if len(row) == 3 for opt in re.findall(r"`(--?[\w-]+)", row[0])}
+        for param in command.params:
+            default = default_shown(param) if isinstance(param, click.Option) else None
+            if default is not None and not same_value(documented.get(param.opts[0], ""), default):
+                wrong.append(f"agenteval {name} {param.opts[0]}: {documented.get(param.opts[0])!r}, not {default}")
+    assert wrong == []
+
+
 def shell_lines(code: str) -> list[str]:
     """A shell block's commands, one a line: continuation lines and quotes open across lines joined."""
     lines: list[str] = []
