@@ -406,3 +406,18 @@ def test_the_scoring_guide_lists_every_built_in_scorer():
     rows = markdown_table(section((DOCS / "scoring.md").read_text(), "## Built-in scorers"))
     documented = {re.match(r"`(\w+)`", row[1]).group(1): row[2] for row in rows}
     assert documented == {s.name: "continuous" if s.continuous else "pass/fail" for s in BUILTIN_SCORERS}
+
+
+def test_the_docs_name_every_environment_variable_agenteval_reads_and_no_other():
+    """A variable renamed in the code (or a documented one never read) would leave a reader setting nothing."""
+    pattern = re.compile(r"\bAGENTEVAL_[A-Z_]*[A-Z]\b")
+    sources = [ROOT / "agenteval", ROOT / "exporters" / "src", ROOT / "instrumentation" / "src"]
+    read = {name for folder in sources for path in folder.rglob("*.py") for name in pattern.findall(path.read_text())}
+    helpers = [ROOT / "tests", ROOT / "benchmarks"]  # the test suite's and benchmarks' own switches
+    read_anywhere = read | {
+        n for folder in helpers for path in folder.rglob("*.py") for n in pattern.findall(path.read_text())
+    }
+    pages = [README, *(path.read_text() for path in DOCS.rglob("*.md"))]
+    documented = {name for text in pages for name in pattern.findall(text)}
+    assert read - documented == set(), "read by agenteval, named in no page"
+    assert documented - read_anywhere == set(), "named in the docs, read by nothing"
