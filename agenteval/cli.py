@@ -869,10 +869,13 @@ def _rescore_traces(
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(result), indent=2))
         return
+    failed = {0: "", 1: "; 1 sampled trace ended in error and is counted"}.get(
+        result.failed, f"; {result.failed} sampled traces ended in error and are counted"
+    )
     click.echo(
         f"pass {result.pass_id}: {result.scores} scores for {result.sampled - result.failed} of {result.traces} "
-        f"production traces ({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s; {result.failed} sampled "
-        "traces ended in error and are counted by type in agenteval report --traces instead"
+        f"production traces ({visible(', '.join(result.scorers))}) in {result.seconds:.2f} s"
+        + (f"{failed} by type in agenteval report --traces instead" if failed else "")
     )
     if result.not_scored:
         skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(result.not_scored.items()))

@@ -542,3 +542,15 @@ def test_cases_from_traces_matching_none_writes_nothing_and_says_so(production, 
         'condition (agenteval sql "SELECT * FROM traces" shows what there is)'
     ], text
     assert out.read_text() == "filled by a person\n"
+
+
+def test_rescore_traces_counts_the_traces_that_ended_in_error_in_words_that_fit_the_count(tmp_path, days_run):
+    """It printed "1 sampled traces ended in error and are counted ...", and "0 sampled traces ended in error" when
+    none had."""
+    store = tmp_path / "store"
+    produce(store, "shop", "agent", 2)  # ok, handled
+    code, text = cli(store, "rescore", "--traces")
+    assert code == 0 and "ended in error" not in text, text
+    produce(store, "shop", "agent", 3)  # ok, handled, tool_error
+    code, text = cli(store, "rescore", "--traces")
+    assert code == 0 and "; 1 sampled trace ended in error and is counted by type in agenteval report" in text, text
