@@ -17,6 +17,7 @@ from agenteval import evaluate
 from agenteval.analysis import build_report
 from agenteval.dataset._cases import Case, Dataset, dataset_hash
 from agenteval.scorers import rescore
+from agenteval.scorers._judge import PROMPT_VERSION
 from agenteval.store import Store
 
 CASES = [
@@ -333,18 +334,27 @@ def test_the_report_says_which_judge_gave_the_current_scores_and_warns_when_they
     eid, store = experiment.experiment_id, Store()
     rescore(store, eid, judge="openai/judge-b", judge_base_url=model_server.openai_url)
     (judge,) = [s for s in build_report(store, eid).scorers if s.scorer == "llm_judge"]
-    assert [(v.version, v.scored) for v in judge.versions] == [("2:openai/judge-b", 6)]
+    assert [(v.version, v.scored) for v in judge.versions] == [(f"{PROMPT_VERSION}:openai/judge-b", 6)]
     assert not build_report(store, eid).warnings
 
     rescore(store, eid, [judge_of_some_cases(model_server, "openai/judge-c", {"sum"})])
     report = build_report(store, eid)
     (judge,) = [s for s in report.scorers if s.scorer == "llm_judge"]
-    assert [(v.version, v.scored) for v in judge.versions] == [("2:openai/judge-b", 3), ("2:openai/judge-c", 3)]
+    assert [(v.version, v.scored) for v in judge.versions] == [
+        (f"{PROMPT_VERSION}:openai/judge-b", 3),
+        (f"{PROMPT_VERSION}:openai/judge-c", 3),
+    ]
     (warning,) = report.warnings
-    assert "llm_judge" in warning and "2:openai/judge-b on 3 trials, 2:openai/judge-c on 3 trials" in warning
+    assert (
+        "llm_judge" in warning
+        and f"{PROMPT_VERSION}:openai/judge-b on 3 trials, {PROMPT_VERSION}:openai/judge-c on 3 trials" in warning
+    )
     assert saved_report(store.root, eid) == report  # the rescore saved it, warning and all
     markdown = to_markdown(report)
-    assert "## Warnings" in markdown and "2:openai/judge-b (3), 2:openai/judge-c (3)" in markdown
+    assert (
+        "## Warnings" in markdown
+        and f"{PROMPT_VERSION}:openai/judge-b (3), {PROMPT_VERSION}:openai/judge-c (3)" in markdown
+    )
     assert "on 3 trials" in to_html(report)
     assert json.loads(to_json(report))["warnings"] == [warning]
 
@@ -360,7 +370,8 @@ def test_compare_warns_when_the_two_runs_current_judges_differ(model_server):
     rescore(store, candidate, judge="openai/judge-b", judge_base_url=model_server.openai_url)
     warned = [w for w in compare(store, baseline, candidate, min_shared=1).warnings if w.kind != "unshared_cases"]
     assert [w.kind for w in warned] == ["different_scorer_versions"]
-    said = "llm_judge is 2:openai/judge-model in the baseline and 2:openai/judge-b in the candidate"
+    v = PROMPT_VERSION
+    said = f"llm_judge is {v}:openai/judge-model in the baseline and {v}:openai/judge-b in the candidate"
     assert said in warned[0].message
 
 
