@@ -4,6 +4,7 @@ rate-limit retries are not multiplied by the trial's, and the run's options reco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from agenteval import evaluate
 from agenteval.agents import ReferenceAgent, reference_agent
+from agenteval.analysis import _experiments as ex
 from agenteval.dataset import load_dataset
 from agenteval.dataset._cases import Case, Dataset, dataset_hash
 from agenteval.errors import UsageError
@@ -194,6 +196,31 @@ def test_a_run_records_which_api_version_it_called_and_no_key(model_server, api,
     assert secret not in repr(Store(tmp_path / "store").rows("SELECT * FROM experiment_history"))
 
 
+def recorded_before_queries_were_kept(store, experiment):
+    """``experiment`` as the code before 2026-12 recorded it: its options without ``record_version`` (that code
+    wrote none), the base URL without its query, and the version hashed from that URL (checked against a run of
+    that code). The row is appended: the newest row is the experiment's record, as for any status change."""
+    options = {k: v for k, v in experiment.options.items() if k != "record_version"}
+    assert options != experiment.options
+    ex.save(Store(store), dataclasses.replace(experiment, options=options))
+
+
+def quota_then_answers(model_server, cases):
+    """The first run's first case fails on an exhausted quota (an infrastructure failure that
+    ``retry_failed="infra"`` runs again), every other call is answered; the resume's calls are all answered."""
+    model_server.responder = ms.CaseResponder(cases, {cases[0].input: ms.quota_exhausted()})
+
+    def answer_all():
+        model_server.responder = ms.CaseResponder(cases)
+        model_server.requests.clear()
+
+    return answer_all
+
+
+def queries_sent(model_server):
+    return [parse_qs(urlsplit(r.path).query) for r in model_server.requests]
+
+
 @pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
 def test_a_run_recorded_before_the_query_was_kept_resumes_with_its_query_and_no_other_url(model_server, api, tmp_path):
     """Runs recorded before the base URL's query was kept stored the URL without it, and hashed the agent's version
@@ -201,30 +228,77 @@ def test_a_run_recorded_before_the_query_was_kept_resumes_with_its_query_and_no_
     changed base_url. Now the URL given is compared in the form the run recorded it, in the options and in the
     version; another scheme, host, port or path is refused still, and so is another query beside a recorded one."""
     cases = load_dataset("arithmetic", cases=3).cases
-    model_server.responder = ms.CaseResponder(cases, {cases[0].input: ms.quota_exhausted()})
+    answer_all = quota_then_answers(model_server, cases)
     deployment = model_server.url(api)
     given = f"{deployment}?api-version=2024-06-01"
     options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
-    # The row the code before that change wrote for a run of `given`: options and version hold the URL without its
-    # query (checked against a run of that code: the same version).
     old = evaluate("", "arithmetic", base_url=deployment, **options)
     assert old.options["base_url"] == deployment and old.summary.failures_by_type == {"quota_exhausted": 1}
-    model_server.responder = ms.CaseResponder(cases)
+    recorded_before_queries_were_kept(tmp_path / "store", old)
+    answer_all()
     elsewhere = f"http://127.0.0.1:{ms.refused_port()}/v1?api-version=2024-06-01"
     for other in (elsewhere, f"{deployment}/other?api-version=2024-06-01", f"https{given.removeprefix('http')}"):
         with pytest.raises(RunRefused, match="base_url"):
             evaluate("", "arithmetic", base_url=other, resume=old.id, retry_failed="infra", **options)
-    model_server.requests.clear()
     resumed = evaluate("", "arithmetic", base_url=given, resume=old.id, retry_failed="infra", **options)
     assert resumed.id == old.id and resumed.summary.this_run["trials"] == 1 and resumed.summary.passed == 3
     assert model_server.requests  # each call of the resumed trial carried the query
-    assert all(parse_qs(urlsplit(r.path).query) == {"api-version": ["2024-06-01"]} for r in model_server.requests)
+    assert all(query == {"api-version": ["2024-06-01"]} for query in queries_sent(model_server))
     assert (resumed.version, resumed.options["base_url"]) == (old.version, deployment)  # the record as it was
+    assert "record_version" not in resumed.options  # still read as a record that could not keep the query
 
     recorded = evaluate("", "arithmetic", base_url=given, **options)  # a run that recorded its query
     assert recorded.options["base_url"] == given
     with pytest.raises(RunRefused, match="base_url"):
         evaluate("", "arithmetic", base_url=f"{deployment}?api-version=2025-01-01", resume=recorded.id, **options)
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_run_recorded_with_no_query_is_not_resumed_with_one(model_server, api, tmp_path):
+    """A run recorded since queries were kept, whose base URL had no query, read like a run recorded before: a
+    resume given the URL with a query was accepted, and its trials called another endpoint than the first ones (a
+    deployment's other API version) in one experiment. Now the record says which form it is in, and the resume is
+    refused, naming --base-url and the URL recorded; left out, or given as recorded, the URL resumes the run."""
+    cases = load_dataset("arithmetic", cases=3).cases
+    deployment = model_server.url(api)
+    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
+    for again in ({"base_url": deployment}, {}):  # given as recorded, or left out
+        answer_all = quota_then_answers(model_server, cases)
+        first = evaluate("", "arithmetic", base_url=deployment, **options)
+        assert first.options["base_url"] == deployment and first.summary.failures_by_type == {"quota_exhausted": 1}
+        answer_all()
+        with pytest.raises(RunRefused, match="--base-url") as refused:
+            with_query = f"{deployment}?api-version=2024-06-01"
+            evaluate("", "arithmetic", base_url=with_query, resume=first.id, retry_failed="infra", **options)
+        assert repr(deployment) in str(refused.value) and "with no query" in str(refused.value)
+        assert not model_server.requests
+        resumed = evaluate("", "arithmetic", resume=first.id, retry_failed="infra", **again, **options)
+        assert resumed.id == first.id and resumed.summary.passed == 3 and resumed.version == first.version
+        assert model_server.requests and all(query == {} for query in queries_sent(model_server))
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_run_recorded_before_the_query_was_kept_is_not_resumed_without_its_url(model_server, api, tmp_path):
+    """A run recorded before queries were kept, whose base URL had a query, resumed without --base-url called the
+    recorded URL: without its query, another endpoint than its first trials'. The record cannot say whether the URL
+    had one, so such a resume is refused, asking for the URL again; given with its query, it resumes."""
+    cases = load_dataset("arithmetic", cases=3).cases
+    answer_all = quota_then_answers(model_server, cases)
+    deployment = model_server.url(api)
+    given = f"{deployment}?api-version=2024-06-01"
+    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
+    old = evaluate("", "arithmetic", base_url=deployment, **options)
+    recorded_before_queries_were_kept(tmp_path / "store", old)
+    answer_all()
+    with pytest.raises(RunRefused, match="--base-url") as refused:
+        evaluate("", "arithmetic", resume=old.id, retry_failed="infra", **options)
+    assert f"--base-url {deployment} may have lost" in str(refused.value)
+    assert not model_server.requests
+    resumed = evaluate("", "arithmetic", base_url=given, resume=old.id, retry_failed="infra", **options)
+    assert resumed.summary.passed == 3 and resumed.version == old.version
+    assert model_server.requests and all(
+        query == {"api-version": ["2024-06-01"]} for query in queries_sent(model_server)
+    )
 
 
 def test_a_resume_is_given_a_base_url_whose_secret_the_run_masked_again(model_server, tmp_path):

@@ -116,8 +116,8 @@ def as_stored(recorded: str | None, stored: str | None) -> str | None:
     """``recorded`` (a base URL as :func:`recordable_url` gives it) in the form ``stored``, a run's record of it,
     was written in, so a resume compares like with like: without its query when ``stored`` has none and is the rest
     of it, as runs recorded a base URL before its query was kept (2026-12); else as it is. Another scheme, host,
-    port or path, or another query beside a stored one, still differs. (A run recorded since then without a query
-    reads the same way: a query added on resume is taken for the one such a record could not keep.)"""
+    port or path, or another query beside a stored one, still differs. Only for such a record (see
+    ``agenteval.run._options.keeps_queries``): in one recorded since, an URL without a query had none."""
     if recorded and stored and "?" not in stored and recorded.partition("?")[0] == stored:
         return stored
     return recorded

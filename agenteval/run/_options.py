@@ -55,7 +55,8 @@ class RunOptions:
     model: str | None = None
     """``PROVIDER/MODEL`` of the built-in reference agent (``--model``); None for an agent of one's own."""
     base_url: str | None = None
-    """Where the model is served, as recorded: no user, password or query (see ``agenteval.models``)."""
+    """Where the model is served, as recorded: no user or password, secrets in its query masked (see
+    ``agenteval.models``)."""
     temperature: float | None = None
     max_tokens: int | None = None
     max_steps: int = DEFAULT_MAX_STEPS
@@ -96,14 +97,29 @@ class RunOptions:
                 raise UsageError(f"{option} must be at least 1, not {limit}")
 
 
+RECORD_VERSION_KEY = "record_version"
+"""The key of the recorded options that says in which form they were recorded (see :data:`RECORD_VERSION`)."""
+RECORD_VERSION = 2
+"""The form :func:`recorded_options` records: 2 keeps a base URL's query (secrets masked). A record without the key
+is of version 1, written before (2026-12): its base URLs lost their query, and an URL without one there may have had
+one."""
+
+
 def recorded_options(options: RunOptions) -> dict[str, Any]:
     """``options`` as the experiment stores them: the agent's options with their secrets masked (an
-    ``--agent-option api_key=...`` is used, never stored), so a resume is given those again."""
+    ``--agent-option api_key=...`` is used, never stored), so a resume is given those again; and the form they are
+    recorded in (:data:`RECORD_VERSION`)."""
     from agenteval_instrumentation.masking import mask_setting  # with logging: not for the command line's start
 
     recorded = dataclasses.asdict(options)
     recorded["agent_options"] = mask_setting("agent_options", recorded["agent_options"])
+    recorded[RECORD_VERSION_KEY] = RECORD_VERSION
     return recorded
+
+
+def keeps_queries(stored: dict[str, Any]) -> bool:
+    """Whether a run's recorded options keep their base URLs' queries: a base URL recorded without one had none."""
+    return int(stored.get(RECORD_VERSION_KEY) or 1) >= RECORD_VERSION
 
 
 def masked_agent_options(stored: dict[str, Any]) -> list[str]:
@@ -118,9 +134,7 @@ def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     stored, they would send the mask for the secret."""
     from ..models._names import holds_masked  # urllib.parse: not for the command line's start
 
-    return [
-        f"--{name.replace('_', '-')}" for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))
-    ]
+    return [flag(name) for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))]
 
 
 CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})
@@ -129,22 +143,46 @@ URL_OPTIONS = ("base_url", "judge_base_url", "simulator_base_url")
 """The options that hold a base URL, recorded by ``agenteval.models._names.recordable_url``."""
 
 
+def queries_maybe_lost(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The base URLs (``name: URL`` as recorded) of a run recorded before queries were kept that a resume does not
+    give again: each may have lost a query (Azure's ``?api-version=``), and called as recorded would go elsewhere."""
+    if keeps_queries(stored):
+        return []
+    return [f"{flag(name)} {stored[name]}" for name in URL_OPTIONS if name not in given and stored.get(name)]
+
+
 def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """The options ``given`` for a resume that differ from what the run stored, as ``name (given, stored)``."""
     # Compared as recorded, secrets masked on both sides: the values given are not shown, nor compared with a
-    # stored one of a run recorded before agent options were masked.
+    # stored one of a run recorded before agent options were masked. A URL given to a run recorded before queries
+    # were kept is compared without its query, as that run recorded it; one recorded since kept its query, so a
+    # query added to it is another endpoint.
     from agenteval_instrumentation.masking import mask_setting
 
     from ..models._names import as_stored  # urllib.parse: not for the command line's start
 
+    old_record = not keeps_queries(stored)
     given, stored = mask_setting("options", given), mask_setting("options", stored)
     given = {
-        name: as_stored(value, stored.get(name)) if name in URL_OPTIONS else value for name, value in given.items()
+        name: as_stored(value, stored.get(name)) if old_record and name in URL_OPTIONS else value
+        for name, value in given.items()
     }
-    return [
-        f"{name} ({given[name]!r} given, {stored.get(name)!r} in the run)"
-        for name in given
-        if name not in CHANGEABLE_ON_RESUME
-        and name in RunOptions.__dataclass_fields__
-        and given[name] != stored.get(name)
-    ]
+    changed = []
+    for name, value in given.items():
+        if name in CHANGEABLE_ON_RESUME or name not in RunOptions.__dataclass_fields__ or value == stored.get(name):
+            continue
+        note = "" if old_record else _query_added(name, value, stored.get(name))
+        changed.append(f"{name} ({value!r} given, {stored.get(name)!r} in the run{note})")
+    return changed
+
+
+def _query_added(name: str, given: Any, stored: Any) -> str:
+    """What a refusal adds for a base URL given with a query the run's record (which keeps queries) has none of."""
+    if name not in URL_OPTIONS or not isinstance(given, str) or given.partition("?")[0] != stored:
+        return ""
+    return f", which called it with no query: leave {flag(name)} out, or give it as the run recorded it"
+
+
+def flag(name: str) -> str:
+    """An option's name as the command line spells it: ``base_url`` is ``--base-url``."""
+    return f"--{name.replace('_', '-')}"

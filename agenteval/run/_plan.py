@@ -17,7 +17,14 @@ from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError, UsageError
-from ._options import CHANGEABLE_ON_RESUME, RunOptions, changed_on_resume, masked_agent_options, masked_urls
+from ._options import (
+    CHANGEABLE_ON_RESUME,
+    RunOptions,
+    changed_on_resume,
+    masked_agent_options,
+    masked_urls,
+    queries_maybe_lost,
+)
 from ._trial import TrialPlan
 
 if TYPE_CHECKING:
@@ -107,6 +114,12 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
         raise RunRefused(
             f"cannot resume {previous.experiment_id}: the query of its {', '.join(urls)} held a secret, which the run "
             f"did not store; give {' and '.join(urls)} again, as the run was started with"
+        )
+    if urls := queries_maybe_lost(previous.options, given):
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: it was recorded before base URLs kept their query string, so "
+            f"its {', '.join(urls)} may have lost one (such as ?api-version=), and its resumed trials could call "
+            "another endpoint than its first ones; give that option again, query and all, as the run was started with"
         )
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
 
