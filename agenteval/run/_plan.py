@@ -17,6 +17,8 @@ from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError, UsageError
+from ..scorers._base import Scorer
+from ..scorers._loading import scorer_specs
 from ._options import (
     CHANGEABLE_ON_RESUME,
     RunOptions,
@@ -122,6 +124,21 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
             "another endpoint than its first ones; give that option again, query and all, as the run was started with"
         )
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
+
+
+def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | str]) -> Sequence[Scorer | str]:
+    """The scorers a resume judges its trials with: the run's own (recorded by ``scorer_specs``), or the same ones
+    given again (Scorer objects are then used as given). Others would judge the resumed trials but not the first
+    ones, and the pass rate would mix two definitions of passing."""
+    recorded = list(previous.options.get("scorers") or [])
+    if given and sorted(scorer_specs(given)) != sorted(recorded):
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id} with other scorers than it ran with: "
+            f"{', '.join(scorer_specs(given))} given, {', '.join(recorded) or 'the built-ins alone'} in the run; "
+            "they would judge only the resumed trials. Leave --scorer out to resume with the run's, then judge "
+            f"every trial with another by agenteval rescore {previous.experiment_id} --scorer NAME"
+        )
+    return given or recorded
 
 
 def check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:

@@ -77,6 +77,7 @@ from ._plan import (
     missing_trials,
     new_trials,
     resumed_options,
+    resumed_scorers,
 )
 from ._prices import load_prices
 from ._progress import Progress
@@ -389,6 +390,7 @@ class _Run:
                 previous, lease = _resumable(store, resume if isinstance(resume, str) else None, shard)
                 on_failure.callback(lease.release)
                 options = resumed_options(previous, given)
+                scorers = resumed_scorers(previous, scorers)
                 dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
                 if agent_spec is None or agent_spec == "":
                     agent_spec = previous.agent
@@ -411,8 +413,7 @@ class _Run:
             chosen, skipped = _simulated_cases_checked(chosen, user_simulator is not None, options.skip_simulated)
             check_size(chosen, options.attempts, shard is not None)
             prices = load_prices(prices_file)
-            # A resumed run's extra scorers come back by their recorded specs, beside any given again.
-            loaded = load_scorers([*options.scorers, *scorers] if previous else scorers)
+            loaded = load_scorers(scorers)
             engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_THREADS)
             if previous is not None:
                 check_resumable(previous, agent, dataset)
@@ -462,7 +463,7 @@ class _Run:
                 experiment,
                 options,
                 agent_spec,
-                [*options.scorers, *scorers] if previous else scorers,
+                scorers,
                 urls,
                 user_simulator if user_simulator is not models.simulator else None,
                 run.pass_id,

@@ -1,0 +1,66 @@
+"""A resume adds trials to a run only when they are comparable with its first ones: judged by the same scorers,
+over the same dataset and corpus, by the same agent. Each test resumes a real run in a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from agenteval.run import RunRefused, evaluate
+from agenteval.scorers import scorer
+from agenteval.store import Store
+
+
+@scorer
+def never(case, features):
+    """A scorer no answer passes: the trials it judges are all wrong."""
+    return False
+
+
+def failing_run(store, **extra):
+    """A run of the mock whose quota runs out on some trials: infrastructure failures ``retry_failed="infra"``
+    runs again, in a resume."""
+    return dict(
+        cases=10,
+        attempts=2,
+        store=store,
+        progress="none",
+        agent_options={"fail_rate": "0.5", "failure": "quota_exhausted", "seed": "1"},
+        **extra,
+    )
+
+
+def scorer_sets(store, experiment_id) -> set[tuple[str, ...]]:
+    """The sets of scorers the experiment's current trials were judged by (one set when they are comparable)."""
+    rows = Store(store).rows(
+        "SELECT trial_id, list(scorer ORDER BY scorer) AS scorers FROM scores WHERE experiment_id = ? GROUP BY 1",
+        [experiment_id],
+    )
+    return {tuple(row["scorers"]) for row in rows}
+
+
+def test_a_resume_is_refused_scorers_other_than_the_run_was_judged_by(tmp_path):
+    """A scorer given to a resume judged the resumed trials only, beside the run's own: the first trials passed
+    by one definition of passing and the resumed ones by another, in one pass rate (a scorer no answer passes made
+    the resumed trials wrong and left the first ones passed). Now the resume is refused, naming the scorers;
+    given the run's own again, or none, it resumes and every trial is judged by the same scorers."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", **failing_run(store))
+    assert first.summary.failed > 0
+    with pytest.raises(RunRefused, match="other scorers than it ran with: .*never given, the built-ins alone"):
+        evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[never], **failing_run(store))
+    assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 20}]
+    again = evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **failing_run(store))
+    assert again.summary.passed == again.summary.trials - again.summary.failed
+    assert len(scorer_sets(store, first.id)) == 1
+
+    judged = evaluate("mock", "arithmetic", scorers=[never], **failing_run(store))
+    with pytest.raises(RunRefused, match="other scorers"):
+        evaluate(
+            "mock", "arithmetic", resume=judged.id, retry_failed="infra", scorers=["tool_errors"], **failing_run(store)
+        )
+    resumed = evaluate(
+        "mock", "arithmetic", resume=judged.id, retry_failed="infra", scorers=[never], **failing_run(store)
+    )
+    assert resumed.summary.passed == 0 and resumed.options["scorers"] == [f"{__name__}:never"]
+    (judged_by,) = scorer_sets(store, judged.id)
+    assert "never" in judged_by
