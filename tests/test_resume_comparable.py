@@ -3,8 +3,11 @@ over the same dataset and corpus, by the same agent. Each test resumes a real ru
 
 from __future__ import annotations
 
+import model_servers as ms
 import pytest
 
+from agenteval.dataset import load_dataset
+from agenteval.dataset._catalog import RAG_CORPUS, datasets_dir
 from agenteval.run import RunRefused, evaluate
 from agenteval.scorers import scorer
 from agenteval.store import Store
@@ -64,3 +67,27 @@ def test_a_resume_is_refused_scorers_other_than_the_run_was_judged_by(tmp_path):
     assert resumed.summary.passed == 0 and resumed.options["scorers"] == [f"{__name__}:never"]
     (judged_by,) = scorer_sets(store, judged.id)
     assert "never" in judged_by
+
+
+def test_a_resume_is_refused_when_the_corpus_changed(model_server, tmp_path):
+    """The search tool's corpus (``--corpus``) was recorded by its path only: edited between a run and its resume,
+    the resumed trials searched other documents than the first ones, in one experiment. Now its content hash is
+    recorded, and a changed corpus refuses the resume as a changed dataset does; as it was, it resumes."""
+    corpus = tmp_path / "corpus.jsonl"
+    documents = (datasets_dir() / RAG_CORPUS).read_text(encoding="utf-8")
+    corpus.write_text(documents, encoding="utf-8")
+    cases = load_dataset("rag").cases
+    model_server.responder = ms.CaseResponder(cases, {case.input: ms.quota_exhausted() for case in cases})
+    run = dict(model="openai/test-model", base_url=model_server.openai_url, corpus=corpus, attempts=1, sample=4)
+    run |= dict(sample_seed=0, store=tmp_path / "s", progress="none")
+    first = evaluate("", "rag", **run)
+    assert first.summary.failures_by_type == {"quota_exhausted": 4} and first.options["corpus_hash"]
+    model_server.responder = ms.CaseResponder(cases)
+    model_server.requests.clear()
+    corpus.write_text("".join(documents.splitlines(keepends=True)[1:]), encoding="utf-8")  # one document less
+    with pytest.raises(RunRefused, match="the corpus .*corpus.jsonl changed since it started"):
+        evaluate("", "rag", resume=first.id, retry_failed="infra", **run)
+    assert not model_server.requests
+    corpus.write_text(documents, encoding="utf-8")
+    resumed = evaluate("", "rag", resume=first.id, retry_failed="infra", **run)
+    assert resumed.summary.this_run["trials"] == 4 and resumed.summary.failed == 0

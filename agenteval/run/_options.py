@@ -62,6 +62,8 @@ class RunOptions:
     max_steps: int = DEFAULT_MAX_STEPS
     corpus: str | None = None
     """A corpus file for the ``search_documents`` tool, in place of the built-in rag corpus."""
+    corpus_hash: str | None = None
+    """The corpus file's content hash when the run started (None: no corpus, or a run recorded before it was kept)."""
     judge: str | None = None
     """``PROVIDER/MODEL`` of the LLM judge, which then decides whether an answer is right."""
     judge_base_url: str | None = None

@@ -141,8 +141,11 @@ def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | str]) -> S
     return given or recorded
 
 
-def check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset) -> None:
-    """A resume must run the same agent over the same dataset, or its trials would mix two."""
+def check_resumable(
+    previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset, corpus_hash: str | None = None
+) -> None:
+    """A resume must run the same agent over the same dataset (and corpus, ``corpus_hash`` its content's hash
+    now), or its trials would mix two."""
     if not agent.is_version(previous.version, previous.agent):
         raise RunRefused(
             f"cannot resume {previous.experiment_id}: the agent changed (version {previous.version} -> "
@@ -152,6 +155,13 @@ def check_resumable(previous: ex.Experiment, agent: LoadedAgent, dataset: Datase
         raise RunRefused(
             f"cannot resume {previous.experiment_id}: the dataset {dataset.name} changed since it started "
             "(its content hash differs). Start a new run instead."
+        )
+    recorded = previous.options.get("corpus_hash")
+    if recorded and recorded != corpus_hash:
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id}: the corpus {previous.options.get('corpus')} changed since it "
+            "started (its content hash differs); its search tool would answer the resumed trials from other "
+            "documents. Start a new run instead."
         )
 
 

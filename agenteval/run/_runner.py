@@ -58,6 +58,7 @@ from ..store._lease import (
     run_lease,
 )
 from ..store._snapshots import judged_connection
+from ..tools._search import corpus_hash
 from ..tracing import otlp_exporter_from_env, sdk_provider
 from ._collect import TrialCollector, collector_for
 from ._environment import environment
@@ -402,6 +403,9 @@ class _Run:
                 else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
             )
             options.dataset = dataset_ref(dataset_spec, dataset)
+            corpus = corpus_hash(options.corpus) if options.corpus else None
+            if previous is None:
+                options.corpus_hash = corpus
             check_agent_and_model(agent_spec, options)
             models = RunModels.build(options, dataset, urls, store.root)
             agent = models.agent if models.agent is not None else own_agent(agent_spec, options)
@@ -416,7 +420,7 @@ class _Run:
             loaded = load_scorers(scorers)
             engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_THREADS)
             if previous is not None:
-                check_resumable(previous, agent, dataset)
+                check_resumable(previous, agent, dataset, corpus)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
                 done = ex.done_trials(store, experiment.experiment_id)

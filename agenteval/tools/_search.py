@@ -8,6 +8,7 @@ name and shape from :func:`search_tool`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -39,6 +40,15 @@ def read_corpus(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     except OSError as exc:
         raise UsageError(f"--corpus {path}: {exc.strerror or exc}") from exc
     return documents
+
+
+def corpus_hash(path: str | os.PathLike[str]) -> str:
+    """A content hash of the corpus file at ``path`` (its documents as read), so a resume can tell it changed."""
+    digest = hashlib.sha256()
+    for document in read_corpus(path):
+        digest.update(json.dumps(document, sort_keys=True).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 class Corpus:
