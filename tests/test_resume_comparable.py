@@ -3,13 +3,15 @@ over the same dataset and corpus, by the same agent. Each test resumes a real ru
 
 from __future__ import annotations
 
+import dataclasses
+
 import model_servers as ms
 import pytest
 
 from agenteval.dataset import load_dataset
 from agenteval.dataset._catalog import RAG_CORPUS, datasets_dir
 from agenteval.run import RunRefused, evaluate
-from agenteval.scorers import scorer
+from agenteval.scorers import rescore, scorer
 from agenteval.store import Store
 
 
@@ -91,3 +93,34 @@ def test_a_resume_is_refused_when_the_corpus_changed(model_server, tmp_path):
     corpus.write_text(documents, encoding="utf-8")
     resumed = evaluate("", "rag", resume=first.id, retry_failed="infra", **run)
     assert resumed.summary.this_run["trials"] == 4 and resumed.summary.failed == 0
+
+
+def test_a_resume_is_refused_when_a_scorer_of_the_run_changed_version(tmp_path):
+    """A scorer whose logic changed between a run and its resume (its version bumped, as its docstring asks) judged
+    the resumed trials by the new logic and the first ones by the old, in one pass rate. Now a resume is refused
+    while the run's trials were judged by another version of a scorer it would judge with; once ``rescore`` has
+    judged them all with the scorer as it is, it resumes, and every trial counts scores of one version."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", scorers=[never], **failing_run(store))
+    assert first.summary.failed > 0
+    stricter = dataclasses.replace(never, version="2")
+    with pytest.raises(RunRefused, match="never version 1 .*2 now.* agenteval rescore"):
+        evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[stricter], **failing_run(store))
+    rescore(Store(store), first.id, [stricter])
+    again = evaluate(
+        "mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[stricter], **failing_run(store)
+    )
+    assert again.summary.this_run["trials"] == first.summary.failed
+    versions = Store(store).rows("SELECT DISTINCT scorer_version AS v FROM scores WHERE scorer = 'never'")
+    assert versions == [{"v": "2"}]
+
+
+def test_a_resume_is_refused_when_a_rescore_judged_the_run_with_a_scorer_it_does_not_record(tmp_path):
+    """``rescore --scorer NAME`` judges every trial with a scorer the run does not record; a resume then judged its
+    new trials without it, so the first trials passed only if that scorer passed them too. Now it is refused."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", **failing_run(store))
+    rescore(Store(store), first.id, [never])
+    with pytest.raises(RunRefused, match="never, which .* would not judge"):
+        evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **failing_run(store))
+    assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 20}]

@@ -18,7 +18,7 @@ from ..errors import AgentevalError, UsageError
 from ..store import Store
 from ..store._lease import is_running
 from ..store._snapshots import judged_connection
-from ..store._views import current_trials
+from ..store._views import counted_scores, current_trials
 from ._report_data import ShardProgress
 from ._stats import clustered_rate, known_interval
 from ._statuses import COMPLETED as COMPLETED  # the statuses, read here as ex.COMPLETED, ...
@@ -252,6 +252,15 @@ def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     """The experiment's current trials: which (case, attempt) are done, and how they ended."""
     columns = "case_id, attempt, trial_id, outcome, failure_type, infrastructure"
     return store.rows(f"SELECT {columns} FROM ({current_trials(experiment_id)})")
+
+
+def scorer_versions(store: Store, experiment_id: str) -> dict[str, list[str]]:
+    """The versions of each scorer whose scores of the experiment's current trials count: what they were judged by."""
+    rows = store.rows(
+        "SELECT scorer, list(DISTINCT scorer_version ORDER BY scorer_version) AS versions "
+        f"FROM ({counted_scores(experiment_id)}) GROUP BY scorer ORDER BY scorer"
+    )
+    return {row["scorer"]: list(row["versions"]) for row in rows}
 
 
 SUMMARY = """

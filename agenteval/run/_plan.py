@@ -141,6 +141,30 @@ def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | str]) -> S
     return given or recorded
 
 
+def check_judged_alike(previous: ex.Experiment, scorers: Sequence[Scorer], judged_by: Mapping[str, list[str]]) -> None:
+    """A resume judges its trials with ``scorers``, as the run's trials were judged (``judged_by``: each scorer's
+    versions in their current scores), or its pass rate would mix two definitions of passing: a scorer's logic
+    changed since (another version), or a rescore judged the trials with a scorer the run does not record."""
+    now = {s.name: s.version for s in scorers}
+    changed = [
+        f"{name} version {', '.join(versions)} ({now[name]} now)"
+        for name, versions in judged_by.items()
+        if name in now and versions != [now[name]]
+    ]
+    eid = previous.experiment_id
+    if changed:
+        raise RunRefused(
+            f"cannot resume {eid}: its trials were judged by other versions of its scorers than this resume would "
+            f"judge its trials with: {'; '.join(changed)}. Judge them all as the scorers are now with agenteval "
+            f"rescore {eid} (with the run's --scorer and --judge), then resume it"
+        )
+    if missing := [name for name in judged_by if name not in now]:
+        raise RunRefused(
+            f"cannot resume {eid}: its trials were judged (by a rescore) with {', '.join(missing)}, which the run "
+            "does not record and this resume would not judge its trials with; start a new run instead"
+        )
+
+
 def check_resumable(
     previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset, corpus_hash: str | None = None
 ) -> None:

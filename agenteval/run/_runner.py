@@ -71,6 +71,7 @@ from ._models import RunModels, check_agent_and_model, own_agent
 from ._options import RunOptions, changed_on_resume, recorded_options
 from ._plan import (
     RunRefused,
+    check_judged_alike,
     check_resumable,
     check_size,
     chosen_cases,
@@ -418,9 +419,11 @@ class _Run:
             check_size(chosen, options.attempts, shard is not None)
             prices = load_prices(prices_file)
             loaded = load_scorers(scorers)
-            engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_THREADS)
+            judging = judge_in_charge(loaded, models.judge) if models.judge else loaded
+            engine = ScoringEngine(judging, RUN_THREADS)
             if previous is not None:
                 check_resumable(previous, agent, dataset, corpus)
+                check_judged_alike(previous, judging, ex.scorer_versions(store, previous.experiment_id))
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
                 done = ex.done_trials(store, experiment.experiment_id)
