@@ -8,7 +8,8 @@ import dataclasses
 import model_servers as ms
 import pytest
 
-from agenteval.dataset import load_dataset
+from agenteval.dataset import Case, Dataset, load_dataset
+from agenteval.dataset._cases import dataset_hash
 from agenteval.dataset._catalog import RAG_CORPUS, datasets_dir
 from agenteval.run import RunRefused, evaluate
 from agenteval.scorers import rescore, scorer
@@ -19,6 +20,10 @@ from agenteval.store import Store
 def never(case, features):
     """A scorer no answer passes: the trials it judges are all wrong."""
     return False
+
+
+def answers_ok(question: str) -> str:
+    return "ok"
 
 
 def failing_run(store, **extra):
@@ -124,3 +129,22 @@ def test_a_resume_is_refused_when_a_rescore_judged_the_run_with_a_scorer_it_does
     with pytest.raises(RunRefused, match="never, which .* would not judge"):
         evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **failing_run(store))
     assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 20}]
+
+
+def test_a_resume_is_refused_cases_the_run_left_out(tmp_path):
+    """A run that left out the cases with a simulated user (``skip_simulated``, no simulator), resumed with a user
+    simulator, ran them: the experiment held trials of cases its snapshot and its record said were not run, under
+    another configuration than the rest. Now a resume runs the cases the run chose, or is refused."""
+    cases = [Case(id=f"plain-{i}", input=f"Say ok {i}", expected_output="ok", category="c") for i in range(4)]
+    cases.append(Case(id="talk", input="hi", expected_output="ok", category="c", simulated_user={"goal": "an ok"}))
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    store = tmp_path / "s"
+    first = evaluate(answers_ok, tiny, attempts=1, skip_simulated=True, store=store, progress="none")
+    assert first.summary.this_run["not_run_simulated"] == 1
+    with pytest.raises(RunRefused, match=r"other cases than the run chose: 1 case\(s\) it left out \(talk\)"):
+        evaluate(
+            answers_ok, tiny, resume=first.id, user_simulator=lambda goal, messages: "ok", store=store, progress="none"
+        )
+    again = evaluate(answers_ok, tiny, resume=first.id, store=store, progress="none")
+    assert again.summary.trials == 4
+    assert Store(store).rows("SELECT DISTINCT case_id FROM trials WHERE case_id = 'talk'") == []

@@ -254,6 +254,12 @@ def done_trials(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     return store.rows(f"SELECT {columns} FROM ({current_trials(experiment_id)})")
 
 
+def case_ids(store: Store, experiment_id: str) -> set[str]:
+    """The ids of the cases the experiment chose to run: its cases snapshot."""
+    rows = store.rows("SELECT DISTINCT case_id FROM cases WHERE experiment_id = ?", [experiment_id])
+    return {row["case_id"] for row in rows}
+
+
 def scorer_versions(store: Store, experiment_id: str) -> dict[str, list[str]]:
     """The versions of each scorer whose scores of the experiment's current trials count: what they were judged by."""
     rows = store.rows(

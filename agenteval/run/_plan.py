@@ -165,6 +165,31 @@ def check_judged_alike(previous: ex.Experiment, scorers: Sequence[Scorer], judge
         )
 
 
+def check_same_cases(previous: ex.Experiment, chosen: Sequence[Case], recorded: set[str]) -> None:
+    """A resume runs the cases the run chose (``recorded``: the ids of its cases snapshot, or of its shard's), or
+    its trials would cover cases the run left out (one with a simulated user, skipped without a simulator then and
+    given one now) or never finish the ones it chose."""
+    now = {case.id for case in chosen}
+    if not recorded or now == recorded:  # a run that saved no snapshot: nothing to compare with
+        return
+    differences = []
+    if added := sorted(now - recorded):
+        differences.append(f"{len(added)} case(s) it left out ({listed(added)})")
+    if dropped := sorted(recorded - now):
+        differences.append(f"not {len(dropped)} case(s) it chose ({listed(dropped)})")
+    raise RunRefused(
+        f"cannot resume {previous.experiment_id}: it would run other cases than the run chose: "
+        f"{' and '.join(differences)}; was a user simulator given to one and not the other? Resume it as it ran, "
+        "or start a new run instead."
+    )
+
+
+def listed(case_ids: Sequence[str], shown: int = 5) -> str:
+    """Case ids for a message: the first ``shown`` of them, and how many more."""
+    more = f" and {len(case_ids) - shown} more" if len(case_ids) > shown else ""
+    return ", ".join(case_ids[:shown]) + more
+
+
 def check_resumable(
     previous: ex.Experiment, agent: LoadedAgent, dataset: Dataset, corpus_hash: str | None = None
 ) -> None:

@@ -73,9 +73,11 @@ from ._plan import (
     RunRefused,
     check_judged_alike,
     check_resumable,
+    check_same_cases,
     check_size,
     chosen_cases,
     dataset_ref,
+    listed,
     missing_trials,
     new_trials,
     resumed_options,
@@ -422,8 +424,7 @@ class _Run:
             judging = judge_in_charge(loaded, models.judge) if models.judge else loaded
             engine = ScoringEngine(judging, RUN_THREADS)
             if previous is not None:
-                check_resumable(previous, agent, dataset, corpus)
-                check_judged_alike(previous, judging, ex.scorer_versions(store, previous.experiment_id))
+                _check_comparable(store, previous, shard, agent, dataset, corpus, judging, chosen)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
                 done = ex.done_trials(store, experiment.experiment_id)
@@ -598,7 +599,7 @@ class _Run:
         if self.skipped:
             self.progress.note(
                 f"not run: {len(self.skipped)} case(s) with a simulated user, for want of a simulator "
-                f"(--simulate-users MODEL runs them): {_listed(self.skipped)}"
+                f"(--simulate-users MODEL runs them): {listed(self.skipped)}"
             )
         loop = asyncio.get_running_loop()
 
@@ -948,11 +949,6 @@ def _uncancel_current_task() -> None:
         task.uncancel()
 
 
-def _listed(case_ids: Sequence[str], shown: int = 5) -> str:
-    more = f" and {len(case_ids) - shown} more" if len(case_ids) > shown else ""
-    return ", ".join(case_ids[:shown]) + more
-
-
 def _simulated_cases_checked(cases: list[Case], simulator: bool, skip: bool) -> tuple[list[Case], list[str]]:
     """The cases to run and those left out: a case with a simulated user needs a simulator, or it would run
     as a single turn and be scored as if it had been meant that way. Without one it is refused, or left out
@@ -968,7 +964,7 @@ def _simulated_cases_checked(cases: list[Case], simulator: bool, skip: bool) -> 
         return cases, []
     if not skip:
         raise UsageError(
-            f"{len(simulated)} case(s) have a simulated user but no simulator was given: {_listed(simulated)}. "
+            f"{len(simulated)} case(s) have a simulated user but no simulator was given: {listed(simulated)}. "
             "Give --simulate-users PROVIDER/MODEL (or evaluate(user_simulator=...)), or --skip-simulated to "
             "leave them out"
         )
@@ -1063,6 +1059,24 @@ def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> 
             "wait for it to finish, or stop it (Ctrl-C) and resume it then"
         )
     return found, lease
+
+
+def _check_comparable(
+    store: Store,
+    previous: ex.Experiment,
+    shard: Shard | None,
+    agent: LoadedAgent,
+    dataset: Dataset,
+    corpus: str | None,
+    judging: list[Scorer],
+    chosen: list[Case],
+) -> None:
+    """A resume's trials are comparable with the run's first ones, or it is refused: the same agent, dataset and
+    corpus (its content hash ``corpus``), judged alike, over the cases the run (or its ``shard``) chose."""
+    check_resumable(previous, agent, dataset, corpus)
+    check_judged_alike(previous, judging, ex.scorer_versions(store, previous.experiment_id))
+    recorded = ex.case_ids(store, previous.experiment_id)
+    check_same_cases(previous, chosen, {i for i in recorded if shard is None or shard.holds(i)})
 
 
 def _lease(store: Store, experiment_id: str, shard: Shard | None) -> AnyLease:
