@@ -217,6 +217,21 @@ def quota_then_answers(model_server, cases):
     return answer_all
 
 
+def an_old_record(model_server, api, tmp_path):
+    """A run of three cases, one failed on an exhausted quota, recorded as the code before 2026-12 recorded a run
+    of ``given`` (the deployment's URL with a query, which it did not keep); the server then answers every call.
+    Returns the run, its options, the deployment's URL and ``given``."""
+    cases = load_dataset("arithmetic", cases=3).cases
+    answer_all = quota_then_answers(model_server, cases)
+    deployment = model_server.url(api)
+    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
+    old = evaluate("", "arithmetic", base_url=deployment, **options)
+    assert old.options["base_url"] == deployment and old.summary.failures_by_type == {"quota_exhausted": 1}
+    recorded_before_queries_were_kept(tmp_path / "store", old)
+    answer_all()
+    return old, options, deployment, f"{deployment}?api-version=2024-06-01"
+
+
 def queries_sent(model_server):
     return [parse_qs(urlsplit(r.path).query) for r in model_server.requests]
 
@@ -227,15 +242,7 @@ def test_a_run_recorded_before_the_query_was_kept_resumes_with_its_query_and_no_
     from that: a resume given the very URL they ran with, query and all (Azure's ?api-version=), was refused as a
     changed base_url. Now the URL given is compared in the form the run recorded it, in the options and in the
     version; another scheme, host, port or path is refused still, and so is another query beside a recorded one."""
-    cases = load_dataset("arithmetic", cases=3).cases
-    answer_all = quota_then_answers(model_server, cases)
-    deployment = model_server.url(api)
-    given = f"{deployment}?api-version=2024-06-01"
-    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
-    old = evaluate("", "arithmetic", base_url=deployment, **options)
-    assert old.options["base_url"] == deployment and old.summary.failures_by_type == {"quota_exhausted": 1}
-    recorded_before_queries_were_kept(tmp_path / "store", old)
-    answer_all()
+    old, options, deployment, given = an_old_record(model_server, api, tmp_path)
     elsewhere = f"http://127.0.0.1:{ms.refused_port()}/v1?api-version=2024-06-01"
     for other in (elsewhere, f"{deployment}/other?api-version=2024-06-01", f"https{given.removeprefix('http')}"):
         with pytest.raises(RunRefused, match="base_url"):
@@ -282,14 +289,7 @@ def test_a_run_recorded_before_the_query_was_kept_is_not_resumed_without_its_url
     """A run recorded before queries were kept, whose base URL had a query, resumed without --base-url called the
     recorded URL: without its query, another endpoint than its first trials'. The record cannot say whether the URL
     had one, so such a resume is refused, asking for the URL again; given with its query, it resumes."""
-    cases = load_dataset("arithmetic", cases=3).cases
-    answer_all = quota_then_answers(model_server, cases)
-    deployment = model_server.url(api)
-    given = f"{deployment}?api-version=2024-06-01"
-    options = dict(model=f"{api}/test-model", cases=3, attempts=1, store=tmp_path / "store", progress="none")
-    old = evaluate("", "arithmetic", base_url=deployment, **options)
-    recorded_before_queries_were_kept(tmp_path / "store", old)
-    answer_all()
+    old, options, deployment, given = an_old_record(model_server, api, tmp_path)
     with pytest.raises(RunRefused, match="--base-url") as refused:
         evaluate("", "arithmetic", resume=old.id, retry_failed="infra", **options)
     assert f"--base-url {deployment} may have lost" in str(refused.value)
