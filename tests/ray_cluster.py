@@ -40,12 +40,17 @@ ENV = {
 class LoopbackRayCluster:
     """A head node (``head_cpus`` CPUs for tasks) in a loopback-only network namespace; with ``autoscaled_cpus``,
     the head runs Ray's autoscaler, which adds up to ``autoscaled_nodes`` worker nodes with that many CPUs each when
-    tasks wait for one."""
+    tasks wait for one. ``autoscaler_v2``: the head's monitor is Ray's autoscaler v2 (``RAY_enable_autoscaler_v2``,
+    what ``ray up`` and KubeRay start since Ray 2.50), set on the head only, so the driver finds it out from the head;
+    else v1, what ``ray start --head`` starts."""
 
-    def __init__(self, head_cpus: int = 1, autoscaled_cpus: int = 0, autoscaled_nodes: int = 1) -> None:
+    def __init__(
+        self, head_cpus: int = 1, autoscaled_cpus: int = 0, autoscaled_nodes: int = 1, autoscaler_v2: bool = False
+    ) -> None:
         self.head_cpus = head_cpus
         self.autoscaled_cpus = autoscaled_cpus
         self.autoscaled_nodes = autoscaled_nodes
+        self.autoscaler_v2 = autoscaler_v2
         # Short: Ray's unix sockets live under it, and a socket's path is limited to 107 bytes.
         self.temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
         (self.temp / "auth_token").write_text(secrets.token_hex(32))
@@ -90,8 +95,14 @@ class LoopbackRayCluster:
             "upscaling_speed": 1.0,
             "idle_timeout_minutes": 5,
             "provider": {
-                "type": "fake_multinode",
+                # The fake provider by its class: by its type name, autoscaler v2 reads its defaults from an
+                # example.yaml that Ray's wheel leaves out.
+                "type": "external",
+                "module": "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider",
                 "gcs_address": self.address,
+                # Autoscaler v2 launches through the provider's batch call and knows the head by this id.
+                "launch_multiple": self.autoscaler_v2,
+                "head_node_id": fake_head_node_id(),
                 "use_node_id_as_ip": True,
                 "disable_node_updaters": True,
                 "disable_launch_config_check": True,
@@ -152,13 +163,23 @@ class LoopbackRayCluster:
             env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
         return env
 
+    def _head_env(self) -> dict[str, str]:
+        if not self.autoscaler_v2:
+            return self.env
+        v2 = {"RAY_enable_autoscaler_v2": "1"}
+        if self.autoscaled_cpus:  # autoscaler v2 knows the head by its cloud instance: the fake provider's id for it
+            v2["RAY_CLOUD_INSTANCE_ID"] = fake_head_node_id()
+        return {**self.env, **v2}
+
     def popen(self, command: list[str], **options: object) -> subprocess.Popen[str]:
         """``command`` started inside the cluster's namespace (a driver, a loopback server)."""
         env = {**self.env, **dict(options.pop("env", {}) or {})}  # type: ignore[call-overload]
         return subprocess.Popen(["nsenter", f"--net={self.netns}", *command], env=env, text=True, **options)  # type: ignore[call-overload]
 
-    def run(self, command: list[str], timeout: float = 300, **options: object) -> subprocess.CompletedProcess[str]:
-        env = self.env
+    def run(
+        self, command: list[str], timeout: float = 300, env: dict[str, str] | None = None, **options: object
+    ) -> subprocess.CompletedProcess[str]:
+        env = env or self.env
         return subprocess.run(
             ["nsenter", f"--net={self.netns}", *command],
             env=env,
@@ -177,7 +198,7 @@ class LoopbackRayCluster:
         if hide is not None:  # the node's processes inherit the mount namespace, and the empty folder with it
             started = shlex.join(command)
             command = ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs none {shlex.quote(str(hide))} && {started}"]
-        done = self.run(command)
+        done = self.run(command, env=self._head_env() if head else None)
         if done.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -228,6 +249,14 @@ class LoopbackRayCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def fake_head_node_id() -> str:
+    """The head's node id under Ray's fake provider (``ray start --head`` gives it when ``RAY_FAKE_CLUSTER`` is
+    set)."""
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+
+    return str(FAKE_HEAD_NODE_ID)
 
 
 def _cmdline(process: psutil.Process) -> str:

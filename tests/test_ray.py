@@ -2,9 +2,9 @@
 only interface is loopback (tests/ray_cluster.py). Every trial exactly once and the same figures as a local run;
 a worker node killed mid-run and the run still complete with every trial once; one rate limiter per model for the
 whole cluster, which more waiting calls than Ray runs at once do not deadlock; a cluster that cannot be reached, is
-not a Ray head, has no CPU and no autoscaler, or has a node without the store, and an agent that cannot be sent, each
-refused with one line; an autoscaling cluster waited for. One cluster serves the module (starting one takes seconds);
-the tests that need a cluster without a CPU start their own."""
+not a Ray head, has no CPU and no autoscaler (under Ray's autoscaler v1 and v2), or has a node without the store, and
+an agent that cannot be sent, each refused with one line; an autoscaling cluster waited for. One cluster serves the
+module (starting one takes seconds); the tests that need a cluster without a CPU start their own."""
 
 from __future__ import annotations
 
@@ -424,20 +424,30 @@ def test_a_server_that_is_not_a_ray_head_is_refused_before_anything_is_written(c
     assert not store.exists()
 
 
+AUTOSCALERS = pytest.mark.parametrize("autoscaler_v2", [False, True], ids=["autoscaler_v1", "autoscaler_v2"])
+"""Ray's two autoscalers: v1, what ``ray start --head`` runs, and v2, what ``ray up`` and KubeRay run since Ray 2.50
+(``RAY_enable_autoscaler_v2=1`` on the head). They report what they can do in different places."""
+NO_AUTOSCALER = {
+    False: "has no CPU for tasks and no autoscaler to add a node",
+    True: "has no CPU for tasks and its autoscaler reports that it can add no node with one",
+}
+
+
 @pytest.mark.heavy
-def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_path):
-    """No CPU for tasks: refused before anything is written. Then a worker node whose file system does not have the
-    store (its own empty folder mounted over it): its tasks refuse to run, rather than write spans and scores where
-    the driver never sees them while the driver commits their trial rows."""
+@AUTOSCALERS
+def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_path, autoscaler_v2):
+    """No CPU for tasks on a cluster started by hand: refused before anything is written, not after the 10-minute
+    wait, whichever autoscaler the head runs. Then a worker node whose file system does not have the store (its own
+    empty folder mounted over it): its tasks refuse to run, rather than write spans and scores where the driver
+    never sees them while the driver commits their trial rows."""
     hidden = tmp_path / "shared"
     hidden.mkdir()
     store = hidden / "store"
-    with LoopbackRayCluster(head_cpus=0) as cluster:  # started by hand: no autoscaler will add a node
+    with LoopbackRayCluster(head_cpus=0, autoscaler_v2=autoscaler_v2) as cluster:  # no autoscaler will add a node
         code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))  # not after the 10-minute wait
         assert code == 1
         assert line.startswith(
-            f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks and no autoscaler to "
-            "add a node"
+            f"Error: the Ray cluster at {cluster.address} (--ray-address) {NO_AUTOSCALER[autoscaler_v2]}"
         ), line
         assert f"ray start --address={cluster.address}" in line
         assert not store.exists()
@@ -452,13 +462,16 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
 
 
 @pytest.mark.heavy
-def test_a_run_on_an_autoscaling_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_is_added(tmp_path):
+@AUTOSCALERS
+def test_a_run_on_an_autoscaling_cluster_without_a_cpu_says_it_waits_and_runs_once_a_node_is_added(
+    tmp_path, autoscaler_v2
+):
     """An autoscaling cluster starts with no worker: the run says it waits for a CPU, asks the autoscaler for one
     (no task of its own is waiting yet, and an autoscaler adds nodes for what waits), and runs its trials once the
     autoscaler has added a node, rather than being refused (or waiting without a word). Ray's autoscaler on the
     head, with its fake_multinode provider, which starts real nodes on this machine."""
     store = tmp_path / "store"
-    with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1) as cluster:
+    with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1, autoscaler_v2=autoscaler_v2) as cluster:
         driver = start_driver(cluster, store, *MOCK, "--cases", "3", "--attempts", "2", "--quiet")
         waiting = f"the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks yet: waiting up to"
         said: list[str] = []
@@ -476,6 +489,7 @@ def test_a_run_on_an_autoscaling_cluster_without_a_cpu_says_it_waits_and_runs_on
 
 @pytest.mark.heavy
 def test_an_autoscaling_cluster_that_adds_no_node_is_refused_when_the_wait_ends(tmp_path):
+    """Autoscaler v1 says nothing of a node type at its most: the run waits, then says so."""
     store = tmp_path / "store"
     with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1, autoscaled_nodes=0) as cluster:  # at its most already
         code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3", env={"AGENTEVAL_RAY_CPU_WAIT": "2"}))
@@ -484,6 +498,18 @@ def test_an_autoscaling_cluster_that_adds_no_node_is_refused_when_the_wait_ends(
         f"Error: the Ray cluster at {cluster.address} (--ray-address) has no CPU for tasks after waiting 2 s"
     ), line
     assert f"ray start --address={cluster.address}" in line and "$AGENTEVAL_RAY_CPU_WAIT" in line
+    assert not store.exists()
+
+
+@pytest.mark.heavy
+def test_an_autoscaler_v2_that_can_add_no_node_with_a_cpu_is_believed_at_once(tmp_path):
+    """Autoscaler v2 reports the run's waiting task as one it cannot place on any node it may add (its one node
+    type at its most): refused then, not after the 10-minute wait."""
+    store = tmp_path / "store"
+    with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1, autoscaled_nodes=0, autoscaler_v2=True) as cluster:
+        code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3"))
+    assert code == 1
+    assert line.startswith(f"Error: the Ray cluster at {cluster.address} (--ray-address) {NO_AUTOSCALER[True]}"), line
     assert not store.exists()
 
 

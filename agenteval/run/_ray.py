@@ -71,6 +71,8 @@ driver. The others' trials stay in the driver's plan until a task returns, not i
 so neither grows with the dataset, and a stopped run has few queued tasks to call off."""
 logger = masked_logger(__name__)
 
+TASK_CPUS = 1
+"""The CPUs a task of the run asks for, and the task a run waiting for a CPU leaves pending."""
 MAX_CHUNK = 1000
 """The most trials one task runs: its trial rows reach the store when it ends, so progress moves by chunks."""
 LIMITS_TIMEOUT = 10.0
@@ -327,13 +329,19 @@ CPU_WAIT_SECONDS = 600.0
 may start with none and add a node within minutes."""
 ENV_CPU_WAIT = "AGENTEVAL_RAY_CPU_WAIT"
 WITHOUT_AUTOSCALER = "and no autoscaler to add a node (its nodes were started by hand, none with a CPU for tasks)"
-"""Why a cluster without a CPU is refused at once: no node will join unless someone starts one."""
+"""Why a cluster without a CPU is refused at once under Ray's autoscaler v1: no node will join unless someone
+starts one."""
+NO_NODE_TO_ADD = (
+    "and its autoscaler reports that it can add no node with one (its nodes were started by hand, or every node type "
+    "it may add lacks a CPU or is at its most)"
+)
+"""Why a cluster without a CPU is refused at once under Ray's autoscaler v2."""
 
 
 def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
     """Return once the cluster has a CPU for a task (each takes one), saying so while it waits; an error at once
-    for a cluster known to have no autoscaler, and once :data:`CPU_WAIT_SECONDS` pass without a CPU otherwise,
-    since its tasks would wait forever."""
+    for a cluster known to have no autoscaler, or whose autoscaler says it cannot add a CPU, and once
+    :data:`CPU_WAIT_SECONDS` pass without a CPU otherwise, since its tasks would wait forever."""
     if _has_cpu(ray):
         return
     where = f"at {visible(address)} ({given})" if address else "started on this machine"
@@ -349,7 +357,8 @@ def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
         join,
     )
     # An autoscaler adds nodes for the tasks that wait, and none of the run's waits yet: this one stands for them.
-    wanting = ray.remote(_nothing).options(num_cpus=1).remote()
+    # Autoscaler v2 also answers for it: a demand it can never meet is reported infeasible.
+    wanting = ray.remote(_nothing).options(num_cpus=TASK_CPUS).remote()
     try:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -358,6 +367,8 @@ def _wait_for_cpus(ray: Any, address: str | None, given: str) -> None:
                 return
             if _without_autoscaler(ray):  # the head's first report may come a few seconds after it started
                 raise _no_cpu(where, join, WITHOUT_AUTOSCALER)
+            if _cpu_infeasible(ray):
+                raise _no_cpu(where, join, NO_NODE_TO_ADD)
     finally:
         with contextlib.suppress(Exception):
             ray.cancel(wanting, force=True)
@@ -381,14 +392,15 @@ def _nothing() -> None:
 
 
 def _has_cpu(ray: Any) -> bool:
-    return bool(ray.cluster_resources().get("CPU", 0) >= 1)
+    return bool(ray.cluster_resources().get("CPU", 0) >= TASK_CPUS)
 
 
 def _without_autoscaler(ray: Any) -> bool:
-    """Whether the cluster's head reports that no autoscaler can add a node to it: its monitor (what ``ray status``
-    shows) mirrors the nodes started by hand, through Ray's read-only provider. Ray says so nowhere public, so this
-    reads the monitor's report; a head whose report is missing or reads otherwise (an autoscaler's node types, Ray's
-    autoscaler v2, a KubeRay head without a monitor, a Ray that words it differently) is not known to lack one."""
+    """Whether the cluster's head reports that no autoscaler can add a node to it: its monitor (Ray's autoscaler
+    v1, what ``ray start --head`` runs) mirrors the nodes started by hand, through Ray's read-only provider. Ray says
+    so nowhere public, so this reads the monitor's report (what ``ray status`` shows); a head whose report is
+    missing or reads otherwise (an autoscaler's node types, autoscaler v2, which reports elsewhere, a KubeRay head
+    without a monitor, a Ray that words it differently) is not known to lack one."""
     try:
         from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
         from ray.autoscaler._private.util import format_readonly_node_type
@@ -399,6 +411,34 @@ def _without_autoscaler(ray: Any) -> bool:
         return bool(nodes) and all(kind == format_readonly_node_type(node) for node, kind in nodes.items())
     except Exception:  # whatever Ray changed, the run then waits as for an autoscaling cluster
         return False
+
+
+def _cpu_infeasible(ray: Any) -> bool:
+    """Whether the cluster's autoscaler v2 (what ``ray up`` and KubeRay start since Ray 2.50, and
+    ``RAY_enable_autoscaler_v2=1`` on any head) reports a demand for no more than :data:`TASK_CPUS` as one it cannot
+    meet with any node it may add: so it reports the pending task of a run waiting on a cluster started by hand, or
+    on one whose node types have no CPU or are at their most. Read from the state the autoscaler reports to the
+    head, as the head answers ``ray.autoscaler.v2.sdk.get_cluster_status`` (whose status object, what ``ray status``
+    prints, leaves these requests out). A head without autoscaler v2 reports none, nor does a Ray that reads
+    otherwise."""
+    try:
+        from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply  # type: ignore[attr-defined]  # generated
+        from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+        reply = GetClusterStatusReply.FromString(internal_kv_get_gcs_client().get_cluster_status())
+        return any(_within_wanted(request) for request in reply.autoscaling_state.infeasible_resource_requests)
+    except Exception:  # whatever Ray changed, the run then waits as for an autoscaling cluster
+        return False
+
+
+def _within_wanted(request: Any) -> bool:
+    """Whether an infeasible request asks for no more than the run's waiting task: CPUs only, no more of them, on
+    any node (a request bound to labels or placements can be infeasible where the run's task is not)."""
+    bundle = dict(request.resources_bundle)
+    bound = bool(request.placement_constraints) or any(
+        selector.label_constraints for selector in request.label_selectors
+    )
+    return not bound and set(bundle) == {"CPU"} and bundle["CPU"] <= TASK_CPUS
 
 
 class RayExecutor:
@@ -450,7 +490,7 @@ class RayExecutor:
         host = start_limiter_host(ray, name, NAMESPACE)
         signal = start_task_signal(ray)
         recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
-        task = ray.remote(run_chunk).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
+        task = ray.remote(run_chunk).options(num_cpus=TASK_CPUS, max_retries=MAX_RETRIES, retry_exceptions=False)
         cut = chunks(run.plans, _cpus(ray), run.options.concurrency)
         tasks = _Tasks(lambda chunk: task.remote(recipe, chunk, signal), cut)
         stopper: asyncio.Future[Any] = asyncio.ensure_future(run.stop.wait())
