@@ -129,12 +129,15 @@ class LoopbackRayCluster:
         path.write_text(json.dumps(config))
         return path
 
-    def add_node(self, cpus: int, node_manager_port: int, hide: Path | None = None) -> None:
+    def add_node(
+        self, cpus: int, node_manager_port: int, hide: Path | None = None, instead: Path | None = None
+    ) -> None:
         """A worker node (a raylet and its worker processes) with ``cpus`` CPUs for tasks; ``hide``: a folder this
         node sees empty (an empty file system mounted over it, in a mount namespace of the node's own), as a node
-        without a shared file system sees a folder of the driver's machine."""
+        without a shared file system sees a folder of the driver's machine; or, given ``instead``, sees that folder
+        in its place (bind-mounted), as a node sees its own folder at the same path."""
         args = ["start", f"--address={self.address}", f"--num-cpus={cpus}", f"--node-manager-port={node_manager_port}"]
-        self._ray(*args, hide=hide)
+        self._ray(*args, hide=hide, instead=instead)
         self.nodes[node_manager_port] = cpus
 
     def busy_workers(self, node_manager_port: int, task: str) -> int:
@@ -189,7 +192,7 @@ class LoopbackRayCluster:
             **options,  # type: ignore[arg-type]
         )
 
-    def _ray(self, *args: str, hide: Path | None = None) -> None:
+    def _ray(self, *args: str, hide: Path | None = None, instead: Path | None = None) -> None:
         head = ["--include-dashboard=false"] if "--head" in args else []
         # Every node in the cluster's own temporary folder: a node without one reads /tmp/ray, where another
         # cluster's session (and its authentication token) may be.
@@ -197,7 +200,8 @@ class LoopbackRayCluster:
         command = [str(BIN / "ray"), *args, *head, *common]
         if hide is not None:  # the node's processes inherit the mount namespace, and the empty folder with it
             started = shlex.join(command)
-            command = ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs none {shlex.quote(str(hide))} && {started}"]
+            seen = f"--bind {shlex.quote(str(instead))}" if instead is not None else "-t tmpfs none"
+            command = ["unshare", "--mount", "sh", "-c", f"mount {seen} {shlex.quote(str(hide))} && {started}"]
         done = self.run(command, env=self._head_env() if head else None)
         if done.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")

@@ -116,6 +116,7 @@ def test_every_trial_once_and_the_figures_of_a_local_run(cluster, tmp_path):
         )
         per_store[name] = row
     assert per_store["ray"] == per_store["local"] and per_store["ray"]["passes"] == 1
+    assert list((tmp_path / "ray").rglob("*.mark")) == []  # the mark the driver left for its tasks, gone with the run
 
 
 @pytest.mark.heavy
@@ -459,6 +460,30 @@ def test_a_cluster_without_a_cpu_then_a_node_without_the_store_are_refused(tmp_p
     assert "every node must reach the store at the same path" in line
     (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
     assert row["status"] == "failed" and trial_keys(store, row["experiment_id"]) == {}
+
+
+@pytest.mark.heavy
+def test_a_node_that_sees_another_store_with_the_experiment_at_the_stores_path_is_refused(tmp_path):
+    """A worker node whose folder at the store's path is another one, which holds an experiment of the run's id (its
+    own store from a run there with ``--experiment``, or a copy of the store taken before a ``--resume``): its tasks
+    refuse to run, rather than write spans and scores into that folder while the driver commits their trial rows."""
+    shared, elsewhere = tmp_path / "shared", tmp_path / "elsewhere"
+    shared.mkdir()
+    store = shared / "store"
+    own = ["--experiment", "nightly", *MOCK, "--cases", "3"]
+    done = subprocess.run(agenteval_run(elsewhere / "store", *own), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = sorted(path.relative_to(elsewhere) for path in elsewhere.rglob("*.parquet"))
+    with LoopbackRayCluster(head_cpus=0) as cluster:
+        cluster.add_node(1, NODE_B, hide=shared, instead=elsewhere)
+        code, line = refused(start_driver(cluster, store, *own))
+    assert code == 1
+    assert line.startswith(f"Error: the store {store} on a worker of the Ray cluster (at "), line
+    assert "is not the driver's: it holds an experiment nightly but not the mark the driver left" in line
+    assert "every node must reach the store at the same path" in line
+    (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
+    assert row["status"] == "failed" and trial_keys(store, "nightly") == {}
+    assert sorted(path.relative_to(elsewhere) for path in elsewhere.rglob("*.parquet")) == kept
 
 
 @pytest.mark.heavy

@@ -86,3 +86,6 @@ class RunRecipe:
     named by a relative ``FILE.py`` path is found as the driver found it."""
     limiters: str | None = None
     """The name of the cluster's limiter actor, once the executor made it."""
+    store_mark: str | None = None
+    """The mark the driver left in the store for this run (``._store_mark``), once the executor made it: a worker
+    that does not find it is looking at another folder at the store's path."""

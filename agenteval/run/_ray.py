@@ -24,7 +24,8 @@ limiter per model for the whole cluster. Progress moves on the driver as tasks f
 
 Before the run is planned (:meth:`RayExecutor.ready`), so before anything is written: what the workers are sent
 must pickle, the head must answer, and the cluster must have a CPU for a task; Ray itself would hang in each case,
-or fail with the sent object's repr. A worker refuses a store that lacks the experiment (``_Run.for_worker``).
+or fail with the sent object's repr. A worker refuses a store that lacks the experiment, or the mark the driver
+left in it for the run (``._store_mark``): another folder at the store's path (``_Run.for_worker``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ._loop import CANCEL_GRACE_SECONDS, run_to_the_end
 from ._plan import trial_id
 from ._ray_signal import FINISH, GO, STOP, start_task_signal, watching, word_of
 from ._scheduler import TICK_SECONDS
+from ._store_mark import marked
 from ._trial import TrialPlan
 
 if TYPE_CHECKING:
@@ -480,16 +482,20 @@ class RayExecutor:
             await self._run(run)
 
     async def _run(self, run: _Run) -> None:
-        ray = self.ray
-        assert run.recipe is not None and run.sink is not None
         if not run.plans:
             return
+        with marked(run.store.root, run.experiment.experiment_id) as mark:  # each task looks for it: see _store_mark
+            await self._run_tasks(run, mark)
+
+    async def _run_tasks(self, run: _Run, mark: str | None) -> None:
+        ray = self.ray
+        assert run.recipe is not None and run.sink is not None
         from ..models._ray_limiter import RETURNS, start_limiter_host
 
         name = f"agenteval-limiters-{uuid.uuid4().hex[:12]}"
         host = start_limiter_host(ray, name, NAMESPACE)
         signal = start_task_signal(ray)
-        recipe = ray.put(dataclasses.replace(run.recipe, limiters=name))
+        recipe = ray.put(dataclasses.replace(run.recipe, limiters=name, store_mark=mark))
         task = ray.remote(run_chunk).options(num_cpus=TASK_CPUS, max_retries=MAX_RETRIES, retry_exceptions=False)
         cut = chunks(run.plans, _cpus(ray), run.options.concurrency)
         tasks = _Tasks(lambda chunk: task.remote(recipe, chunk, signal), cut)

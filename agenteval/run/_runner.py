@@ -24,7 +24,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import Any, NoReturn, ParamSpec
 
 import pyarrow as pa
 
@@ -88,6 +88,7 @@ from ._progress import Progress
 from ._scheduler import run_all
 from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
+from ._store_mark import has_mark
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 RUN_THREADS = 1
@@ -488,13 +489,18 @@ class _Run:
         store = Store(recipe.store)
         options = recipe.options
         experiment = recipe.experiment
-        # The driver saved the experiment before any task started: a store without it is another one (this node's
-        # own folder at that path), where spans and scores would be lost to the driver, which commits their rows.
+        # The driver saved the experiment, and left the run's mark, before any task started: a store without them is
+        # another one (this node's own folder at that path, or a copy), where spans and scores would be lost to the
+        # driver, which commits their rows.
         if not _holds_experiment(store, experiment.experiment_id):
-            raise RunRefused(
-                f"the store {store.root} on a worker of the Ray cluster (at {socket.gethostname()}) does not hold "
-                f"experiment {experiment.experiment_id}, which the driver saved there: every node must reach the "
-                "store at the same path (a shared folder, or object storage)"
+            _refuse_store(
+                store, f"it does not hold experiment {experiment.experiment_id}, which the driver saved there"
+            )
+        if not has_mark(store.root, recipe.store_mark):
+            _refuse_store(
+                store,
+                f"it holds an experiment {experiment.experiment_id} but not the mark the driver left for this run "
+                f"({recipe.store_mark}): it is another folder (this node's own store, or a copy)",
             )
         register_plugins()
         # The reference agent's tools read the whole dataset (shipped with the recipe); nothing else needs more
@@ -932,6 +938,13 @@ class _Run:
 
     def _resume_command(self) -> str:
         return resume_command(self.experiment.experiment_id, self.options.shard) + self.store.as_option()
+
+
+def _refuse_store(store: Store, why: str) -> NoReturn:
+    raise RunRefused(
+        f"the store {store.root} on a worker of the Ray cluster (at {socket.gethostname()}) is not the driver's: "
+        f"{why}; every node must reach the store at the same path (a shared folder, or object storage)"
+    )
 
 
 def _holds_experiment(store: Store, experiment_id: str) -> bool:
