@@ -37,6 +37,17 @@ ENV = {
 }
 
 
+PENDING_DEMANDS = f"""
+import json
+from ray._raylet import GcsClient
+from ray.core.generated.autoscaler_pb2 import GetClusterStatusReply
+reply = GetClusterStatusReply.FromString(GcsClient("127.0.0.1:{PORT}").get_cluster_status(timeout_s=30))
+state = reply.cluster_resource_state
+print(json.dumps([dict(pending.request.resources_bundle) for pending in state.pending_resource_requests]))
+"""
+"""What a driver would ask the head for its autoscaler's use, asked without connecting as a driver."""
+
+
 class LoopbackRayCluster:
     """A head node (``head_cpus`` CPUs for tasks) in a loopback-only network namespace; with ``autoscaled_cpus``,
     the head runs Ray's autoscaler, which adds up to ``autoscaled_nodes`` worker nodes with that many CPUs each when
@@ -144,6 +155,19 @@ class LoopbackRayCluster:
         """How many of a worker node's worker processes are running ``task`` (Ray titles them ``ray::TASK``)."""
         raylets = [p for p in self.processes() if f"--node_manager_port={node_manager_port}" in _cmdline(p)]
         return sum(_cmdline(c).startswith(f"ray::{task}") for r in raylets for c in _children(r))
+
+    def titled(self, *tasks: str) -> list[str]:
+        """The titles of the cluster's processes running one of ``tasks`` (a task's or an actor's name: Ray titles
+        their worker processes ``ray::NAME``)."""
+        titles = (_cmdline(process).split(" ", 1)[0] for process in self.processes())
+        return [title for title in titles if any(title.startswith(f"ray::{task}") for task in tasks)]
+
+    def pending_demands(self) -> list[dict[str, float]]:
+        """The resources the cluster's tasks and actors wait for, as the head hands them to its autoscaler."""
+        done = self.run([sys.executable, "-c", PENDING_DEMANDS], timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"reading the pending demands failed:\n{done.stderr}")
+        return list(json.loads(done.stdout.splitlines()[-1]))
 
     def kill_node(self, node_manager_port: int) -> int:
         """SIGKILL a worker node's raylet and every process under it (its workers); how many were killed."""

@@ -201,8 +201,11 @@ def test_a_killed_driver_resumes_and_every_trial_once(cluster, tmp_path):
     options = [*MOCK, "--cases", "100", "--attempts", "2", "--concurrency", "2", "--agent-option", "latency=0.1"]
     driver = start_driver(cluster, store, *options)
     wait_until(lambda: any((store / "trials").rglob("part-*.parquet")), "trials committed by the driver", timeout=120)
+    assert sorted(set(cluster.titled("LimiterHost", "TaskSignal"))) == ["ray::LimiterHost", "ray::TaskSignal"]
     driver.kill()  # SIGKILL: no status recorded, its lease dropped with it, its tasks ended by Ray
     driver.communicate()
+    # Ray ends a dead driver's tasks and actors (the limiter and the tasks' signal are the driver's, not detached).
+    wait_until(lambda: not cluster.titled("run_chunk", "LimiterHost", "TaskSignal"), "the run's workers ended")
     (row,) = Store(store).rows("SELECT experiment_id, status FROM experiments")
     assert row["status"] == "running"
     done = len(trial_keys(store, row["experiment_id"]))
@@ -514,9 +517,18 @@ def test_a_run_on_an_autoscaling_cluster_without_a_cpu_says_it_waits_and_runs_on
 
 @pytest.mark.heavy
 def test_an_autoscaling_cluster_that_adds_no_node_is_refused_when_the_wait_ends(tmp_path):
-    """Autoscaler v1 says nothing of a node type at its most: the run waits, then says so."""
+    """Autoscaler v1 says nothing of a node type at its most: the run waits, then says so. A driver killed while it
+    waits leaves no demand behind for an autoscaler to add nodes for."""
     store = tmp_path / "store"
     with LoopbackRayCluster(head_cpus=0, autoscaled_cpus=1, autoscaled_nodes=0) as cluster:  # at its most already
+        waiting = start_driver(cluster, store, *MOCK, "--cases", "3")
+        for line in iter(waiting.stderr.readline, ""):
+            if "waiting up to" in line:
+                break
+        wait_until(lambda: {"CPU": 1.0} in cluster.pending_demands(), "the waiting run's demand for a CPU")
+        waiting.kill()  # SIGKILL
+        waiting.communicate()
+        wait_until(lambda: cluster.pending_demands() == [], "the killed driver's demand gone", timeout=60)
         code, line = refused(start_driver(cluster, store, *MOCK, "--cases", "3", env={"AGENTEVAL_RAY_CPU_WAIT": "2"}))
     assert code == 1
     assert line.startswith(
