@@ -246,8 +246,14 @@ def _integer(field: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise _Invalid(field, f"must be at least {minimum}")
     if value > MAX_INTEGER:
-        raise _Invalid(field, f"must be at most {MAX_INTEGER:,}, not {value:.3g}")
+        raise _Invalid(field, f"must be at most {MAX_INTEGER:,}, not {_large(value)}")
     return value
+
+
+def _large(value: int) -> str:
+    """A too-large integer as its writer would know it: 2,000,000 in full, 10**400 (JSON allows it) by its order of
+    magnitude: a float cannot hold it, and a terminal would scroll past its digits."""
+    return f"{value:,}" if value < 10**18 else f"a number of about 10^{int(value.bit_length() * math.log10(2))}"
 
 
 def _boolean(field: str, value: Any) -> bool:
