@@ -148,3 +148,24 @@ def test_a_resume_is_refused_cases_the_run_left_out(tmp_path):
     again = evaluate(answers_ok, tiny, resume=first.id, store=store, progress="none")
     assert again.summary.trials == 4
     assert Store(store).rows("SELECT DISTINCT case_id FROM trials WHERE case_id = 'talk'") == []
+
+
+def test_a_resume_is_refused_prices_other_than_the_run_recorded(tmp_path):
+    """A ``--prices`` file given to a resume was ignored without a word: every trial is priced by the prices the
+    run recorded. Now one that prices a model otherwise is refused, naming the model; the same prices, or none,
+    resume, and the resumed trials cost what the first ones did."""
+    store = tmp_path / "s"
+    cheap, dear = tmp_path / "cheap.json", tmp_path / "dear.json"
+    cheap.write_text('{"models": {"mock-model": {"input": 1.0, "output": 2.0}}}')
+    dear.write_text('{"models": {"mock-model": {"input": 100.0, "output": 200.0}}}')
+    first = evaluate("mock", "arithmetic", prices=cheap, **failing_run(store))
+    with pytest.raises(RunRefused, match=r"--prices .*dear\.json: it prices mock-model otherwise than the run"):
+        evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", prices=dear, **failing_run(store))
+    assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 20}]
+    evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", prices=cheap, **failing_run(store))
+    rows = Store(store).rows(
+        "SELECT DISTINCT cost_usd / (input_tokens * 1.0 + output_tokens * 2.0) * 1e6 AS per_token FROM trials "
+        "WHERE experiment_id = ? AND input_tokens > 0",
+        [first.id],
+    )
+    assert [round(row["per_token"], 9) for row in rows] == [1.0]

@@ -27,6 +27,7 @@ from ._options import (
     masked_urls,
     queries_maybe_lost,
 )
+from ._prices import repriced
 from ._trial import TrialPlan
 
 if TYPE_CHECKING:
@@ -188,6 +189,19 @@ def listed(case_ids: Sequence[str], shown: int = 5) -> str:
     """Case ids for a message: the first ``shown`` of them, and how many more."""
     more = f" and {len(case_ids) - shown} more" if len(case_ids) > shown else ""
     return ", ".join(case_ids[:shown]) + more
+
+
+def check_prices(previous: ex.Experiment, prices_file: str | Path | None) -> None:
+    """A ``--prices`` file given to a resume must price the run's models as the run recorded: its trials, the
+    resumed ones included, are priced by its record, so other prices would be ignored without a word."""
+    if prices_file is None:
+        return
+    if changed := repriced(previous.prices or {}, prices_file):
+        raise RunRefused(
+            f"cannot resume {previous.experiment_id} with --prices {prices_file}: it prices {listed(changed)} "
+            "otherwise than the run recorded, and every trial of a run is priced as it recorded; leave --prices "
+            "out, or start a new run with these prices"
+        )
 
 
 def check_resumable(

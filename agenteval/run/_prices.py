@@ -18,18 +18,31 @@ def load_prices(override: str | Path | None = None) -> Prices:
     """The shipped table, with a JSON file's entries (same shape) laid over it."""
     table: Prices = json.loads(resources.files("agenteval").joinpath("prices.json").read_text())["models"]
     if override is not None:
-        try:
-            data: Any = json.loads(Path(override).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--prices {override}: {exc}") from exc
-        models = data.get("models", data) if isinstance(data, dict) else None
-        if not isinstance(models, dict):
-            raise UsageError(f'--prices {override}: expected {{"models": {{"name": {{"input": .., "output": ..}}}}}}')
-        for model, price in models.items():
-            if not (isinstance(price, dict) and {"input", "output"} <= set(price)):
-                raise UsageError(f"--prices {override}: {model!r} needs input and output prices per million tokens")
-            table[model] = {side: _price(override, model, side, price[side]) for side in ("input", "output")}
+        table.update(price_file(override))
     return table
+
+
+def price_file(path: str | Path) -> Prices:
+    """The entries of a ``--prices`` file, checked."""
+    try:
+        data: Any = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--prices {path}: {exc}") from exc
+    models = data.get("models", data) if isinstance(data, dict) else None
+    if not isinstance(models, dict):
+        raise UsageError(f'--prices {path}: expected {{"models": {{"name": {{"input": .., "output": ..}}}}}}')
+    entries: Prices = {}
+    for model, price in models.items():
+        if not (isinstance(price, dict) and {"input", "output"} <= set(price)):
+            raise UsageError(f"--prices {path}: {model!r} needs input and output prices per million tokens")
+        entries[model] = {side: _price(path, model, side, price[side]) for side in ("input", "output")}
+    return entries
+
+
+def repriced(recorded: Prices, path: str | Path) -> list[str]:
+    """The models a ``--prices`` file given to a resume prices otherwise than the run recorded: the run's trials
+    are priced as it recorded, the resumed ones too, so such a file would be ignored."""
+    return sorted(model for model, price in price_file(path).items() if recorded.get(model) != price)
 
 
 def _price(override: str | Path, model: str, side: str, value: Any) -> float:

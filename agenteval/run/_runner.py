@@ -72,6 +72,7 @@ from ._options import RunOptions, changed_on_resume, recorded_options
 from ._plan import (
     RunRefused,
     check_judged_alike,
+    check_prices,
     check_resumable,
     check_same_cases,
     check_size,
@@ -426,6 +427,7 @@ class _Run:
             engine = ScoringEngine(judging, RUN_THREADS)
             if previous is not None:
                 _check_comparable(store, previous, shard, agent, dataset, corpus, judging, chosen)
+                check_prices(previous, prices_file)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
                 done = ex.done_trials(store, experiment.experiment_id)
