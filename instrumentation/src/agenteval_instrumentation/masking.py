@@ -1,5 +1,6 @@
 """Finding secrets in captured content: by key name, by URL query parameter, by header pair, and by
-the shape of the value itself (bearer tokens, provider keys, AWS key ids, JWTs, PEM private keys).
+the shape of the value itself (bearer tokens, provider keys, AWS key ids with the secret key after them, Google
+OAuth tokens, Entra client secrets, JWTs, PEM private keys).
 
 Pure functions with no settings: :mod:`.capture` decides when they run. The value-shape scan is the
 one that costs, so it runs only on strings long enough to hold a secret that also contain one of a
@@ -124,9 +125,22 @@ _SHAPES = (
     # The scheme word stays, so the text stays readable; the token must hold a digit, so prose
     # ("the bearer of bad news") is left alone.
     ("earer", re.compile(r"(?<![^\W_])(?P<scheme>[Bb]earer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")),
-    # AWS access key ids
-    ("IA", re.compile("A" + _NOT_IN_A_WORD.format(literal="A") + r"[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    # AWS access key ids, and the secret key when it follows its id as credential files and CSV exports give them
+    # ("AKIA...,wJalr...", "AKIA... wJalr..."): 40 characters of base64 and nothing more of it.
+    (
+        "IA",
+        re.compile(
+            "A"
+            + _NOT_IN_A_WORD.format(literal="A")
+            + r"[KS]IA[A-Z0-9]{16}(?![A-Za-z0-9])(?:[ \t,:;|'\"]{1,4}[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))?"
+        ),
+    ),
     ("AIza", re.compile("AIza" + _NOT_IN_A_WORD.format(literal="AIza") + r"[0-9A-Za-z_-]{35}")),  # Google API keys
+    # Google OAuth access tokens.
+    ("ya29.", re.compile("ya29" + _NOT_IN_A_WORD.format(literal="ya29") + r"\.[0-9A-Za-z_-]{20,}+")),
+    # Microsoft Entra (Azure AD) client secrets: three characters, a digit, "Q~", then 31 to 34 more. The hint keeps
+    # every other text away from a pattern that starts with no literal.
+    ("Q~", re.compile(r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}(?![A-Za-z0-9_~.-])")),
 )
 # JWTs: found by :func:`_mask_jwts`, not by a substitution. A JWT's first part runs to a dot, so every "eyJ" of a run
 # of token characters ("-eyJ-eyJ-eyJ...") would read the rest of the run again: time growing with the square of its
@@ -153,6 +167,7 @@ _PROVIDER_TOKENS = (
     ("xAI", ("xai",), "-", r"[A-Za-z0-9]{40,}"),
     ("Perplexity", ("pplx",), "-", r"[A-Za-z0-9]{40,}"),
     ("Replicate", ("r8",), "_", r"[A-Za-z0-9]{30,}"),
+    ("Google OAuth client secrets", ("GOCSPX",), "-", r"[A-Za-z0-9_-]{24,}"),
 )
 _PREFIXED_TOKEN = re.compile(
     "|".join(f"(?:{'|'.join(words)}){separator}{rest}" for _, words, separator, rest in _PROVIDER_TOKENS)
@@ -336,6 +351,11 @@ def _candidate_separators(text: str) -> list[int]:
     return sorted(found)
 
 
+QUERY_SECRET_NAMES = frozenset(("key",))
+"""Names that hold a secret as a URL query or form parameter (``?key=`` of Google's APIs) and nowhere else: a
+``key`` in a mapping, a YAML line or prose names anything ("key": "service.name" of OTLP JSON)."""
+
+
 def _secret_name_before(text: str, separator: int) -> bool:
     end = separator
     while end > max(0, separator - 3) and text[end - 1] in _NAME_CLOSERS:  # "token" : and \"token\": in JSON
@@ -343,7 +363,12 @@ def _secret_name_before(text: str, separator: int) -> bool:
     start = end
     while start > 0 and text[start - 1] in _NAME_CHARACTERS:
         start -= 1
-    return start < end and is_secret_key(text[start:end])
+    if start == end:
+        return False
+    name = text[start:end]
+    if end == separator and text[separator] == "=" and start and text[start - 1] in "?&":
+        return name in QUERY_SECRET_NAMES or is_secret_key(name)
+    return is_secret_key(name)
 
 
 def _mask_shape(match: re.Match[str]) -> str:
