@@ -241,9 +241,11 @@ def shown_error(exc: BaseException) -> str:
     its control and bidirectional characters and line breaks as escapes: messages quote paths, files and ids. The
     newlines of another library's error (DuckDB's point at the statement) are its own; the other breaks
     ``str.splitlines`` knows (a carriage return, NEL, U+2028) come from the values it quotes, and show as escapes."""
+    from agenteval_instrumentation.masking import mask_text
+
     if not isinstance(exc, AgentevalError):
-        return visible(exc, newlines=True)
-    return "\n".join(visible(line) for line in exc.lines())
+        return visible(mask_text(str(exc)), newlines=True)
+    return "\n".join(visible(mask_text(line)) for line in exc.lines())
 
 
 def _debugging() -> bool:
@@ -287,17 +289,23 @@ def existing_store(store: str | None) -> Any:
 
 
 def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-    """A warning from the library (a sample larger than the dataset, ...) as one line, not a source line."""
-    click.echo(f"warning: {visible(str(message))}", err=True)
+    """A warning from the library (a sample larger than the dataset, ...) as one line, not a source line; masked, as
+    another library's warning may quote a URL with its key."""
+    from agenteval_instrumentation.masking import mask_text
+
+    click.echo(f"warning: {visible(mask_text(str(message)))}", err=True)
 
 
 class _Commands(click.Group):
     """The one handler of user errors: an :class:`AgentevalError` from any command is one line and its
-    exit code; anything else is a bug and keeps its traceback. ``--debug`` shows tracebacks for both."""
+    exit code; anything else is a bug and keeps its traceback. ``--debug`` shows tracebacks for both. While a
+    command runs, every log record of the process is masked: what reaches stderr is the command's to show."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from agenteval_instrumentation.masking import every_log_record_masked
+
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), every_log_record_masked():
                 warnings.showwarning = _show_warning  # restored on the way out
                 return super().invoke(ctx)
         except AgentevalError as exc:

@@ -277,3 +277,80 @@ def test_a_log_record_whose_arguments_do_not_fit_its_format_passes_the_filter_as
     assert (record.msg, record.args) == ("%d exports", ("not a number",))
     record = logging.LogRecord("agenteval", logging.WARNING, __file__, 1, "token=%s", ("tok-PLANTED-55E1",), None)
     assert SecretMaskingFilter().filter(record) is True and record.getMessage() == "token=***"
+
+
+AGENT_THAT_LOGS = """
+import logging
+import warnings
+
+logging.basicConfig(format="agent log: %(name)s %(message)s")  # a handler of the agent's own, on the root logger
+
+
+def answer(question):
+    try:
+        raise ConnectionError("POST https://gw.example/v1/chat?api-key={key} failed; Authorization: Bearer {token}")
+    except ConnectionError:
+        logging.getLogger("openai._base_client").exception("request failed")  # a child: no parent's filter sees it
+    logging.getLogger("urllib3.connectionpool").warning("Retrying: /v1/models?key=%s", "{key}")
+    logging.getLogger().warning("a stack", stack_info=True, extra={{"url": "?key={key}"}})  # quoting this line
+    warnings.warn("endpoint https://bob:{password}@gw.example/v1 is deprecated")
+    raise ValueError("refused https://gw.example/v1?key={key}&client_secret={password}")
+"""
+
+
+def test_what_other_libraries_and_the_agent_log_during_a_run_is_masked_on_stderr(tmp_path):
+    """Only agenteval's own loggers, httpx's and the OTLP exporter's were masked: a record of any other logger (an
+    SDK's child logger, urllib3's, the agent's own, through a handler the agent installed) reached the run's stderr
+    as it was written, with the traceback of the exception it logged, and ``?key=`` was nobody's secret."""
+    key, token, password = "qk-PLANTED-5A1E90", "tok9PLANTED7C2D41", "pw-PLANTED-0B8E"
+    (tmp_path / "agent.py").write_text(AGENT_THAT_LOGS.format(key=key, token=token, password=password))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}) + "\n")
+    store = tmp_path / "store"
+    env = {"PATH": "/usr/bin:/bin", "AGENTEVAL_STORE": str(store), "PYTHONPATH": ":".join(sys.path)}
+    command = [
+        sys.executable,
+        "-m",
+        "agenteval.cli",
+        "run",
+        "--agent",
+        "agent.py:answer",
+        "-d",
+        str(cases),
+        "--attempts",
+        "1",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout + done.stderr
+    assert "ConnectionError: POST https://gw.example/v1/chat?api-key=*** failed; Authorization: Bearer ***" in shown
+    assert "agent log: urllib3.connectionpool Retrying: /v1/models?key=***" in shown
+    assert "warning: endpoint https://bob:***@gw.example/v1 is deprecated" in shown
+    for secret in (key, token, password):
+        assert secret not in shown
+        for path in store.rglob("*"):
+            assert not path.is_file() or secret.encode() not in path.read_bytes(), path.relative_to(store)
+
+
+def test_a_statement_error_quoting_a_secret_is_masked_and_logging_is_left_as_it_was(tmp_path):
+    """`agenteval sql` showed DuckDB's error as it came, and it quotes the statement: a SAS URL's signature or a
+    token in a literal went to stderr, which CI keeps. The command masks the records of every logger while it runs,
+    and leaves the process's logging as it found it: agenteval used as a library changes no one's logging."""
+    import logging
+
+    from click.testing import CliRunner
+
+    from agenteval.cli import main
+    from agenteval.run import evaluate
+
+    store = tmp_path / "store"
+    evaluate("mock", "arithmetic", cases=1, attempts=1, store=store, progress="none")
+    factory = logging.getLogRecordFactory()
+    statements = {
+        "SELECT * FROM read_csv('https://acct.blob.core.windows.net/c/x.csv?sv=2022&sig=PLANTEDsas0A1')": "sig=***",
+        "SELECT 'token=PLANTEDtok9B2'::INTEGER": "'token=***'",
+    }
+    for statement, masked in statements.items():
+        done = CliRunner().invoke(main, ["sql", statement, "--store", str(store)])
+        assert done.exit_code == 1 and masked in done.output and "PLANTED" not in done.output, done.output
+    assert logging.getLogRecordFactory() is factory

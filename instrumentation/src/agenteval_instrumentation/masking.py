@@ -9,10 +9,11 @@ few literal hints; short plain text never reaches a regular expression.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 MASK = "***"
@@ -440,3 +441,24 @@ def masked_logger(name: str) -> logging.Logger:
     logger = logging.getLogger(name)
     logger.addFilter(LOG_MASKING)
     return logger
+
+
+@contextlib.contextmanager
+def every_log_record_masked() -> Iterator[None]:
+    """While it lasts, every log record the process makes is masked as it is made (:class:`SecretMaskingFilter`),
+    whoever logs it and whichever handler shows it: another library's logger, a child logger that no filter of its
+    parent sees, a handler an agent installs itself. For a program that owns its stderr (the ``agenteval``
+    command); a library leaves its host's logging alone and masks only its own loggers (:func:`masked_logger`)."""
+    make = logging.getLogRecordFactory()
+
+    def masked(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        LOG_MASKING.filter(record)
+        return record
+
+    logging.setLogRecordFactory(masked)
+    try:
+        yield
+    finally:
+        if logging.getLogRecordFactory() is masked:  # else someone set theirs since: theirs stays
+            logging.setLogRecordFactory(make)
