@@ -74,6 +74,12 @@ FORMS = [
         "?q=x&key=***&alt=json",
     ),
     (
+        "azure functions code",
+        {"url": "https://fn.azurewebsites.net/api/hook?code=plantedFnCode==&name=a"},
+        ("plantedFnCode",),
+        "/api/hook?code=***&name=a",
+    ),
+    (
         "oauth client in a url",
         {"url": "https://oauth2.example.com/token?client_id=app.example&client_secret=plantedClientSecret"},
         ("plantedClientSecret",),
@@ -442,6 +448,7 @@ HOSTILE = {
     "aws key ids with a secret one short": ("AKIA" + "B" * 16 + " " + "c" * 39 + " ") * 16_000,
     "query keys": "?key=" * 200_000,
     "form keys with no value": "&key=&" * 170_000,
+    "form codes": "&code=" * 170_000,
     "google client secret prefixes": "GOCSPX" * 170_000,
 }
 

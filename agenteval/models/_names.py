@@ -6,7 +6,7 @@ import dataclasses
 import os
 import urllib.parse
 
-from agenteval_instrumentation.masking import MASK, is_secret_key, mask_text
+from agenteval_instrumentation.masking import MASK, is_secret_parameter, mask_text
 
 from ..errors import UsageError
 
@@ -78,13 +78,8 @@ def without_query(url: str | None) -> tuple[str | None, dict[str, str]]:
     return urllib.parse.urlunsplit(parts._replace(query="", fragment="")), query
 
 
-URL_SECRET_PARAMETERS = frozenset(("key", "code", "sig", "signature", "token", "access_token"))
-"""Query parameters that hold a secret whatever the masking rules say of their names elsewhere: ``?key=`` (Google's
-APIs, many gateways), ``?code=`` (Azure Functions), ``?sig=`` (Azure shared access signatures)."""
-
-
 def _secret_parameter(name: str, value: str) -> bool:
-    return name.lower() in URL_SECRET_PARAMETERS or is_secret_key(name) or mask_text(value) != value
+    return is_secret_parameter(name) or mask_text(value) != value
 
 
 def recordable_url(url: str | None) -> str | None:

@@ -86,6 +86,18 @@ def _secret_words(key: str) -> bool:
     return words[-1] in SECRET_LAST_WORDS or tuple(words[-2:]) in SECRET_LAST_PAIRS
 
 
+URL_SECRET_PARAMETERS = frozenset(("key", "code"))
+"""Names that hold a secret as a URL's query or form parameter, and not elsewhere: ``?key=`` (Google's APIs, many
+gateways), ``?code=`` (Azure Functions, OAuth's authorization code). A ``key`` in a mapping, a YAML line or prose
+names anything (``"key": "service.name"`` of OTLP JSON)."""
+
+
+def is_secret_parameter(name: str) -> bool:
+    """True for a URL query or form parameter that holds a secret: a secret's name (:func:`is_secret_key`:
+    ``api-key``, ``sig``, ``access_token``, ...) or one of :data:`URL_SECRET_PARAMETERS`."""
+    return name.lower() in URL_SECRET_PARAMETERS or is_secret_key(name)
+
+
 def is_secret_pair(item: object) -> bool:
     """A ``(name, value)`` pair whose name is secret, as headers are often given:
     ``[("Authorization", "Bearer ...")]``."""
@@ -194,7 +206,7 @@ _ASCII_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 # scheme before it ("Authorization: Basic ...") stays. Separators are found first (one character class, found
 # fast), the name is read backwards from each, and only after a secret name is a value looked for.
 _SEPARATOR = re.compile(r"[=:]")
-_ENDINGS = {*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_PAIRS)}
+_ENDINGS = {*SECRET_LAST_WORDS, *(last for _, last in SECRET_LAST_PAIRS), *URL_SECRET_PARAMETERS}
 _SECRET_ENDINGS = tuple(sorted(e for e in _ENDINGS if not any(e != o and e.endswith(o) for o in _ENDINGS)))
 """How every secret name ends, whatever its case style: most separators follow no such name (12:30, https:,
 "n": 1), and a test of the text's ending (in C) leaves them before the name is read. An ending that ends with
@@ -352,11 +364,6 @@ def _candidate_separators(text: str) -> list[int]:
     return sorted(found)
 
 
-QUERY_SECRET_NAMES = frozenset(("key",))
-"""Names that hold a secret as a URL query or form parameter (``?key=`` of Google's APIs) and nowhere else: a
-``key`` in a mapping, a YAML line or prose names anything ("key": "service.name" of OTLP JSON)."""
-
-
 def _secret_name_before(text: str, separator: int) -> bool:
     end = separator
     while end > max(0, separator - 3) and text[end - 1] in _NAME_CLOSERS:  # "token" : and \"token\": in JSON
@@ -368,7 +375,7 @@ def _secret_name_before(text: str, separator: int) -> bool:
         return False
     name = text[start:end]
     if end == separator and text[separator] == "=" and start and text[start - 1] in "?&":
-        return name in QUERY_SECRET_NAMES or is_secret_key(name)
+        return is_secret_parameter(name)
     return is_secret_key(name)
 
 
