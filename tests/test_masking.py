@@ -14,7 +14,7 @@ import pytest
 from agenteval.store import Store
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation import capture, configure_capture, llm_call, tool
-from agenteval_instrumentation.masking import is_secret_key, mask_text
+from agenteval_instrumentation.masking import MASK, is_secret_key, mask_text
 
 
 @pytest.fixture(autouse=True)
@@ -456,5 +456,5 @@ HOSTILE = {
 @pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE)
 def test_text_made_to_slow_the_newer_patterns_down_is_masked(text):
     masked = mask_text(text + " then ?key=PLANTEDlast")
-    assert masked.endswith(" then ?key=***") or masked == "***", masked[-60:]
+    assert masked.endswith("?key=***") or masked.endswith(MASK), masked[-60:]
     assert "PLANTEDlast" not in masked
