@@ -354,3 +354,42 @@ def test_a_statement_error_quoting_a_secret_is_masked_and_logging_is_left_as_it_
         done = CliRunner().invoke(main, ["sql", statement, "--store", str(store)])
         assert done.exit_code == 1 and masked in done.output and "PLANTED" not in done.output, done.output
     assert logging.getLogRecordFactory() is factory
+
+
+def test_other_instrumentations_spans_and_the_resource_are_masked_when_the_exporter_writes_them(tmp_path):
+    """collect masked the spans of other instrumentations on intake, but the exporter wrote them as made: an agent
+    whose HTTP client is instrumented stored its URL's ``?api-key=``, its Authorization header and its error in a
+    run's spans, and every span stored the resource's ``deployment.token`` (OTEL_RESOURCE_ATTRIBUTES)."""
+    import duckdb
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    key, token, resource_token = "qk-PLANTED-E41A", "tok-PLANTED-9C0F3B", "res-PLANTED-77D2"
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop", "deployment.token": resource_token}))
+    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(tmp_path / "store")))
+    with provider.get_tracer("opentelemetry.instrumentation.requests").start_as_current_span("GET") as span:
+        span.set_attribute("http.url", f"https://gw.example/v1?api-key={key}&page=2")
+        span.set_attribute("http.request.header.authorization", (f"Bearer {token}",))
+        span.add_event("exception", {"exception.message": f"refused https://gw.example/v1?key={key}"})
+        span.set_status(Status(StatusCode.ERROR, f"refused https://gw.example/v1?key={key}"))
+    provider.get_tracer("agenteval_instrumentation").start_span("own").end()  # the decorators' scope
+    provider.shutdown()
+    glob = str(tmp_path / "store" / "spans" / "**" / "*.parquet")
+    rows = duckdb.sql(f"SELECT * FROM read_parquet('{glob}') ORDER BY name").to_arrow_table().to_pylist()
+    assert [row["name"] for row in rows] == ["GET", "own"]
+    get = rows[0]
+    assert json.loads(get["attributes"]) == {
+        "http.url": "https://gw.example/v1?api-key=***&page=2",
+        "http.request.header.authorization": "***",
+    }
+    assert json.loads(get["events"])[0]["attributes"] == {"exception.message": "refused https://gw.example/v1?key=***"}
+    assert get["status_message"] == "refused https://gw.example/v1?key=***"
+    for row in rows:
+        assert json.loads(row["resource"])["deployment.token"] == "***"
+        assert json.loads(row["resource"])["service.name"] == "shop"
+    text = json.dumps(rows, default=str)
+    assert key not in text and token not in text and resource_token not in text

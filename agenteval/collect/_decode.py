@@ -19,8 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from agenteval_exporters.encode import columns_to_batch, hex_id_column
-
-from ._masking import mask_received
+from agenteval_exporters.masking import mask_received
 
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8

@@ -33,6 +33,7 @@ import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable, storable_text
 
 from .ablation import FALLBACKS, enabled
@@ -263,6 +264,11 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
     if None in ends:  # a span exported unended (rare, but the SDK allows it) lasted no time
         ends = tuple(start if end is None else end for start, end in zip(starts, ends, strict=True))
     resources, service_names = _resource_columns(fields["resource"])
+    attributes: Sequence[Any] = fields["attributes"]
+    status_messages: Sequence[str | None] = fields["status_message"]
+    events = [_event_dicts(e) if e else None for e in fields["events"]]
+    if capture.config.mask_secrets:
+        attributes, status_messages = _masked(fields["scope_name"], attributes, events, status_messages, resources)
     return columns_to_batch(
         trace_ids=_hex_column(list(map(itemgetter(0), contexts)), 16),
         span_ids=_hex_column(list(map(itemgetter(1), contexts)), 8),
@@ -272,13 +278,37 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
         starts=starts,
         ends=ends,
         status_codes=_enum_names(fields["status_code"], _STATUS_NAMES),
-        status_messages=fields["status_message"],
+        status_messages=status_messages,
         scope_names=fields["scope_name"],
-        attributes=fields["attributes"],
-        events=[_event_dicts(e) if e else None for e in fields["events"]],
+        attributes=attributes,
+        events=events,
         resources=resources,
         service_names=service_names,
     )
+
+
+def _masked(
+    scopes: Sequence[str | None],
+    attributes: Sequence[Any],
+    events: list[list[dict[str, Any]] | None],
+    status_messages: Sequence[str | None],
+    resources: list[str],
+) -> tuple[list[Any], list[str | None]]:
+    """The spans' secrets masked as ``agenteval collect`` masks them (:mod:`.masking`): an agent's other
+    instrumentations (an HTTP client's URL with ``?api-key=``, a header) and every resource; the attributes and
+    status messages as new lists, the events and resources in place. The SDK's attributes cannot be changed: other
+    instrumentations' are copied to dicts."""
+    from .masking import mask_received  # it reads this module's resource_json
+
+    own = sum(map(scopes.count, OWN_SCOPES)) == len(scopes)
+    copied = (
+        list(attributes)
+        if own
+        else [a if s in OWN_SCOPES else dict(a) for a, s in zip(attributes, scopes, strict=True)]
+    )
+    messages = list(status_messages)
+    mask_received(list(scopes), copied, events, messages, resources)
+    return copied, messages
 
 
 def columns_to_batch(

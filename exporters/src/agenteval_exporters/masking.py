@@ -1,12 +1,14 @@
-"""Secrets masked in the spans ``agenteval collect`` receives from other instrumentations, as the decorators mask
-what they capture (:mod:`agenteval_instrumentation.masking`): an attribute named like a secret
+"""Secrets masked in the spans of other instrumentations before they are stored: those ``agenteval collect``
+receives, and those an agent's other instrumentations make in a run (the exporter's own encoding), as the decorators
+mask what they capture (:mod:`agenteval_instrumentation.masking`): an attribute named like a secret
 (``http.request.header.authorization``, ``api_key``) is ``***``, and the secrets found in any text value (a URL
 with ``?api-key=``, a prompt quoting a key, a command line with ``--password=``) are masked in place, in the
 attributes, the events' attributes (an exception's message and stack), the status message and the resource; inside
-maps and arrays (OTLP's kvlist and array values) at any depth, as the decorators mask dicts and lists. The resource
-is masked through its attributes, so its column stays JSON.
+maps and arrays (OTLP's kvlist and array values) at any depth, as the decorators mask dicts and lists. Every span's
+resource is masked (``OTEL_RESOURCE_ATTRIBUTES`` and a process detector's command line are nobody's capture), through
+its attributes, so the column stays JSON.
 
-agenteval's own spans are left as they come: their content was masked where it was captured, or the sending
+agenteval's own spans are otherwise left as they come: their content was masked where it was captured, or the
 application turned masking off (``configure_capture(mask_secrets=False)``). The common case, a batch with nothing
 to mask, is told in one pass: the batch's text values are joined and scanned once, and only a batch where that
 finds a secret is masked value by value (a value the joined scan leaves alone, each scan leaves alone; the strings
@@ -15,14 +17,15 @@ inside maps and arrays are joined as they are, since a repr escapes them).
 
 from __future__ import annotations
 
+import functools
 import json
 from itertools import chain, compress
 from operator import not_
 from typing import Any
 
-from agenteval_exporters.conventions import OWN_SCOPES
-from agenteval_exporters.encode import resource_json
 from agenteval_instrumentation.masking import MASK, is_secret_key, mask_setting, mask_text
+
+from .conventions import OWN_SCOPES
 
 NOT_SECRET_ATTRIBUTES = frozenset(("session.id", "session.previous_id"))
 """OpenTelemetry's names for a user's session (a conversation), which end like a web session's cookie."""
@@ -35,7 +38,11 @@ def mask_received(
     status_messages: list[str | None],
     resources: list[str],
 ) -> None:
-    """The spans of a request, given as columns, masked in place; agenteval's own spans are skipped."""
+    """Spans given as columns masked in place: the resources of all, the rest of other instrumentations' spans
+    (their attributes must be dicts); agenteval's own are skipped."""
+    masked = {r: m for r in set(resources) if (m := _masked_resource(r)) != r}  # a batch's few, once each
+    if masked:
+        resources[:] = [masked.get(r, r) for r in resources]
     if sum(map(scopes.count, OWN_SCOPES)) == len(scopes):  # agenteval's own spans alone: counted past in C
         return
     foreign = [i for i, scope in enumerate(scopes) if scope not in OWN_SCOPES]
@@ -45,14 +52,28 @@ def mask_received(
     for i in foreign:
         if status_messages[i]:
             status_messages[i] = mask_text(status_messages[i])  # type: ignore[arg-type]
-    masked = {resource: _masked_resource(resource) for resource in {resources[i] for i in foreign}}
-    for i in foreign:
-        resources[i] = masked[resources[i]]
+
+
+CACHED_RESOURCE_CHARS = 4096
+"""Resources up to this long are masked once and remembered: a process's spans share one resource, and the exporter
+sees it again in every batch. A longer one (sent to ``collect`` by someone else) is masked anew each time, so the
+cache never holds megabytes of another's text."""
 
 
 def _masked_resource(resource: str) -> str:
+    return _masked_resource_cached(resource) if len(resource) <= CACHED_RESOURCE_CHARS else _mask_resource(resource)
+
+
+@functools.lru_cache(maxsize=64)
+def _masked_resource_cached(resource: str) -> str:
+    return _mask_resource(resource)
+
+
+def _mask_resource(resource: str) -> str:
     """A resource's JSON text masked as attributes are, through its attributes: masking the text itself left it no
     longer JSON where a secret name held a number, a list or a map (``{"token": ***}``)."""
+    from .encode import resource_json  # encode masks with this module: imported once both are loaded
+
     attributes = json.loads(resource)
     return resource_json(attributes) if _mask_dicts([attributes]) else resource
 
