@@ -393,3 +393,22 @@ def test_other_instrumentations_spans_and_the_resource_are_masked_when_the_expor
         assert json.loads(row["resource"])["service.name"] == "shop"
     text = json.dumps(rows, default=str)
     assert key not in text and token not in text and resource_token not in text
+
+
+def test_an_application_that_turns_masking_off_has_other_instrumentations_spans_stored_as_made(tmp_path, monkeypatch):
+    import duckdb
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+    from agenteval_instrumentation import capture
+
+    monkeypatch.setattr(capture.config, "mask_secrets", False)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(tmp_path / "store")))
+    with provider.get_tracer("opentelemetry.instrumentation.requests").start_as_current_span("GET") as span:
+        span.set_attribute("http.url", "https://gw.example/v1?api-key=kept-on-purpose")
+    provider.shutdown()
+    glob = str(tmp_path / "store" / "spans" / "**" / "*.parquet")
+    ((attributes,),) = duckdb.sql(f"SELECT attributes FROM read_parquet('{glob}')").fetchall()
+    assert json.loads(attributes) == {"http.url": "https://gw.example/v1?api-key=kept-on-purpose"}
