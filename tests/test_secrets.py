@@ -283,7 +283,11 @@ AGENT_THAT_LOGS = """
 import logging
 import warnings
 
+from rich.logging import RichHandler
+
 logging.basicConfig(format="agent log: %(name)s %(message)s")  # a handler of the agent's own, on the root logger
+# One that renders the exception object itself, its locals too.
+logging.getLogger("agent.rich").addHandler(RichHandler(rich_tracebacks=True, tracebacks_show_locals=True))
 
 
 def answer(question):
@@ -291,6 +295,7 @@ def answer(question):
         raise ConnectionError("POST https://gw.example/v1/chat?api-key={key} failed; Authorization: Bearer {token}")
     except ConnectionError:
         logging.getLogger("openai._base_client").exception("request failed")  # a child: no parent's filter sees it
+        logging.getLogger("agent.rich").exception("rich: request failed")
     logging.getLogger("urllib3.connectionpool").warning("Retrying: /v1/models?key=%s", "{key}")
     logging.getLogger().warning("a stack", stack_info=True, extra={{"url": "?key={key}"}})  # quoting this line
     warnings.warn("endpoint https://bob:{password}@gw.example/v1 is deprecated")
@@ -324,6 +329,7 @@ def test_what_other_libraries_and_the_agent_log_during_a_run_is_masked_on_stderr
     assert done.returncode == 0, done.stderr
     shown = done.stdout + done.stderr
     assert "ConnectionError: POST https://gw.example/v1/chat?api-key=*** failed; Authorization: Bearer ***" in shown
+    assert "rich: request failed" in shown
     assert "agent log: urllib3.connectionpool Retrying: /v1/models?key=***" in shown
     assert "warning: endpoint https://bob:***@gw.example/v1 is deprecated" in shown
     for secret in (key, token, password):

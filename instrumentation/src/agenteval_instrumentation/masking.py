@@ -455,12 +455,18 @@ def every_log_record_masked() -> Iterator[None]:
     """While it lasts, every log record the process makes is masked as it is made (:class:`SecretMaskingFilter`),
     whoever logs it and whichever handler shows it: another library's logger, a child logger that no filter of its
     parent sees, a handler an agent installs itself. For a program that owns its stderr (the ``agenteval``
-    command); a library leaves its host's logging alone and masks only its own loggers (:func:`masked_logger`)."""
+    command); a library leaves its host's logging alone and masks only its own loggers (:func:`masked_logger`).
+
+    A record's exception is left as its masked text alone: a handler that renders the exception object itself
+    (rich's ``RichHandler(rich_tracebacks=True)``, with its locals) would show it unmasked; every formatter shows the
+    text in its place."""
     make = logging.getLogRecordFactory()
 
     def masked(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = make(*args, **kwargs)
         LOG_MASKING.filter(record)
+        if record.exc_text:
+            record.exc_info = None
         return record
 
     logging.setLogRecordFactory(masked)
