@@ -299,7 +299,14 @@ def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
 class _Commands(click.Group):
     """The one handler of user errors: an :class:`AgentevalError` from any command is one line and its
     exit code; anything else is a bug and keeps its traceback. ``--debug`` shows tracebacks for both. While a
-    command runs, every log record of the process is masked: what reaches stderr is the command's to show."""
+    command runs, every log record of the process is masked: what reaches stderr is the command's to show, and so
+    are the tracebacks Python prints."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from agenteval_instrumentation.masking import mask_uncaught_tracebacks
+
+        mask_uncaught_tracebacks()
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         from agenteval_instrumentation.masking import every_log_record_masked

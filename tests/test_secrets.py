@@ -418,3 +418,41 @@ def test_an_application_that_turns_masking_off_has_other_instrumentations_spans_
     glob = str(tmp_path / "store" / "spans" / "**" / "*.parquet")
     ((attributes,),) = duckdb.sql(f"SELECT attributes FROM read_parquet('{glob}')").fetchall()
     assert json.loads(attributes) == {"http.url": "https://gw.example/v1?api-key=kept-on-purpose"}
+
+
+AGENT_WITH_A_THREAD = """
+import threading
+
+
+def answer(question):
+    def fetch():
+        raise ConnectionError("GET https://gw.example/v1?api-key={key} refused")
+
+    worker = threading.Thread(target=fetch, name="fetcher")
+    worker.start()
+    worker.join()
+    return "4"
+"""
+
+
+def test_the_tracebacks_python_prints_under_the_command_are_masked(tmp_path):
+    """Python's own tracebacks (an exception a thread of the agent left uncaught, an error shown whole with --debug)
+    were printed as they were: the key in the URL the exception named reached stderr."""
+    key = "qk-PLANTED-3F6A0D"
+    (tmp_path / "agent.py").write_text(AGENT_WITH_A_THREAD.format(key=key))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}) + "\n")
+    env = {"PATH": "/usr/bin:/bin", "AGENTEVAL_STORE": str(tmp_path / "store"), "PYTHONPATH": ":".join(sys.path)}
+    agenteval = [sys.executable, "-m", "agenteval.cli"]
+    run = [*agenteval, "run", "--agent", "agent.py:answer", "-d", str(cases), "--attempts", "1"]
+    threaded = subprocess.run(run, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert threaded.returncode == 0, threaded.stderr
+    assert "Exception in thread fetcher:" in threaded.stderr
+    assert "ConnectionError: GET https://gw.example/v1?api-key=*** refused" in threaded.stderr
+    debugged = subprocess.run(
+        [*agenteval, "--debug", "sql", f"SELECT 'token={key}'::INTEGER"], capture_output=True, text=True, env=env
+    )
+    assert debugged.returncode == 1 and "Traceback (most recent call last)" in debugged.stderr
+    assert "Could not convert string 'token=***' to INT32" in debugged.stderr
+    for done in (threaded, debugged):
+        assert key not in done.stdout + done.stderr

@@ -13,7 +13,11 @@ import contextlib
 import functools
 import logging
 import re
+import sys
+import threading
+import traceback
 from collections.abc import Iterator, Mapping
+from types import TracebackType
 from typing import Any
 
 MASK = "***"
@@ -475,3 +479,25 @@ def every_log_record_masked() -> Iterator[None]:
     finally:
         if logging.getLogRecordFactory() is masked:  # else someone set theirs since: theirs stays
             logging.setLogRecordFactory(make)
+
+
+def mask_uncaught_tracebacks() -> None:
+    """The tracebacks Python prints for an exception nobody caught, in the main thread or another, masked: for a
+    program that owns its stderr (the ``agenteval`` command, whose tracebacks mean a bug or ``--debug``). A hook the
+    program already replaced is left as it is."""
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _print_masked
+    if threading.excepthook is threading.__excepthook__:
+        threading.excepthook = _print_thread_masked
+
+
+def _print_masked(kind: type[BaseException], value: BaseException | None, tb: TracebackType | None) -> None:
+    sys.stderr.write(mask_text("".join(traceback.format_exception(kind, value, tb))))
+
+
+def _print_thread_masked(hooked: threading.ExceptHookArgs) -> None:
+    if hooked.exc_type is SystemExit or sys.stderr is None:  # as Python's own hook does
+        return
+    name = hooked.thread.name if hooked.thread is not None else threading.get_ident()
+    sys.stderr.write(f"Exception in thread {name}:\n")
+    _print_masked(hooked.exc_type, hooked.exc_value, hooked.exc_traceback)
