@@ -303,13 +303,13 @@ class _Commands(click.Group):
     are the tracebacks Python prints."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        from agenteval_instrumentation.masking import mask_uncaught_tracebacks
+        from ._stderr_masking import mask_uncaught_tracebacks
 
         mask_uncaught_tracebacks()
         return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from agenteval_instrumentation.masking import every_log_record_masked
+        from ._stderr_masking import every_log_record_masked
 
         try:
             with warnings.catch_warnings(), every_log_record_masked():
