@@ -5,14 +5,14 @@ near-duplicate inputs."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import UsageError
 from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
+from ._similarity_join import similar_pairs
 
 _TOKEN = re.compile(r"\w+|[-+*/^%=<>×÷]")
 
@@ -191,83 +191,20 @@ def check_similarity(threshold: float) -> None:
         )
 
 
-def near_duplicates(cases: Sequence[Case], threshold: float, listed: int = MAX_LISTED_PAIRS) -> NearDuplicates:
+def near_duplicates(
+    cases: Sequence[Case],
+    threshold: float,
+    listed: int = MAX_LISTED_PAIRS,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> NearDuplicates:
     """The pairs of cases whose word sets have Jaccard similarity >= ``threshold`` but whose words differ: inputs
     with the same words, each as many times, are duplicates or reordered (:func:`reordered_groups`), while the same
     words repeated another number of times ("say ok", "say ok, ok") are alike at 1.0. ``threshold`` is above 0 and
-    at most 1 (:func:`check_similarity`).
-
-    A prefix-filtered similarity join: words are ordered rarest first, and two sets can only reach
-    the threshold if they share a word among their first ``|x| - ceil(threshold * |x|) + 1``, so only
-    those candidates are compared. Exact on the result, and fast on large datasets; what it holds grows with
-    the cases and ``listed``, never with the pairs.
+    at most 1 (:func:`check_similarity`). Found by an exact similarity join (:mod:`._similarity_join`), without
+    comparing every pair; ``on_progress(done, total)`` follows it.
     """
     check_similarity(threshold)
-    words_of = [_text(case).split() for case in cases]
-    sets = [frozenset(words) for words in words_of]
-    frequency = Counter(word for words in sets for word in words)
-    ordered = [sorted(words, key=lambda w: (frequency[w], w)) for words in sets]
-    index: dict[str, list[int]] = {}
-    linked = _Groups(len(cases))
-    pairs: list[tuple[str, str, float]] = []
-    total = 0
-    for i, words in enumerate(ordered):
-        if not words:
-            continue
-        prefix = len(words) - _least_overlap(threshold, len(words)) + 1
-        candidates: set[int] = set()
-        for word in words[:prefix]:
-            candidates.update(index.get(word, ()))
-            index.setdefault(word, []).append(i)
-        for j in sorted(candidates):
-            shared = len(sets[i] & sets[j])
-            score = shared / (len(sets[i]) + len(sets[j]) - shared)
-            if score >= threshold and (sets[i] != sets[j] or _counts_differ(words_of[i], words_of[j])):
-                total += 1
-                linked.join(i, j)
-                if len(pairs) < listed:
-                    pairs.append((cases[j].id, cases[i].id, round(score, 3)))
-    groups = [[cases[k].id for k in group] for group in linked.groups()]
-    return NearDuplicates(pairs, total, groups)
-
-
-def _counts_differ(a: list[str], b: list[str]) -> bool:
-    """Whether two lists of the same words hold some word a different number of times."""
-    return sorted(a) != sorted(b)
-
-
-def _least_overlap(threshold: float, size: int) -> int:
-    """The fewest words a set of ``size`` words must share with another to reach ``threshold``, in the float
-    arithmetic the scores are compared in: a score is at most ``shared / size``, and ``ceil(threshold * size)``
-    alone can be one too many (``0.28 * 25`` is ``7.000000000000001``, while ``7 / 25 >= 0.28``), which
-    shortened the prefix and missed pairs scoring exactly the threshold."""
-    least = max(1, math.ceil(threshold * size))
-    while least > 1 and (least - 1) / size >= threshold:
-        least -= 1
-    while least < size and least / size < threshold:
-        least += 1
-    return least
-
-
-class _Groups:
-    """Disjoint sets of case positions (union-find, with path halving)."""
-
-    def __init__(self, size: int) -> None:
-        self._parent = list(range(size))
-
-    def _root(self, k: int) -> int:
-        parent = self._parent
-        while parent[k] != k:
-            parent[k] = parent[parent[k]]
-            k = parent[k]
-        return k
-
-    def join(self, a: int, b: int) -> None:
-        self._parent[self._root(a)] = self._root(b)
-
-    def groups(self) -> list[list[int]]:
-        """Groups of two or more, largest first (then by their first position), positions in order."""
-        members: dict[int, list[int]] = {}
-        for k in range(len(self._parent)):
-            members.setdefault(self._root(k), []).append(k)
-        return sorted((g for g in members.values() if len(g) > 1), key=lambda g: (-len(g), g[0]))
+    joined = similar_pairs([_text(case).split() for case in cases], threshold, listed, on_progress)
+    pairs = [(cases[earlier].id, cases[later].id, score) for earlier, later, score in joined.pairs]
+    groups = [[cases[k].id for k in group] for group in joined.groups]
+    return NearDuplicates(pairs, joined.total, groups)
