@@ -53,8 +53,8 @@ def similar_pairs(
     for k, positions in enumerate(found.members):
         if len(positions) > 1:
             found.within(k, _multiset_labels(words_of, positions))
-    for x, y, score in _join(list(members), threshold, on_progress):
-        found.across(x, y, score)
+    for x, alike in _join(list(members), threshold, on_progress):
+        found.across(x, alike)
     return found.joined()
 
 
@@ -66,8 +66,9 @@ def _multiset_labels(words_of: Sequence[Sequence[str]], positions: list[int]) ->
 
 def _join(
     sets: list[frozenset[str]], threshold: float, on_progress: Callable[[int, int], None]
-) -> Iterator[tuple[int, int, float]]:
-    """(x, y, score) for every pair of distinct ``sets`` scoring >= ``threshold``."""
+) -> Iterator[tuple[int, list[tuple[int, float]]]]:
+    """(x, [(y, score), ...]) for every set ``x`` of ``sets`` (all distinct) and the earlier-joined sets ``y``
+    scoring >= ``threshold`` with it, where there are any."""
     frequency = Counter(chain.from_iterable(sets))
     rarest_first = sorted(frequency)
     rarest_first.sort(key=frequency.__getitem__)  # stable: ties stay in alphabetical order
@@ -101,12 +102,15 @@ def _join(
                 if seen >= 0:
                     most = seen + 1 + (rest if rest < rest_y else rest_y)
                     counts[y] = seen + 1 if most >= fewest.together[size + size_y] else -1
+        alike = []
         for y, seen in counts.items():
             if seen > 0:
                 shared = len(sets[x] & sets[y])
                 score = shared / (size + sizes[y] - shared)
                 if score >= threshold:
-                    yield x, y, score
+                    alike.append((y, score))
+        if alike:
+            yield x, alike
         for px in range(size - fewest.together[2 * size] + 1):
             postings.setdefault(words[px], []).append((x, size - px - 1, size))
     on_progress(len(order), len(order))
@@ -168,12 +172,21 @@ class _Found:
         self._alike[k] = True
         self._keep(_mixed_pairs(self.members[k], labels), 1.0)
 
-    def across(self, x: int, y: int, score: float) -> None:
-        """Every case of set ``x`` is alike every case of set ``y``."""
-        self.total += len(self.members[x]) * len(self.members[y])
-        self._alike[x] = self._alike[y] = True
-        self._linked.join(x, y)
-        self._keep(_cross_pairs(self.members[x], self.members[y]), score)
+    def across(self, x: int, alike: list[tuple[int, float]]) -> None:
+        """Every case of set ``x`` is alike every case of each set of ``alike`` (set, score)."""
+        members, flags, first, a = self.members, self._alike, self._first, self.members[x]
+        flags[x] = True
+        root, parent = self._linked.root(x), self._linked.parent
+        cases = 0
+        for y, score in alike:
+            flags[y] = True
+            parent[self._linked.root(y)] = root
+            b = members[y]
+            cases += len(b)
+            later, earlier = (a[0], b[0]) if a[0] > b[0] else (b[0], a[0])
+            if len(first) < self.listed or (first and (later, earlier) < (-first[0][0], -first[0][1])):
+                self._keep(_cross_pairs(a, b), score)  # most pairs are not, once the first are kept
+        self.total += len(a) * cases
 
     def _keep(self, pairs: Iterator[tuple[int, int]], score: float) -> None:
         """Keep those of ``pairs`` (in ascending order) among the first ``listed`` of all: stop at the first that
@@ -182,10 +195,15 @@ class _Found:
         for later, earlier in pairs:
             if len(first) < self.listed:
                 heapq.heappush(first, (-later, -earlier, score))
-            elif first and (later, earlier) < (-first[0][0], -first[0][1]):
-                heapq.heapreplace(first, (-later, -earlier, score))
-            else:
+            elif self._passed(later, earlier):
                 return
+            else:
+                heapq.heapreplace(first, (-later, -earlier, score))
+
+    def _passed(self, later: int, earlier: int) -> bool:
+        """Whether ``listed`` pairs are kept, all before (``later``, ``earlier``)."""
+        first = self._first
+        return len(first) >= self.listed and (not first or (later, earlier) > (-first[0][0], -first[0][1]))
 
     def joined(self) -> Joined:
         pairs = sorted((-later, -earlier, score) for later, earlier, score in self._first)
@@ -234,17 +252,15 @@ def _mixed_pairs(positions: list[int], labels: list[int]) -> Iterator[tuple[int,
 
 
 class _Groups:
-    """Disjoint sets (union-find, with path halving)."""
+    """Disjoint sets (union-find, with path halving): a set is joined to another by making its root's parent any
+    member of the other."""
 
     def __init__(self, size: int) -> None:
-        self._parent = list(range(size))
+        self.parent = list(range(size))
 
     def root(self, k: int) -> int:
-        parent = self._parent
+        parent = self.parent
         while parent[k] != k:
             parent[k] = parent[parent[k]]
             k = parent[k]
         return k
-
-    def join(self, a: int, b: int) -> None:
-        self._parent[self.root(a)] = self.root(b)
