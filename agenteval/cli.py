@@ -498,17 +498,31 @@ def datasets(as_json: bool) -> None:
     "near-duplicates; above 0, as inputs sharing no word are at 0.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool, quiet: bool) -> None:
     """Audit a DATASET (file or built-in name): coverage, thin categories, duplicate, reordered and alike inputs."""
     import dataclasses
     import json
 
+    from .dataset._audit import PROGRESS_FROM_CASES
     from .dataset._audit import audit as audit_dataset
     from .dataset._cases import DatasetError
     from .dataset._catalog import load_dataset
+    from .run._progress import progress_output
 
     try:
-        report = audit_dataset(load_dataset(dataset), min_per_category=min_per_category, similarity=similarity)
+        loaded = load_dataset(dataset)
+        long = len(loaded.cases) >= PROGRESS_FROM_CASES
+        output = progress_output("none" if quiet or as_json or not long else "auto")
+
+        def compared(done: int, total: int) -> None:
+            if done == 0:
+                output.start(f"looking for near-duplicates among {total} distinct inputs", total, "inputs")
+            output.update(done, "")
+            if done == total:
+                output.finish(done, "")
+
+        report = audit_dataset(loaded, min_per_category=min_per_category, similarity=similarity, on_progress=compared)
     except DatasetError as exc:
         # The problems quote the file (its field names, its ids): shown as validate shows them, escapes visible.
         message = f"the dataset has problems; run agenteval validate first\n{shown_error(exc)}"

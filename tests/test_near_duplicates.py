@@ -1,14 +1,21 @@
 """The audit's near-duplicate search finds exactly what comparing every pair finds: the same pairs in the same order
-with the same similarities, the same count and the same groups, on many random datasets and their edge cases."""
+with the same similarities, the same count and the same groups, on many random datasets and their edge cases; and a
+long search shows its progress."""
 
 from __future__ import annotations
 
+import json
+import os
+import pty
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from agenteval.dataset import Case
-from agenteval.dataset._audit import MAX_LISTED_PAIRS, NearDuplicates, near_duplicates, normalize
+from agenteval.dataset._audit import MAX_LISTED_PAIRS, PROGRESS_FROM_CASES, NearDuplicates, near_duplicates, normalize
 
 WORDS = ["refund", "order", "ship", "plan", "app", "café", "naïve", "日本", "straße", "ß", "x", "+", "2", "éa"]
 EMPTY = ["", "?!", "👍", "🎉🎉", "  "]
@@ -140,3 +147,55 @@ def test_pairs_scoring_exactly_the_threshold_are_found_whatever_the_float_roundi
                 found = near_duplicates(cases, threshold)
                 assert ("i0", "i1", round(threshold, 3)) in found.pairs, (size_x, size_y, shared)
                 assert found == all_pairs(cases, threshold, MAX_LISTED_PAIRS), (size_x, size_y, shared)
+
+
+def write_cases(path: Path, count: int) -> Path:
+    lines = (
+        json.dumps({"id": f"q{i}", "input": f"question {i} about topic {7 * i}", "expected_output": ""})
+        for i in range(count)
+    )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def audit_process(*arguments: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "agenteval.cli", "audit", *arguments]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_a_long_audit_shows_its_progress_on_stderr_as_a_run_does(tmp_path):
+    """An audit of 100,000 cases said nothing for minutes. Now, from PROGRESS_FROM_CASES cases, it shows its progress
+    as `agenteval run` does: lines on stderr when it is not a terminal, nothing with --quiet or --json."""
+    long = write_cases(tmp_path / "long.jsonl", PROGRESS_FROM_CASES)
+    stdout, stderr = audit_process(str(long)).communicate(timeout=300)
+    shown = stderr.decode().splitlines()
+    assert shown[0] == f"looking for near-duplicates among {PROGRESS_FROM_CASES} distinct inputs", shown
+    assert shown[-1] == f"{PROGRESS_FROM_CASES}/{PROGRESS_FROM_CASES} done", shown
+    assert b"done" not in stdout and b"Cases per category" in stdout
+    for quiet in (["--quiet"], ["-q"], ["--json"]):
+        stdout, stderr = audit_process(str(long), *quiet).communicate(timeout=300)
+        assert stderr == b"" and stdout, quiet
+    short = write_cases(tmp_path / "short.jsonl", PROGRESS_FROM_CASES - 1)
+    assert audit_process(str(short)).communicate(timeout=300)[1] == b""
+
+
+def test_on_a_terminal_a_long_audit_shows_a_bar_on_stderr_and_its_report_alone_on_stdout(tmp_path):
+    long = write_cases(tmp_path / "long.jsonl", PROGRESS_FROM_CASES)
+    terminal, stderr = pty.openpty()
+    process = audit_process(str(long), stderr=stderr)
+    os.close(stderr)
+    stdout = process.stdout.read() if process.stdout else b""
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 65536)
+        except OSError:  # the process closed its end
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(terminal)
+    assert process.wait(timeout=300) == 0
+    total = f"{PROGRESS_FROM_CASES}/{PROGRESS_FROM_CASES}".encode()
+    assert b"looking for near-duplicates" in drawn and total in drawn and "━".encode() in drawn, drawn[-500:]
+    assert b"looking for near-duplicates" not in stdout and total not in stdout and b"Cases per category" in stdout

@@ -94,9 +94,10 @@ def audit(
     *,
     min_per_category: int = MIN_CASES_PER_CATEGORY,
     similarity: float = NEAR_DUPLICATE_SIMILARITY,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> AuditReport:
     """Audit ``dataset``'s coverage and duplicates. ``similarity`` must be above 0 and at most 1 (see
-    :func:`near_duplicates`)."""
+    :func:`near_duplicates`, which ``on_progress`` follows)."""
     check_similarity(similarity)
     cases = dataset.cases
     categories = dataset.categories()
@@ -108,7 +109,7 @@ def audit(
     used = Counter(
         name for case in cases for name, default in OPTIONAL_DEFAULTS.items() if getattr(case, name) != default
     )
-    alike = near_duplicates(cases, similarity)
+    alike = near_duplicates(cases, similarity, on_progress=on_progress)
     return AuditReport(
         dataset=dataset.name,
         cases=len(cases),
@@ -165,6 +166,10 @@ def _duplicate_key(case: Case) -> tuple[bool, str]:
         return True, normalised
     return False, " ".join(_raw(case).casefold().split())
 
+
+PROGRESS_FROM_CASES = 2000
+"""Audits of this many cases or more show their progress (``agenteval audit``): the near-duplicate search of inputs
+from one template grows with the square of the cases (3,000 of them: 3 s)."""
 
 MAX_LISTED_PAIRS = 1000
 """Near-duplicate pairs an audit lists. Inputs from one template are all alike, so their pairs grow with the square
