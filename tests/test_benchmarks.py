@@ -103,3 +103,12 @@ def test_bench_collect_sends_over_http_and_grpc_and_counts_every_span(tmp_path):
     for measured in rows:
         assert re.search(r"process(es)? +[\d,]+ spans/s .* the 100,000 spans/s target", measured), measured
     assert sum("collector CPU" in line for line in lines) == 3, lines
+
+
+def test_bench_audit_times_the_search_and_its_baseline_and_checks_they_agree(tmp_path):
+    arguments = ("--sizes", "300", "--baseline-sizes", "300", "--templated", "40", "--repeats", "1")
+    lines = run_benchmark(tmp_path, "bench_audit.py", *arguments)
+    for name in ("300", "templated 40"):
+        assert any(re.match(rf" *{name} now +wall +[\d.]+ s", line) for line in lines), (name, lines)
+        assert any(re.match(rf" *{name} baseline wall .* \(the same pairs, total, groups\)", line) for line in lines)
+        assert any(re.match(rf" *{name} baseline / now: wall [\d.]+x, cpu [\d.]+x", line) for line in lines), lines

@@ -173,20 +173,34 @@ class _Found:
         self._keep(_mixed_pairs(self.members[k], labels), 1.0)
 
     def across(self, x: int, alike: list[tuple[int, float]]) -> None:
-        """Every case of set ``x`` is alike every case of each set of ``alike`` (set, score)."""
-        members, flags, first, a = self.members, self._alike, self._first, self.members[x]
+        """Every case of set ``x`` is alike every case of each set of ``alike`` (set, score). Run for every pair of
+        alike sets (millions for inputs of one template), so the union and the listing check are inlined."""
+        members, flags, a = self.members, self._alike, self.members[x]
         flags[x] = True
         root, parent = self._linked.root(x), self._linked.parent
         cases = 0
+        last = self._last_kept()
         for y, score in alike:
             flags[y] = True
-            parent[self._linked.root(y)] = root
+            k = y
+            while parent[k] != k:  # y's root, halving its path, joined to x's
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            parent[k] = root
             b = members[y]
             cases += len(b)
-            later, earlier = (a[0], b[0]) if a[0] > b[0] else (b[0], a[0])
-            if len(first) < self.listed or (first and (later, earlier) < (-first[0][0], -first[0][1])):
-                self._keep(_cross_pairs(a, b), score)  # most pairs are not, once the first are kept
+            later = a[0] if a[0] > b[0] else b[0]
+            if last is None or later < last[0] or (later == last[0] and a[0] + b[0] - later < last[1]):
+                self._keep(_cross_pairs(a, b), score)  # most are not, once the first are kept
+                last = self._last_kept()
         self.total += len(a) * cases
+
+    def _last_kept(self) -> tuple[int, int] | None:
+        """The last (later, earlier) kept once ``listed`` are, which later pairs must come before; None until then."""
+        first = self._first
+        if len(first) < self.listed:
+            return None
+        return (-first[0][0], -first[0][1]) if first else (-1, -1)
 
     def _keep(self, pairs: Iterator[tuple[int, int]], score: float) -> None:
         """Keep those of ``pairs`` (in ascending order) among the first ``listed`` of all: stop at the first that
@@ -195,15 +209,10 @@ class _Found:
         for later, earlier in pairs:
             if len(first) < self.listed:
                 heapq.heappush(first, (-later, -earlier, score))
-            elif self._passed(later, earlier):
-                return
-            else:
+            elif first and (later, earlier) < (-first[0][0], -first[0][1]):
                 heapq.heapreplace(first, (-later, -earlier, score))
-
-    def _passed(self, later: int, earlier: int) -> bool:
-        """Whether ``listed`` pairs are kept, all before (``later``, ``earlier``)."""
-        first = self._first
-        return len(first) >= self.listed and (not first or (later, earlier) > (-first[0][0], -first[0][1]))
+            else:
+                return
 
     def joined(self) -> Joined:
         pairs = sorted((-later, -earlier, score) for later, earlier, score in self._first)
