@@ -5,14 +5,13 @@ long search shows its progress."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from terminal import run_with_stderr_on_a_terminal
 
 from agenteval.dataset import Case
 from agenteval.dataset._audit import MAX_LISTED_PAIRS, PROGRESS_FROM_CASES, NearDuplicates, near_duplicates, normalize
@@ -158,9 +157,9 @@ def write_cases(path: Path, count: int) -> Path:
     return path
 
 
-def audit_process(*arguments: str, stderr: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
+def audit_process(*arguments: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "agenteval.cli", "audit", *arguments]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env={**os.environ, "COLUMNS": "120"})
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_a_long_audit_shows_its_progress_on_stderr_as_a_run_does(tmp_path):
@@ -181,21 +180,9 @@ def test_a_long_audit_shows_its_progress_on_stderr_as_a_run_does(tmp_path):
 
 def test_on_a_terminal_a_long_audit_shows_a_bar_on_stderr_and_its_report_alone_on_stdout(tmp_path):
     long = write_cases(tmp_path / "long.jsonl", PROGRESS_FROM_CASES)
-    terminal, stderr = pty.openpty()
-    process = audit_process(str(long), stderr=stderr)
-    os.close(stderr)
-    stdout = process.stdout.read() if process.stdout else b""
-    drawn = b""
-    while True:
-        try:
-            chunk = os.read(terminal, 65536)
-        except OSError:  # the process closed its end
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    os.close(terminal)
-    assert process.wait(timeout=300) == 0
+    command = [sys.executable, "-m", "agenteval.cli", "audit", str(long)]
+    exit_code, stdout, drawn = run_with_stderr_on_a_terminal(command)
+    assert exit_code == 0
     total = f"{PROGRESS_FROM_CASES}/{PROGRESS_FROM_CASES}".encode()
     assert b"looking for near-duplicates" in drawn and total in drawn and "━".encode() in drawn, drawn[-500:]
     assert b"looking for near-duplicates" not in stdout and total not in stdout and b"Cases per category" in stdout

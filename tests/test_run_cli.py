@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from terminal import run_with_stderr_on_a_terminal
 
 from agenteval.cli import main
 from agenteval.run import evaluate
@@ -141,6 +142,17 @@ def test_a_run_sends_its_spans_to_the_otlp_backend_too(tmp_path, monkeypatch, re
     stored = Store(tmp_path / "s").rows("SELECT span_id FROM spans WHERE experiment_id = ?", [experiment.id])
     received = {s["span_id"] for s in receiver.spans}
     assert {s["span_id"] for s in stored} <= received and len(stored) == 9
+
+
+def test_the_progress_bar_is_drawn_on_stderr_where_the_lines_go(tmp_path):
+    """The bar is chosen when stderr is a terminal, and the plain lines go to stderr, but the bar was drawn on
+    stdout: with stdout redirected (`agenteval run ... > summary.txt`) its last frame landed in the file and nothing
+    moved on the terminal."""
+    command = [sys.executable, "-m", "agenteval.cli", "run", "-d", "arithmetic", "-a", "mock", "--cases", "3"]
+    exit_code, stdout, drawn = run_with_stderr_on_a_terminal([*command, "--attempts", "1", "--store", str(tmp_path)])
+    assert exit_code == 0, stdout
+    assert b"3 trials to run" in drawn and b"3/3" in drawn and "━".encode() in drawn, drawn[-500:]
+    assert b"3/3" not in stdout and "━".encode() not in stdout and b"trials to run" not in stdout, stdout
 
 
 def test_a_progress_output_that_goes_away_does_not_stop_the_run(tmp_path):
