@@ -25,6 +25,7 @@ from agenteval.cli import main
 from agenteval.dataset import load_file
 from agenteval.render._text_safety import markdown_cell
 from agenteval.scorers import Scorer
+from agenteval.scorers._judge import REFERENCE_FREE_VERSION
 from agenteval.scorers._traces import TracePolicy, TraceScorer, score_traces, trace_sampled
 from agenteval.store import Store, compact
 from agenteval.store._prune import prune, prunes_left
@@ -293,7 +294,7 @@ def test_the_judge_grades_production_replies_against_a_rubric(production, model_
     )
     assert judged[0]["n"] == 4
     versions = Store(production).rows("SELECT DISTINCT scorer_version FROM trace_scores WHERE scorer = 'llm_judge'")
-    assert versions == [{"scorer_version": "rf2:openai/judge-model"}]
+    assert versions == [{"scorer_version": f"{REFERENCE_FREE_VERSION}:openai/judge-model"}]
 
 
 def test_cases_from_traces_become_valid_cases_once_filled(production, tmp_path):
