@@ -411,3 +411,52 @@ def test_a_stored_value_quoted_by_a_sql_error_cannot_forge_lines(tmp_path):
     assert not any(line.startswith("forged") for line in failed.output.splitlines()), failed.output
     assert "1\\x0dforged: cr\\x85forged: nel\\x0cforged: ff<U+2028>forged: ls\\x1cforged: fs" in failed.output
     assert "LINE 1: SELECT CAST" in failed.output  # DuckDB's own lines are kept
+
+
+FORGED_ID, FORGED_CATEGORY = "ok\nforged-case", "cat\nforged-category"
+
+
+def _line_breaking_runs(store) -> tuple[str, str]:
+    """A baseline whose case with a line break in its id and category passes two of three attempts (flaky, and among
+    the worst cases), and a candidate that fails it every time (newly failing); ten plain cases beside it."""
+    cases = [Case(id=FORGED_ID, input="What is 7 + 0?", expected_output="7", category=FORGED_CATEGORY)]
+    cases += [Case(id=f"plain-{n}", input=f"What is {n} + 0?", expected_output=str(n)) for n in range(10)]
+    dataset = Dataset("breaks", "breaks(test)", "hash-breaks", cases)
+    asked: dict[str, int] = {}
+
+    def baseline(question: str) -> str:
+        asked[question] = asked.get(question, 0) + 1
+        n = question.split()[2]
+        return n if n != "7" or asked[question] != 2 else "8"
+
+    def candidate(question: str) -> str:
+        n = question.split()[2]
+        return "8" if n == "7" else n
+
+    ids = []
+    for agent in (baseline, candidate):
+        run = evaluate(agent, dataset, attempts=3, concurrency=1, store=store, progress="none")
+        ids.append(run.id)
+    return ids[0], ids[1]
+
+
+def _forged_lines(out: str) -> list[str]:
+    return [line for line in out.split("\n") if line.strip(" │┃|").startswith("forged")]
+
+
+def test_a_line_break_in_a_case_id_or_category_never_draws_a_row_of_its_own(tmp_path):
+    """A case id "ok\\nforged-case" in the flaky list, the worst cases, the categories and the newly failing cases
+    was drawn as two lines of a one-line cell: the list read as holding a case "forged-case" more than it counted."""
+    store = str(tmp_path / "store")
+    baseline, candidate = _line_breaking_runs(store)
+    shown = {
+        "report": cli("report", baseline, "--store", store).output,
+        "report markdown": cli("report", baseline, "--format", "markdown", "--store", store).output,
+        "compare": cli("compare", baseline, candidate, "--store", store).output,
+    }
+    for name, out in shown.items():
+        assert not _forged_lines(out), f"{name}:\n{out}"
+        assert "ok\\x0aforged-case" in out.replace("\\\\", "\\"), f"{name}:\n{out}"  # markdown escapes the \
+        assert "cat\\x0aforged-category" in out.replace("\\\\", "\\"), f"{name}:\n{out}"
+    report = build_report(Store(store), baseline)
+    assert report.flaky.cases == [FORGED_ID] and report.worst_cases[0].case_id == FORGED_ID  # JSON keeps it raw

@@ -216,9 +216,10 @@ def comparison_view(comparison: dict) -> RenderableType:
         *([Text(f"note: {no_spread_note(overall['cases'])}")] if overall.get("no_spread") else []),
         *(Text(visible(f"warning: {w['message']}"), style="yellow") for w in comparison["warnings"]),
     ]
+    # Case ids and categories are names, one line each: a line break in one drew a row of its own.
     rows = [
         [
-            name,
+            visible(name),
             str(d["cases"]),
             pct(d["baseline"]),
             pct(d["candidate"]),
@@ -235,7 +236,10 @@ def comparison_view(comparison: dict) -> RenderableType:
         parts.append(
             rich_table(
                 ["case", "category", "baseline", "candidate"],
-                [[m["case_id"], m["category"] or "", pct(m["baseline"]), pct(m["candidate"])] for m in moved],
+                [
+                    [visible(m["case_id"]), visible(m["category"] or ""), pct(m["baseline"]), pct(m["candidate"])]
+                    for m in moved
+                ],
                 title=f"{title} ({len(moved)})",
             )
         )

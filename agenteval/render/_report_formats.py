@@ -96,8 +96,8 @@ def sections(report: Report) -> list[Section]:
     """The report as titled tables of text: what every format but JSON renders."""
     e, o = report.experiment, report.outcomes
     git = e.environment.get("git") or {}
-    # Names are one line each: a line break in one (a dataset's file name can hold one) shows as an escape, where
-    # a cell's own line breaks (an error's) are kept.
+    # Names are one line each: a line break in one (a dataset's file name, a case id, a category) shows as an
+    # escape, where a cell's own line breaks (an error's) are kept: a case id "a\nb" in the flaky list read as two.
     about = [
         ["experiment", e.id + (f" ({visible(e.name)})" if e.name else "")],
         ["dataset", f"{visible(e.dataset)} (content {e.dataset_hash})"],
@@ -120,7 +120,7 @@ def sections(report: Report) -> list[Section]:
     ]
     categories = [
         [
-            c.category,
+            visible(c.category),
             str(c.cases),
             str(c.trials),
             pct(c.pass_rate),
@@ -156,10 +156,13 @@ def sections(report: Report) -> list[Section]:
     )
     for label, cost in costs:
         tokens.append([label, "", "", "", "", "–" if cost is None else f"${cost:.4f}"])
-    worst = [[w.case_id, w.category, attempts_text(w), (w.a_failure or "")[:80]] for w in report.worst_cases]
+    worst = [
+        [visible(w.case_id), visible(w.category), attempts_text(w), (w.a_failure or "")[:80]]
+        for w in report.worst_cases
+    ]
     flaky = report.flaky
     conversations = [
-        [c.case_id, str(c.attempt), role, text[:300]] for c in report.conversations for role, text in c.turns
+        [visible(c.case_id), str(c.attempt), role, text[:300]] for c in report.conversations for role, text in c.turns
     ]
     talks = (
         [("Conversations with simulated users", ["case", "attempt", "who", "said"], conversations)]
@@ -184,7 +187,11 @@ def sections(report: Report) -> list[Section]:
             ["role", "model", "calls", "input", "output", "cost"],
             tokens,
         ),
-        (f"Flaky cases: {flaky.count} with mixed outcomes across attempts", ["case"], [[c] for c in flaky.cases]),
+        (
+            f"Flaky cases: {flaky.count} with mixed outcomes across attempts",
+            ["case"],
+            [[visible(c)] for c in flaky.cases],
+        ),
         ("Worst cases", ["case", "category", "its attempts", "a failure"], worst),
         *talks,
     ]
