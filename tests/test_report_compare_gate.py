@@ -460,3 +460,32 @@ def test_a_pass_that_could_not_have_seen_the_drop_says_so_whichever_way_the_runs
     assert result.exit_code == 0 and "(underpowered)" in result.output
     tolerant = gate(store, runs["worse"], runs["good"], max_drop=0.5)  # a drop of half could not be missed here
     assert tolerant.exit_code == 0 and "underpowered" not in " ".join(tolerant.reasons)
+
+
+def test_trials_no_scorer_judged_are_counted_and_warned_of_in_the_report_and_compare(tmp_path):
+    """Cases with no expected answer, criteria or rubric pass whenever their trials do not fail: 12 of 24 such cases
+    lifted a pass rate of wrong-half answers to 81.9% with nothing in the report or the comparison saying so."""
+    from agenteval.dataset import Case, Dataset
+
+    cases = [Case(id=f"open-{n}", input=f"What is {n} + 0?", expected_output="", category="open") for n in range(12)]
+    cases += [Case(id=f"sum-{n}", input=f"What is {n} + 0?", expected_output=str(n), category="sum") for n in range(12)]
+    dataset = Dataset("half-judged", "half-judged(test)", "hash-half", cases)
+    store = tmp_path / "store"
+    ids = [
+        evaluate(agent, dataset, attempts=3, store=store, progress="none").id
+        for agent in (lambda question: "no idea", lambda question: question.split()[2])
+    ]
+    report = build_report(Store(store), ids[0])
+    # By hand: the 36 trials of the open cases passed, those of the sum cases (a wrong answer each) did not.
+    assert (report.outcomes.passed, report.outcomes.wrong, report.outcomes.unjudged) == (36, 36, 36)
+    assert any(
+        "36 of the 72 trials (12 case(s)) count as passed with no pass/fail scorer" in w for w in report.warnings
+    )
+    assert build_report(Store(store), ids[1]).outcomes.unjudged == 36
+    comparison = compare(Store(store), ids[0], ids[1])
+    assert comparison.overall.difference == pytest.approx(0.5)
+    (warning,) = [w for w in comparison.warnings if w.kind == "unjudged_trials"]
+    assert "36 of the baseline's 72 trials and 36 of the candidate's 72 trials" in warning.message
+    assert comparison.figures["baseline"]["unjudged_trials"] == 36
+    shown = CliRunner().invoke(main, ["report", ids[0], "--store", str(store)], env={"COLUMNS": "300"}).output
+    assert "no pass/fail scorer judging them" in shown

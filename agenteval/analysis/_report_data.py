@@ -134,6 +134,20 @@ class Outcomes:
     wrong_share: float | None
     failed_share: float | None
     failures_by_type: dict[str, int]
+    unjudged: int = 0
+    """Of the passed, trials that no pass/fail scorer judged (their case gives no expected answer, criteria or
+    rubric): they pass whenever they do not fail, which :func:`unjudged_warning` says."""
+
+
+def unjudged_warning(trials: int, cases: int, of_trials: int) -> list[str]:
+    """A warning when ``trials`` of ``of_trials`` (in ``cases`` cases) passed with no pass/fail scorer to judge them."""
+    if not trials:
+        return []
+    return [
+        f"{trials} of the {of_trials} trials ({cases} case(s)) count as passed with no pass/fail scorer judging them: "
+        "their cases give no expected answer, criteria or rubric, so they pass whenever they do not fail. Give those "
+        "cases something to judge (agenteval audit names them) before reading the pass rate"
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

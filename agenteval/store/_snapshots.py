@@ -50,12 +50,13 @@ logger = masked_logger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 5
+SNAPSHOT_VERSION = 6
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
 their case, and scorer figures the spread their intervals need; 3: judged trials whose answer a scorer could not
 judge fail as ``scorer_error``, infrastructure, where they were wrong; 4: scorer figures count only the scores of
 current trials, not those of a try lost before its trial row was written; 5: scorer figures say which scorer
-versions gave the current scores, and how many each)."""
+versions gave the current scores, and how many each; 6: judged trials say whether no pass/fail scorer judged them,
+``unjudged``)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -75,7 +76,8 @@ TRIAL_FIGURES = (
     "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
     f"duration_ms, {USAGE_FIGURES}"
 )
-"""The columns of ``judged``: what figures use (replies and reasons are large, and reading them costs most)."""
+"""The columns of ``judged``, beside ``unjudged`` (:func:`~._views.judged_by_no_scorer`): what figures use (replies
+and reasons are large, and reading them costs most)."""
 
 
 def scorer_figures_sql(scores: str, unit: str) -> str:
@@ -283,7 +285,8 @@ def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Pa
         con.execute(f"CREATE OR REPLACE TEMP TABLE current_scores AS {current}")
         judged = folder / f"judged-{bucket}{SNAPSHOT_SUFFIX}"
         trials = views.judged_trials(f"({views.current_trials(experiment_id, some)})", "current_scores", "trial_id")
-        _copy(con, f"SELECT {TRIAL_FIGURES} FROM ({trials})", judged)
+        unjudged = views.judged_by_no_scorer("current_scores")
+        _copy(con, f"SELECT {TRIAL_FIGURES}, {unjudged} AS unjudged FROM ({trials})", judged)
         # The scores that count are those of the trials just judged: the bucket's current trials, found once.
         counted = views.scores_of_trials("current_scores", _parquet(judged), "trial_id")
         # The trial id has done its work: left out, these scratch files take about a third less time to write.

@@ -220,6 +220,14 @@ LEFT JOIN ({scorer_verdicts(scores, keys)}) j USING ({keys})
 """
 
 
+def judged_by_no_scorer(scores: str) -> str:
+    """SQL: whether a judged trial (a row of :func:`judged_trials`) answered with no pass/fail score among ``scores``
+    (its current scores, with a ``trial_id``) to judge it: its case gives no expected answer, criteria or rubric, so
+    it passes whenever it does not fail, on no scorer's word. Reports and compare say how many there are."""
+    pass_fail = f"SELECT trial_id FROM {scores} WHERE NOT coalesce(continuous, false)"
+    return f"failure_type IS NULL AND trial_id NOT IN ({pass_fail})"
+
+
 def current_reviews(experiment_id: str | None = None) -> str:
     """Each trial's newest human verdict: a person who changes their mind appends a row."""
     return f"""
