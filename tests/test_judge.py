@@ -404,3 +404,38 @@ def test_a_score_outside_0_to_1_is_asked_again_then_is_a_scorer_error_that_says_
     found = scores(experiment.experiment_id)["capital", "llm_judge"]
     assert found["passed"] is None and "score 7.0 is outside 0 (wrong) to 1 (fully right)" in found["error"]
     assert sum(is_judge(r) for r in model_server.requests) == 2
+
+
+def test_the_rescore_said_to_judge_answers_again_calls_the_judge_that_could_not_judge_them(model_server):
+    """After a `rescore --judge` whose judge gave no usable grade, compare (and the gate) said to judge the answers
+    again with `agenteval rescore ID`, which calls no judge the run did not have: run as said, it left every answer
+    unjudged. The command now names the judge whose scores are current; run as said, it judges them."""
+    import re
+
+    from click.testing import CliRunner
+
+    from agenteval.analysis import compare
+    from agenteval.cli import main
+
+    model_server.responder = responder(lambda request: grade(1.0, True))
+    baseline, candidate = (
+        evaluate("", dataset(), model="openai/agent-model", base_url=model_server.openai_url, attempts=1).experiment_id
+        for _ in range(2)
+    )
+    model_server.responder = responder(lambda request: ms.text("I refuse to grade"))
+    rescore(Store(), candidate, judge="openai/judge-b", judge_base_url=model_server.openai_url)
+    (warning,) = [
+        w for w in compare(Store(), baseline, candidate, min_shared=1).warnings if w.kind == "infrastructure_failures"
+    ]
+    assert "2 answer(s) a scorer could not judge" in warning.message
+    said = re.search(r"again with agenteval (rescore \S+(?: --\S+ \S+)*)", warning.message)
+    assert said is not None, warning.message
+    command = said.group(1).removesuffix(".").split()  # the sentence's full stop
+    assert command == ["rescore", candidate, "--judge", "openai/judge-b"]
+
+    model_server.responder = responder(lambda request: grade(1.0, True))  # the judge's API is back
+    ran = CliRunner().invoke(main, [*command, "--judge-base-url", model_server.openai_url])
+    assert ran.exit_code == 0, ran.output
+    assert not [
+        w for w in compare(Store(), baseline, candidate, min_shared=1).warnings if w.kind == "infrastructure_failures"
+    ]

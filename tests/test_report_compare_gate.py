@@ -489,3 +489,22 @@ def test_trials_no_scorer_judged_are_counted_and_warned_of_in_the_report_and_com
     assert comparison.figures["baseline"]["unjudged_trials"] == 36
     shown = CliRunner().invoke(main, ["report", ids[0], "--store", str(store)], env={"COLUMNS": "300"}).output
     assert "no pass/fail scorer judging them" in shown
+
+
+def test_the_rescore_said_for_a_scorer_given_to_an_earlier_rescore_asks_for_it(tmp_path):
+    """A scorer given to `rescore --scorer` that could not judge is not re-run by a plain `agenteval rescore ID`
+    (only the built-ins and the run's own are): the remedy said that command, which left its answers unjudged."""
+    from agenteval.scorers import rescore, scorer
+
+    @scorer
+    def judge_down(case, trial):
+        raise RuntimeError("the grading service is down")
+
+    store = Store(tmp_path / "store")
+    baseline, candidate = (
+        evaluate("mock", "arithmetic", cases=10, attempts=1, store=store.root, progress="none").id for _ in range(2)
+    )
+    rescore(store, candidate, [judge_down])
+    (warning,) = [w for w in compare(store, baseline, candidate).warnings if w.kind == "infrastructure_failures"]
+    assert f"again with agenteval rescore {candidate}" in warning.message
+    assert "--scorer MODULE:ATTR, naming judge_down as given before" in warning.message

@@ -180,8 +180,12 @@ def _run(store: Store, experiment_id: str) -> _Run:
         figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]
         by_type = ex.fetch(con, INFRASTRUCTURE_BY_TYPE) if figures["infrastructure_failures"] else []
         figures["infrastructure_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
-        versions = {
-            row["scorer"]: ScorerFigures.from_row(row).versions for row in ex.fetch(con, "SELECT * FROM scorer_figures")
+        scorers = [ScorerFigures.from_row(row) for row in ex.fetch(con, "SELECT * FROM scorer_figures")]
+        versions = {s.scorer: s.versions for s in scorers}
+        # The pass/fail scorers that could not judge some answers, each with the version of most of its current
+        # scores (a judge's names its model): what the rescore that judges them again must run.
+        figures["unjudging_scorers"] = {
+            s.scorer: s.versions[0].version for s in scorers if s.errors and not s.continuous and s.versions
         }
         quantiles = run_quantiles(levels, values, rates)
         return _Run(rates, figures, ex.summarize(store, experiment_id, con), quantiles, versions)
@@ -513,14 +517,35 @@ def _infrastructure_remedy(experiment: ex.Experiment, figures: dict[str, Any], s
     infra = figures["infrastructure_failures"]
     unjudged = figures["infrastructure_by_type"].get(SCORER_ERROR, 0)
     rerun = f"Re-run the failed ones with agenteval run --resume {eid} --retry-failed infra{store_option}"
-    judge = experiment.options.get("judge")
-    rescore = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "") + store_option
+    rescore = _rescore(experiment, figures, store_option)
     rejudge = f"judge the {unjudged} answer(s) a scorer could not judge again with {rescore}"
     if not unjudged:
         return rerun
     if unjudged == infra:
         return rejudge[0].upper() + rejudge[1:]
     return f"{rerun}; {rejudge}"
+
+
+def _rescore(experiment: ex.Experiment, figures: dict[str, Any], store_option: str) -> str:
+    """The rescore that runs again the scorers that could not judge (``figures["unjudging_scorers"]``). A rescore
+    without ``--judge`` never calls a judge, and re-runs only the built-ins and the run's own scorers: after a
+    ``rescore --judge`` whose API was down, "agenteval rescore ID" left every answer unjudged. So the judge is the
+    one whose scores are current (its version is ``PROMPT:MODEL``), and a scorer that is neither a built-in nor the
+    run's own (given to an earlier rescore) is asked for by ``--scorer``."""
+    from ..scorers._judge import NAME as JUDGE  # here: only a run with scorer errors needs the scorers
+    from ..scorers._loading import BUILTIN_BY_NAME
+
+    eid, unjudging = experiment.experiment_id, figures["unjudging_scorers"]
+    judge = unjudging[JUDGE].partition(":")[2] if JUDGE in unjudging else experiment.options.get("judge")
+    command = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "") + store_option
+    own = {spec.rpartition(":")[2] for spec in experiment.options.get("scorers") or []}
+    others = sorted(set(unjudging) - own - set(BUILTIN_BY_NAME) - {JUDGE})
+    if others:
+        command += (
+            f" --scorer MODULE:ATTR, naming {', '.join(others)} as given before (a rescore runs again only the "
+            "built-ins and the run's own scorers unless told)"
+        )
+    return command
 
 
 def _share(limit: float) -> str:
