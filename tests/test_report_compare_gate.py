@@ -508,3 +508,19 @@ def test_the_rescore_said_for_a_scorer_given_to_an_earlier_rescore_asks_for_it(t
     (warning,) = [w for w in compare(store, baseline, candidate).warnings if w.kind == "infrastructure_failures"]
     assert f"again with agenteval rescore {candidate}" in warning.message
     assert "--scorer MODULE:ATTR, naming judge_down as given before" in warning.message
+
+
+def test_a_report_of_no_trials_gives_no_share_rather_than_none_passed(tmp_path):
+    """A run that ran no trial (its one case has a simulated user, left out) showed "passed 0 · 0.0%" beside
+    "wrong answers 0 · –": a run that passed nothing, where it ran nothing."""
+    from agenteval.dataset import Case, Dataset
+    from agenteval.render import to_markdown
+
+    case = Case(id="s", input="Hello", expected_output="", simulated_user="a customer")
+    dataset = Dataset("simulated", "simulated(test)", "hash-simulated", [case])
+    store = tmp_path / "store"
+    experiment = evaluate(lambda question: "hi", dataset, attempts=1, skip_simulated=True, store=store, progress="none")
+    report = build_report(Store(store), experiment.id)
+    assert report.trials == 0 and report.overall.pass_rate is None
+    text = to_markdown(report)
+    assert "| passed | 0 | – |" in text and "|   of which infrastructure | 0 | – |" in text

@@ -130,13 +130,16 @@ def sections(report: Report) -> list[Section]:
         for c in report.categories
     ]
     scorers = scorer_rows(report.scorers)
-    trials = report.trials or 1
+
+    def share(count: int) -> str:  # of no trials, no share: "passed 0 · 0.0%" read as a run that passed nothing
+        return pct(count / report.trials if report.trials else None)
+
     outcomes = [
-        ["passed", str(o.passed), pct(o.passed / trials)],
+        ["passed", str(o.passed), share(o.passed)],
         ["wrong answers", str(o.wrong), pct(o.wrong_share)],
         ["failures", str(o.failed), pct(o.failed_share)],
-        ["  of which infrastructure", str(o.infrastructure_failures), pct(o.infrastructure_failures / trials)],
-    ] + [[f"  {kind}", str(n), pct(n / trials)] for kind, n in o.failures_by_type.items()]
+        ["  of which infrastructure", str(o.infrastructure_failures), share(o.infrastructure_failures)],
+    ] + [[f"  {kind}", str(n), share(n)] for kind, n in o.failures_by_type.items()]
     latency = [["trial", ms(report.latency.trial_p50_ms), ms(report.latency.trial_p95_ms), str(report.trials)]]
     latency += [[s.operation, ms(s.p50_ms), ms(s.p95_ms), str(s.spans)] for s in report.latency.spans]
     tokens = [
