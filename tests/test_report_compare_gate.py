@@ -524,3 +524,29 @@ def test_a_report_of_no_trials_gives_no_share_rather_than_none_passed(tmp_path):
     assert report.trials == 0 and report.overall.pass_rate is None
     text = to_markdown(report)
     assert "| passed | 0 | – |" in text and "|   of which infrastructure | 0 | – |" in text
+
+
+def test_a_pass_fail_scorer_only_one_run_had_is_warned_of(tmp_path):
+    """Two identical runs, the candidate rescored with a scorer the baseline never had, read as a regression of
+    40 points, and the gate said "regression" (exit 1) with no word of it. A run whose every trial failed has no
+    scores to miss, and is not warned of."""
+    from agenteval.scorers import rescore, scorer
+
+    @scorer
+    def strict(case, trial):
+        return int(case.id[-1]) % 3 != 0  # a third of the cases fail it, whatever the answer
+
+    store = Store(tmp_path / "store")
+
+    def run(**options: str) -> str:
+        return evaluate("mock", "arithmetic", cases=30, store=store.root, agent_options=options, progress="none").id
+
+    baseline, candidate, failing = run(), run(), run(fail_rate="1", failure="tool_error")
+    rescore(store, candidate, [strict])
+    decision = gate(store, baseline, candidate)
+    assert decision.exit_code == 1 and decision.comparison is not None
+    assert decision.comparison.overall.difference == pytest.approx(-12 / 30)  # the ids ending in 0, 3, 6 or 9
+    (warning,) = [w for w in decision.comparison.warnings if w.kind == "different_scorers"]
+    assert "strict judged only the candidate's answers" in warning.message
+    assert any("warning: the pass/fail scorers differ" in reason for reason in decision.reasons)
+    assert not [w for w in compare(store, baseline, failing).warnings if w.kind == "different_scorers"]

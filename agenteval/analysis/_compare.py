@@ -79,11 +79,16 @@ INCOMPLETE, DIFFERENT_DATASETS, UNSHARED_CASES = "incomplete", "different_datase
 """Kinds of comparison warning; the gate refuses on the first two unless told otherwise."""
 INFRASTRUCTURE = "infrastructure_failures"
 """Either run had infrastructure failures: the gate refuses past ``--max-infra``, compare warns on any."""
+DIFFERENT_SCORERS = "different_scorers"
+"""A pass/fail scorer judged one run's answers and not the other's (given to one rescore, or a judge in one run): a
+trial passes only when every pass/fail scorer that judged it passed, so the pass rates are not like for like."""
 DIFFERENT_SCORER_VERSIONS = "different_scorer_versions"
 """A scorer's current scores come from other versions in one run than in the other (another judge model or prompt):
 its figures are not like for like."""
 UNJUDGED = "unjudged_trials"
 """Either run has trials no pass/fail scorer judged, which pass whenever they do not fail."""
+ABOUT_THE_FIGURES = (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORERS, DIFFERENT_SCORER_VERSIONS, UNJUDGED)
+"""Warnings about what the figures of two comparable runs mean, left out of why two runs cannot be compared."""
 SAME_EXPERIMENT = "same_experiment"
 """A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
 
@@ -160,6 +165,8 @@ class _Run:
     quantiles: dict[str, RunQuantile]
     scorer_versions: dict[str, list[ScorerVersion]]
     """The versions that gave each scorer's current scores (``scorer_figures``)."""
+    pass_fail: frozenset[str] = frozenset()
+    """The scorers whose current scores decide whether a trial passed (not continuous ones)."""
 
 
 def _run(store: Store, experiment_id: str) -> _Run:
@@ -188,7 +195,8 @@ def _run(store: Store, experiment_id: str) -> _Run:
             s.scorer: s.versions[0].version for s in scorers if s.errors and not s.continuous and s.versions
         }
         quantiles = run_quantiles(levels, values, rates)
-        return _Run(rates, figures, ex.summarize(store, experiment_id, con), quantiles, versions)
+        pass_fail = frozenset(s.scorer for s in scorers if not s.continuous)
+        return _Run(rates, figures, ex.summarize(store, experiment_id, con), quantiles, versions, pass_fail)
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
@@ -294,6 +302,28 @@ def _scorer_version_warning(a: _Run, b: _Run) -> list[ComparisonWarning]:
     ]
 
 
+def _scorer_set_warning(a: _Run, b: _Run, shared: list[str]) -> list[ComparisonWarning]:
+    """Pass/fail scorers that judged one run's answers and not the other's: two identical runs, one rescored with a
+    scorer the other never had, read as a regression of 28 points and the gate said so (exit 1) without a word. A run
+    that answered none of the shared cases has no scores to miss (every trial failed)."""
+    answered = [any(run.rates[c]["attempts"] > run.rates[c]["failed"] for c in shared) for run in (a, b)]
+    only = {
+        "baseline": sorted(a.pass_fail - b.pass_fail) if answered[1] else [],
+        "candidate": sorted(b.pass_fail - a.pass_fail) if answered[0] else [],
+    }
+    said = [f"{', '.join(names)} judged only the {role}'s answers" for role, names in only.items() if names]
+    if not said:
+        return []
+    return [
+        ComparisonWarning(
+            DIFFERENT_SCORERS,
+            f"the pass/fail scorers differ: {' and '.join(said)}. A trial passes only when every pass/fail scorer "
+            "that judged it passed, so the difference may come from the scorers, not the agents: rescore both with "
+            "the same scorers (agenteval rescore ID --scorer NAME, or --judge MODEL for a judge)",
+        )
+    ]
+
+
 def _infrastructure_warning(
     baseline: ex.Experiment, candidate: ex.Experiment, figures: dict[str, dict[str, Any]], store_option: str
 ) -> list[ComparisonWarning]:
@@ -358,6 +388,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
         *_unshared_warning(a, b, len(shared)),
+        *_scorer_set_warning(run_a, run_b, shared),
         *_scorer_version_warning(run_a, run_b),
         *_infrastructure_warning(
             baseline, candidate, {"baseline": figures_a, "candidate": figures_b}, store.as_option()
@@ -368,11 +399,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         raise NotComparable(
             f"{baseline.experiment_id} and {candidate.experiment_id} share {len(shared)} case(s); at least "
             f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed).",
-            *(
-                w.message
-                for w in warnings
-                if w.kind not in (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORER_VERSIONS, UNJUDGED)
-            ),
+            *(w.message for w in warnings if w.kind not in ABOUT_THE_FIGURES),
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories: dict[str, PairedDifference] = {}
