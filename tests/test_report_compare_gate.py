@@ -477,16 +477,16 @@ def test_trials_no_scorer_judged_are_counted_and_warned_of_in_the_report_and_com
     ]
     report = build_report(Store(store), ids[0])
     # By hand: the 36 trials of the open cases passed, those of the sum cases (a wrong answer each) did not.
-    assert (report.outcomes.passed, report.outcomes.wrong, report.outcomes.unjudged) == (36, 36, 36)
+    assert (report.outcomes.passed, report.outcomes.wrong, report.outcomes.unscored) == (36, 36, 36)
     assert any(
         "36 of the 72 trials (12 case(s)) count as passed with no pass/fail scorer" in w for w in report.warnings
     )
-    assert build_report(Store(store), ids[1]).outcomes.unjudged == 36
+    assert build_report(Store(store), ids[1]).outcomes.unscored == 36
     comparison = compare(Store(store), ids[0], ids[1])
     assert comparison.overall.difference == pytest.approx(0.5)
-    (warning,) = [w for w in comparison.warnings if w.kind == "unjudged_trials"]
+    (warning,) = [w for w in comparison.warnings if w.kind == "unscored_trials"]
     assert "36 of the baseline's 72 trials and 36 of the candidate's 72 trials" in warning.message
-    assert comparison.figures["baseline"]["unjudged_trials"] == 36
+    assert comparison.figures["baseline"]["unscored_trials"] == 36
     shown = CliRunner().invoke(main, ["report", ids[0], "--store", str(store)], env={"COLUMNS": "300"}).output
     assert "no pass/fail scorer judging them" in shown
 

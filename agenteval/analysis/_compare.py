@@ -47,7 +47,7 @@ compared beside them (:data:`._compare_figures.FIGURES`); its parameters are the
 
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
-       count(*) FILTER (WHERE unjudged) AS unjudged_trials,
+       count(*) FILTER (WHERE unscored) AS unscored_trials,
        quantile_cont(duration_ms, {levels}) AS latency_quantiles,
        avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
        fsum(duration_ms) / count(duration_ms) AS latency_mean_ms, fsum(cost_usd) / count(cost_usd) AS cost_per_trial_usd
@@ -85,9 +85,9 @@ trial passes only when every pass/fail scorer that judged it passed, so the pass
 DIFFERENT_SCORER_VERSIONS = "different_scorer_versions"
 """A scorer's current scores come from other versions in one run than in the other (another judge model or prompt):
 its figures are not like for like."""
-UNJUDGED = "unjudged_trials"
+UNSCORED = "unscored_trials"
 """Either run has trials no pass/fail scorer judged, which pass whenever they do not fail."""
-ABOUT_THE_FIGURES = (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORERS, DIFFERENT_SCORER_VERSIONS, UNJUDGED)
+ABOUT_THE_FIGURES = (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORERS, DIFFERENT_SCORER_VERSIONS, UNSCORED)
 """Warnings about what the figures of two comparable runs mean, left out of why two runs cannot be compared."""
 SAME_EXPERIMENT = "same_experiment"
 """A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
@@ -347,15 +347,15 @@ def _infrastructure_warning(
     ]
 
 
-def _unjudged_warning(figures: dict[str, dict[str, Any]]) -> list[ComparisonWarning]:
+def _unscored_warning(figures: dict[str, dict[str, Any]]) -> list[ComparisonWarning]:
     """Trials that passed on no scorer's word: on their cases the difference says only whether the agent answered."""
-    counted = {role: figures[role]["unjudged_trials"] for role in ("baseline", "candidate")}
+    counted = {role: figures[role]["unscored_trials"] for role in ("baseline", "candidate")}
     if not any(counted.values()):
         return []
     sides = " and ".join(f"{n} of the {role}'s {figures[role]['trials']} trials" for role, n in counted.items())
     return [
         ComparisonWarning(
-            UNJUDGED,
+            UNSCORED,
             f"{sides} count as passed with no pass/fail scorer judging them (their cases give no expected answer, "
             "criteria or rubric), so on those cases the difference says only whether the agent answered; agenteval "
             "audit names the cases",
@@ -393,7 +393,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_infrastructure_warning(
             baseline, candidate, {"baseline": figures_a, "candidate": figures_b}, store.as_option()
         ),
-        *_unjudged_warning({"baseline": figures_a, "candidate": figures_b}),
+        *_unscored_warning({"baseline": figures_a, "candidate": figures_b}),
     ]
     if len(shared) < min_shared:
         raise NotComparable(

@@ -134,12 +134,12 @@ class Outcomes:
     wrong_share: float | None
     failed_share: float | None
     failures_by_type: dict[str, int]
-    unjudged: int = 0
+    unscored: int = 0
     """Of the passed, trials that no pass/fail scorer judged (their case gives no expected answer, criteria or
-    rubric): they pass whenever they do not fail, which :func:`unjudged_warning` says."""
+    rubric): they pass whenever they do not fail, which :func:`unscored_warning` says."""
 
 
-def unjudged_warning(trials: int, cases: int, of_trials: int) -> list[str]:
+def unscored_warning(trials: int, cases: int, of_trials: int) -> list[str]:
     """A warning when ``trials`` of ``of_trials`` (in ``cases`` cases) passed with no pass/fail scorer to judge them."""
     if not trials:
         return []

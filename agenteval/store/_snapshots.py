@@ -56,7 +56,7 @@ their case, and scorer figures the spread their intervals need; 3: judged trials
 judge fail as ``scorer_error``, infrastructure, where they were wrong; 4: scorer figures count only the scores of
 current trials, not those of a try lost before its trial row was written; 5: scorer figures say which scorer
 versions gave the current scores, and how many each; 6: judged trials say whether no pass/fail scorer judged them,
-``unjudged``)."""
+``unscored``)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -76,8 +76,8 @@ TRIAL_FIGURES = (
     "experiment_id, trial_id, case_id, attempt, outcome, passed, failure_type, infrastructure, error_message, "
     f"duration_ms, {USAGE_FIGURES}"
 )
-"""The columns of ``judged``, beside ``unjudged`` (:func:`~._views.judged_by_no_scorer`): what figures use (replies
-and reasons are large, and reading them costs most)."""
+"""The columns of ``judged``, beside ``unscored`` (:func:`~._views.judged_trials`): what figures use (replies and
+reasons are large, and reading them costs most)."""
 
 
 def scorer_figures_sql(scores: str, unit: str) -> str:
@@ -284,9 +284,9 @@ def _compute_into(con: duckdb.DuckDBPyConnection, experiment_id: str, folder: Pa
         current = f"SELECT {SCORE_FIGURES} FROM ({views.current_scores(experiment_id, some)})"
         con.execute(f"CREATE OR REPLACE TEMP TABLE current_scores AS {current}")
         judged = folder / f"judged-{bucket}{SNAPSHOT_SUFFIX}"
-        trials = views.judged_trials(f"({views.current_trials(experiment_id, some)})", "current_scores", "trial_id")
-        unjudged = views.judged_by_no_scorer("current_scores")
-        _copy(con, f"SELECT {TRIAL_FIGURES}, {unjudged} AS unjudged FROM ({trials})", judged)
+        some_trials = f"({views.current_trials(experiment_id, some)})"
+        trials = views.judged_trials(some_trials, "current_scores", "trial_id", unscored=True)
+        _copy(con, f"SELECT {TRIAL_FIGURES}, unscored FROM ({trials})", judged)
         # The scores that count are those of the trials just judged: the bucket's current trials, found once.
         counted = views.scores_of_trials("current_scores", _parquet(judged), "trial_id")
         # The trial id has done its work: left out, these scratch files take about a third less time to write.

@@ -186,7 +186,7 @@ def unjudged_message(verdicts: str) -> str:
     return f"'scorer ' || {verdicts}.errored_scorer || ' could not judge the answer: ' || {verdicts}.scorer_error"
 
 
-def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id") -> str:
+def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id", *, unscored: bool = False) -> str:
     """``trials`` with ``outcome`` and ``passed`` judged by ``scores`` (their current scores): what passing means.
 
     A trial fails when it never produced an answer (``failure_type``); it passes when it did not fail and
@@ -201,8 +201,11 @@ def judged_trials(trials: str, scores: str, keys: str = "experiment_id, trial_id
     ``outcome``, ``passed`` and, for a trial that answered, ``infrastructure`` are the run's verdict, replaced here.)
 
     ``trials`` is a relation with the trials table's ``failure_type``, ``infrastructure``, ``error_message``,
-    ``outcome`` and ``passed``; ``keys`` join it to ``scores``.
+    ``outcome`` and ``passed``; ``keys`` join it to ``scores``. With ``unscored``, a column of that name says whether
+    the trial answered with no pass/fail score to judge it (its case gives no expected answer, criteria or rubric):
+    it passed on no scorer's word, which reports and compare count.
     """
+    flagged = ",\n    t.failure_type IS NULL AND j.all_passed IS NULL AS unscored" if unscored else ""
     passes = "t.failure_type IS NULL AND coalesce(j.all_passed, true)"
     unjudged = "t.failure_type IS NULL AND j.errored_scorer IS NOT NULL"
     return f"""
@@ -214,18 +217,10 @@ SELECT t.* REPLACE (
     -- an answered trial's stored flag is the run's verdict on the scores it had then: the current ones decide
     CASE WHEN {unjudged} THEN true WHEN t.failure_type IS NOT NULL THEN t.infrastructure END AS infrastructure,
     CASE WHEN {unjudged} THEN {unjudged_message("j")} ELSE t.error_message END AS error_message
-)
+){flagged}
 FROM {trials} t
 LEFT JOIN ({scorer_verdicts(scores, keys)}) j USING ({keys})
 """
-
-
-def judged_by_no_scorer(scores: str) -> str:
-    """SQL: whether a judged trial (a row of :func:`judged_trials`) answered with no pass/fail score among ``scores``
-    (its current scores, with a ``trial_id``) to judge it: its case gives no expected answer, criteria or rubric, so
-    it passes whenever it does not fail, on no scorer's word. Reports and compare say how many there are."""
-    pass_fail = f"SELECT trial_id FROM {scores} WHERE NOT coalesce(continuous, false)"
-    return f"failure_type IS NULL AND trial_id NOT IN ({pass_fail})"
 
 
 def current_reviews(experiment_id: str | None = None) -> str:
