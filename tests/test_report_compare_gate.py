@@ -550,3 +550,24 @@ def test_a_pass_fail_scorer_only_one_run_had_is_warned_of(tmp_path):
     assert "strict judged only the candidate's answers" in warning.message
     assert any("warning: the pass/fail scorers differ" in reason for reason in decision.reasons)
     assert not [w for w in compare(store, baseline, failing).warnings if w.kind == "different_scorers"]
+
+
+def test_a_scorer_of_a_case_only_one_run_ran_is_not_a_difference_of_scorers(tmp_path):
+    """Two samples of one dataset: must_contain applies to one case, which only the baseline drew. On the cases both
+    ran the same scorers judged, and the warning that they differ would be false."""
+    from agenteval.dataset import Case, Dataset
+
+    cases = [Case(id=f"c{n:02d}", input=f"What is {n} + 0?", expected_output=str(n)) for n in range(21)]
+    cases[0] = dataclasses.replace(cases[0], must_contain=["0"])
+    store = Store(tmp_path / "store")
+    baseline, candidate = (
+        evaluate(
+            lambda question: question.split()[2],
+            Dataset("s", "s(test)", "hash-s", drawn),
+            store=store.root,
+            progress="none",
+        ).id
+        for drawn in (cases[:20], cases[1:])
+    )
+    kinds = [w.kind for w in compare(store, baseline, candidate).warnings]
+    assert kinds == ["unshared_cases"]

@@ -15,6 +15,7 @@ from ..render._text_safety import markdown_cell
 from ..run._failures import SCORER_ERROR
 from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA, MAX_ALPHA
 from ..store import Store
+from ..store import _views as views
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
 from . import _experiments as ex
@@ -282,6 +283,19 @@ def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list
     ]
 
 
+def _judging(store: Store, experiment_id: str, run: _Run, scorers: frozenset[str], shared: list[str]) -> list[str]:
+    """Those of ``scorers`` (of the run's pass/fail ones) that judged an answer of a ``shared`` case: all of them when
+    the run ran no other case; else read from its current scores, since a scorer may apply to its other cases only
+    (a must_contain of one case that one sample drew), which the figures, summed over cases, cannot tell."""
+    if not scorers or len(run.rates) == len(shared):
+        return sorted(scorers)
+    sql = (
+        f"SELECT DISTINCT scorer FROM ({views.counted_scores(experiment_id)}) WHERE NOT coalesce(continuous, false) "
+        "AND list_contains(?, scorer) AND list_contains(?, case_id) ORDER BY scorer"
+    )
+    return [row["scorer"] for row in store.rows(sql, [sorted(scorers), shared])]
+
+
 def _scorer_version_warning(a: _Run, b: _Run) -> list[ComparisonWarning]:
     """Scorers both runs have whose current scores come from different versions (an LLM judge's: prompt and model):
     a pass rate judged by one judge against one judged by another measures the judges as much as the agents."""
@@ -302,14 +316,16 @@ def _scorer_version_warning(a: _Run, b: _Run) -> list[ComparisonWarning]:
     ]
 
 
-def _scorer_set_warning(a: _Run, b: _Run, shared: list[str]) -> list[ComparisonWarning]:
-    """Pass/fail scorers that judged one run's answers and not the other's: two identical runs, one rescored with a
-    scorer the other never had, read as a regression of 28 points and the gate said so (exit 1) without a word. A run
-    that answered none of the shared cases has no scores to miss (every trial failed)."""
+def _scorer_set_warning(store: Store, runs: dict[str, tuple[str, _Run]], shared: list[str]) -> list[ComparisonWarning]:
+    """Pass/fail scorers that judged one run's answers of the shared cases and not the other's: two identical runs,
+    one rescored with a scorer the other never had, read as a regression of 40 points and the gate said so (exit 1)
+    without a word. ``runs``: each role's experiment id and run. A run that answered none of the shared cases has no
+    scores to miss (every trial failed)."""
+    (a_id, a), (b_id, b) = runs["baseline"], runs["candidate"]
     answered = [any(run.rates[c]["attempts"] > run.rates[c]["failed"] for c in shared) for run in (a, b)]
     only = {
-        "baseline": sorted(a.pass_fail - b.pass_fail) if answered[1] else [],
-        "candidate": sorted(b.pass_fail - a.pass_fail) if answered[0] else [],
+        "baseline": _judging(store, a_id, a, a.pass_fail - b.pass_fail, shared) if answered[1] else [],
+        "candidate": _judging(store, b_id, b, b.pass_fail - a.pass_fail, shared) if answered[0] else [],
     }
     said = [f"{', '.join(names)} judged only the {role}'s answers" for role, names in only.items() if names]
     if not said:
@@ -388,7 +404,9 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
         *_dataset_warning(baseline, candidate),
         *_unshared_warning(a, b, len(shared)),
-        *_scorer_set_warning(run_a, run_b, shared),
+        *_scorer_set_warning(
+            store, {"baseline": (baseline.experiment_id, run_a), "candidate": (candidate.experiment_id, run_b)}, shared
+        ),
         *_scorer_version_warning(run_a, run_b),
         *_infrastructure_warning(
             baseline, candidate, {"baseline": figures_a, "candidate": figures_b}, store.as_option()
