@@ -488,3 +488,18 @@ def test_an_arrow_scorer_sees_only_the_trials_it_applies_to():
     cases = {"c0": Case(id="c0", input="q", expected_output=""), "c1": case(expected_output="4")}
     ScoringEngine([records]).judge(pa.Table.from_pylist(rows, schema=FEATURES), cases)
     assert seen == [(["t1", "t3"], ["c1", "c1"])]
+
+
+def test_a_scorer_may_require_any_field_a_case_gives():
+    """``requires`` named only the fields built-in scorers judge by: a scorer of one's own that reads a case's
+    rubric or category was refused as requiring an unknown field. It applies where the case gives the field."""
+
+    @scorer(requires=("rubric", "category"))
+    def polite(case, trial):
+        return "please" in trial.reply
+
+    graded = case(rubric="says please", category="manners")
+    assert score_one(graded, trial(replies=["yes please"]), [polite])["polite"].passed is True
+    assert score_one(case(rubric="says please"), trial(replies=["yes please"]), [polite]) == {}
+    with pytest.raises(ValueError, match=r"requires unknown case fields: rubrik \(a case's fields: input, "):
+        Scorer("typo", fn=lambda case, trial: True, requires=("rubrik",))

@@ -12,7 +12,7 @@ from typing import Any
 from agenteval_instrumentation import capture
 from agenteval_instrumentation.text import storable_text
 
-from ..dataset._cases import SCORED_FIELDS, Case, gives
+from ..dataset._cases import FIELDS, Case, gives
 from ._features import TrialFeatures
 
 Outcome = tuple[float | None, bool | None, str, str | None]
@@ -73,9 +73,13 @@ class Scorer:
     def __post_init__(self) -> None:
         if [self.fn, self.sql, self.arrow, self.coroutine].count(None) != 3:
             raise ValueError(f"scorer {self.name!r} needs exactly one of fn, sql, arrow or coroutine")
-        unknown = set(self.requires) - set(SCORED_FIELDS)
+        # Any field a case may give: a scorer of one's own may read a rubric, a category or metadata.
+        unknown = set(self.requires) - set(FIELDS)
         if unknown:
-            raise ValueError(f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))}")
+            raise ValueError(
+                f"scorer {self.name!r} requires unknown case fields: {', '.join(sorted(unknown))} "
+                f"(a case's fields: {', '.join(FIELDS)})"
+            )
 
     def applies(self, case: Case) -> bool:
         return all(gives(case, f) for f in self.requires) and (self.when is None or self.when(case))
