@@ -466,15 +466,20 @@ def test_trials_no_scorer_judged_are_counted_and_warned_of_in_the_report_and_com
     """Cases with no expected answer, criteria or rubric pass whenever their trials do not fail: 12 of 24 such cases
     lifted a pass rate of wrong-half answers to 81.9% with nothing in the report or the comparison saying so."""
     from agenteval.dataset import Case, Dataset
+    from agenteval.render._console import run_summary
 
     cases = [Case(id=f"open-{n}", input=f"What is {n} + 0?", expected_output="", category="open") for n in range(12)]
     cases += [Case(id=f"sum-{n}", input=f"What is {n} + 0?", expected_output=str(n), category="sum") for n in range(12)]
     dataset = Dataset("half-judged", "half-judged(test)", "hash-half", cases)
     store = tmp_path / "store"
-    ids = [
-        evaluate(agent, dataset, attempts=3, store=store, progress="none").id
+    runs = [
+        evaluate(agent, dataset, attempts=3, store=store, progress="none")
         for agent in (lambda question: "no idea", lambda question: question.split()[2])
     ]
+    ids = [run.id for run in runs]
+    # The end of the run says it too, under its pass rate.
+    assert runs[0].summary.unscored == 36
+    assert "warning: 36 passed with no pass/fail scorer to judge them" in run_summary(runs[0].summary)
     report = build_report(Store(store), ids[0])
     # By hand: the 36 trials of the open cases passed, those of the sum cases (a wrong answer each) did not.
     assert (report.outcomes.passed, report.outcomes.wrong, report.outcomes.unscored) == (36, 36, 36)

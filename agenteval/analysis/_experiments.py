@@ -275,6 +275,7 @@ SELECT count(*) AS trials,
        count(*) FILTER (WHERE outcome = 'wrong') AS wrong,
        count(*) FILTER (WHERE outcome = 'failed') AS failed,
        count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
+       count(*) FILTER (WHERE unscored) AS unscored,
        avg(passed::INT) AS pass_rate,
        sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        fsum(cost_usd) AS cost_usd,
@@ -296,6 +297,8 @@ class Figures:
     wrong: int
     failed: int
     infrastructure_failures: int
+    unscored: int
+    """Of the passed, trials no pass/fail scorer judged (their case gives no expected answer, criteria or rubric)."""
     failures_by_type: dict[str, int]
     pass_rate: float | None
     """Passed over trials; None with no trials."""

@@ -160,6 +160,11 @@ def run_summary(summary: Summary) -> str:
         )
         if summary.failures_by_type:
             lines.append("  failures: " + ", ".join(f"{k} {v}" for k, v in summary.failures_by_type.items()))
+        if summary.unscored:
+            lines.append(
+                f"  warning: {summary.unscored} passed with no pass/fail scorer to judge them: their cases give no "
+                "expected answer, criteria or rubric (agenteval audit names them)"
+            )
         if summary.cost_usd_all_tries is not None:
             lines.append(f"  {_usage(summary, '_all_tries')}, every try included")
             counted = (summary.input_tokens, summary.output_tokens)
