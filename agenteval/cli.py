@@ -39,6 +39,7 @@ from .run._options import (
     MIN_CASES_PER_CATEGORY,
     NEAR_DUPLICATE_SIMILARITY,
 )
+from .store._limits import DEFAULT_MEMORY_LIMIT, SERVER_MEMORY_LIMIT, shown_size
 
 
 class FloatRange(click.FloatRange):
@@ -50,6 +51,37 @@ class FloatRange(click.FloatRange):
         if number != number:  # NaN, the one float unequal to itself
             self.fail(f"{value!r} is not a number", param, ctx)
         return number
+
+
+class MemorySize(click.ParamType):
+    """A size such as ``500MB`` or ``4GB`` (DuckDB's units), as bytes."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        from .store._limits import parse_size
+
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def memory_limit_option(
+    option: str, default: int, help_text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``option SIZE``: the memory a statement of the user's own may use."""
+    return click.option(
+        option,
+        "memory_limit",
+        type=MemorySize(),
+        default=shown_size(default),
+        show_default=True,
+        metavar="SIZE",
+        help=help_text,
+    )
 
 
 alpha_option = click.option(
@@ -352,13 +384,22 @@ def demo(questions: tuple[str, ...], store: str | None) -> None:
 @click.argument("query")
 @store_option
 @format_option
+@memory_limit_option(
+    "--memory-limit",
+    DEFAULT_MEMORY_LIMIT,
+    "Memory the statement may use, and this command grow by (e.g. 500MB, 16GB); past it, it stops with an error.",
+)
 @user_errors
-def sql(query: str, store: str | None, fmt: str) -> None:
+def sql(query: str, store: str | None, fmt: str, memory_limit: int) -> None:
     """Run a read-only SQL QUERY over the store's views: experiments, cases, trials, spans, scores, reviews (current,
     as reports give them), experiment_history, trial_history, score_history, review_history (every row as
     written), and traces, trace_scores (production traces). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE,
     SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
-    echo_table(existing_store(store).query(query, read_only=True), fmt)
+    from .store._limits import process_memory_capped
+
+    target = existing_store(store)
+    with process_memory_capped(memory_limit, "--memory-limit"):
+        echo_table(target.query(query, read_only=True, memory_limit=memory_limit), fmt)
 
 
 @main.command()
@@ -1214,8 +1255,19 @@ def power(
     show_default=True,
     help="Seconds a statement of the SQL page may run before it is stopped.",
 )
+@memory_limit_option(
+    "--sql-memory-limit",
+    SERVER_MEMORY_LIMIT,
+    "Memory (DuckDB's) a statement of the SQL page or its downloads may use (e.g. 500MB).",
+)
 def dashboard(
-    store: str | None, host: str, port: int, token: str | None, case_files: tuple[str, ...], sql_seconds: float
+    store: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    case_files: tuple[str, ...],
+    sql_seconds: float,
+    memory_limit: int,
 ) -> None:
     """Serve a local web app over the store: experiments, an experiment's cases and plots, a trial's conversation,
     scores and span timeline, comparisons and the gate, human review, and read-only SQL. Needs
@@ -1225,7 +1277,16 @@ def dashboard(
     def ready(address: str) -> None:
         click.echo(f"agenteval dashboard at {address} (Ctrl+C stops it)", err=True)
 
-    serve(store, host=host, port=port, token=token, case_files=case_files, sql_seconds=sql_seconds, on_ready=ready)
+    serve(
+        store,
+        host=host,
+        port=port,
+        token=token,
+        case_files=case_files,
+        sql_seconds=sql_seconds,
+        sql_memory=memory_limit,
+        on_ready=ready,
+    )
 
 
 @main.command()

@@ -31,6 +31,7 @@ from ..errors import AgentevalError
 from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
 from ..render._text_safety import visible
 from ..store import Store
+from ..store._limits import SERVER_MEMORY_LIMIT
 from . import _queries as q
 from . import _review as review
 from . import _sql as sql_page
@@ -71,9 +72,16 @@ def _environment() -> Environment:
 class Dashboard:
     """The pages, over one store, with the case files under review."""
 
-    def __init__(self, store: Store, case_files: list[Path], sql_seconds: float = sql_page.SQL_SECONDS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        case_files: list[Path],
+        sql_seconds: float = sql_page.SQL_SECONDS,
+        sql_memory: int = SERVER_MEMORY_LIMIT,
+    ) -> None:
         self.store = store
         self.sql_seconds = sql_seconds
+        self.sql_memory = sql_memory
         self.case_files = [CaseFile(Path(p)) for p in case_files]
         self.env = _environment()
 
@@ -205,7 +213,7 @@ class Dashboard:
         result, error = None, None
         if sql.strip():
             try:
-                result = sql_page.run_sql(self.store, sql, self.sql_seconds)
+                result = sql_page.run_sql(self.store, sql, self.sql_seconds, self.sql_memory)
             except (AgentevalError, duckdb.Error) as exc:
                 error = str(exc).splitlines()[0]
         example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
@@ -230,7 +238,7 @@ class Dashboard:
         if not sql.strip():
             return PlainTextResponse("give the statement as ?q=", status_code=400)
         try:
-            pieces = result_file(self.store, sql, fmt, self.sql_seconds)
+            pieces = result_file(self.store, sql, fmt, self.sql_seconds, self.sql_memory)
         except (AgentevalError, duckdb.Error) as exc:
             return PlainTextResponse(str(exc).splitlines()[0], status_code=400)
         return ResultFile(
@@ -351,14 +359,15 @@ def create_app(
     token: str | None = None,
     case_files: list[Path] | None = None,
     sql_seconds: float = sql_page.SQL_SECONDS,
+    sql_memory: int = SERVER_MEMORY_LIMIT,
 ) -> Starlette:
     """The dashboard as an ASGI app serving ``store`` on ``host`` (needed to check the ``Host`` and ``Origin`` of
     requests); ``token``: what every request must present (required off loopback); ``sql_seconds``: how long a
-    statement of the SQL page may run."""
+    statement of the SQL page may run; ``sql_memory``: the bytes of DuckDB's memory it may use."""
     store.require()
     for path in case_files or []:
         CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
-    pages = Dashboard(store, list(case_files or []), sql_seconds)
+    pages = Dashboard(store, list(case_files or []), sql_seconds, sql_memory)
     routes = [
         Route("/", pages.experiments),
         Route("/pick", pages.pick),

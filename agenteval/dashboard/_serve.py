@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import AgentevalError
 from ..store import Store
+from ..store._limits import SERVER_MEMORY_LIMIT
 
 EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
 DEFAULT_HOST = "127.0.0.1"
@@ -34,11 +35,13 @@ def serve(
     token: str | None = None,
     case_files: Sequence[str | Path] = (),
     sql_seconds: float = 30.0,
+    sql_memory: int = SERVER_MEMORY_LIMIT,
     on_ready: Callable[[str], Any] | None = None,
 ) -> None:
     """Serve the dashboard over ``store`` until interrupted. Off loopback, ``token`` is required (see
     :mod:`agenteval.dashboard._security`); ``case_files``: files of ``agenteval generate`` to review;
-    ``sql_seconds``: how long a statement of the SQL page may run before it is stopped; ``on_ready`` is given
+    ``sql_seconds``: how long a statement of the SQL page may run before it is stopped; ``sql_memory``: the bytes of
+    DuckDB's memory it may use; ``on_ready`` is given
     the address to open once the server listens."""
     require_extra()
     import uvicorn
@@ -48,7 +51,14 @@ def serve(
 
     check_binding(host, token)
     target = store if isinstance(store, Store) else Store(store)
-    app = create_app(target, host=host, token=token, case_files=[Path(p) for p in case_files], sql_seconds=sql_seconds)
+    app = create_app(
+        target,
+        host=host,
+        token=token,
+        case_files=[Path(p) for p in case_files],
+        sql_seconds=sql_seconds,
+        sql_memory=sql_memory,
+    )
     config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     if on_ready is not None:

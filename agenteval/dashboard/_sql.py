@@ -1,11 +1,12 @@
 """The SQL page: one read-only statement over the store, and what of its first rows a page shows.
 
-A result is untrusted twice over: its statement comes from whoever has the page, its values from agents' replies
-and stored spans. So the rows read are bounded (:data:`SQL_ROWS_SHOWN`), the statement's time is bounded
-(``--sql-timeout``), every cell shows at most :data:`SQL_CELL_CHARS` characters with a count of the rest, and the
-page stops at about :data:`SQL_PAGE_CHARS` characters of cells. Long values are cut by DuckDB, in the statement
-the page runs, and rows are read a few at a time: a result of huge values costs the server a page's memory, not
-the values'. The whole values stay reachable as the result's downloads (:mod:`._sql_download`).
+A result is untrusted twice over: its statement comes from whoever has the page, its values from agents' replies and
+stored spans. So the rows read are bounded (:data:`SQL_ROWS_SHOWN`), the statement's time is bounded
+(``--sql-timeout``) and so is its memory (:data:`MEMORY_OPTION`), every cell shows at most :data:`SQL_CELL_CHARS`
+characters with a count of the rest, and the page stops at about :data:`SQL_PAGE_CHARS` characters of cells. Long
+values are cut by DuckDB, in the statement the page runs, and rows are read a few at a time: a result of huge values
+costs the server a page's memory, not the values'. The whole values stay reachable as the result's downloads
+(:mod:`._sql_download`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 from ..errors import AgentevalError
 from ..render._text_safety import html_text
 from ..store import Store
+from ..store._limits import SERVER_MEMORY_LIMIT, memory_errors_named
 from ..store._store import check_read_only
 
 SQL_ROWS_SHOWN = 1000
@@ -37,6 +39,9 @@ SQL_CELL_CHARS = 500
 SQL_PAGE_CHARS = 2_000_000
 """About how many characters of cells a page holds, counted as sent (escapes and tags included): past it, the
 page shows no more columns or rows and says how many it left out."""
+
+MEMORY_OPTION = "--sql-memory-limit"
+"""The dashboard's option for the memory of a statement of its SQL page or downloads (DuckDB's ``memory_limit``)."""
 
 BATCH_ROWS = 100
 """Rows read from DuckDB at a time, by the page and by the downloads."""
@@ -137,21 +142,24 @@ class ShownResult:
         return any(cell.left_out for cell in self.columns) or any(c.left_out for row in self.rows for c in row)
 
 
-def run_sql(store: Store, sql: str, seconds: float = SQL_SECONDS) -> ShownResult:
+def run_sql(
+    store: Store, sql: str, seconds: float = SQL_SECONDS, memory_limit: int = SERVER_MEMORY_LIMIT
+) -> ShownResult:
     """One read-only statement, by the same rule as ``agenteval sql`` (a locked connection; anything but a single
     read is refused with :class:`agenteval.store.NotReadOnly`), as its page shows it: each cell cut to
     :data:`SQL_CELL_CHARS` characters, then columns and rows taken in order while the page stays under
     :data:`SQL_PAGE_CHARS` (a row is shown whole or not at all), of the first :data:`SQL_ROWS_SHOWN` rows. The
     result is read as a stream, :data:`BATCH_ROWS` rows at a time, and left once one more row than it shows came.
-    A statement still running after ``seconds`` is interrupted (:class:`SqlTimeout`)."""
+    A statement still running after ``seconds`` is interrupted (:class:`SqlTimeout`); one needing more than
+    ``memory_limit`` bytes of DuckDB's memory is stopped (:class:`agenteval.store._limits.StatementOutOfMemory`)."""
 
     def read(con: duckdb.DuckDBPyConnection) -> ShownResult:
         check_read_only(con, sql)  # plans the statement, runs none of it
-        with time_limited(con, seconds):
+        with time_limited(con, seconds), memory_errors_named(memory_limit, MEMORY_OPTION):
             return _read_page(con, sql)
 
     # Retried as Store.query is when a compaction replaced files under the statement.
-    return store._on_connection(read, read_only=True)
+    return store._on_connection(read, read_only=True, memory_limit=memory_limit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The SQL page's result as a file (``/sql.csv``, ``/sql.json``): every row, read and sent a batch at a time.
 
-A download is the SQL page's statement without the page's cuts, so it keeps the page's other rules: the same
-locked connection and read-only check, and the same time limit, over the whole download (a statement of endless
-rows is stopped as the page's is), sending included: a client that stops reading does not hold the statement's
-connection past it. Stopped or failed half way, the response ends without its last chunk, so the client sees a
-broken transfer rather than a short file that looks whole.
+A download is the SQL page's statement without the page's cuts, so it keeps the page's other rules: the same locked
+connection and read-only check, the same memory limit, and the same time limit, over the whole download (a statement
+of endless rows is stopped as the page's is), sending included: a client that stops reading does not hold the
+statement's connection past it. Stopped or failed half way, the response ends without its last chunk, so the client
+sees a broken transfer rather than a short file that looks whole.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from ..errors import AgentevalError
 from ..render._tables import csv_pieces, json_pieces
 from ..render._text_safety import visible
 from ..store import Store
+from ..store._limits import memory_errors_named
 from ..store._store import check_read_only
-from ._sql import BATCH_ROWS, time_limited
+from ._sql import BATCH_ROWS, MEMORY_OPTION, time_limited
 
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 """The formats of a download, those of ``agenteval sql --format csv|json``, and their media types."""
@@ -34,21 +35,21 @@ class DownloadNotRead(AgentevalError):
     """The client of a download stopped reading it, and the download's time limit passed."""
 
 
-def result_file(store: Store, sql: str, fmt: str, seconds: float) -> Generator[str, None, None]:
+def result_file(store: Store, sql: str, fmt: str, seconds: float, memory_limit: int) -> Generator[str, None, None]:
     """The result of ``sql`` as a ``fmt`` file, in pieces. The statement is checked and started before this
     returns, so a refused or broken statement raises here (:class:`agenteval.store.NotReadOnly`,
-    ``duckdb.Error``), not half way through a response; ``seconds`` bounds it from now to its last row. Closing
-    the generator closes the statement's connection."""
-    pieces = _pieces(store, sql, fmt, seconds)
+    ``duckdb.Error``), not half way through a response; ``seconds`` bounds it from now to its last row, and
+    ``memory_limit`` bytes its DuckDB memory. Closing the generator closes the statement's connection."""
+    pieces = _pieces(store, sql, fmt, seconds, memory_limit)
     next(pieces)  # the empty piece that says the statement started
     return pieces
 
 
-def _pieces(store: Store, sql: str, fmt: str, seconds: float) -> Generator[str, None, None]:
-    con = store.connect(read_only=True)
+def _pieces(store: Store, sql: str, fmt: str, seconds: float, memory_limit: int) -> Generator[str, None, None]:
+    con = store.connect(read_only=True, memory_limit=memory_limit)
     try:
         check_read_only(con, sql)  # plans the statement, runs none of it
-        with time_limited(con, seconds):
+        with time_limited(con, seconds), memory_errors_named(memory_limit, MEMORY_OPTION):
 
             def start() -> pa.RecordBatchReader:
                 return con.sql(sql).to_arrow_reader(BATCH_ROWS)
@@ -67,9 +68,9 @@ def _pieces(store: Store, sql: str, fmt: str, seconds: float) -> Generator[str, 
 
 class ResultFile(StreamingResponse):
     """A download of :func:`result_file`'s pieces within ``seconds``. Stopped or failed half way
-    (:class:`._sql.SqlTimeout`, :class:`._sql.SqlFailed`, :class:`DownloadNotRead`), it ends without its last
-    chunk, and the server's log says why: the status and the first rows are sent, so only a broken transfer tells
-    the client the file is not whole."""
+    (:class:`._sql.SqlTimeout`, :class:`._sql.SqlFailed`, :class:`DownloadNotRead`, out of memory), it ends without
+    its last chunk, and the server's log says why: the status and the first rows are sent, so only a broken transfer
+    tells the client the file is not whole."""
 
     def __init__(self, pieces: Generator[str, None, None], seconds: float, **options: Any) -> None:
         super().__init__(pieces, **options)

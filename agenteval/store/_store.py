@@ -21,8 +21,9 @@ from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
 from . import _schemas
-from ._database import open_database
+from ._database import open_database, statement_settings
 from ._lease import LOCKS, store_lease
+from ._limits import DEFAULT_MEMORY_LIMIT
 from ._required import check_required
 from ._schemas import TABLE_NAMES, schema_file
 from ._trace_views import trace_views
@@ -394,7 +395,12 @@ class Store:
         return "[" + ", ".join(files) + "]" if files else None
 
     def connect(
-        self, database: str = ":memory:", *, read_only: bool = False, traces: bool = True
+        self,
+        database: str = ":memory:",
+        *,
+        read_only: bool = False,
+        traces: bool = True,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with views ``experiments``, ``cases``, ``trials``, ``spans``, ``scores`` (current:
         what reports give), ``experiment_history``, ``trial_history``, ``score_history`` (every row as written), and
@@ -403,8 +409,10 @@ class Store:
         Nothing is created: a missing store or table gives empty views with every column. The default connection
         is the caller's to use (temporary tables, any file); it first finishes a compaction killed half way.
         ``read_only=True`` raises :class:`NoStore` when the folder does not exist, writes nothing, and locks the
-        connection: no file outside the store can be read, no extension installed or loaded, no setting changed.
-        Pair it with :meth:`query` ``(read_only=True)``, or :func:`check_read_only` for statements of your own.
+        connection: no file outside the store can be read, no extension installed or loaded, no setting changed,
+        and a statement may use ``memory_limit`` bytes of DuckDB's memory and no temporary file (past it DuckDB
+        raises ``duckdb.OutOfMemoryException``; see :mod:`._limits` for what it does not count). Pair it with
+        :meth:`query` ``(read_only=True)``, or :func:`check_read_only` for statements of your own.
         ``traces=False`` leaves out ``traces`` and ``trace_scores``, whose binding is a tenth of a small report's.
         """
         if read_only:
@@ -415,7 +423,7 @@ class Store:
             from ._compact import recover
 
             recover(self, wait=0)
-        con = open_database(database)
+        con = open_database(database, statement_settings(memory_limit) if read_only else None)
         register(con, self.root)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
@@ -467,19 +475,25 @@ class Store:
     def _retry_pause(self) -> float:
         return REMOTE_RETRY_PAUSE if isinstance(self.root, RemoteRoot) else 0.005
 
-    def _on_connection(self, read: Callable[[duckdb.DuckDBPyConnection], T], *, read_only: bool = False) -> T:
+    def _on_connection(
+        self,
+        read: Callable[[duckdb.DuckDBPyConnection], T],
+        *,
+        read_only: bool = False,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ) -> T:
         """``read`` on a connection of the store, retried when a compaction replaced files under it. On disk the
         views' globs find the new files on the same connection; on object storage a connection's views hold the
         files live when it was opened, so each try opens a new one (see :mod:`._live`)."""
         if not isinstance(self.root, RemoteRoot):
-            con = self.connect(read_only=read_only)
+            con = self.connect(read_only=read_only, memory_limit=memory_limit)
             try:
                 return _retry_vanished(lambda: read(con))
             finally:
                 con.close()
 
         def fresh() -> T:
-            con = self.connect(read_only=read_only)
+            con = self.connect(read_only=read_only, memory_limit=memory_limit)
             try:
                 return read(con)
             finally:
@@ -487,16 +501,24 @@ class Store:
 
         return _retry_vanished(fresh, REMOTE_RETRY_PAUSE)
 
-    def query(self, sql: str, parameters: Sequence[Any] | None = None, *, read_only: bool = False) -> pa.Table:
+    def query(
+        self,
+        sql: str,
+        parameters: Sequence[Any] | None = None,
+        *,
+        read_only: bool = False,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    ) -> pa.Table:
         """Run ``sql`` over the views; retried when a compaction swapped files under it. ``read_only=True``
-        runs one read statement on a locked connection (see :meth:`connect`) and refuses anything else."""
+        runs one read statement on a locked connection (see :meth:`connect`, and its ``memory_limit``) and
+        refuses anything else."""
 
         def read(con: duckdb.DuckDBPyConnection) -> pa.Table:
             if read_only:
                 check_read_only(con, sql, parameters)
             return con.sql(sql, params=parameters or None).to_arrow_table()
 
-        return self._on_connection(read, read_only=read_only)
+        return self._on_connection(read, read_only=read_only, memory_limit=memory_limit)
 
     def rows(self, sql: str, parameters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         """:meth:`query` as a list of dicts (nanosecond timestamps as microsecond datetimes). Fetched from
