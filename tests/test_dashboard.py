@@ -409,6 +409,36 @@ def test_the_sql_page_reads_huge_values_already_cut(tmp_path):
     assert grown_mb < 150, f"the server grew by {grown_mb:.0f} MB for a page of 400 cut values (400 MB whole)"
 
 
+HUGE_STATEMENTS = (
+    "SELECT string_agg(repeat('x', 100), ',') AS s FROM range(10000000)",
+    "SELECT string_agg(a.attributes || b.attributes, ',') AS s FROM spans a, spans b",
+)
+"""Statements that build a huge value DuckDB counts: measured before their memory was bounded, a page of either
+grew the server by 2.5 to 3 GB and a download by 3 to 5 GB."""
+
+
+def test_a_statement_past_its_memory_limit_is_stopped_and_the_server_goes_on(runs):
+    """A statement building a huge value cost the server memory without bound (the OOM killer would have ended it
+    for everyone). Past --sql-memory-limit it stops, the page and the download say which limit and how to raise
+    it, the server grew by little, and it answers the next request."""
+    with dashboard_process(runs["store"], "--sql-memory-limit", "100MB") as (site, process):
+        assert get(site, "/sql", params={"q": "SELECT 1 AS one"}).status_code == 200  # loaded, before measuring
+        before = _peak_memory_kb(process.pid)
+        said = "more memory than the 100MB a statement may use (--sql-memory-limit)"
+        for statement in HUGE_STATEMENTS:
+            page = get(site, "/sql", params={"q": statement}, timeout=120)
+            assert page.status_code == 200 and 'id="sql-error"' in page.text, statement
+            assert said in page.text and "raise --sql-memory-limit" in page.text, page.text[-1500:]
+            for fmt in ("csv", "json"):
+                download = get(site, f"/sql.{fmt}", params={"q": statement}, timeout=120)
+                assert download.status_code == 400 and said in download.text, (fmt, download.text[:300])
+            assert get(site, "/sql.json", params={"q": "SELECT 42 AS x"}).json() == [{"x": 42}]
+        grown_mb = (_peak_memory_kb(process.pid) - before) / 1024
+        (n,) = Store(runs["store"]).rows("SELECT count(*) AS n FROM trials")[0].values()
+        assert f"<td>{n}</td>" in get(site, "/sql", params={"q": "SELECT count(*) AS n FROM trials"}).text
+    assert grown_mb < 400, f"the server grew by {grown_mb:.0f} MB for statements limited to 100 MB"
+
+
 def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):
     """Cut by DuckDB, each cell is what cutting the whole value in Python gives, for every type, name and
     statement the page takes (repeated names, ORDER BY, a semicolon and a comment at the end, DESCRIBE,

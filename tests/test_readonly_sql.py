@@ -7,6 +7,9 @@ import csv
 import hashlib
 import io
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -319,3 +322,67 @@ def test_a_long_result_shows_its_first_rows_on_the_terminal_and_every_row_as_csv
     assert len(json.loads(sql(store, query, "json").output)) == 2_500
     short = sql(store, "SELECT range AS n FROM range(3)", "table")
     assert short.output.rstrip().endswith("3 rows")
+
+
+# `agenteval sql` in its own process, capped well above what its limit lets a statement take, so that the statements
+# below, which would take 2 to 7 GB unbounded, can never fill the shared machine when the limit fails to hold.
+GUARDED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from agenteval.cli import main
+sys.argv = ["agenteval", *sys.argv[1:]]
+main()
+"""
+
+BUILT_HUGE = (
+    "SELECT repeat('x', 2000000000) AS s",  # a value DuckDB's memory limit does not count
+    "SELECT length(list(range(100000000))) AS n",
+    "SELECT length(string_agg(a.attributes || b.attributes || repeat('x', 2000000), ',')) AS n FROM spans a, spans b",
+    "SELECT i FROM range(200000000) t(i)",  # rows the command holds to print
+)
+
+
+@pytest.mark.parametrize("query", BUILT_HUGE)
+def test_a_statement_past_its_memory_limit_is_a_one_line_error_not_a_killed_process(store, query):
+    """Statements building huge values (measured unbounded: 2 to 6.9 GB, then a MemoryError traceback under an 8 GB
+    cap, or the OOM killer) stop at --memory-limit: exit 1, one line naming the limit and how to raise it."""
+    done = subprocess.run(
+        [sys.executable, "-c", GUARDED, "sql", query, "--store", str(store), "--memory-limit", "100MB"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.splitlines() == [
+        "Error: the statement needed more memory than the 100MB a statement may use (--memory-limit), and was "
+        "stopped: narrow it (a WHERE, a LIMIT, fewer or shorter values), or raise --memory-limit"
+    ], done.stderr[-2000:]
+    assert done.stdout == ""
+
+
+def test_the_memory_limit_is_given_as_a_size_and_lifted_after_the_statement(store):
+    runner = CliRunner()
+    for wrong in ("lots", "4 parsecs", "0MB", "-1GB"):
+        refused = runner.invoke(main, ["sql", "SELECT 1", "--store", str(store), "--memory-limit", wrong])
+        assert refused.exit_code == 2 and "is not a size: write a number and a unit" in refused.output, wrong
+    before = resource.getrlimit(resource.RLIMIT_DATA)
+    stopped = runner.invoke(main, ["sql", BUILT_HUGE[0], "--store", str(store), "--memory-limit", "100MB"])
+    assert stopped.exit_code == 1 and "100MB a statement may use (--memory-limit)" in stopped.output
+    assert resource.getrlimit(resource.RLIMIT_DATA) == before  # this process's cap is its own again
+    ok = runner.invoke(
+        main, ["sql", "SELECT count(*) AS n FROM trials", "--store", str(store), "--memory-limit", "1.5GB"]
+    )
+    assert ok.exit_code == 0 and "8" in ok.output, ok.output
+
+
+def test_a_read_only_statement_past_its_memory_never_spills_to_disk(store, tmp_path, monkeypatch):
+    """A read-only connection spilled what did not fit in its memory to `.tmp` in the working folder (DuckDB's
+    default for a database in memory), up to 90% of the free disk: a read wrote files. Now it stops instead."""
+    monkeypatch.chdir(tmp_path)
+    con = Store(store).connect(read_only=True, memory_limit=50 * 10**6)
+    try:
+        with pytest.raises(duckdb.OutOfMemoryException):
+            con.execute("SELECT count(*) FROM (SELECT i FROM range(20000000) t(i) ORDER BY random())").fetchall()
+    finally:
+        con.close()
+    assert list(tmp_path.iterdir()) == []
