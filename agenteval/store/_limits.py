@@ -74,6 +74,10 @@ def is_out_of_memory(error: BaseException) -> bool:
 
     if isinstance(error, (duckdb.OutOfMemoryException, MemoryError)):
         return True
+    # Under the process's cap DuckDB can run out while it formats its own error: an internal error then, which
+    # names the C++ allocation failure beneath it (seen with a cross join's string_agg at a cap of 100 MB).
+    if isinstance(error, duckdb.Error) and "std::bad_alloc" in str(error):
+        return True
     return isinstance(error, OSError) and str(error).startswith("Out of Memory Error")
 
 
