@@ -1,0 +1,286 @@
+"""What an application's own code does to its decorated functions: whatever it passes, returns, raises or does
+inside them, each call behaves as it does undecorated, and every span it made reaches the Parquet store whole.
+
+Spans are made by the real SDK (the session's provider), written by the real ParquetSpanExporter in one batch (one
+bad span must not cost the others) and counted back with DuckDB: spans in == rows out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import functools
+import inspect
+import math
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pydantic
+import pytest
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from agenteval_exporters import ParquetSpanExporter
+from agenteval_instrumentation import agent, llm_call, retriever, tool
+
+
+def stored(tmp_path: Path, spans) -> list[dict]:
+    """The test's finished spans, exported in one batch to a Parquet store and read back; asserts none was lost."""
+    finished = spans.get_finished_spans()
+    exporter = ParquetSpanExporter(tmp_path / "parquet")
+    assert exporter.export(finished) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    glob = str(tmp_path / "parquet" / "spans" / "**" / "*.parquet")
+    rows = (
+        duckdb.sql(
+            "SELECT name, span_id, operation, tool_name, finish_reason, status_code, error_type, attributes, "
+            "json_valid(attributes) AND (events IS NULL OR json_valid(events)) AS valid "
+            f"FROM read_parquet('{glob}', union_by_name=true, hive_partitioning=false)"
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
+    assert len(rows) == len(finished) and exporter.spans_refused == 0
+    assert all(row["valid"] for row in rows)
+    return rows
+
+
+class RaisingRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    __str__ = __repr__
+
+
+class HugeRepr:
+    def __repr__(self) -> str:
+        return "r" * 5_000_000
+
+
+class SelfRepr:
+    def __repr__(self) -> str:
+        return repr(self)  # RecursionError
+
+
+@dataclasses.dataclass
+class Holder:
+    value: object
+
+
+class Reply(pydantic.BaseModel):
+    text: str
+    score: float
+
+
+def hostile_values() -> dict[str, object]:
+    cyclic_list: list[object] = []
+    cyclic_list.append(cyclic_list)
+    cyclic_dict: dict[str, object] = {}
+    cyclic_dict["self"] = cyclic_dict
+    deep: list[object] = []
+    for _ in range(3000):
+        deep = [deep]
+    return {
+        "repr raises": RaisingRepr(),
+        "huge repr": HugeRepr(),
+        "recursive repr": SelfRepr(),
+        "bytes": b"\xff\xfe\x00 not utf-8",
+        "lone surrogates": "a\ud800b\udfff",
+        "nan": math.nan,
+        "infinity": -math.inf,
+        "huge int": 10**400,
+        "past 64 bits": -(2**70),
+        "dataclass holding a bad repr": Holder(RaisingRepr()),
+        "pydantic with a surrogate": Reply(text="\udc80", score=math.nan),
+        "cyclic list": cyclic_list,
+        "cyclic dict": cyclic_dict,
+        "3000 levels deep": deep,
+        "10 MB string": "s" * 10_000_000,
+        "non-str keys": {1: "a", (1, 2): "b", None: "c", RaisingRepr(): "d", b"\xff": "e", math.nan: "f"},
+        "set of mixed types": {1, "a", None},
+        "numpy array": np.arange(10),
+        "numpy nan": np.float64("nan"),
+        "numpy object array": np.array([RaisingRepr(), "\ud800"], dtype=object),
+        "pandas frame": pd.DataFrame({"a": [1, 2], "b": ["x", None]}),
+        "pandas NA": pd.NA,
+        "complex": 1 + 2j,
+        "generator": (i for i in range(3)),
+    }
+
+
+@pytest.mark.parametrize("decorator", [tool, llm_call, agent, retriever], ids=lambda d: d.__name__)
+def test_whatever_an_app_passes_or_returns_comes_back_as_it_was_and_every_span_is_stored(spans, tmp_path, decorator):
+    @decorator
+    def echo(value):
+        return value
+
+    @decorator
+    async def echo_async(value):
+        return value
+
+    values = hostile_values()
+    for value in values.values():
+        assert echo(value) is value
+        assert asyncio.run(echo_async(value)) is value
+    assert len(stored(tmp_path, spans)) == 2 * len(values)
+
+
+class MessageRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+class HugeMessage(Exception):
+    def __str__(self) -> str:
+        return "m" * 10_000_000
+
+
+def test_the_exception_an_app_raises_is_the_very_one_its_caller_gets_and_its_span_is_stored(spans, tmp_path):
+    raised = [MessageRaises(), HugeMessage(), ValueError("\ud800"), KeyError(10**400), ValueError(RaisingRepr())]
+
+    @tool
+    def fails(exc):
+        raise exc
+
+    for exc in raised:
+        with pytest.raises(type(exc)) as caught:
+            fails(exc)
+        assert caught.value is exc
+        assert caught.traceback[-1].name == "fails"  # the frame that raised is still the last one
+    rows = stored(tmp_path, spans)
+    assert [row["status_code"] for row in rows] == ["ERROR"] * len(raised)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return x
+
+
+class Service:
+    @tool
+    def method(self, x: int) -> int:
+        return x
+
+    @tool
+    @classmethod
+    def of_class(cls, x: int) -> tuple[type, int]:
+        return cls, x
+
+    @staticmethod
+    @tool
+    def static(x: int) -> int:
+        return x
+
+
+@tool
+def depth(n: int) -> int:
+    return 0 if n == 0 else 1 + depth(n - 1)
+
+
+@tool
+@tool
+def wrapped_twice(x: int) -> int:
+    """Twice."""
+    return x
+
+
+REQUEST = contextvars.ContextVar("request", default="none")
+
+
+@tool
+def sets_a_context_variable(value: str) -> None:
+    REQUEST.set(value)
+
+
+@tool
+async def waits_forever() -> None:
+    await asyncio.Event().wait()
+
+
+def test_kinds_of_callables_recursion_threads_cancellation_and_context_behave_as_undecorated(spans, tmp_path):
+    service = Service()
+    counter = Counter()
+    assert service.method(1) == 1 and Service.of_class(2) == (Service, 2) and service.static(3) == 3
+    assert tool(functools.partial(lambda a, b: a + b, 1))(2) == 3
+    assert tool(counter)(4) == 4 and counter.calls == 1
+    assert depth(30) == 30  # 31 spans, each under the one before
+    assert wrapped_twice(5) == 5 and wrapped_twice.__doc__ == "Twice."
+    assert inspect.signature(wrapped_twice) == inspect.signature(wrapped_twice.__wrapped__.__wrapped__)
+    sets_a_context_variable("r-1")
+    assert REQUEST.get() == "r-1"  # as undecorated: a sync call's context changes stay the caller's
+
+    threads = [threading.Thread(target=lambda: [Service.static(i) for i in range(50)]) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    async def cancel_them() -> list[object]:
+        tasks = [asyncio.ensure_future(waits_forever()) for _ in range(5)]
+        await asyncio.sleep(0)
+        for task in tasks:
+            task.cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert all(isinstance(r, asyncio.CancelledError) for r in asyncio.run(cancel_them()))
+    rows = stored(tmp_path, spans)
+    assert len(rows) == 3 + 1 + 1 + 31 + 2 + 1 + 200 + 5
+    cancelled = [row for row in rows if row["name"] == "execute_tool waits_forever"]
+    assert {row["error_type"] for row in cancelled} == {"asyncio.exceptions.CancelledError"}
+
+
+FORKS_IN_A_SPAN = """
+import os, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from agenteval_exporters import ParquetSpanExporter
+from agenteval_instrumentation import agent, tool
+
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(sys.argv[1])))
+trace.set_tracer_provider(provider)
+
+@tool
+def step(n):
+    return n
+
+@agent
+def forks():
+    step(1)
+    pid = os.fork()
+    if pid == 0:
+        step(2)
+        return "child"
+    os.waitpid(pid, 0)
+    step(3)
+    return "parent"
+
+who = forks()
+provider.shutdown()  # as at exit: the child's last spans too
+if who == "child":
+    os._exit(0)
+"""
+
+
+def test_a_fork_in_the_middle_of_a_span_loses_no_span_of_either_process(tmp_path):
+    store = tmp_path / "forked"
+    script = textwrap.dedent(FORKS_IN_A_SPAN)
+    done = subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    glob = str(store / "spans" / "**" / "*.parquet")
+    rows = duckdb.sql(
+        f"SELECT name, count(*) AS n FROM read_parquet('{glob}', union_by_name=true) GROUP BY name ORDER BY name"
+    ).fetchall()
+    # Steps 1 and 3 (parent), 2 (child); the agent's span ends in both processes, as the child holds a copy of it.
+    assert rows == [("execute_tool step", 3), ("invoke_agent forks", 2)]
