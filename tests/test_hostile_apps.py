@@ -24,10 +24,12 @@ import numpy as np
 import pandas as pd
 import pydantic
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from agenteval_exporters import ParquetSpanExporter
 from agenteval_instrumentation import agent, llm_call, retriever, tool
+from agenteval_instrumentation import attributes as A
 
 
 def stored(tmp_path: Path, spans) -> list[dict]:
@@ -155,6 +157,20 @@ def test_the_exception_an_app_raises_is_the_very_one_its_caller_gets_and_its_spa
         assert caught.traceback[-1].name == "fails"  # the frame that raised is still the last one
     rows = stored(tmp_path, spans)
     assert [row["status_code"] for row in rows] == ["ERROR"] * len(raised)
+
+
+def test_a_finish_reason_the_app_sets_as_a_number_costs_no_span_of_its_batch(spans, tmp_path):
+    # A scalar number where a list of reasons was expected failed the whole batch: every span of it was lost.
+    @llm_call
+    def call_model(reasons):
+        trace.get_current_span().set_attribute(A.GEN_AI_RESPONSE_FINISH_REASONS, reasons)
+        return "ok"
+
+    for reasons in (3, 2.5, True, ["stop"], ("length",), "stop", ()):
+        call_model(reasons)
+    assert sorted(str(row["finish_reason"]) for row in stored(tmp_path, spans)) == sorted(
+        ["3", "2.5", "True", "stop", "length", "stop", "None"]
+    )
 
 
 class Counter:

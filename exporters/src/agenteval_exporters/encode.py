@@ -366,8 +366,9 @@ def _readable_attributes(attributes: Sequence[Any], scopes: Sequence[str | None]
 
 
 def _first_reasons(reasons: list[Any]) -> list[Any]:
-    """The first finish reason of each span (the attribute is a list; a lone string is taken whole)."""
-    return [(r if isinstance(r, str) else r[0]) if r else None for r in reasons]
+    """The first finish reason of each span (the attribute is a list; a lone string is taken whole). Any other
+    value an application set (a number) is taken whole too: the typed column makes it text or null."""
+    return [(r[0] if isinstance(r, (list, tuple)) else r) if r else None for r in reasons]
 
 
 def _typed_columns(attributes: Sequence[dict[str, Any]]) -> dict[str, pa.Array]:
