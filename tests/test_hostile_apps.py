@@ -12,6 +12,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import subprocess
 import sys
@@ -157,6 +158,62 @@ def test_the_exception_an_app_raises_is_the_very_one_its_caller_gets_and_its_spa
         assert caught.traceback[-1].name == "fails"  # the frame that raised is still the last one
     rows = stored(tmp_path, spans)
     assert [row["status_code"] for row in rows] == ["ERROR"] * len(raised)
+
+
+def cleanup_fails():
+    try:
+        yield 1
+        yield 2
+    finally:
+        raise ValueError("cleanup failed")
+
+
+async def async_cleanup_fails():
+    try:
+        yield 1
+        yield 2
+    finally:
+        raise ValueError("cleanup failed")
+
+
+@pytest.mark.parametrize("decorator", [tool, llm_call], ids=lambda d: d.__name__)
+def test_closing_a_stream_whose_cleanup_raises_raises_as_it_does_undecorated(spans, tmp_path, decorator):
+    # Undecorated, close() raises what the generator's finally raised; the decorator used to swallow it.
+    for generator_function in (cleanup_fails, decorator(cleanup_fails)):
+        stream = generator_function()
+        assert next(stream) == 1
+        with pytest.raises(ValueError, match="cleanup failed"):
+            stream.close()
+
+    async def consume(generator_function):
+        stream = generator_function()
+        assert await stream.__anext__() == 1
+        with pytest.raises(ValueError, match="cleanup failed"):
+            await stream.aclose()
+
+    asyncio.run(consume(async_cleanup_fails))
+    asyncio.run(consume(decorator(async_cleanup_fails)))
+    rows = stored(tmp_path, spans)
+    assert [(row["status_code"], row["error_type"]) for row in rows] == [("ERROR", "ValueError")] * 2
+    assert all(json.loads(row["attributes"])[A.STREAM_CLOSED_EARLY] for row in rows)
+
+
+def ignores_exit():
+    try:
+        yield 1
+    except GeneratorExit:
+        pass
+    yield 2  # after close(): Python raises RuntimeError in the caller of close()
+
+
+def test_a_stream_that_goes_on_yielding_when_closed_raises_as_it_does_undecorated(spans, tmp_path):
+    for generator_function in (ignores_exit, tool(ignores_exit)):
+        stream = generator_function()
+        next(stream)
+        with pytest.raises(RuntimeError, match="ignored GeneratorExit"):
+            stream.close()
+    (row,) = stored(tmp_path, spans)
+    assert row["error_type"] == "RuntimeError"
 
 
 def test_a_finish_reason_the_app_sets_as_a_number_costs_no_span_of_its_batch(spans, tmp_path):

@@ -172,21 +172,14 @@ def run_in(ctx: context_api.Context, span: Span, fn: Callable[..., Any], args: A
         context_api.detach(token)
 
 
-def close_quietly(ctx: context_api.Context, close: Callable[[], Any]) -> None:
-    token = context_api.attach(ctx)
-    try:
-        close()
-    except Exception:
-        logger.debug("agenteval: closing a stream raised", exc_info=True)
-    finally:
-        context_api.detach(token)
-
-
-async def aclose_quietly(ctx: context_api.Context, generator: AsyncGenerator[Any, Any]) -> None:
+async def aclose_in(ctx: context_api.Context, span: Span, generator: AsyncGenerator[Any, Any]) -> None:
+    """``generator.aclose()`` with the span current; what closing raises (its cleanup failed, or it went on
+    yielding) is recorded on the span and re-raised, as it is without the decorator."""
     token = context_api.attach(ctx)
     try:
         await generator.aclose()
-    except Exception:
-        logger.debug("agenteval: closing a stream raised", exc_info=True)
+    except BaseException as exc:
+        record_error(span, exc)
+        raise
     finally:
         context_api.detach(token)

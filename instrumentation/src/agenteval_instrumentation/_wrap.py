@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
     from ._recording import (
         Stream,
-        aclose_quietly,
-        close_quietly,
+        aclose_in,
         record_error,
         run_in,
         start,
@@ -103,15 +102,14 @@ def _first_call(make_step: Callable[[], Step]) -> Step:
 
 def _load() -> None:
     """Bind the names the wrappers use: the OpenTelemetry API and the recording code."""
-    global context_api, trace, Stream, aclose_quietly, close_quietly, record_error, run_in, start, succeed, traced
+    global context_api, trace, Stream, aclose_in, record_error, run_in, start, succeed, traced
     global Recorder, follow, returned_stream
     from opentelemetry import context as context_api
     from opentelemetry import trace
 
     from ._recording import (
         Stream,
-        aclose_quietly,
-        close_quietly,
+        aclose_in,
         record_error,
         run_in,
         start,
@@ -224,9 +222,12 @@ def _generator_wrapper(fn: Callable[..., Any], make_step: Callable[[], Step]) ->
                 try:
                     sent = yield chunk
                 except GeneratorExit:
+                    # As ``yield from`` does: what closing the inner generator raises replaces GeneratorExit.
                     stream.closed_early = True
-                    close_quietly(ctx, generator.close)
-                    stream.finish(span, step)
+                    try:
+                        run_in(ctx, span, generator.close, (), {})
+                    finally:
+                        stream.finish(span, step)
                     raise
                 except BaseException as exc:
                     thrown = exc
@@ -291,8 +292,10 @@ def _async_generator_wrapper(fn: Callable[..., Any], make_step: Callable[[], Ste
                     sent = yield chunk
                 except GeneratorExit:
                     stream.closed_early = True
-                    await aclose_quietly(ctx, generator)
-                    stream.finish(span, step)
+                    try:
+                        await aclose_in(ctx, span, generator)
+                    finally:
+                        stream.finish(span, step)
                     raise
                 except BaseException as exc:
                     thrown = exc
