@@ -71,6 +71,12 @@ class SelfRepr:
         return repr(self)  # RecursionError
 
 
+class AttrDict(dict):
+    """A dict whose items read as attributes; a missing one raises KeyError, not AttributeError (a common idiom)."""
+
+    __getattr__ = dict.__getitem__
+
+
 @dataclasses.dataclass
 class Holder:
     value: object
@@ -107,6 +113,7 @@ def hostile_values() -> dict[str, object]:
         "10 MB string": "s" * 10_000_000,
         "non-str keys": {1: "a", (1, 2): "b", None: "c", RaisingRepr(): "d", b"\xff": "e", math.nan: "f"},
         "set of mixed types": {1, "a", None},
+        "AttrDict": AttrDict(model="m", content="hi"),
         "numpy array": np.arange(10),
         "numpy nan": np.float64("nan"),
         "numpy object array": np.array([RaisingRepr(), "\ud800"], dtype=object),
@@ -214,6 +221,23 @@ def test_a_stream_that_goes_on_yielding_when_closed_raises_as_it_does_undecorate
             stream.close()
     (row,) = stored(tmp_path, spans)
     assert row["error_type"] == "RuntimeError"
+
+
+def test_a_model_call_returning_an_object_whose_missing_attributes_raise_key_error_returns_it(spans, tmp_path):
+    # The check for an SDK stream looked up attributes such a dict lacks; its KeyError replaced the reply.
+    reply = AttrDict(model="m", choices=[AttrDict(message=AttrDict(content="hi"), finish_reason="stop")])
+
+    @llm_call
+    def call_model():
+        return reply
+
+    @llm_call
+    async def call_model_async():
+        return reply
+
+    assert call_model() is reply
+    assert asyncio.run(call_model_async()) is reply
+    assert [row["finish_reason"] for row in stored(tmp_path, spans)] == ["stop", "stop"]
 
 
 def test_a_finish_reason_the_app_sets_as_a_number_costs_no_span_of_its_batch(spans, tmp_path):

@@ -35,6 +35,13 @@ SNAPSHOTS = ("current_message_snapshot", "current_completion_snapshot")
 def returned_stream(result: Any) -> str | None:
     """``"sync"``, ``"async"``, ``"manager"`` or ``"async_manager"`` when ``result`` is an SDK stream or
     stream manager an ``@llm_call`` should follow, else None."""
+    try:
+        return _stream_kind(result)
+    except Exception:  # an object whose attribute lookup raises other than AttributeError (a dict whose
+        return None  # ``__getattr__`` is ``__getitem__``) is no SDK stream, and is the caller's to have
+
+
+def _stream_kind(result: Any) -> str | None:
     # Another instrumentation may hand back its proxy of the SDK's stream (OpenLLMetry's wrapt ObjectProxy
     # ChatStream): its class has every method, so the shape is read from the object it wraps.
     kind = type(getattr(result, "__wrapped__", result))
