@@ -254,6 +254,38 @@ def test_a_finish_reason_the_app_sets_as_a_number_costs_no_span_of_its_batch(spa
     )
 
 
+class BrokenSignature:
+    """A callable whose ``__signature__`` raises other than TypeError or ValueError."""
+
+    @property
+    def __signature__(self):
+        raise RuntimeError("signature unavailable")
+
+    def __call__(self, x):
+        return x
+
+
+def test_a_callable_whose_signature_raises_is_still_called(spans, tmp_path):
+    for decorator in (tool, llm_call, agent, retriever):
+        assert decorator(BrokenSignature())(5) == 5
+    assert len(stored(tmp_path, spans)) == 4
+
+
+class UnprintableId:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_tool_span_whose_call_id_cannot_be_read_still_says_it_is_that_tool(spans, tmp_path):
+    @tool
+    def lookup(call_id, key):
+        return key
+
+    assert lookup(UnprintableId(), "k") == "k"
+    (row,) = stored(tmp_path, spans)
+    assert (row["operation"], row["tool_name"]) == ("execute_tool", "lookup")
+
+
 class Counter:
     def __init__(self) -> None:
         self.calls = 0

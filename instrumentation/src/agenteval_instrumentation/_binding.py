@@ -21,7 +21,7 @@ class Binder:
     def __init__(self, fn: Callable[..., Any]) -> None:
         try:
             params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):  # builtins and some C callables have no signature
+        except Exception:  # builtins and some C callables have no signature; a broken __signature__ raises anything
             params = []
         positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._skip = 1 if positional and positional[0] in _RECEIVERS else 0

@@ -35,7 +35,8 @@ def start(step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sp
         return span, False
     try:
         span.set_attributes(step.start_attributes(bound, capturing))
-    except Exception:
+    except Exception:  # the span still says what it is (its operation, tool or model), without the call's details
+        span.set_attributes(step.static_attributes)
         logger.debug("agenteval: could not record the arguments of %s", step.span_name, exc_info=True)
     return span, capturing
 
