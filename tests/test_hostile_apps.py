@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import tracemalloc
 from pathlib import Path
 
 import duckdb
@@ -284,6 +285,28 @@ def test_a_tool_span_whose_call_id_cannot_be_read_still_says_it_is_that_tool(spa
     assert lookup(UnprintableId(), "k") == "k"
     (row,) = stored(tmp_path, spans)
     assert (row["operation"], row["tool_name"]) == ("execute_tool", "lookup")
+
+
+def test_a_large_numpy_array_is_cut_before_it_is_converted(spans, tmp_path):
+    # tolist() of the whole array made a 2000x2000 matrix cost a second a call (an image batch twenty) and its
+    # Python lists ~120 MB; a view of one number broadcast to that shape holds no memory of its own.
+    matrix = np.broadcast_to(np.float64(0.5), (2000, 2000))
+
+    @retriever
+    def nearest(embeddings):
+        return ["doc-1"]
+
+    tracemalloc.start()
+    try:
+        assert nearest(matrix) == ["doc-1"]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20
+    (row,) = stored(tmp_path, spans)
+    recorded = json.loads(json.loads(row["attributes"])[A.INPUT])["embeddings"]
+    assert recorded[-1] == "…1975 more items" and recorded[0][-1] == "…1975 more items"
+    assert recorded[0][0] == 0.5
 
 
 class Counter:
