@@ -7,7 +7,9 @@ bad span must not cost the others) and counted back with DuckDB: spans in == row
 
 from __future__ import annotations
 
+import array
 import asyncio
+import collections
 import contextvars
 import dataclasses
 import functools
@@ -287,6 +289,16 @@ def test_a_tool_span_whose_call_id_cannot_be_read_still_says_it_is_that_tool(spa
     assert (row["operation"], row["tool_name"]) == ("execute_tool", "lookup")
 
 
+def peak_memory(call) -> int:
+    """The most memory Python allocated at once during ``call()``, in bytes."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_large_numpy_array_is_cut_before_it_is_converted(spans, tmp_path):
     # tolist() of the whole array made a 2000x2000 matrix cost a second a call (an image batch twenty) and its
     # Python lists ~120 MB; a view of one number broadcast to that shape holds no memory of its own.
@@ -296,13 +308,7 @@ def test_a_large_numpy_array_is_cut_before_it_is_converted(spans, tmp_path):
     def nearest(embeddings):
         return ["doc-1"]
 
-    tracemalloc.start()
-    try:
-        assert nearest(matrix) == ["doc-1"]
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 20 * 2**20
+    assert peak_memory(lambda: nearest(matrix)) < 20 * 2**20
     (row,) = stored(tmp_path, spans)
     recorded = json.loads(json.loads(row["attributes"])[A.INPUT])["embeddings"]
     assert recorded[-1] == "…1975 more items" and recorded[0][-1] == "…1975 more items"
@@ -436,3 +442,27 @@ def test_a_fork_in_the_middle_of_a_span_loses_no_span_of_either_process(tmp_path
     ).fetchall()
     # Steps 1 and 3 (parent), 2 (child); the agent's span ends in both processes, as the child holds a copy of it.
     assert rows == [("execute_tool step", 3), ("invoke_agent forks", 2)]
+
+
+@pytest.mark.parametrize(
+    "made",
+    [
+        lambda: {f"item {i}" for i in range(1_000_000)},
+        lambda: collections.deque(range(1_000_000)),
+        lambda: array.array("d", range(1_000_000)),
+    ],
+    ids=["set", "deque", "array"],
+)
+def test_a_long_set_deque_or_array_is_cut_before_it_is_converted(spans, tmp_path, made):
+    # A set was sorted whole (a list of a million items) to keep a hundred; a deque or an array was recorded by its
+    # repr, made of the whole: 0.4 to 1.1 s a call for millions of items, and memory of their size.
+    items = made()
+
+    @tool
+    def count(values):
+        return len(values)
+
+    assert peak_memory(lambda: count(items)) < 2 * 2**20
+    (row,) = stored(tmp_path, spans)
+    recorded = json.loads(json.loads(row["attributes"])[A.GEN_AI_TOOL_CALL_ARGUMENTS])["values"]
+    assert len(recorded) == 101 and recorded[-1] == "…999900 more items"
