@@ -29,7 +29,10 @@ import pandas as pd
 import pydantic
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agenteval_exporters import ParquetSpanExporter
 from agenteval_instrumentation import agent, llm_call, retriever, tool
@@ -37,7 +40,8 @@ from agenteval_instrumentation import attributes as A
 
 
 def stored(tmp_path: Path, spans) -> list[dict]:
-    """The test's finished spans, exported in one batch to a Parquet store and read back; asserts none was lost."""
+    """The finished spans (of the test, or of ``spans``, an in-memory exporter), exported in one batch to a Parquet
+    store and read back; asserts none was lost."""
     finished = spans.get_finished_spans()
     exporter = ParquetSpanExporter(tmp_path / "parquet")
     assert exporter.export(finished) is SpanExportResult.SUCCESS
@@ -45,7 +49,8 @@ def stored(tmp_path: Path, spans) -> list[dict]:
     glob = str(tmp_path / "parquet" / "spans" / "**" / "*.parquet")
     rows = (
         duckdb.sql(
-            "SELECT name, span_id, operation, tool_name, finish_reason, status_code, error_type, attributes, "
+            "SELECT name, span_id, operation, tool_name, finish_reason, status_code, error_type, attributes, resource, "
+            "service_name, "
             "json_valid(attributes) AND (events IS NULL OR json_valid(events)) AS valid "
             f"FROM read_parquet('{glob}', union_by_name=true, hive_partitioning=false)"
         )
@@ -466,3 +471,18 @@ def test_a_long_set_deque_or_array_is_cut_before_it_is_converted(spans, tmp_path
     (row,) = stored(tmp_path, spans)
     recorded = json.loads(json.loads(row["attributes"])[A.GEN_AI_TOOL_CALL_ARGUMENTS])["values"]
     assert len(recorded) == 101 and recorded[-1] == "…999900 more items"
+
+
+@pytest.mark.parametrize("service", [42, 1.5, True, ("a", "b")], ids=repr)
+def test_a_service_name_that_is_not_text_costs_no_span(tmp_path, service):
+    # Every span of such a provider failed its batch: the service_name column took the value as it was.
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("app")
+    with tracer.start_as_current_span("request"):
+        tracer.start_span("step").end()
+    rows = stored(tmp_path, memory)
+    assert len(rows) == 2 and {row["service_name"] for row in rows} == {None}
+    kept = list(service) if isinstance(service, tuple) else service  # the resource's JSON keeps the value
+    assert [json.loads(row["resource"])["service.name"] for row in rows] == [kept, kept]

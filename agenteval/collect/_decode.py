@@ -13,7 +13,6 @@ success with the count and the first reason.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -153,8 +152,3 @@ def check_times(start: int, end: int) -> None:
         raise RejectedSpan("a timestamp is out of range (nanoseconds since 1970 up to 2**63-1)")
     if end < start:
         raise RejectedSpan("end_time_unix_nano is before start_time_unix_nano")
-
-
-def service_name(resource: Mapping[str, Any]) -> str | None:
-    service = resource.get("service.name")
-    return service if isinstance(service, str) else None

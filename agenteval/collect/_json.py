@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from agenteval_exporters.encode import resource_json
+from agenteval_exporters.encode import resource_json, service_name
 
 from ._decode import (
     KIND_NAMES,
@@ -24,7 +24,6 @@ from ._decode import (
     SpanColumns,
     check_ids,
     check_times,
-    service_name,
 )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from agenteval_exporters.encode import resource_json
+from agenteval_exporters.encode import resource_json, service_name
 
 from ._decode import (
     KINDS,
@@ -21,7 +21,6 @@ from ._decode import (
     SpanColumns,
     check_ids,
     check_times,
-    service_name,
 )
 from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields, text
 

@@ -199,6 +199,14 @@ def resource_json(attributes: Any) -> str:
     return _dumps(dict(attributes))
 
 
+def service_name(attributes: Any) -> str | None:
+    """A resource's ``service.name`` for the ``service_name`` column and the spans' folder: None (the unknown
+    service) when it is not text. An application may set it to a number; as it was, it failed every batch of its
+    spans (the resource JSON keeps the value)."""
+    service = attributes.get("service.name")
+    return service if isinstance(service, str) else None
+
+
 @lru_cache(maxsize=64)
 def _fixed_offsets(count: int, step: int) -> pa.Buffer:
     if step == 0:  # every value empty (spans sent without a name: OTLP's default is ""); range() takes no step 0
@@ -437,13 +445,13 @@ def _resource_columns(resources: Sequence[Any]) -> tuple[list[str], list[str | N
     """Resource JSON and service name per span; a provider's spans share one resource, encoded once."""
     if resources.count(resources[0]) == len(resources):  # identity is checked first: C speed
         resource = resources[0]
-        return [resource_json(resource.attributes)] * len(resources), [resource.attributes.get("service.name")] * len(
+        return [resource_json(resource.attributes)] * len(resources), [service_name(resource.attributes)] * len(
             resources
         )
     encoded: dict[int, tuple[str, str | None]] = {}
     for resource in resources:
         if id(resource) not in encoded:
-            encoded[id(resource)] = (resource_json(resource.attributes), resource.attributes.get("service.name"))
+            encoded[id(resource)] = (resource_json(resource.attributes), service_name(resource.attributes))
     pairs = [encoded[id(r)] for r in resources]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
