@@ -50,8 +50,11 @@ _KIND_NAMES = {id(kind): kind.name for kind in SpanKind}
 _STATUS_NAMES = {id(code): code.name for code in StatusCode}
 
 
-def _enum_names(members: Sequence[Any], names: dict[int, str]) -> list[str]:
-    return list(map(names.__getitem__, map(id, members)))
+def _enum_names(members: Sequence[Any], names: dict[int, str], default: str) -> list[str]:
+    try:
+        return list(map(names.__getitem__, map(id, members)))
+    except KeyError:  # not one of the SDK's members (a span started with kind=None): what the API gives by default
+        return [names.get(id(member), default) for member in members]
 
 
 _TYPED_COLUMNS = frozenset(TYPED_ATTRIBUTES)
@@ -282,10 +285,10 @@ def spans_to_batch(spans: Sequence[ReadableSpan]) -> pa.RecordBatch:
         span_ids=_hex_column(list(map(itemgetter(1), contexts)), 8),
         parent_span_ids=_hex_column([p and p[1] for p in fields["parent"]], 8),
         names=fields["name"],
-        kinds=_enum_names(fields["kind"], _KIND_NAMES),
+        kinds=_enum_names(fields["kind"], _KIND_NAMES, SpanKind.INTERNAL.name),
         starts=starts,
         ends=ends,
-        status_codes=_enum_names(fields["status_code"], _STATUS_NAMES),
+        status_codes=_enum_names(fields["status_code"], _STATUS_NAMES, StatusCode.UNSET.name),
         status_messages=status_messages,
         scope_names=fields["scope_name"],
         attributes=attributes,
@@ -456,14 +459,21 @@ def _resource_columns(resources: Sequence[Any]) -> tuple[list[str], list[str | N
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+_MISFITS = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError)
+"""What pyarrow raises for a value its column cannot hold."""
+
+
 def _to_batch(columns: dict[str, Any]) -> pa.RecordBatch:
     arrays = []
     for field in SPAN_SCHEMA:
         values = columns[field.name]
         try:
             arrays.append(_column(field, values))
-        except UnicodeEncodeError:  # a lone surrogate in a user-set name or value costs one character, not the batch
-            arrays.append(_column(field, list(map(storable, values))))
+        except _MISFITS:
+            # What the app gave the OpenTelemetry API, which checks few types, costs that value, not the batch: a lone
+            # surrogate one character, a span or tracer named 123 or b"..." becomes its text; a start time past 2262
+            # is null, and that span alone is then refused (a required value: see ParquetSpanExporter.export_batch).
+            arrays.append(_fitted(values, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=SPAN_SCHEMA)
 
 
@@ -495,16 +505,24 @@ def _typed_attribute_array(values: list[Any], arrow_type: pa.DataType) -> pa.Arr
     """Attribute values are user-set: a wrong type becomes null in the typed column (the JSON keeps it)."""
     try:
         return pa.array(values, type=arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
-        if arrow_type == pa.string():
-            return pa.array([None if v is None else storable(v if isinstance(v, str) else str(v)) for v in values])
-        if pa.types.is_boolean(arrow_type):
-            return pa.array([v if isinstance(v, bool) else None for v in values], type=arrow_type)
-        limit = 2 ** (arrow_type.bit_width - 1)
-        return pa.array(
-            [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],
-            type=arrow_type,
-        )
+    except _MISFITS:
+        return _fitted(values, arrow_type)
+
+
+def _fitted(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
+    """``values`` as a column of ``arrow_type`` can hold them: for text, storable text (another value as its text);
+    otherwise a value of another type, or out of the type's range, as null."""
+    if arrow_type == pa.string():
+        return pa.array([None if v is None else storable(v if isinstance(v, str) else str(v)) for v in values])
+    if pa.types.is_boolean(arrow_type):
+        return pa.array([v if isinstance(v, bool) else None for v in values], type=arrow_type)
+    if pa.types.is_floating(arrow_type):
+        return pa.array([v if isinstance(v, float) else None for v in values], type=arrow_type)
+    limit = 2 ** (arrow_type.bit_width - 1)
+    return pa.array(
+        [v if isinstance(v, int) and not isinstance(v, bool) and -limit <= v < limit else None for v in values],
+        type=arrow_type,
+    )
 
 
 def _sample_value(arrow_type: pa.DataType) -> Any:
