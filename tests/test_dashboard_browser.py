@@ -134,7 +134,8 @@ def test_a_verdict_recorded_by_a_click_is_read_back_through_sql(runs, site, page
     assert "gen_ai.tool.call.arguments" in tool.locator("table.attributes").inner_text()
     page.locator("#review").scroll_into_view_if_needed()
     shoot(page, tmp_path, "trial")
-    page.click("header nav >> text=SQL")
+    with page.expect_navigation(wait_until="load"):  # the page's own script, which Control+Enter needs, is running
+        page.click("header nav >> text=SQL")
     page.fill("#sql-text", f"SELECT verdict, note, reviewer FROM reviews WHERE trial_id = '{trial}'")
     page.press("#sql-text", "Control+Enter")  # our own script submits it
     page.wait_for_selector("#sql-result")
