@@ -404,6 +404,32 @@ def test_a_gzip_body_of_several_members_is_read_whole_and_bytes_after_it_are_ref
 GZIP = {"Content-Encoding": "gzip"}
 
 
+def raw_answer(port: int, head: bytes) -> bytes:
+    """Send ``head`` on a connection left open (no end of input for the server to wait for); the status line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(head)
+        return client.makefile("rb").readline()
+
+
+def test_chunk_sizes_and_content_lengths_that_are_not_plain_numbers_are_bad_requests(collector):
+    """A chunk size of "-1" was read by int(..., 16) as -1, and a read of -1 bytes reads the connection to its end:
+    a sender streamed 200 MB into one request past the 20 MiB limit (the collector's RSS grew by 400 MB) and was
+    never answered. A Content-Length of "\xb2" ("²", which str.isdigit() takes and int() does not) was a 500 with
+    a traceback."""
+    start = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+    chunked = start + b"Transfer-Encoding: chunked\r\n\r\n"
+    for size in (b"-1", b"-0x10", b"+1", b" ", b"1" * 17):
+        assert raw_answer(collector.http_port, chunked + size + b"\r\n" + bytes(64)).startswith(b"HTTP/1.1 400"), size
+    for length in (b"\xb2", b"-1", b"1_0"):
+        head = start + b"Content-Length: " + length + b"\r\n\r\n"
+        assert raw_answer(collector.http_port, head).startswith(b"HTTP/1.1 400"), length
+    body = encode_spans(agent_spans(1)).SerializeToString()
+    whole = chunked + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    assert raw_answer(collector.http_port, whole).startswith(b"HTTP/1.1 200")
+    collector.stop()
+    assert len(stored(collector.store)) == 4
+
+
 def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_path):
     from agenteval.collect._http import HttpReceiver
     from agenteval.collect._intake import Intake

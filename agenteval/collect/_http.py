@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import hmac
 import logging
+import re
 import socket
 import sys
 import threading
@@ -57,6 +58,10 @@ _STATUS_CODES = {
     HTTPStatus.SERVICE_UNAVAILABLE: code_pb2.UNAVAILABLE,
     HTTPStatus.INTERNAL_SERVER_ERROR: code_pb2.INTERNAL,
 }
+
+
+_DECIMAL = re.compile(r"[0-9]+")
+_HEX_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class TooLarge(Exception):
@@ -245,8 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return self._read_chunked(limit)
         length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
+        if length is None:
             raise _Refusal(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required", close=True)
+        if not _DECIMAL.fullmatch(length.strip()):  # str.isdigit() also takes "²", which int() refuses
+            raise _Refusal(HTTPStatus.BAD_REQUEST, "Content-Length is not a number of bytes", close=True)
         size = int(length)
         if size > limit:
             raise TooLarge
@@ -260,10 +267,10 @@ class _Handler(BaseHTTPRequestHandler):
         total = 0
         while True:
             line = self.rfile.readline(1024).split(b";")[0].strip()
-            try:
-                size = int(line, 16)
-            except ValueError:
-                raise _Refusal(HTTPStatus.BAD_REQUEST, "malformed chunked body", close=True) from None
+            # Hex digits only: int(line, 16) also reads "-1", and a negative size read the connection to its end.
+            if not _HEX_SIZE.fullmatch(line):
+                raise _Refusal(HTTPStatus.BAD_REQUEST, "malformed chunked body", close=True)
+            size = int(line, 16)
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
                     pass
