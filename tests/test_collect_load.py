@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import socket
 import subprocess
 import sys
 import threading
 
+import grpc
 import pytest
 from collect_clients import post, send_spans, synthetic_spans
 from google.rpc import code_pb2, status_pb2
@@ -105,3 +107,55 @@ def test_a_full_queue_makes_the_real_exporter_retry_and_nothing_is_lost(tmp_path
     assert results == [SpanExportResult.SUCCESS] * 6
     ids = stored_span_ids(tmp_path / "s")
     assert sorted(ids) == sorted(span.context.span_id for span in spans)
+
+
+def padded_request(spans, size: int) -> bytes:
+    """A valid request of exactly ``size`` bytes: ``spans`` and an unknown field of padding (receivers skip it)."""
+    body = encode_spans(spans).SerializeToString()
+    padding = size - len(body) - 1 - 3  # the field's tag, and its length as a 3-byte varint
+    assert 1 << 14 <= padding < 1 << 21
+    length = bytes([padding & 0x7F | 0x80, padding >> 7 & 0x7F | 0x80, padding >> 14])
+    return body + bytes([15 << 3 | 2]) + length + bytes(padding)
+
+
+def test_bodies_past_the_memory_budget_are_refused_as_busy_and_the_others_stored(tmp_path):
+    """Each connection read and decoded a body of up to --max-body at once, whatever the others held: four senders of
+    20 MiB requests of small spans took the collector to 2.9 GB, and more senders, more memory. A process now holds
+    at most two bodies of the largest size; past that, requests are refused as busy (503 with Retry-After, gRPC
+    UNAVAILABLE), however small, until the bodies held are answered. What a sender has not sent holds nothing."""
+    limit = 1 << 20
+    with Collector(tmp_path / "s", port=0, grpc_port=0, max_body_bytes=limit) as collector:
+        stalled = []
+        for seed in (1, 2):
+            body = padded_request(synthetic_spans(4, seed=seed), limit)
+            head = "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            sender = socket.create_connection(("127.0.0.1", collector.http_port), timeout=60)
+            sender.sendall(f"{head}Content-Length: {limit}\r\n\r\n".encode() + body[:-1])
+            stalled.append((sender, body[-1:]))
+        announced_only = socket.create_connection(("127.0.0.1", collector.http_port), timeout=60)
+        announced_only.sendall(f"{head}Content-Length: {limit}\r\n\r\n".encode())  # holds nothing
+        wait_until(lambda: collector._intake.bodies.held == 2 * (limit - 1), "two bodies held, all but a byte each")
+
+        small = encode_spans(synthetic_spans(4, seed=3)).SerializeToString()
+        status, headers, answer = post(collector.http_endpoint, small)
+        assert (status, headers["retry-after"]) == (503, "1")
+        assert status_pb2.Status.FromString(answer).code == code_pb2.UNAVAILABLE
+        grpc_exporter = GrpcExporter(endpoint=f"127.0.0.1:{collector.grpc_port}", insecure=True, timeout=60)
+        with grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}") as channel:
+            export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as refused:
+                export(encode_spans(synthetic_spans(4, seed=4)).SerializeToString(), timeout=60)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        for sender, last in stalled:
+            sender.sendall(last)
+            assert sender.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+            sender.close()
+        announced_only.close()
+        assert post(collector.http_endpoint, small)[0] == 200  # the senders refused retry, and are heard
+        assert grpc_exporter.export(synthetic_spans(4, seed=4)) == SpanExportResult.SUCCESS
+        grpc_exporter.shutdown()
+    assert collector.stats().requests_refused == 2
+    assert sorted(stored_span_ids(tmp_path / "s")) == sorted(
+        span.context.span_id for seed in (1, 2, 3, 4) for span in synthetic_spans(4, seed=seed)
+    )

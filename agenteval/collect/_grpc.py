@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
-from ._intake import Intake
+from ._intake import BUSY, Intake
 from ._protobuf import decode_protobuf
 from ._settings import RETRY_AFTER_SECONDS
 
@@ -73,28 +73,38 @@ class GrpcReceiver:
             scheme, _, given = str(metadata.get("authorization", "")).partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required (authorization metadata)")
+        # gRPC has read the whole message by now; its size still counts while it is decoded (see _budget).
+        if not self.intake.take_body(len(request)):
+            self._abort_busy(context, BUSY.message)
         try:
             answer = self.intake.receive(request, decode_protobuf)
         except Exception:  # a bug: the client hears INTERNAL, the collector carries on
             logger.exception("agenteval collect: failed on a gRPC request")
             context.abort(grpc.StatusCode.INTERNAL, "internal error in agenteval collect")
+        finally:
+            self.intake.bodies.give_back(len(request))
         if answer.outcome == "invalid":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, answer.message)
         if answer.outcome == "busy":
-            retry = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=RETRY_AFTER_SECONDS))
-            detail = AnyMessage()
-            detail.Pack(retry)
-            status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=answer.message, details=[detail])
-            context.set_trailing_metadata(
-                (
-                    ("grpc-status-details-bin", status.SerializeToString()),
-                    ("google.rpc.retryinfo-bin", retry.SerializeToString()),
-                )
-            )
-            context.abort(grpc.StatusCode.UNAVAILABLE, answer.message)
+            self._abort_busy(context, answer.message)
         response = ExportTraceServiceResponse()
         if answer.rejected:
             response.partial_success.CopyFrom(
                 ExportTracePartialSuccess(rejected_spans=answer.rejected, error_message=answer.message)
             )
         return response
+
+    @staticmethod
+    def _abort_busy(context: Any, message: str) -> None:
+        """UNAVAILABLE with a RetryInfo, which OTLP clients retry after its delay."""
+        retry = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=RETRY_AFTER_SECONDS))
+        detail = AnyMessage()
+        detail.Pack(retry)
+        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message, details=[detail])
+        context.set_trailing_metadata(
+            (
+                ("grpc-status-details-bin", status.SerializeToString()),
+                ("google.rpc.retryinfo-bin", retry.SerializeToString()),
+            )
+        )
+        context.abort(grpc.StatusCode.UNAVAILABLE, message)

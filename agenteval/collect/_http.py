@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from agenteval_instrumentation.masking import masked_logger
 
 from ._decode import Decoded
-from ._intake import Answer, Intake
+from ._intake import BUSY, Answer, Intake
 from ._json import decode_json
 from ._protobuf import decode_protobuf
 from ._settings import DEFAULT_MAX_CONNECTIONS, RETRY_AFTER_SECONDS
@@ -172,9 +172,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         with self.server.connections_lock:
             self.server.busy += 1
+        self._held, self._over_budget = 0, False
         try:
             self._post()
         finally:
+            self.server.intake.bodies.give_back(self._held)
             with self.server.connections_lock:
                 self.server.busy -= 1
                 self.server.connections_lock.notify_all()
@@ -235,9 +237,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refusal(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes", close=True
             ) from None
+        if self._over_budget:
+            raise _Refusal(HTTPStatus.SERVICE_UNAVAILABLE, BUSY.message)
         if encoding in ("gzip", "deflate"):
             try:
-                return _decompress(raw, encoding, limit)
+                return _decompress(raw, encoding, limit, self._hold)
             except TooLarge:
                 raise _Refusal(
                     HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body decompresses to more than {limit} bytes"
@@ -257,10 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
         size = int(length)
         if size > limit:
             raise TooLarge
-        body = self.rfile.read(size)
-        if len(body) != size:
-            raise _Refusal(HTTPStatus.BAD_REQUEST, "the body is shorter than its Content-Length", close=True)
-        return body
+        return b"".join(self._read_exactly(size, "the body is shorter than its Content-Length"))
 
     def _read_chunked(self, limit: int) -> bytes:
         chunks: list[bytes] = []
@@ -278,16 +279,42 @@ class _Handler(BaseHTTPRequestHandler):
             total += size
             if total > limit:
                 raise TooLarge
-            chunk = self.rfile.read(size)
-            if len(chunk) != size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+            chunks += self._read_exactly(size, "malformed chunked body")
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
                 raise _Refusal(HTTPStatus.BAD_REQUEST, "malformed chunked body", close=True)
-            chunks.append(chunk)
+
+    def _read_exactly(self, size: int, short: str) -> list[bytes]:
+        """``size`` bytes, in pieces as they arrive, each held in the body budget: a sender that stalls holds what
+        it sent, not what it announced (a Content-Length alone holds nothing). Past the budget, the rest is read
+        and dropped, so that the sender, still sending, then reads its 503 (answered before the end of its body,
+        it got a broken pipe instead, and no Retry-After)."""
+        pieces = []
+        while size:
+            piece = self.rfile.read1(min(size, READ_PIECE_BYTES))
+            if not piece:
+                raise _Refusal(HTTPStatus.BAD_REQUEST, short, close=True)
+            size -= len(piece)
+            if not self._over_budget:
+                if self.server.intake.take_body(len(piece)):
+                    self._held += len(piece)
+                    pieces.append(piece)
+                else:
+                    self._over_budget = True
+                    pieces.clear()
+        return pieces
+
+    def _hold(self, size: int) -> None:
+        """Take ``size`` bytes of a decompressed body from the process's body budget (given back once the request
+        is answered); busy when they do not fit."""
+        if not self.server.intake.take_body(size):
+            raise _Refusal(HTTPStatus.SERVICE_UNAVAILABLE, BUSY.message)
+        self._held += size
 
     def _answer(self, answer: Answer) -> None:
         if answer.outcome == "invalid":
             self._status(HTTPStatus.BAD_REQUEST, answer.message)
         elif answer.outcome == "busy":
-            self._status(HTTPStatus.SERVICE_UNAVAILABLE, answer.message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
+            self._status(HTTPStatus.SERVICE_UNAVAILABLE, answer.message)
         else:
             response = ExportTraceServiceResponse()
             if answer.rejected:
@@ -304,13 +331,14 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send(HTTPStatus.OK, response.SerializeToString())
 
-    def _status(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None) -> None:
+    def _status(self, status: HTTPStatus, message: str) -> None:
         code = _STATUS_CODES.get(status, code_pb2.UNKNOWN)
         if self._json:
             body = orjson.dumps({"code": code, "message": message})
         else:
             body = status_pb2.Status(code=code, message=message).SerializeToString()
-        self._send(status, body, headers)
+        busy = status == HTTPStatus.SERVICE_UNAVAILABLE  # every 503 tells the client when to retry
+        self._send(status, body, {"Retry-After": str(RETRY_AFTER_SECONDS)} if busy else None)
 
     def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
         # The status line, headers and body in one write, built here rather than by send_response and
@@ -332,6 +360,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.log_request(status.value, len(body))
 
     _json = False
+    _held = 0  # bytes of the body budget this request holds
+    _over_budget = False  # its body did not fit: read to its end and dropped, then answered 503
+
+
+READ_PIECE_BYTES = 64 * 1024
+"""A body is read (and decompressed) in pieces of up to this size, each held in the body budget as it arrives: what
+a process holds past its budget is at most a piece per connection."""
 
 
 _DATE: list[tuple[int, str]] = [(0, "")]
@@ -347,24 +382,32 @@ def _http_date() -> str:
     return text
 
 
-def _decompress(raw: bytes, encoding: str, limit: int) -> bytes:
+def _decompress(raw: bytes, encoding: str, limit: int, hold: Callable[[int], None]) -> bytes:
     """At most ``limit`` bytes out, however small the input (a gzip bomb stops here).
 
     A gzip body may be several members one after another (RFC 1952; a compressor that flushes per chunk sends
     that): all of them are the body, as ``gzip -d`` reads it. A decompressor stops at the end of the first, so
     reading one only acknowledged the request and dropped the spans of the others. Bytes after the end that are
-    not another member (zero padding aside, which gzip allows) make the body invalid rather than ignored."""
+    not another member (zero padding aside, which gzip allows) make the body invalid rather than ignored.
+    ``hold`` is given the size of each piece decompressed (see ``READ_PIECE_BYTES``) before the next is made."""
     parts: list[bytes] = []
     size = 0
     while True:
         decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-        out = decompressor.decompress(raw, limit - size + 1)
-        size += len(out)
-        if size > limit or decompressor.unconsumed_tail:
-            raise TooLarge
+        pending = raw
+        while True:
+            piece = min(READ_PIECE_BYTES, limit - size + 1)
+            out = decompressor.decompress(pending, piece)
+            size += len(out)
+            if size > limit:
+                raise TooLarge
+            parts.append(out)
+            hold(len(out))
+            pending = decompressor.unconsumed_tail
+            if decompressor.eof or (not pending and len(out) < piece):  # the end, or all input read
+                break
         if not decompressor.eof:
             raise zlib.error("truncated")
-        parts.append(out)
         raw = decompressor.unused_data.lstrip(b"\0") if encoding == "gzip" else decompressor.unused_data
         if not raw:
             return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -33,9 +33,10 @@ import pyarrow as pa
 from agenteval_exporters import ParquetSpanExporter
 from agenteval_instrumentation.masking import masked_logger
 
+from ._budget import BODIES_AT_ONCE, BodyBudget
 from ._decode import Decoded, PayloadError
 from ._recent import CLAIMED, RecentRequests, Remembered
-from ._settings import DEFAULT_MAX_QUEUED_SPANS
+from ._settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUED_SPANS
 
 logger = masked_logger(__name__)
 
@@ -91,10 +92,13 @@ class Intake:
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
         on_written: Callable[[pa.RecordBatch], None] | None = None,
         recent: RecentRequests | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         """``recent``: the requests queued lately, shared with the collector's other processes (one of its own
-        otherwise, closed with it)."""
+        otherwise, closed with it). ``max_body_bytes`` sizes :attr:`bodies`."""
         self.exporter = exporter
+        self.bodies = BodyBudget(BODIES_AT_ONCE * max_body_bytes)
+        """The bytes of request bodies this process holds at once (see :mod:`._budget`): the receivers take from it."""
         self.recent = recent if recent is not None else RecentRequests()
         self._owns_recent = recent is None
         self.on_written = on_written
@@ -146,6 +150,15 @@ class Intake:
                 # GIL; only a stop waits for requests in flight.
                 if self._closing:
                     self._lock.notify_all()
+
+    def take_body(self, size: int) -> bool:
+        """Hold ``size`` more bytes of a request's body (:attr:`bodies`); False, counting the request refused, when
+        they do not fit: the receiver answers :data:`BUSY`."""
+        if self.bodies.take(size):
+            return True
+        with self._lock:
+            self._refused += 1
+        return False
 
     def _claim(self, digest: bytes) -> Answer | None:
         """None when this request is the caller's to queue; else the answer: the one its first copy got (its spans

@@ -112,7 +112,8 @@ class Collector:
             online = OnlineScoring(self._scorer, exporter.force_flush, self._score_delay)
         # One memory of recent requests for gRPC here and every HTTP worker: a repeat is stored once wherever it lands.
         recent = RecentRequests()
-        intake = Intake(exporter, self._max_queued_spans, online.written if online is not None else None, recent)
+        on_written = online.written if online is not None else None
+        intake = Intake(exporter, self._max_queued_spans, on_written, recent, self._max_body_bytes)
         self._intake, self._online, self._recent = intake, online, recent
         try:
             try:

@@ -360,7 +360,8 @@ def serve_worker(channel: Connection, settings: WorkerSettings) -> None:
 
     recent = RecentRequests(recv_handle(channel))
     exporter = ParquetSpanExporter(settings.store, flush_interval=settings.flush_interval)
-    intake = Intake(exporter, settings.max_queued_spans, report_roots if settings.report_roots else None, recent)
+    on_written = report_roots if settings.report_roots else None
+    intake = Intake(exporter, settings.max_queued_spans, on_written, recent, settings.max_body_bytes)
     server = HttpReceiver(
         settings.address,
         intake,
