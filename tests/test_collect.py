@@ -437,7 +437,10 @@ def test_chunk_sizes_and_content_lengths_that_are_not_plain_numbers_are_bad_requ
     assert len(stored(collector.store)) == 4
 
 
-def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_path):
+def test_past_the_connection_limit_the_longest_idle_connection_makes_room(tmp_path):
+    """A thread per connection, up to a limit; past it a new connection was closed at once, so 256 idle
+    connections (or senders of a header byte a second) shut every other sender out. Now the connection that has
+    waited longest for its next request is closed to make room; one in the middle of a request is not."""
     from agenteval.collect._http import HttpReceiver
     from agenteval.collect._intake import Intake
 
@@ -445,19 +448,42 @@ def test_connections_past_the_limit_are_closed_and_the_receiver_carries_on(tmp_p
     receiver = HttpReceiver(("127.0.0.1", 0), intake, None, 1 << 20, max_connections=2)
     serving = threading.Thread(target=receiver.serve_forever, daemon=True)
     serving.start()
-    idle = [socket.create_connection(("127.0.0.1", receiver.port), timeout=10) for _ in range(2)]
-    wait_until(lambda: len(receiver.connections) == 2, "two idle connections held")
-    extra = socket.create_connection(("127.0.0.1", receiver.port), timeout=10)
-    assert extra.recv(1) == b""  # closed at once
-    idle.pop().close()
-    wait_until(lambda: len(receiver.connections) == 1, "a connection let go")
-    body = encode_spans(agent_spans(1)).SerializeToString()
-    assert post(f"http://127.0.0.1:{receiver.port}/v1/traces", body)[0] == 200
-    for connection in idle + [extra]:
+    url = f"http://127.0.0.1:{receiver.port}/v1/traces"
+    bodies = [encode_spans(agent_spans(1, prefix=f"{n}-")).SerializeToString() for n in range(4)]
+
+    def mid_request(body: bytes) -> socket.socket:
+        sender = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
+        head = (
+            f"POST /v1/traces HTTP/1.1\r\nContent-Type: application/x-protobuf\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        sender.sendall(head.encode() + body[:-1])
+        return sender
+
+    idle = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
+    slow_head = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
+    slow_head.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")  # its headers never end
+    wait_until(lambda: len(receiver.waiting) == 2, "two connections waiting for a request")
+    assert post(url, bodies[0])[0] == 200  # room made: the idle connection, the longest waiting, is closed
+    assert idle.recv(1) == b""
+    wait_until(lambda: len(receiver.connections) == 1, "the posting connection closed")
+    busy = mid_request(bodies[1])
+    wait_until(lambda: len(receiver.waiting) == 1 and len(receiver.connections) == 2, "one connection mid-request")
+    assert post(url, bodies[2])[0] == 200  # the one whose headers never end made room
+    assert slow_head.recv(1) == b""
+    wait_until(lambda: len(receiver.connections) == 1, "the posting connection closed")
+    also_busy = mid_request(bodies[3])
+    wait_until(lambda: not receiver.waiting and len(receiver.connections) == 2, "two connections mid-request")
+    extra = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
+    assert extra.recv(1) == b""  # every connection is mid-request: the new one is closed at once
+    for sender, body in ((busy, bodies[1]), (also_busy, bodies[3])):
+        sender.sendall(body[-1:])
+        assert sender.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        sender.close()
+    for connection in (idle, slow_head, extra):
         connection.close()
     receiver.close()
     intake.close()
-    assert len(stored(tmp_path / "s")) == 4
+    assert len(stored(tmp_path / "s")) == 4 * 4
 
 
 def reset_mid_request(port: int, sent: bytes) -> None:

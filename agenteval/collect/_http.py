@@ -98,6 +98,9 @@ class HttpReceiver(ThreadingHTTPServer):
         self.intake, self.token, self.max_body_bytes = intake, token, max_body_bytes
         self.max_connections = max_connections
         self.connections: set[socket.socket] = set()
+        self.waiting: dict[socket.socket, None] = {}
+        """The connections waiting for their next request (whose request line or headers have not all arrived),
+        the longest-waiting first."""
         self.connections_lock = threading.Condition()
         self.busy = 0  # requests being answered: close() lets them send their answer
         self.listening = listen
@@ -108,10 +111,30 @@ class HttpReceiver(ThreadingHTTPServer):
         return int(self.server_address[1])
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
-        """A thread per connection: past ``max_connections`` open ones, a new one is closed at once (clients
-        retry), so a client that opens connections without end cannot exhaust the process."""
+        """A thread per connection, up to ``max_connections``, so that a client that opens connections without end
+        cannot exhaust the process. Past that, the connection that has waited longest for its next request is
+        closed to make room (clients reconnect); only when every one is in the middle of a request is the new one
+        closed at once. Before, a new one always was: 256 idle connections, or 256 senders of a header byte a
+        second, shut every other sender out."""
         with self.connections_lock:
-            return len(self.connections) < self.max_connections
+            if len(self.connections) < self.max_connections:
+                return True
+            if not self.waiting:
+                return False
+            longest = next(iter(self.waiting))
+            del self.waiting[longest]
+        try:
+            longest.shutdown(socket.SHUT_RDWR)  # its thread's read ends, and the thread with it
+        except OSError:
+            pass
+        return True
+
+    def waits_for_request(self, connection: socket.socket, waits: bool) -> None:
+        """Mark ``connection`` as waiting for its next request (it may be closed to make room), or not."""
+        with self.connections_lock:
+            self.waiting.pop(connection, None)
+            if waits:
+                self.waiting[connection] = None
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:
@@ -128,6 +151,7 @@ class HttpReceiver(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         with self.connections_lock:
             self.connections.discard(request)
+            self.waiting.pop(request, None)
         super().shutdown_request(request)
         if self.on_closed is not None:
             self.on_closed()
@@ -165,6 +189,15 @@ class _Handler(BaseHTTPRequestHandler):
     # The answer goes out as headers then body: with Nagle's algorithm the body waits for the client's delayed
     # ACK of the headers (40 ms a request on Linux), which made keep-alive clients ~3x slower.
     disable_nagle_algorithm = True
+
+    def handle_one_request(self) -> None:
+        self.server.waits_for_request(self.connection, True)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # reads the headers
+        self.server.waits_for_request(self.connection, False)
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("agenteval collect: %s " + format, self.address_string(), *args)
