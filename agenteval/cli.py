@@ -1484,7 +1484,8 @@ def doctor(store: str | None, dry_run: bool) -> None:
     type=click.IntRange(min=1024),
     default=DEFAULT_MAX_BODY_BYTES,
     show_default=True,
-    help="Largest request in bytes, compressed or not (413 past it).",
+    help="Largest request in bytes, compressed or not (413 past it); a process holds twice this of request bodies "
+    "at once (503 past it).",
 )
 @click.option(
     "--score",
