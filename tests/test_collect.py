@@ -389,6 +389,27 @@ def test_malformed_truncated_oversized_and_unknown_requests_get_their_answers(tm
     assert len(stored(tmp_path / "s")) == 16
 
 
+def test_a_request_refused_before_its_body_is_read_gets_its_answer_and_keep_alive_carries_on(tmp_path):
+    """The body of a request refused on its head was left unread. Past the limit, the connection was closed on a
+    sender still sending: it got a broken pipe, not its 413 (a connection error, which OTLP exporters retry rather
+    than drop). On a wrong path, the body was read as the connection's next request, and the 400 for it was what a
+    keep-alive client read as the answer to its next request."""
+    valid = encode_spans(agent_spans(1)).SerializeToString()
+    with Collector(tmp_path / "s", port=0, grpc_port=None, max_body_bytes=1 << 20) as collector:
+        for size in ((1 << 20) + 1, 3 << 20):
+            status, _, body = post(collector.http_endpoint, bytes(size))
+            assert status == 413 and error_status(body).code == code_pb2.RESOURCE_EXHAUSTED
+        connection = http.client.HTTPConnection("127.0.0.1", collector.http_port, timeout=30)
+        protobuf = {"Content-Type": "application/x-protobuf"}
+        connection.request("POST", "/v1/metrics", bytes(300_000), protobuf)
+        assert connection.getresponse().read() and connection.sock is not None  # 404, and the connection kept
+        connection.request("POST", "/v1/traces", valid, protobuf)
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, b"")
+        connection.close()
+    assert len(stored(tmp_path / "s")) == 4
+
+
 def test_a_gzip_body_of_several_members_is_read_whole_and_bytes_after_it_are_refused(collector):
     """A gzip body may be several members one after another (RFC 1952; what a compressor that flushes per chunk
     sends): every member is the body, as ``gzip -d`` reads it. Reading the first alone answered 200 and dropped

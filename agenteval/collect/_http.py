@@ -205,11 +205,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         with self.server.connections_lock:
             self.server.busy += 1
-        self._held, self._over_budget = 0, False
+        self._held, self._over_budget, self._body_started = 0, False, False
         try:
             self._post()
         finally:
-            self.server.intake.bodies.give_back(self._held)
+            self._release_body()
             with self.server.connections_lock:
                 self.server.busy -= 1
                 self.server.connections_lock.notify_all()
@@ -231,7 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._body()
             answer = self.server.intake.receive(body, decode)
         except _Refusal as refusal:
-            if refusal.close:
+            drained = self._body_started or self._drain()  # first: the sender reads the answer once it has sent
+            if refusal.close or not drained:
                 self.close_connection = True
             self._status(refusal.status, str(refusal))
             return
@@ -294,9 +295,11 @@ class _Handler(BaseHTTPRequestHandler):
         size = int(length)
         if size > limit:
             raise TooLarge
+        self._body_started = True
         return b"".join(self._read_exactly(size, "the body is shorter than its Content-Length"))
 
     def _read_chunked(self, limit: int) -> bytes:
+        self._body_started = True
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -315,6 +318,25 @@ class _Handler(BaseHTTPRequestHandler):
             chunks += self._read_exactly(size, "malformed chunked body")
             if self.rfile.readline(3) not in (b"\r\n", b"\n"):
                 raise _Refusal(HTTPStatus.BAD_REQUEST, "malformed chunked body", close=True)
+
+    def _drain(self) -> bool:
+        """Read and drop the body of a request refused before its body was read (a wrong path, token or type, a
+        Content-Length past the limit), up to ``DRAIN_BODIES`` times the limit; whether it was all read. The
+        sender is still sending it and reads the answer only after: closing on it gave the sender a broken pipe
+        instead of its 413 (a connection error, which OTLP exporters retry), and leaving it unread made it the
+        next request on the connection (answered 400, which a keep-alive client read as its next answer)."""
+        length = self.headers.get("Content-Length", "").strip()
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or not _DECIMAL.fullmatch(length):
+            return False
+        size = int(length)
+        if size > DRAIN_BODIES * self.server.max_body_bytes:
+            return False
+        while size:
+            piece = self.rfile.read1(min(size, READ_PIECE_BYTES))
+            if not piece:
+                return False
+            size -= len(piece)
+        return True
 
     def _read_exactly(self, size: int, short: str) -> list[bytes]:
         """``size`` bytes, in pieces as they arrive, each held in the body budget: a sender that stalls holds what
@@ -373,7 +395,14 @@ class _Handler(BaseHTTPRequestHandler):
         busy = status == HTTPStatus.SERVICE_UNAVAILABLE  # every 503 tells the client when to retry
         self._send(status, body, {"Retry-After": str(RETRY_AFTER_SECONDS)} if busy else None)
 
+    def _release_body(self) -> None:
+        """Give back the body budget this request holds: before its answer is sent, so that a sender told its
+        request is done is not refused for the memory of that same request."""
+        self.server.intake.bodies.give_back(self._held)
+        self._held = 0
+
     def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self._release_body()
         # The status line, headers and body in one write, built here rather than by send_response and
         # send_header, whose logging, per-header writes and date formatting cost ~0.5 µs a span at 512 spans a
         # request. One write also leaves Nagle's algorithm nothing to hold back.
@@ -395,6 +424,12 @@ class _Handler(BaseHTTPRequestHandler):
     _json = False
     _held = 0  # bytes of the body budget this request holds
     _over_budget = False  # its body did not fit: read to its end and dropped, then answered 503
+    _body_started = False  # some of its body has been read: a refusal now cannot drain it
+
+
+DRAIN_BODIES = 4
+"""A refused request's unread body is read and dropped (so that its sender reads the answer) up to this many times
+``--max-body``; past that, the connection is closed."""
 
 
 READ_PIECE_BYTES = 64 * 1024
