@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -159,3 +160,20 @@ def test_bodies_past_the_memory_budget_are_refused_as_busy_and_the_others_stored
     assert sorted(stored_span_ids(tmp_path / "s")) == sorted(
         span.context.span_id for seed in (1, 2, 3, 4) for span in synthetic_spans(4, seed=seed)
     )
+
+
+def test_a_burst_of_senders_connecting_at_once_is_answered(tmp_path):
+    """The HTTP server listened with socketserver's backlog of 5: of 64 senders that connected at once, 38 had their
+    connection reset (a connection error for each exporter, which it retries at best)."""
+    senders = 64
+    bodies = [encode_spans(synthetic_spans(4, seed=seed)).SerializeToString() for seed in range(1, senders + 1)]
+    with Collector(tmp_path / "s", port=0, grpc_port=None) as collector:
+        at_once = threading.Barrier(senders)
+
+        def send(body: bytes) -> int:
+            at_once.wait()
+            return post(collector.http_endpoint, body)[0]
+
+        with ThreadPoolExecutor(senders) as pool:
+            assert list(pool.map(send, bodies)) == [200] * senders
+    assert len(stored_span_ids(tmp_path / "s")) == 4 * senders

@@ -39,7 +39,7 @@ from ._decode import Decoded
 from ._intake import BUSY, Answer, Intake
 from ._json import decode_json
 from ._protobuf import decode_protobuf
-from ._settings import DEFAULT_MAX_CONNECTIONS, RETRY_AFTER_SECONDS
+from ._settings import DEFAULT_MAX_CONNECTIONS, LISTEN_BACKLOG, RETRY_AFTER_SECONDS
 
 logger = masked_logger(__name__)
 
@@ -80,6 +80,7 @@ class HttpReceiver(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(
         self,

@@ -37,6 +37,7 @@ from agenteval_instrumentation.masking import masked_logger
 
 from ._intake import CollectStats, Intake
 from ._recent import RecentRequests
+from ._settings import LISTEN_BACKLOG
 
 logger = masked_logger(__name__)
 
@@ -81,7 +82,7 @@ class HttpWorkers:
         """``recent``: the parent's memory of recent requests, which every worker shares."""
         self.settings, self.count, self.recent, self.on_roots = settings, count, recent, on_roots
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self._listener = socket.create_server(address, family=family, backlog=128)
+        self._listener = socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
         self._listener.settimeout(POLL_SECONDS)
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
