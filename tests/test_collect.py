@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import logging
 import os
 import signal
 import socket
@@ -407,6 +408,27 @@ def test_a_request_refused_before_its_body_is_read_gets_its_answer_and_keep_aliv
         response = connection.getresponse()
         assert (response.status, response.read()) == (200, b"")
         connection.close()
+    assert len(stored(tmp_path / "s")) == 4
+
+
+def test_a_body_shorter_than_its_content_length_is_a_timeout_not_an_internal_error(tmp_path, monkeypatch, caplog):
+    """A sender that announces more body than it sends was answered 500 (a bug, for the OTLP client, which drops the
+    spans), once its read timed out, with two tracebacks on the command's output: the request's, then the next read's
+    on the timed-out connection. Now it is 408, logged at debug level, and the connection is closed."""
+    from agenteval.collect import _http
+
+    monkeypatch.setattr(_http._Handler, "timeout", 1)  # the real read timeout, shortened: 120 s by default
+    with Collector(tmp_path / "s", port=0, grpc_port=None) as collector:
+        head = b"POST /v1/traces HTTP/1.1\r\nContent-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", collector.http_port), timeout=60) as sender:
+            sender.sendall(head + bytes(10))
+            answer = sender.makefile("rb")
+            assert answer.readline().startswith(b"HTTP/1.1 408")
+            while answer.readline() not in (b"\r\n", b""):
+                pass
+            answer.read()  # the connection is closed after the answer
+        assert post(collector.http_endpoint, encode_spans(agent_spans(1)).SerializeToString())[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert len(stored(tmp_path / "s")) == 4
 
 

@@ -53,6 +53,7 @@ _STATUS_CODES = {
     HTTPStatus.NOT_FOUND: code_pb2.NOT_FOUND,
     HTTPStatus.METHOD_NOT_ALLOWED: code_pb2.UNIMPLEMENTED,
     HTTPStatus.LENGTH_REQUIRED: code_pb2.INVALID_ARGUMENT,
+    HTTPStatus.REQUEST_TIMEOUT: code_pb2.DEADLINE_EXCEEDED,
     HTTPStatus.REQUEST_ENTITY_TOO_LARGE: code_pb2.RESOURCE_EXHAUSTED,
     HTTPStatus.UNSUPPORTED_MEDIA_TYPE: code_pb2.INVALID_ARGUMENT,
     HTTPStatus.SERVICE_UNAVAILABLE: code_pb2.UNAVAILABLE,
@@ -239,6 +240,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         except ConnectionError:  # the client went away while sending: no one to answer (handle_error logs it)
             raise
+        except TimeoutError:  # a sender that stopped in the middle of its body (a Content-Length past what it sent)
+            logger.debug("agenteval collect: %s stopped sending its body", self.address_string())
+            self.close_connection = True  # its reads are over: the next one would raise again
+            self._status(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {self.timeout} s")
+            return
         except Exception:  # a bug: the client hears 500, the collector carries on
             logger.exception("agenteval collect: failed on a request")
             self._status(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error in agenteval collect")
