@@ -334,15 +334,11 @@ class _Commands(click.Group):
     command runs, every log record of the process is masked: what reaches stderr is the command's to show, and so
     are the tracebacks Python prints."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        from ._stderr_masking import mask_uncaught_tracebacks
+    def invoke(self, ctx: click.Context) -> Any:
+        # Here, not in main(): `agenteval --help` never gets here, and needs neither logging nor the masking (6 ms).
+        from ._stderr_masking import every_log_record_masked, mask_uncaught_tracebacks
 
         mask_uncaught_tracebacks()
-        return super().main(*args, **kwargs)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        from ._stderr_masking import every_log_record_masked
-
         try:
             with warnings.catch_warnings(), every_log_record_masked():
                 warnings.showwarning = _show_warning  # restored on the way out

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-import resource
 from collections.abc import Iterator
-from pathlib import Path
 
 from ..errors import AgentevalError
 
@@ -99,6 +97,8 @@ def process_memory_capped(limit: int, option: str) -> Iterator[None]:
     the OS counts them), and memory running out is :class:`StatementOutOfMemory` (:func:`memory_errors_named`).
     Only for a process that runs one statement: the cap is the whole process's, its threads' too. The previous
     limit is restored on leaving."""
+    import resource  # here: the command line imports this module for its defaults
+
     before = resource.getrlimit(resource.RLIMIT_DATA)
     used = _data_bytes()
     if used is not None:  # elsewhere than Linux: DuckDB's limit alone
@@ -114,7 +114,8 @@ def process_memory_capped(limit: int, option: str) -> Iterator[None]:
 def _data_bytes() -> int | None:
     """This process's data as Linux counts it against ``RLIMIT_DATA`` (``VmData``); None elsewhere."""
     try:
-        status = Path("/proc/self/status").read_text()
+        with open("/proc/self/status") as status_file:
+            status = status_file.read()
     except OSError:
         return None
     found = re.search(r"^VmData:\s*(\d+) kB", status, re.MULTILINE)
