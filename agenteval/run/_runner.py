@@ -48,6 +48,7 @@ from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, Verdic
 from ..scorers._judge import judge_in_charge
 from ..scorers._loading import scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
+from ..store._database import SMALL_QUERIES
 from ..store._lease import (
     JOIN_WAIT_SECONDS,
     TAKE_WAIT_SECONDS,
@@ -92,10 +93,12 @@ from ._sink import StoreSink
 from ._store_mark import has_mark
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
-RUN_THREADS = 1
-"""DuckDB threads of a run's scoring engine. A micro-batch is a second's trials: one thread scored them as fast
-(the harness at 10,000 trials: 0.997x, median of 6 interleaved rounds), and a second worker kept freed memory in
-a malloc arena of its own (a 2,000-case run peaked 7 MB higher). Rescoring, over whole experiments, keeps them all."""
+RUN_DATABASE = {"threads": 1, **SMALL_QUERIES}
+"""DuckDB's settings for a run's scoring engine, which queries a micro-batch (a second's trials) at a time. One
+thread scored them as fast (the harness at 10,000 trials: 0.997x, median of 6 interleaved rounds), and a second
+worker kept freed memory in a malloc arena of its own (a 2,000-case run peaked 7 MB higher); memory a query freed
+is handed back (:data:`~agenteval.store._database.SMALL_QUERIES`). Rescoring, over whole experiments, keeps
+DuckDB's defaults."""
 
 SIGNAL_CHECK_SECONDS = 0.1
 """How often ``evaluate()`` waiting beside a running loop wakes to let a Ctrl-C through."""
@@ -424,7 +427,7 @@ class _Run:
             prices = load_prices(prices_file)
             loaded = load_scorers(scorers)
             judging = judge_in_charge(loaded, models.judge) if models.judge else loaded
-            engine = ScoringEngine(judging, RUN_THREADS)
+            engine = ScoringEngine(judging, RUN_DATABASE)
             if previous is not None:
                 _check_comparable(store, previous, shard, agent, dataset, corpus, judging, chosen)
                 check_prices(previous, prices_file)
@@ -519,7 +522,7 @@ class _Run:
                 f"{recipe.experiment.version}: every node must have the same agent"
             )
         loaded = load_scorers(recipe.scorers)
-        engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_THREADS)
+        engine = ScoringEngine(judge_in_charge(loaded, models.judge) if models.judge else loaded, RUN_DATABASE)
         eid = recipe.experiment.experiment_id
         run = cls(
             store,

@@ -138,14 +138,14 @@ class ScoredTrial:
 class ScoringEngine:
     """Scores batches of trials with a fixed list of scorers."""
 
-    def __init__(self, scorers: Sequence[Scorer], threads: int | None = None) -> None:
-        """``threads``: DuckDB's for this engine's queries (its default, the machine's cores, when None)."""
+    def __init__(self, scorers: Sequence[Scorer], config: dict[str, Any] | None = None) -> None:
+        """``config``: DuckDB's settings for this engine's database (a run's: one thread, memory handed back)."""
         names = [s.name for s in scorers]
         duplicated = {n for n in names if names.count(n) > 1}
         if duplicated:
             raise ValueError(f"two scorers share a name: {', '.join(sorted(duplicated))}")
         self.scorers = list(scorers)
-        self.con = open_database(config={} if threads is None else {"threads": threads})
+        self.con = open_database(config=config)
         self._applicable: dict[str, tuple[Scorer, ...]] = {}
         self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
         self._when_errors: dict[tuple[str, str], str] = {}
