@@ -84,6 +84,12 @@ class LoopbackRayCluster:
         # The namespace lives as long as this process: every node and driver joins it with nsenter.
         self.holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep 86400"])
         deadline = time.monotonic() + 10
+        # Until unshare has made its namespace, the holder is in this one: nsenter then joined the machine's own, where
+        # loopback is up, and under load the head started there (port 6379 of the machine, and left running).
+        while os.stat(self.netns).st_ino == os.stat("/proc/self/ns/net").st_ino:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster's network namespace was not made")
+            time.sleep(0.01)
         while "127.0.0.1" not in self.run(["ip", "-o", "addr"]).stdout:
             if time.monotonic() > deadline:
                 raise RuntimeError("the network namespace's loopback did not come up")
@@ -236,6 +242,8 @@ class LoopbackRayCluster:
         """Every process in the cluster's namespace but its holder."""
         assert self.holder is not None
         inode = os.stat(self.netns).st_ino
+        if inode == os.stat("/proc/self/ns/net").st_ino:  # no namespace of its own yet: every process here would match
+            return []
         found = []
         for process in psutil.process_iter():
             if process.pid == self.holder.pid:
