@@ -48,7 +48,6 @@ compared beside them (:data:`._compare_figures.FIGURES`); its parameters are the
 
 RUN_FIGURES = """
 SELECT count(*) AS trials, count(*) FILTER (WHERE infrastructure) AS infrastructure_failures,
-       count(*) FILTER (WHERE unscored) AS unscored_trials,
        quantile_cont(duration_ms, {levels}) AS latency_quantiles,
        avg(input_tokens + output_tokens) AS tokens_per_trial, fsum(cost_usd) AS cost_usd,
        fsum(duration_ms) / count(duration_ms) AS latency_mean_ms, fsum(cost_usd) / count(cost_usd) AS cost_per_trial_usd
@@ -197,7 +196,9 @@ def _run(store: Store, experiment_id: str) -> _Run:
         }
         quantiles = run_quantiles(levels, values, rates)
         pass_fail = frozenset(s.scorer for s in scorers if not s.continuous)
-        return _Run(rates, figures, ex.summarize(store, experiment_id, con), quantiles, versions, pass_fail)
+        summary = ex.summarize(store, experiment_id, con)
+        figures["unscored_trials"] = summary.unscored  # counted once, by the summary
+        return _Run(rates, figures, summary, quantiles, versions, pass_fail)
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:

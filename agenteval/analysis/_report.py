@@ -61,8 +61,8 @@ GROUP BY ALL ORDER BY case_id, n DESC, failure_type
 million trials 17 ms."""
 
 
-UNSCORED = "SELECT count(*) AS trials, count(DISTINCT case_id) AS cases FROM judged WHERE unscored"
-"""Trials that passed on no scorer's word, and their cases (``unscored``: see
+UNSCORED_CASES = "SELECT count(DISTINCT case_id) AS n FROM judged WHERE unscored"
+"""The cases of the trials that passed on no scorer's word (the summary counts the trials; ``unscored``: see
 :func:`agenteval.store._views.judged_trials`)."""
 
 TRIAL_LATENCY = """
@@ -168,7 +168,7 @@ def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:
     )
 
 
-def _outcomes(summary: dict[str, Any], unscored: int) -> Outcomes:
+def _outcomes(summary: dict[str, Any]) -> Outcomes:
     trials = summary["trials"] or 0
     return Outcomes(
         passed=summary["passed"],
@@ -178,7 +178,7 @@ def _outcomes(summary: dict[str, Any], unscored: int) -> Outcomes:
         wrong_share=summary["wrong"] / trials if trials else None,
         failed_share=summary["failed"] / trials if trials else None,
         failures_by_type=summary["failures_by_type"],
-        unscored=unscored,
+        unscored=summary["unscored"],
     )
 
 
@@ -208,7 +208,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         simulated = ex.fetch(con, SIMULATED_CASES, [eid])[0]["n"]
         conversations = ex.fetch(con, CONVERSATIONS.format(limit=CONVERSATIONS_SHOWN), [eid]) if simulated else []
         summary = ex.counts(con)  # the pass rate and its interval come from the cases below
-        unscored = ex.fetch(con, UNSCORED)[0]
+        unscored_cases = ex.fetch(con, UNSCORED_CASES)[0]["n"] if summary["unscored"] else 0
         worst = sorted(cases, key=lambda c: (c["passes"] / c["attempts"], -c["failed"], c["case_id"]))[:WORST_CASES]
         worst_cases = _case_outcomes(con, worst)
     max_k = min(max((c["attempts"] for c in cases), default=0), MAX_K)
@@ -232,7 +232,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         overall=PassRate(**_rate(cases, _k_rates(cases, max_k))),
         categories=categories,
         scorers=scorer_figures,
-        outcomes=_outcomes(summary, unscored["trials"]),
+        outcomes=_outcomes(summary),
         flaky=FlakyCases(count=len(flaky), cases=flaky[:FLAKY_LISTED]),
         latency=Latency(
             trial_p50_ms=trial_latency["p50_ms"],
@@ -250,7 +250,7 @@ def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConn
         conversations=[_conversation(row) for row in conversations],
         shards=ex.shard_progress(store, eid, {c["case_id"]: c["attempts"] for c in cases}, opened),
         warnings=[
-            *unscored_warning(unscored["trials"], unscored["cases"], summary["trials"] or 0),
+            *unscored_warning(summary["unscored"], unscored_cases, summary["trials"] or 0),
             *mixed_versions(scorer_figures),
         ],
     )

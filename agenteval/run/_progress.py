@@ -156,7 +156,8 @@ class Progress:
         self.output.note(visible(message))  # notes quote case ids, which come from the dataset
 
     def refresh(self) -> None:
-        self.output.update(self.done, self.counts())
+        if type(self.output) is not Output:  # the counts' text is made per trial: not when nothing shows it
+            self.output.update(self.done, self.counts())
 
     def finish(self) -> None:
         self.output.finish(self.done, self.counts())
