@@ -304,19 +304,18 @@ def _masked(
     events: list[list[dict[str, Any]] | None],
     status_messages: Sequence[str | None],
     resources: list[str],
-) -> tuple[list[Any], list[str | None]]:
+) -> tuple[Sequence[Any], Sequence[str | None]]:
     """The spans' secrets masked as ``agenteval collect`` masks them (:mod:`.masking`): an agent's other
-    instrumentations (an HTTP client's URL with ``?api-key=``, a header) and every resource; the attributes and
-    status messages as new lists, the events and resources in place. The SDK's attributes cannot be changed: other
-    instrumentations' are copied to dicts."""
-    from .masking import mask_received  # it reads this module's resource_json
+    instrumentations (an HTTP client's URL with ``?api-key=``, a header) and every resource. The events and
+    resources are masked in place; the attributes and status messages come back as new lists when any span is
+    another instrumentation's (the SDK's attributes cannot be changed: those spans' are copied to dicts), as they
+    were otherwise."""
+    from .masking import mask_received, mask_resources  # they read this module's resource_json
 
-    own = sum(map(scopes.count, OWN_SCOPES)) == len(scopes)
-    copied = (
-        list(attributes)
-        if own
-        else [a if s in OWN_SCOPES else dict(a) for a, s in zip(attributes, scopes, strict=True)]
-    )
+    if sum(map(scopes.count, OWN_SCOPES)) == len(scopes):  # agenteval's own spans alone: their resource only
+        mask_resources(resources)
+        return attributes, status_messages
+    copied = [a if s in OWN_SCOPES else dict(a) for a, s in zip(attributes, scopes, strict=True)]
     messages = list(status_messages)
     mask_received(list(scopes), copied, events, messages, resources)
     return copied, messages

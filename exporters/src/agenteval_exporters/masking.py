@@ -40,9 +40,7 @@ def mask_received(
 ) -> None:
     """Spans given as columns masked in place: the resources of all, the rest of other instrumentations' spans
     (their attributes must be dicts); agenteval's own are skipped."""
-    masked = {r: m for r in set(resources) if (m := _masked_resource(r)) != r}  # a batch's few, once each
-    if masked:
-        resources[:] = [masked.get(r, r) for r in resources]
+    mask_resources(resources)
     if sum(map(scopes.count, OWN_SCOPES)) == len(scopes):  # agenteval's own spans alone: counted past in C
         return
     foreign = [i for i, scope in enumerate(scopes) if scope not in OWN_SCOPES]
@@ -52,6 +50,13 @@ def mask_received(
     for i in foreign:
         if status_messages[i]:
             status_messages[i] = mask_text(status_messages[i])  # type: ignore[arg-type]
+
+
+def mask_resources(resources: list[str]) -> None:
+    """Resources (JSON text, one a span) masked in place: a batch's few distinct ones, once each."""
+    masked = {r: m for r in set(resources) if (m := _masked_resource(r)) != r}
+    if masked:
+        resources[:] = [masked.get(r, r) for r in resources]
 
 
 CACHED_RESOURCE_CHARS = 4096
