@@ -502,7 +502,10 @@ def test_past_the_connection_limit_the_longest_idle_connection_makes_room(tmp_pa
         sender.sendall(head.encode() + body[:-1])
         return sender
 
+    # Each step waits for the server's threads to reach the state it relies on: under load, a handler thread
+    # may start late, so the order of connecting is not the order of waiting.
     idle = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
+    wait_until(lambda: len(receiver.waiting) == 1, "the idle connection waiting for a request")
     slow_head = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
     slow_head.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")  # its headers never end
     wait_until(lambda: len(receiver.waiting) == 2, "two connections waiting for a request")
@@ -510,12 +513,12 @@ def test_past_the_connection_limit_the_longest_idle_connection_makes_room(tmp_pa
     assert idle.recv(1) == b""
     wait_until(lambda: len(receiver.connections) == 1, "the posting connection closed")
     busy = mid_request(bodies[1])
-    wait_until(lambda: len(receiver.waiting) == 1 and len(receiver.connections) == 2, "one connection mid-request")
+    wait_until(lambda: receiver.busy == 1 and len(receiver.waiting) == 1, "one connection mid-request")
     assert post(url, bodies[2])[0] == 200  # the one whose headers never end made room
     assert slow_head.recv(1) == b""
     wait_until(lambda: len(receiver.connections) == 1, "the posting connection closed")
     also_busy = mid_request(bodies[3])
-    wait_until(lambda: not receiver.waiting and len(receiver.connections) == 2, "two connections mid-request")
+    wait_until(lambda: receiver.busy == 2 and not receiver.waiting, "two connections mid-request")
     extra = socket.create_connection(("127.0.0.1", receiver.port), timeout=30)
     assert extra.recv(1) == b""  # every connection is mid-request: the new one is closed at once
     for sender, body in ((busy, bodies[1]), (also_busy, bodies[3])):
