@@ -175,17 +175,90 @@ def markdown_table(names: list[str], rows: list[list[str]]) -> str:
 
 
 def rich_table(names: list[str], rows: list[list[str]], title: str | None = None) -> Any:
-    """A rich Table whose cells are plain text, never parsed as markup (they hold agents' replies), with
-    control and bidirectional characters shown as escapes; a newline stays a line break within its cell."""
-    from rich.table import Table
-    from rich.text import Text
+    """A rich table whose cells are plain text, never parsed as markup (they hold agents' replies), with
+    control and bidirectional characters shown as escapes; a newline stays a line break within its cell.
 
-    table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
-    for name in names:
-        table.add_column(Text(visible(name)), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(visible(cell, newlines=True)) for cell in row))
-    return table
+    Its columns are fitted to the width it is drawn at (:class:`_FittedTable`): rich narrows the widest columns
+    first and breaks words to do it, so at 80 columns (a CI log, a pipe) ``answer_match`` read ``answer_ma`` over
+    ``tch`` while shorter columns kept room to spare."""
+    return _FittedTable(
+        [visible(name) for name in names],
+        [[visible(cell, newlines=True) for cell in row] for row in rows],
+        None if title is None else visible(title),
+    )
+
+
+class _FittedTable:
+    """A table drawn at the width it is given: where every column can show its longest word whole, no word is
+    broken (columns narrower than a common level keep their full width, wider ones wrap at spaces down to it),
+    and the table is as wide as its title, which is otherwise wrapped over a narrow table."""
+
+    def __init__(self, names: list[str], rows: list[list[str]], title: str | None) -> None:
+        self.names, self.rows, self.title = names, rows, title
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        yield self._table(options.max_width)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        return self._table(options.max_width).__rich_measure__(console, options)
+
+    def _table(self, max_width: int) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        title_width = min(_cell_width(self.title or "") + 4, max_width)
+        table = Table(title=None if self.title is None else Text(self.title), min_width=title_width)
+        fitted = _fitted_widths(self.names, self.rows, max_width - _FRAME_PER_COLUMN * len(self.names) - 1)
+        widths: list[int | None] = [None] * len(self.names) if fitted is None else list(fitted)
+        for name, width in zip(self.names, widths, strict=True):
+            table.add_column(Text(name), overflow="fold", width=width)
+        for row in self.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        return table
+
+
+_FRAME_PER_COLUMN = 3
+"""What a column of a rich table takes beside its text: a space either side and the line to its right."""
+
+
+def _cell_width(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+def _longest_word(text: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _fitted_widths(names: list[str], rows: list[list[str]], room: int) -> list[int] | None:
+    """The columns' text widths within ``room``: each column's full width up to a common level, and no column
+    below its longest word; None when the table fits as it is (rich draws it so) or when even the longest words
+    do not fit (rich must break words anyway)."""
+    columns = list(zip(names, *rows, strict=True))
+    full = [max(_cell_width(cell) for cell in column) or 1 for column in columns]
+    if sum(full) <= room:
+        return None
+    least = [max(_longest_word(cell) for cell in column) or 1 for column in columns]
+    if sum(least) > room:
+        return None
+    level = _highest_level(full, least, room)
+    return [min(f, max(m, level)) for f, m in zip(full, least, strict=True)]
+
+
+def _highest_level(full: list[int], least: list[int], room: int) -> int:
+    """The highest width every column may take (none below its longest word, none above its full width) that
+    keeps the columns within ``room``: found by halving, as the total only grows with the level."""
+    low, high = 0, max(full)
+    while low < high:
+        level = (low + high + 1) // 2
+        if sum(min(f, max(m, level)) for f, m in zip(full, least, strict=True)) <= room:
+            low = level
+        else:
+            high = level - 1
+    return low
 
 
 def rich_table_text(names: list[str], rows: list[list[str]], total: int | None = None) -> str:
