@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from agenteval_exporters import ParquetSpanExporter, store_path
+from agenteval_exporters.masked_exporter import MaskingSpanExporter
 from agenteval_exporters.storefs import RemoteRoot
 from agenteval_instrumentation.masking import masked_logger
 
@@ -137,7 +138,8 @@ def _set_up(provider: TracerProvider) -> dict[str, Tracing]:
 
 
 def otlp_exporter_from_env() -> SpanExporter | None:
-    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None; its logs masked."""
+    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None: handed spans masked
+    as the store has them (:class:`~agenteval_exporters.masked_exporter.MaskingSpanExporter`), its logs masked."""
     if not any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
         return None
     protocol = next((os.environ[v] for v in OTLP_PROTOCOL_VARIABLES if os.environ.get(v)), "http/protobuf")
@@ -153,7 +155,7 @@ def otlp_exporter_from_env() -> SpanExporter | None:
 
         exporter = HttpExporter()
     _mask_logs_of(exporter)
-    return exporter
+    return MaskingSpanExporter(exporter)
 
 
 def _mask_logs_of(exporter: SpanExporter) -> None:

@@ -72,6 +72,8 @@ class OTLPReceiver(LoopbackServer):
     def __init__(self) -> None:
         self.spans: list[dict] = []
         self.headers_seen: list[dict] = []
+        self.bodies: list[bytes] = []
+        """Each request's body as it arrived: what a test asserts never reached the backend is looked for here."""
         super().__init__(("127.0.0.1", 0), _Handler)
 
     @property
@@ -84,15 +86,23 @@ def _value(value):
     kind = value.WhichOneof("value")
     if kind == "array_value":
         return [_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
     return getattr(value, kind) if kind else None
+
+
+def _attributes(key_values) -> dict:
+    return {a.key: _value(a.value) for a in key_values}
 
 
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         request = ExportTraceServiceRequest.FromString(body)
+        self.server.bodies.append(body)
         self.server.headers_seen.append(dict(self.headers))
         for resource_spans in request.resource_spans:
+            resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     self.server.spans.append(
@@ -101,8 +111,12 @@ class _Handler(BaseHTTPRequestHandler):
                             "span_id": span.span_id.hex(),
                             "parent_span_id": span.parent_span_id.hex() or None,
                             "name": span.name,
-                            "attributes": {a.key: _value(a.value) for a in span.attributes},
-                            "events": [(e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events],
+                            "attributes": _attributes(span.attributes),
+                            "events": [(e.name, _attributes(e.attributes)) for e in span.events],
+                            "links": [_attributes(link.attributes) for link in span.links],
+                            "status_message": span.status.message,
+                            "scope": scope_spans.scope.name,
+                            "resource": resource,
                         }
                     )
         payload = ExportTraceServiceResponse().SerializeToString()

@@ -37,19 +37,21 @@ def mask_received(
     events: list[list[dict[str, Any]] | None],
     status_messages: list[str | None],
     resources: list[str],
-) -> None:
+) -> bool:
     """Spans given as columns masked in place: the resources of all, the rest of other instrumentations' spans
-    (their attributes must be dicts); agenteval's own are skipped."""
+    (their attributes must be dicts); agenteval's own are skipped. True when something other than a resource may
+    have been masked (False: the attributes, events and status messages are as they were)."""
     mask_resources(resources)
     if sum(map(scopes.count, OWN_SCOPES)) == len(scopes):  # agenteval's own spans alone: counted past in C
-        return
+        return False
     foreign = [i for i, scope in enumerate(scopes) if scope not in OWN_SCOPES]
     dicts = [attributes[i] for i in foreign]
     dicts += [event["attributes"] for i in foreign for event in events[i] or () if event.get("attributes")]
-    _mask_dicts(dicts)
+    masked = _mask_dicts(dicts)
     for i in foreign:
-        if status_messages[i]:
-            status_messages[i] = mask_text(status_messages[i])  # type: ignore[arg-type]
+        if status_messages[i] and (message := mask_text(status_messages[i])) != status_messages[i]:  # type: ignore[arg-type]
+            status_messages[i], masked = message, True
+    return masked
 
 
 def mask_resources(resources: list[str]) -> None:
