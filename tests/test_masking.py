@@ -458,3 +458,70 @@ def test_text_made_to_slow_the_newer_patterns_down_is_masked(text):
     masked = mask_text(text + " then ?key=PLANTEDlast")
     assert masked.endswith("?key=***") or masked.endswith(MASK), masked[-60:]
     assert "PLANTEDlast" not in masked
+
+
+# URL-encoded text: a URL inside another's query, a form body, a header line put into a URL. Each was left as it was.
+ENCODED = {
+    "a signed url inside a query": (
+        "https://login.example/authorize?client_id=app&redirect_uri=https%3A%2F%2Fa.blob.core.windows.net%2Fc%2Fb"
+        "%3Fsv%3D2022%26sig%3DPLANTEDsas%252Bx%26se%3D2025",
+        "https://login.example/authorize?client_id=app&redirect_uri=https%3A%2F%2Fa.blob.core.windows.net%2Fc%2Fb"
+        "%3Fsv%3D2022%26sig%3D***%26se%3D2025",
+    ),
+    "lower-case escapes": ("next=%2Fcb%3fsig%3dPLANTEDlow%26a%3d1", "next=%2Fcb%3fsig%3d***%26a%3d1"),
+    "an encoded character in the name": ("GET /v1?api%5Fkey=PLANTED1234&page=2", "GET /v1?api%5Fkey=***&page=2"),
+    "a key parameter inside a query": ("q=%3Fkey%3DPLANTEDgoog%26alt%3Djson", "q=%3Fkey%3D***%26alt%3Djson"),
+    "a header line, %20": ("curl -H X-Api-Key%3A%20PLANTEDhdr42 x", "curl -H X-Api-Key%3A%20*** x"),
+    "a header line, + and a scheme": ("h=Authorization%3A+Bearer+PLANTEDbr1&x=1", "h=Authorization%3A+Bearer+***&x=1"),
+    "a quoted value": ("body=%7B%22token%22%3A%20%22PLANTEDq%22%7D", "body=%7B%22token%22%3A%20%22***%22%7D"),
+    "user and password": (
+        "next=https%3A%2F%2Fbob%3APLANTEDpw%40db.example%2Fx",
+        "next=https%3A%2F%2Fbob%3A***%40db.example%2Fx",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "masked"), ENCODED.values(), ids=ENCODED)
+def test_secrets_in_url_encoded_text_are_masked_in_place(text, masked):
+    assert mask_text(text) == masked
+
+
+def test_url_encoded_text_with_no_secret_stays_as_it_is():
+    for text in (
+        "next=https%3A%2F%2Fshop.example%2Fcart%3Fpage%3D2%26sort%3Dprice",
+        "/files/a%20b/report%2Dfinal.pdf at 100%25 and 12%3A30",
+        "q=max%5Ftokens%3D200%26token%5Fcount%3D12",
+    ):
+        assert mask_text(text) == text
+
+
+def test_an_encoded_secret_a_decorator_captures_is_masked(spans):
+    """The capture's cheap pre-check (no ``=`` or ``:``: nothing to mask) let ``sig%3D...`` through unscanned."""
+    call_service("https%3A%2F%2Fh%2Fb%3Fsig%3DPLANTEDcaptured")
+    assert "PLANTED" not in recorded(spans, A.GEN_AI_TOOL_CALL_ARGUMENTS)
+
+
+def test_long_encoded_text_is_masked_in_time_that_grows_with_its_length():
+    masked = mask_text("%3D%26" * 200_000 + "a%5F" * 200_000 + " then sig%3DPLANTEDlast")
+    assert masked.endswith("sig%3D***")
+
+
+def test_an_encoded_secret_in_another_instrumentations_span_is_stored_masked(tmp_path):
+    """The store's exporter scans a batch's text joined once: a batch whose one secret is URL-encoded is masked."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    exporter = ParquetSpanExporter(tmp_path / "store")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("opentelemetry.instrumentation.httpx")
+    for n in range(20):
+        with tracer.start_as_current_span("GET") as span:
+            span.set_attribute("url.full", f"https://shop.example/cart?page={n}")
+    with tracer.start_as_current_span("GET") as span:
+        span.set_attribute("url.full", "https://login.example/cb?next=%2Fb%3Fsig%3DPLANTEDbatch%26se%3D1")
+    provider.shutdown()
+    urls = [json.loads(r["attributes"])["url.full"] for r in Store(tmp_path / "store").rows("SELECT * FROM spans")]
+    assert len(urls) == 21 and "https://login.example/cb?next=%2Fb%3Fsig%3D***%26se%3D1" in urls
