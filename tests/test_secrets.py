@@ -183,6 +183,43 @@ def test_a_key_given_as_an_agent_option_is_used_not_stored_and_asked_for_again_o
         assert key not in output.stdout + output.stderr and password not in output.stdout + output.stderr
 
 
+def test_agent_options_named_key_token_secret_or_password_are_used_not_stored(tmp_path):
+    """An agent option named just ``key`` (``--agent-option key=...``, ``{"key": ...}``) was stored as given in the
+    experiment's options: ``key`` names a secret only as a URL's query parameter."""
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    planted = {name: f"{name}-PLANTED-{n}0A1B2C" for n, name in enumerate(("key", "token", "secret", "password"))}
+    nested = "nested-PLANTED-3D4E5F"
+
+    def make(key="", token="", secret="", password="", service=None):
+        def answer(question):
+            return "4" if (key, service["Key"]) == (planted["key"], nested) else "wrong key"
+
+        return answer
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}) + "\n")
+    options = {**planted, "service": {"Key": nested, "region": "eu-west-1"}}
+    experiment = evaluate(make, cases, attempts=1, store=tmp_path / "store", progress="none", agent_options=options)
+    store = Store(tmp_path / "store")
+    assert store.rows("SELECT passed FROM trials") == [{"passed": True}]  # built with the keys given
+    (row,) = store.rows("SELECT options FROM experiments WHERE experiment_id = ?", [experiment.id])
+    recorded = row["options"] if isinstance(row["options"], dict) else json.loads(row["options"])
+    assert recorded["agent_options"] == {
+        "key": "***",
+        "token": "***",
+        "secret": "***",
+        "password": "***",
+        "service": {"Key": "***", "region": "eu-west-1"},
+    }
+    for path in (tmp_path / "store").rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            for secret in (*planted.values(), nested):
+                assert secret.encode() not in content, path
+
+
 def test_a_key_in_the_otlp_endpoint_is_masked_in_what_the_run_prints(model_server, tmp_path):
     """The OTLP exporter's warnings quote its HTTP client's error, which names the endpoint with its query: a run
     sending its spans to an endpoint that takes its key as ``?api-key=`` printed the key on stderr at each retry."""

@@ -111,12 +111,29 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
     """``options`` as the experiment stores them: the agent's options with their secrets masked (an
     ``--agent-option api_key=...`` is used, never stored), so a resume is given those again; and the form they are
     recorded in (:data:`RECORD_VERSION`)."""
-    from agenteval_instrumentation.masking import mask_setting  # with logging: not for the command line's start
-
     recorded = dataclasses.asdict(options)
-    recorded["agent_options"] = mask_setting("agent_options", recorded["agent_options"])
+    recorded["agent_options"] = mask_agent_options(recorded["agent_options"])
     recorded[RECORD_VERSION_KEY] = RECORD_VERSION
     return recorded
+
+
+def mask_agent_options(values: Any) -> Any:
+    """An agent's options with their secrets masked: by
+    :func:`~agenteval_instrumentation.masking.is_secret_option` (a bare ``key`` is a secret there) and in their
+    text, at any depth."""
+    from agenteval_instrumentation.masking import is_secret_option, mask_setting  # with logging: not at start-up
+
+    return mask_setting("agent_options", values, is_secret_option)
+
+
+def _compared(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as a resume compares them: secrets masked by name and in their text, the agent's as recorded."""
+    from agenteval_instrumentation.masking import mask_setting
+
+    masked = mask_setting("options", options)
+    if "agent_options" in options:
+        masked["agent_options"] = mask_agent_options(options["agent_options"])
+    return masked
 
 
 def keeps_queries(stored: dict[str, Any]) -> bool:
@@ -159,12 +176,10 @@ def changed_on_resume(stored: dict[str, Any], given: dict[str, Any]) -> list[str
     # stored one of a run recorded before agent options were masked. A URL given to a run recorded before queries
     # were kept is compared without its query, as that run recorded it; one recorded since kept its query, so a
     # query added to it is another endpoint.
-    from agenteval_instrumentation.masking import mask_setting
-
     from ..models._names import as_stored  # urllib.parse: not for the command line's start
 
     old_record = not keeps_queries(stored)
-    given, stored = mask_setting("options", given), mask_setting("options", stored)
+    given, stored = _compared(given), _compared(stored)
     given = {
         name: as_stored(value, stored.get(name)) if old_record and name in URL_OPTIONS else value
         for name, value in given.items()

@@ -13,7 +13,7 @@ import bisect
 import functools
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import accumulate, chain, zip_longest
 from operator import add
 from typing import Any
@@ -111,17 +111,30 @@ def is_secret_pair(item: object) -> bool:
     )
 
 
-def mask_setting(name: str, value: Any) -> Any:
-    """``value`` as a setting called ``name`` may be recorded: ``***`` under a secret name, text with its
-    secrets masked, mappings and lists masked item by item, anything else as it is."""
-    if is_secret_key(name):
+OPTION_SECRET_NAMES = frozenset(("key",))
+"""Names that hold a secret as an option given to an agent (``--agent-option key=...``, ``{"key": ...}``) though
+not elsewhere: an option is a setting someone typed, where a bare ``key`` is a key; in captured content a ``key``
+names anything (``"key": "service.name"``)."""
+
+
+def is_secret_option(name: str) -> bool:
+    """True for an agent option that holds a secret: a secret's name (:func:`is_secret_key`: ``api_key``,
+    ``token``, ``secret``, ``password``, ...) or one of :data:`OPTION_SECRET_NAMES` (``key``)."""
+    return name.lower() in OPTION_SECRET_NAMES or is_secret_key(name)
+
+
+def mask_setting(name: str, value: Any, secret: Callable[[str], bool] = is_secret_key) -> Any:
+    """``value`` as a setting called ``name`` may be recorded: ``***`` under a secret name (``secret`` says which
+    names are: :func:`is_secret_key`, or :func:`is_secret_option` for an agent's options), text with its secrets
+    masked, mappings and lists masked item by item, anything else as it is."""
+    if secret(name):
         return MASK
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, Mapping):
-        return {key: mask_setting(str(key), item) for key, item in value.items()}
+        return {key: mask_setting(str(key), item, secret) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [mask_setting(name, item) for item in value]
+        return [mask_setting(name, item, secret) for item in value]
     return value
 
 
