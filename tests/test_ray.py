@@ -606,3 +606,24 @@ def test_an_error_of_the_users_on_a_worker_is_shown_as_its_own_one_line(cluster,
     assert "ray::" not in line and "Traceback" not in line
     (row,) = Store(store).rows("SELECT status FROM experiments")
     assert row["status"] == "failed"
+
+
+def test_the_clusters_messages_a_run_shows_as_notes_are_masked():
+    """Ray's messages to the driver (a task's error, retried) are shown as the run's notes: a task failing on a URL
+    with its key showed the key."""
+    import asyncio
+
+    from ray._private import worker
+
+    from agenteval.run._ray import _cluster_messages_to
+
+    notes: list[str] = []
+
+    async def relay() -> None:
+        with _cluster_messages_to(notes.append):
+            message = "ConnectionError: GET https://gw.example/v1?api-key=PLANTEDray42 refused"
+            worker.print_to_stdstream({"lines": [message], "pid": 1, "ip": "127.0.0.1"}, False)
+            await asyncio.sleep(0)  # the note is handed to this loop with call_soon_threadsafe
+
+    asyncio.run(relay())
+    assert notes == ["ray: ConnectionError: GET https://gw.example/v1?api-key=*** refused"]

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.settings import env_number
-from agenteval_instrumentation.masking import masked_logger
+from agenteval_instrumentation.masking import mask_text, masked_logger
 
 from ..errors import AgentevalError, UsageError
 from ..render._text_safety import visible
@@ -194,7 +194,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 @contextlib.contextmanager
 def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
     """The cluster's messages to the driver (a task failed and will be retried, a node died) shown as the run's
-    notes, one line each and made safe for a terminal, instead of printed raw on standard output, where they
+    notes, one line each, masked and made safe for a terminal, instead of printed raw on standard output, where they
     would land in the middle of ``--json``. Ray prints them from a thread through ``print_to_stdstream``."""
     from ray._private import worker
 
@@ -205,7 +205,8 @@ def _cluster_messages_to(note: Callable[[str], None]) -> Iterator[None]:
         for line in data.get("lines", []):
             first = ANSI.sub("", str(line)).strip().splitlines()[:1]
             if first:
-                loop.call_soon_threadsafe(note, "ray: " + visible(first[0]))
+                # Masked: a task's error quotes what failed (a URL with its ?api-key=).
+                loop.call_soon_threadsafe(note, "ray: " + visible(mask_text(first[0])))
 
     if printing is None:  # a Ray that prints otherwise: its messages keep their own way
         yield
