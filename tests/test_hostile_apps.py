@@ -35,7 +35,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agenteval_exporters import ParquetSpanExporter
-from agenteval_instrumentation import agent, llm_call, retriever, tool
+from agenteval_instrumentation import (
+    agent,
+    configure_capture,
+    llm_call,
+    retriever,
+    set_llm_response,
+    set_retrieved_documents,
+    tool,
+    use_tool_call_id,
+)
 from agenteval_instrumentation import attributes as A
 
 
@@ -510,3 +519,147 @@ def test_names_kinds_and_times_of_types_the_api_does_not_check_cost_no_other_spa
     )
     assert {row["kind"] for row in rows if row["name"] == "no kind"} == {"INTERNAL"}
     assert {row["scope_name"] for row in rows if row["name"] == "of a tracer named 7"} == {"7"}
+
+
+def helper_values() -> dict[str, object]:
+    """What an application may hand ``set_llm_response``, ``set_retrieved_documents`` or ``use_tool_call_id`` where
+    text, a count or a list was wanted: everything :func:`hostile_values` holds and more."""
+    return {
+        **hostile_values(),
+        "a number": 5,
+        "None": None,
+        "empty bytes": b"",
+        "a generator of text": (r for r in ("stop", "length")),
+        "a dict": {"reason": "stop"},
+        "a list of numbers and None": [1, None, 2.5],
+        "a list holding a bad repr": ["stop", RaisingRepr()],
+        "a bool": False,
+        "a float nan": math.nan,
+    }
+
+
+def test_the_helpers_never_raise_into_the_app_and_a_bad_value_costs_that_value_only(spans, tmp_path):
+    # set_llm_response(finish_reasons=5) raised TypeError ('int' object is not iterable) into the application, a
+    # value whose str raises raised its error, and set_retrieved_documents(5) raised too (no len()).
+    helpers = {
+        "model": lambda v: set_llm_response(model=v),
+        "response_id": lambda v: set_llm_response(response_id=v),
+        "input_tokens": lambda v: set_llm_response(input_tokens=v),
+        "output_tokens": lambda v: set_llm_response(output_tokens=v),
+        "finish_reasons": lambda v: set_llm_response(finish_reasons=v),
+        "document_ids": lambda v: set_retrieved_documents(v),
+        "scores": lambda v: set_retrieved_documents(["a", "b"], v),
+    }
+
+    @llm_call
+    def call_model(helper, value):
+        helpers[helper](value)
+        return "reply"
+
+    @retriever
+    def search(helper, value):
+        helpers[helper](value)
+        return []
+
+    @tool
+    def lookup():
+        return "found"
+
+    values = helper_values()
+    for value in values.values():
+        for helper in helpers:
+            decorated = search if helper in ("document_ids", "scores") else call_model
+            assert decorated(helper, value) in ("reply", [])
+        with use_tool_call_id(value):
+            assert lookup() == "found"
+    rows = stored(tmp_path, spans)
+    assert len(rows) == len(values) * (len(helpers) + 1)
+
+
+def recorded(helper, value, spans, tmp_path) -> dict:
+    """The attributes one call of ``helper(value)`` inside an ``@llm_call`` left on its stored span."""
+
+    @llm_call
+    def call_model():
+        helper(value)
+        return "reply"
+
+    call_model()
+    (row,) = stored(tmp_path, spans)
+    return json.loads(row["attributes"])
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        (5, ["5"]),
+        (b"stop", ["stop"]),
+        ((r for r in ("stop", "length")), ["stop", "length"]),
+        ([1, None, 2.5], ["1", "2.5"]),
+        (["stop", RaisingRepr()], ["stop"]),
+        ({"reason": "stop"}, ["{'reason': 'stop'}"]),
+    ],
+    ids=["number", "bytes", "generator", "numbers and None", "a bad repr", "dict"],
+)
+def test_finish_reasons_of_the_wrong_kind_are_taken_as_text(spans, tmp_path, given, kept):
+    attributes = recorded(lambda v: set_llm_response(finish_reasons=v), given, spans, tmp_path)
+    assert attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] == kept
+
+
+def test_counts_that_are_not_whole_numbers_are_left_out_and_the_rest_kept(spans, tmp_path):
+    attributes = recorded(
+        lambda v: set_llm_response(model=v, input_tokens="12", output_tokens=7, response_id=RaisingRepr()),
+        42,
+        spans,
+        tmp_path,
+    )
+    assert attributes[A.GEN_AI_RESPONSE_MODEL] == "42"
+    assert attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == 7
+    assert A.GEN_AI_USAGE_INPUT_TOKENS not in attributes and A.GEN_AI_RESPONSE_ID not in attributes
+
+
+def test_retrieved_ids_and_scores_of_the_wrong_kind_cost_themselves_only(spans, tmp_path):
+    @retriever
+    def search():
+        set_retrieved_documents(["a", RaisingRepr(), 7, b"d"], [0.5, 1.0, "high", math.inf])
+        return []
+
+    search()
+    (row,) = stored(tmp_path, spans)
+    attributes = json.loads(row["attributes"])
+    assert attributes[A.RETRIEVAL_DOCUMENT_IDS] == ["a", "7", "d"]
+    assert json.loads(attributes[A.GEN_AI_RETRIEVAL_DOCUMENTS]) == [{"id": "a", "score": 0.5}, {"id": "7"}, {"id": "d"}]
+
+
+def test_ids_and_model_names_are_cut_as_captured_text_is(spans, tmp_path):
+    # A 10 MB tool call id, response id or model name was stored whole, in the span's attributes and its name.
+    huge = "i" * 10_000_000
+    limit = configure_capture().max_string
+    marker = f"…[{len(huge) - limit} more chars]"
+
+    @tool
+    def lookup(call_id):
+        return "found"
+
+    @llm_call
+    def call_model():
+        set_llm_response(model=huge, response_id=huge, finish_reasons=[huge])
+        return "reply"
+
+    @llm_call
+    def call_named_model(model):
+        return "reply"
+
+    lookup(huge)
+    with use_tool_call_id(huge):
+        lookup("c1")
+    call_model()
+    call_named_model(huge)
+    rows = stored(tmp_path, spans)
+    cut = "i" * limit + marker
+    attributes = [json.loads(row["attributes"]) for row in rows]
+    assert [a.get(A.GEN_AI_TOOL_CALL_ID) for a in attributes[:2]] == [cut, cut]
+    assert attributes[2][A.GEN_AI_RESPONSE_MODEL] == cut and attributes[2][A.GEN_AI_RESPONSE_ID] == cut
+    assert attributes[2][A.GEN_AI_RESPONSE_FINISH_REASONS] == [cut]
+    assert attributes[3][A.GEN_AI_REQUEST_MODEL] == cut
+    assert rows[3]["name"] == f"chat {cut}"

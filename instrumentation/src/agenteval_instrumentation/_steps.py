@@ -12,8 +12,8 @@ from typing import Any
 
 from opentelemetry.trace import Span, SpanKind
 
+from . import _values, capture
 from . import attributes as A
-from . import capture
 from . import messages as M
 from ._binding import Binder
 from .responses import ResponseInfo, read_response, reply_text
@@ -121,8 +121,9 @@ class ToolStep(Step):
         call_id = _tool_call_id.get()
         if call_id is None and bound:
             call_id = next((bound[p] for p in self.id_parameters if bound.get(p) is not None), None)
+        call_id = _values.as_text(call_id)
         if call_id is not None:
-            attributes[A.GEN_AI_TOOL_CALL_ID] = str(call_id)
+            attributes[A.GEN_AI_TOOL_CALL_ID] = capture.capped(call_id)
         return attributes
 
 
@@ -150,7 +151,7 @@ class LLMStep(Step):
     def _call_model(self, bound: dict[str, Any] | None) -> str | None:
         if self.model_from_call and bound:
             model = bound.get("model")
-            return model if isinstance(model, str) else None
+            return capture.capped(model) if isinstance(model, str) else None
         return None
 
     def name_for(self, bound: dict[str, Any] | None) -> str:
@@ -179,7 +180,7 @@ class LLMStep(Step):
     ) -> dict[str, Any]:
         attributes = _usage_attributes(info)
         if info.model and getattr(span, "name", None) == self.operation:  # named by no model yet
-            span.update_name(f"{self.operation} {info.model}")
+            span.update_name(f"{self.operation} {attributes[A.GEN_AI_RESPONSE_MODEL]}")
         already = getattr(span, "attributes", None) or {}
         if already.get(A.WRAPS_MODEL_CALL):  # the request's own span beneath records its usage
             attributes.pop(A.GEN_AI_USAGE_INPUT_TOKENS, None)
@@ -310,18 +311,32 @@ def document_attributes(documents: Sequence[tuple[str, float | None]]) -> dict[s
     }
 
 
+def retrieval_pairs(document_ids: Any, scores: Any) -> list[tuple[str, float | None]]:
+    """The (id, score) pairs :func:`set_retrieved_documents` records, from whatever the application passed: scores
+    pair with ids in order, and an id with no text is left out with its score."""
+    ids = _values.listed(document_ids)
+    listed = _values.listed(scores)
+    pairs = []
+    for i, doc_id in enumerate(ids):
+        text = _values.as_text(doc_id)
+        if text is not None:
+            pairs.append((text, _values.score(listed[i]) if i < len(listed) else None))
+    return pairs
+
+
 def _usage_attributes(info: ResponseInfo) -> dict[str, Any]:
+    """Model, response id, usage and finish reasons as attributes; the ids capped as :func:`capture.capped` caps."""
     attributes: dict[str, Any] = {}
     if info.model:
-        attributes[A.GEN_AI_RESPONSE_MODEL] = info.model
+        attributes[A.GEN_AI_RESPONSE_MODEL] = capture.capped(info.model)
     if info.response_id:
-        attributes[A.GEN_AI_RESPONSE_ID] = info.response_id
+        attributes[A.GEN_AI_RESPONSE_ID] = capture.capped(info.response_id)
     if info.input_tokens is not None:
         attributes[A.GEN_AI_USAGE_INPUT_TOKENS] = info.input_tokens
     if info.output_tokens is not None:
         attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = info.output_tokens
     if info.finish_reasons:
-        attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = info.finish_reasons
+        attributes[A.GEN_AI_RESPONSE_FINISH_REASONS] = [capture.capped(r) for r in info.finish_reasons]
     return attributes
 
 
@@ -361,42 +376,34 @@ def _item_score(item: Any) -> float | None:
             ),
             None,
         )
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        return None
-    return float(score) if score == score else None
+    return _values.score(score)
 
 
 def _item_id(item: Any, keys: Sequence[str]) -> str | None:
     if isinstance(item, str):
         return item
     if isinstance(item, (tuple, list)) and item and isinstance(item[0], (str, int)):
-        return str(item[0])
+        return _values.as_text(item[0])
     for key in keys:
         value = item.get(key) if isinstance(item, dict) else getattr(item, key, None)
         if value is None and not isinstance(item, dict):
             metadata = getattr(item, "metadata", None)
             value = metadata.get(key) if isinstance(metadata, dict) else None
         if value is not None:
-            return str(value)
+            return _values.as_text(value)
     return None
 
 
 def llm_response_attributes(
-    model: str | None,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    finish_reasons: Sequence[str] | str | None,
-    response_id: str | None,
+    model: Any, input_tokens: Any, output_tokens: Any, finish_reasons: Any, response_id: Any
 ) -> dict[str, Any]:
-    """The attributes :func:`set_llm_response` sets, from its arguments."""
-    if isinstance(finish_reasons, str):
-        finish_reasons = [finish_reasons]
+    """The attributes :func:`set_llm_response` sets, from whatever the application passed (see ``_values``)."""
     info = ResponseInfo(
-        model=model,
-        response_id=response_id,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        finish_reasons=list(finish_reasons or []),
+        model=_values.as_text(model),
+        response_id=_values.as_text(response_id),
+        input_tokens=_values.count(input_tokens),
+        output_tokens=_values.count(output_tokens),
+        finish_reasons=_values.finish_reasons(finish_reasons),
     )
     return _usage_attributes(info)
 

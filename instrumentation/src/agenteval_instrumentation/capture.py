@@ -169,6 +169,12 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}…[{len(text) - limit} more chars]"
 
 
+def capped(text: str) -> str:
+    """``text`` as an id-like attribute records it (a tool call id, a response id, a model name): storable, cut at
+    ``max_string`` with the marker content gets. Not masked, not redacted: ids are not content."""
+    return storable_text(_cut(text, config.max_string))
+
+
 SECRET_OVERLAP = 256
 """How far past a cut masking looks, so a secret that straddles the cut is masked whole, not half."""
 

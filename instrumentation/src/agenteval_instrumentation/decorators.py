@@ -126,7 +126,8 @@ def set_llm_response(
     """Set model, usage and finish reasons on the current span (inside an ``@llm_call``).
 
     Use it when the function returns something other than an OpenAI or Anthropic response.
-    Values set here win over what is read from the return value.
+    Values set here win over what is read from the return value. It never raises: a value of the wrong kind is
+    taken as text (model, response id, each finish reason) or left out (a token count that is not an int).
     """
     from opentelemetry import trace
 
@@ -139,15 +140,15 @@ def set_llm_response(
 
 def set_retrieved_documents(document_ids: Sequence[str], scores: Sequence[float | None] | None = None) -> None:
     """Set the ids (and scores, in the same order) of the retrieved documents on the current span (inside a
-    ``@retriever``): ``agenteval.retrieval.document_ids`` and ``gen_ai.retrieval.documents``."""
+    ``@retriever``): ``agenteval.retrieval.document_ids`` and ``gen_ai.retrieval.documents``. It never raises: an
+    id with no text is left out, a score that is not a finite number is recorded as none."""
     from opentelemetry import trace
 
-    from ._steps import document_attributes
+    from ._steps import document_attributes, retrieval_pairs
 
     span = trace.get_current_span()
     if span.is_recording():
-        listed = list(scores) if scores is not None else [None] * len(document_ids)
-        span.set_attributes(document_attributes([(str(i), s) for i, s in zip(document_ids, listed, strict=False)]))
+        span.set_attributes(document_attributes(retrieval_pairs(document_ids, scores)))
 
 
 @contextlib.contextmanager
