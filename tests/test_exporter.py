@@ -17,6 +17,7 @@ import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from waiting import returns_within, wait_until
 
@@ -587,3 +588,36 @@ def test_nan_and_infinity_are_null_in_the_json_columns_whatever_else_the_span_ho
     assert event["attributes"] == {"score": None, "scores": [1.0, None]}
     assert _strict_json(rows["surrogate"]["attributes"]) == {"x": None, "s": "a\ufffd"}
     assert _strict_json(rows["plain"]["attributes"]) == {"x": None}
+
+
+def test_a_batch_whose_json_passes_the_string_column_limit_is_written_whole_in_several(tmp_path, monkeypatch, caplog):
+    # Past 2 GB of attribute (or event) JSON in one batch, the encoder built a ChunkedArray no record batch could
+    # hold: export failed with TypeError and the batch's every span was lost (seen with 3 spans of 750 MB: 9.6 GB
+    # peak, 2 minutes, nothing written). The limit is lowered here, so kilobytes take the path gigabytes take.
+    from agenteval_exporters import encode
+
+    monkeypatch.setattr(encode, "MAX_COLUMN_BYTES", 20_000)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("app")
+    for i in range(100):
+        with tracer.start_as_current_span(f"step {i}") as span:
+            span.set_attribute("payload", f"{i}:" + "p" * 1000)
+            span.add_event("note", {"text": "e" * 500})
+    with tracer.start_as_current_span("too long alone") as span:
+        span.set_attribute("payload", "x" * 30_000)
+    spans = memory.get_finished_spans()
+    assert len(encode.spans_to_batches(spans)) > 4
+    exporter = ParquetSpanExporter(tmp_path / "store")
+    with caplog.at_level(logging.WARNING, logger="agenteval_exporters.encode"):
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    rows = read_spans(tmp_path / "store")
+    assert len(rows) == len(spans) == 101
+    steps = [row for row in rows if row["name"].startswith("step ")]
+    assert [json.loads(row["attributes"])["payload"] for row in steps] == [f"{i}:" + "p" * 1000 for i in range(100)]
+    assert all(json.loads(row["events"])[0]["attributes"]["text"] == "e" * 500 for row in steps)
+    (alone,) = [row for row in rows if row["name"] == "too long alone"]
+    assert alone["attributes"] is None and alone["span_id"]  # that value alone is lost, its row is kept
+    assert "more than one Parquet row can hold" in caplog.text

@@ -34,11 +34,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agenteval_instrumentation import capture
+from agenteval_instrumentation.masking import masked_logger
 from agenteval_instrumentation.text import storable, storable_text
 
 from .ablation import FALLBACKS, enabled
 from .conventions import OWN_SCOPES, derived
 from .schema import PARTITION_COLUMN, SPAN_SCHEMA, TYPED_ATTRIBUTES
+
+logger = masked_logger(__name__)
 
 # Benchmarks only (see .ablation): False forces the plain path of each shortcut.
 READ_PRIVATE_SLOTS = enabled("slots")
@@ -235,30 +238,71 @@ def _orjson_each(values: Sequence[Any], nulls: int) -> list[bytes] | None:
         return None
 
 
+MAX_COLUMN_BYTES = 2**31 - 1
+"""Most bytes of text one string column of a batch holds: Arrow's ``string`` type has 32-bit offsets. A batch
+whose attributes or events JSON would pass it is encoded as several (:func:`spans_to_batches`). Module-level so
+that a test can lower it (``monkeypatch.setattr``) and exercise the split with kilobytes instead of gigabytes;
+nothing else should change it."""
+
+
+class ColumnTooLarge(ValueError):
+    """A JSON column of the batch being encoded would pass :data:`MAX_COLUMN_BYTES`: encode fewer spans at once."""
+
+
 def _json_column(values: Sequence[Any]) -> pa.Array:
     """Each value as JSON text, None as null: orjson's bytes go into the Arrow buffer undecoded, joined
-    :data:`JSON_CHUNK` values at a time."""
+    :data:`JSON_CHUNK` values at a time. Raises :class:`ColumnTooLarge` as soon as the text passes
+    :data:`MAX_COLUMN_BYTES`, before it is joined; a single value that long alone is recorded as null."""
     lengths = array.array("q")
     parts = []
+    total = 0
     for start in range(0, len(values), JSON_CHUNK):
         chunk = values[start : start + JSON_CHUNK]
         encoded = _orjson_each(chunk, chunk.count(None)) if ORJSON else None
         if encoded is None:
             encoded = [b"" if v is None else _dumps_bytes(v) for v in chunk]
+        if any(len(e) > MAX_COLUMN_BYTES for e in encoded):
+            encoded = [b"" if len(e) > MAX_COLUMN_BYTES else e for e in encoded]
+            values = _too_long_as_null(values, start, chunk, encoded)
+        total += sum(map(len, encoded))
+        if total > MAX_COLUMN_BYTES:
+            raise ColumnTooLarge(f"{total} bytes of JSON text in one column, past {MAX_COLUMN_BYTES}")
         lengths.extend(map(len, encoded))
         parts.append(b"".join(encoded))
-    offsets = array.array("q", accumulate(lengths, initial=0))
-    if offsets[-1] >= 2**31:
-        text = b"".join(parts)
-        return pa.array(
-            [None if v is None else text[offsets[i] : offsets[i + 1]].decode() for i, v in enumerate(values)],
-            pa.string(),
-        )
+    offsets = array.array("i", accumulate(lengths, initial=0))
     nulls = values.count(None)
     validity = pa.array([v is not None for v in values], pa.bool_()).buffers()[1] if nulls else None
     return pa.StringArray.from_buffers(
-        len(values), pa.py_buffer(array.array("i", offsets)), pa.py_buffer(b"".join(parts)), validity, nulls
+        len(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(parts)), validity, nulls
     )
+
+
+def _too_long_as_null(values: Sequence[Any], start: int, chunk: Sequence[Any], encoded: list[bytes]) -> list[Any]:
+    """``values`` with those of ``chunk`` (at ``start``) whose text ``encoded`` emptied as None: no batch could
+    hold one, so it costs its own value (logged), not its span's row."""
+    logger.warning(
+        "agenteval: a span's attributes or events as JSON pass %d bytes, more than one Parquet row can hold; "
+        "recorded as null, the span's other columns are kept",
+        MAX_COLUMN_BYTES,
+    )
+    listed = list(values)
+    for i, (value, text) in enumerate(zip(chunk, encoded, strict=True)):
+        if value is not None and not text:
+            listed[start + i] = None
+    return listed
+
+
+def spans_to_batches(spans: Sequence[ReadableSpan]) -> list[pa.RecordBatch]:
+    """The rows of :func:`spans_to_batch`, in order, in as many batches as it takes for each JSON column to hold
+    at most :data:`MAX_COLUMN_BYTES` (one batch but for spans carrying gigabytes): halves are encoded apart until
+    each fits."""
+    try:
+        return [spans_to_batch(spans)]
+    except ColumnTooLarge:
+        if len(spans) < 2:  # cannot happen (a value too long alone is null), but must never recurse forever
+            raise
+        half = len(spans) // 2
+        return spans_to_batches(spans[:half]) + spans_to_batches(spans[half:])
 
 
 _FINISH_REASONS = TYPED_ATTRIBUTES["finish_reason"]

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from agenteval_instrumentation.masking import masked_logger
 
 from .ablation import FALLBACKS, enabled
-from .encode import sample_spans, spans_to_batch
+from .encode import sample_spans, spans_to_batch, spans_to_batches
 from .files import write_to_memory
 from .partitions import partition_spans, store_path
 from .required import required_columns, without_missing
@@ -98,7 +98,8 @@ class ParquetSpanExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         try:
-            self.export_batch(spans_to_batch(spans))
+            for batch in spans_to_batches(spans):
+                self.export_batch(batch)
         except Exception:
             self._log_failure("export spans")
             return SpanExportResult.FAILURE
