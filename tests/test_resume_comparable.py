@@ -169,3 +169,48 @@ def test_a_resume_is_refused_prices_other_than_the_run_recorded(tmp_path):
         [first.id],
     )
     assert [round(row["per_token"], 9) for row in rows] == [1.0]
+
+
+def user_who_is_done(goal, messages):
+    """A simulated user satisfied by the first reply."""
+    return None
+
+
+def user_who_asks_again(goal, messages):
+    """A simulated user who asks once more, then is done."""
+    return "and again?" if len(messages) < 3 else None
+
+
+def test_a_resume_is_refused_another_user_simulator_than_the_run_recorded(tmp_path):
+    """A Python user simulator (``evaluate(user_simulator=...)``) was not recorded: a resume with another one, or
+    none, played the resumed trials' users otherwise than the first ones', without a word. Now the run records it by
+    name, and a resume is refused another, naming the option; the same one resumes."""
+    cases = [Case(id="talk", input="hi", expected_output="ok", category="c", simulated_user={"goal": "an ok"})]
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    store = tmp_path / "s"
+    first = evaluate(answers_ok, tiny, attempts=1, user_simulator=user_who_is_done, store=store, progress="none")
+    assert first.options["user_simulator"] == f"{__name__}:user_who_is_done"
+    with pytest.raises(
+        RunRefused, match=r"user_who_is_done, and .*:user_who_asks_again is given now \(user_simulator\)"
+    ):
+        evaluate(answers_ok, tiny, resume=first.id, user_simulator=user_who_asks_again, store=store, progress="none")
+    with pytest.raises(RunRefused, match=r"user_who_is_done, and none is given now \(user_simulator\)"):
+        evaluate(answers_ok, tiny, resume=first.id, store=store, progress="none")
+    again = evaluate(answers_ok, tiny, resume=first.id, user_simulator=user_who_is_done, store=store, progress="none")
+    assert again.options["user_simulator"] == f"{__name__}:user_who_is_done"
+
+    plain = [Case(id="plain", input="Say ok", expected_output="ok", category="c")]
+    without = evaluate(
+        answers_ok, Dataset("p", "p(test)", dataset_hash(plain), plain), attempts=1, store=store, progress="none"
+    )
+    assert without.options["user_simulator"] is None
+    refused = pytest.raises(RunRefused, match=r"with a user simulator \(.*user_who_is_done\): the run had none")
+    with refused, pytest.warns(UserWarning, match="it will not be called"):
+        evaluate(
+            answers_ok,
+            Dataset("p", "p(test)", dataset_hash(plain), plain),
+            resume=without.id,
+            user_simulator=user_who_is_done,
+            store=store,
+            progress="none",
+        )

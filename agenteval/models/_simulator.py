@@ -54,6 +54,11 @@ class ModelUserSimulator:
     def __init__(self, model: Model) -> None:
         self.model = model
 
+    @property
+    def recorded_name(self) -> str:
+        """What a run records of this simulator (see ``agenteval.run._options.simulator_name``): its model too."""
+        return f"{type(self).__module__}:{type(self).__qualname__}({self.model.name})"
+
     async def __call__(self, goal: str, messages: list[dict[str, str]]) -> str | None:
         response = await self.model.complete(
             [

@@ -77,6 +77,9 @@ class RunOptions:
     """Cases with a simulated user are left out (reported as not run) when no simulator is given."""
     cache: str | None = None
     """The response cache's folder (``--cache``), for development."""
+    user_simulator: str | None = None
+    """The Python user simulator given to ``evaluate(user_simulator=...)``, by its qualified name
+    (:func:`simulator_name`), never its code; None when none was given (``simulate_users`` may name a model)."""
     shard: str | None = None
     """``K/N``: this run is the K-th of N disjoint slices of the experiment (see ``agenteval.run._shards``)."""
 
@@ -198,6 +201,21 @@ def _query_added(name: str, given: Any, stored: Any) -> str:
     if name not in URL_OPTIONS or not isinstance(given, str) or given.partition("?")[0] != stored:
         return ""
     return f", which called it with no query: leave {flag(name)} out, or give it as the run recorded it"
+
+
+def simulator_name(simulator: Any) -> str:
+    """What a run records of a Python user simulator: ``MODULE:QUALNAME`` of the function, method or (for a
+    callable object) class, and, when the object says it, what it plays with (its ``recorded_name``, such as
+    ``ModelUserSimulator``'s model). A name, never code or a secret: two lambdas of one function share it."""
+    import functools
+
+    while isinstance(simulator, functools.partial):
+        simulator = simulator.func
+    own = getattr(simulator, "recorded_name", None)
+    if isinstance(own, str):
+        return own
+    named = simulator if hasattr(simulator, "__qualname__") else type(simulator)
+    return f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}"
 
 
 def flag(name: str) -> str:

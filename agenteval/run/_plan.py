@@ -127,6 +127,28 @@ def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOption
     return RunOptions(**{**kept, **{k: v for k, v in given.items() if k in CHANGEABLE_ON_RESUME}})
 
 
+def check_same_simulator(previous: ex.Experiment, given: str | None) -> None:
+    """A resume plays the cases' simulated users with the Python simulator the run recorded (``given`` is the
+    :func:`simulator_name` of the one given now), or is refused: the resumed trials' users would be played otherwise
+    than the first ones'. A run recorded before simulators were (its options lack the key) is not checked."""
+    if "user_simulator" not in previous.options:
+        return
+    recorded = previous.options["user_simulator"]
+    if given == recorded:
+        return
+    eid = previous.experiment_id
+    if recorded is None:
+        raise RunRefused(
+            f"cannot resume {eid} with a user simulator ({given}): the run had none (its simulated users, if any, "
+            "were played by --simulate-users, or not at all). Leave user_simulator out to resume as it ran"
+        )
+    raise RunRefused(
+        f"cannot resume {eid}: its simulated users were played by the user simulator {recorded}, and "
+        f"{given or 'none'} is given now (user_simulator). Give evaluate(user_simulator=...) the same simulator "
+        "again to resume as it ran, or start a new run"
+    )
+
+
 def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | str]) -> Sequence[Scorer | str]:
     """The scorers a resume judges its trials with: the run's own (recorded by ``scorer_specs``), or the same ones
     given again (Scorer objects are then used as given). Others would judge the resumed trials but not the first

@@ -69,13 +69,14 @@ from ._failures import register_plugins
 from ._loop import run_to_the_end
 from ._memory import arrow_on_system_allocator
 from ._models import RunModels, check_agent_and_model, own_agent
-from ._options import RunOptions, changed_on_resume, recorded_options
+from ._options import RunOptions, changed_on_resume, recorded_options, simulator_name
 from ._plan import (
     RunRefused,
     check_judged_alike,
     check_prices,
     check_resumable,
     check_same_cases,
+    check_same_simulator,
     check_size,
     chosen_cases,
     dataset_ref,
@@ -387,7 +388,8 @@ class _Run:
             raise UsageError("retry_failed must be 'infra' or 'all'")
         if resume == "":  # an unset variable in a script: never a new run in its place
             raise ex.EmptyId("the experiment id to resume is empty: give an id, or --resume alone for the newest")
-        options = RunOptions(**given, scorers=scorer_specs(scorers))
+        simulator = simulator_name(user_simulator) if user_simulator is not None else None
+        options = RunOptions(**given, scorers=scorer_specs(scorers), user_simulator=simulator)
         shard = Shard.parse(options.shard) if options.shard else None
         with contextlib.ExitStack() as on_failure:  # the lease goes with the run; a run that never starts drops it
             previous: ex.Experiment | None = None
@@ -400,6 +402,8 @@ class _Run:
                 on_failure.callback(lease.release)
                 options = resumed_options(previous, given)
                 scorers = resumed_scorers(previous, scorers)
+                if options.user_simulator is not None:  # said before "no simulator" would be, for want of one
+                    check_same_simulator(previous, simulator)
                 dataset_spec = dataset_spec if dataset_spec is not None else options.dataset
                 if agent_spec is None or agent_spec == "":
                     agent_spec = previous.agent
@@ -430,6 +434,7 @@ class _Run:
             engine = ScoringEngine(judging, RUN_DATABASE)
             if previous is not None:
                 _check_comparable(store, previous, shard, agent, dataset, corpus, judging, chosen)
+                check_same_simulator(previous, simulator)  # after the cases: one given for cases left out says so
                 check_prices(previous, prices_file)
                 experiment = previous
                 experiment.status, experiment.ended_at = ex.RUNNING, None
