@@ -214,3 +214,26 @@ def test_a_resume_is_refused_another_user_simulator_than_the_run_recorded(tmp_pa
             store=store,
             progress="none",
         )
+
+
+def test_a_resume_is_refused_a_response_cache_the_run_did_not_have(tmp_path):
+    """``--cache`` could be turned on (or pointed at another folder) for a resume without a word: its resumed trials
+    got answers replayed from earlier runs where the first ones got fresh answers. Now it is refused, naming the
+    option; left out, the resume uses the run's cache, as it ran."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", **failing_run(store))
+    with pytest.raises(RunRefused, match=r"other options than it ran with: cache \(.*model-cache' given, None in"):
+        evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", cache=True, **failing_run(store))
+    cached = evaluate("mock", "arithmetic", cache=tmp_path / "answers", **failing_run(store))
+    with pytest.raises(RunRefused, match=r"cache \(.*other-answers' given, .*answers' in the run"):
+        evaluate(
+            "mock",
+            "arithmetic",
+            resume=cached.id,
+            retry_failed="infra",
+            cache=tmp_path / "other-answers",
+            **failing_run(store),
+        )
+    assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 40}]
+    again = evaluate("mock", "arithmetic", resume=cached.id, retry_failed="infra", **failing_run(store))
+    assert again.options["cache"] == str(tmp_path / "answers")

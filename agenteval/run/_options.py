@@ -159,8 +159,10 @@ def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     return [flag(name) for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))]
 
 
-CHANGEABLE_ON_RESUME = frozenset({"concurrency", "cache"})
-"""Options a resume may set anew: how fast trials run (or where answers are cached), not what they are."""
+CHANGEABLE_ON_RESUME = frozenset({"concurrency"})
+"""Options a resume may set anew: how fast trials run, not what they are. Not ``cache``: a cache hands a trial an
+answer recorded before (by an earlier run, perhaps of an older snapshot of the model) where none would get a fresh
+one, and another folder other answers, so a run's trials would mix replayed and fresh answers."""
 URL_OPTIONS = ("base_url", "judge_base_url", "simulator_base_url")
 """The options that hold a base URL, recorded by ``agenteval.models._names.recordable_url``."""
 
