@@ -21,6 +21,7 @@ from .collect._settings import (
     DEFAULT_SCORE_DELAY,
     ENV_TOKEN,
 )
+from .dataset._limits import MAX_TOTAL_MB
 from .errors import AgentevalError, OutputNotWritable
 from .render._tables import FORMATS
 from .render._text_safety import visible
@@ -434,6 +435,13 @@ def validate(file: str) -> None:
 @click.option("--model", required=True, metavar="PROVIDER/MODEL", help="The model that drafts the questions.")
 @click.option("--base-url", metavar="URL", help="Where the model is served (an OpenAI-compatible server).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Which passages are chosen.")
+@click.option(
+    "--max-total-mb",
+    type=FloatRange(min=0, min_open=True),
+    default=MAX_TOTAL_MB,
+    show_default=True,
+    help="The most the documents may hold together, in MB; checked before any is read.",
+)
 @click.option("--force", is_flag=True, help="Overwrite -o and --corpus-out if they exist.")
 def generate(
     documents: tuple[str, ...],
@@ -444,6 +452,7 @@ def generate(
     model: str,
     base_url: str | None,
     seed: int,
+    max_total_mb: float,
     force: bool,
 ) -> None:
     """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
@@ -469,6 +478,7 @@ def generate(
         count=count,
         unanswerable=unanswerable,
         seed=seed,
+        max_total_mb=max_total_mb,
         on_progress=progress,
     )
     if made.interrupted and not made.cases:

@@ -14,7 +14,13 @@ import model_servers as ms
 
 from agenteval import evaluate
 from agenteval.dataset import load_dataset
-from agenteval.dataset._generate import MAX_DOCUMENT_BYTES, answer_check, normalised, split_passages
+from agenteval.dataset._generate import (
+    MAX_DOCUMENT_BYTES,
+    MAX_TOTAL_MB,
+    answer_check,
+    normalised,
+    split_passages,
+)
 from agenteval.store import Store
 
 HANDBOOK = """# Returns
@@ -506,3 +512,31 @@ def test_an_output_that_is_a_pipe_is_refused_even_with_force_and_a_replaced_file
     (tmp_path / "cases.jsonl").chmod(0o660)
     assert generate(model_server, tmp_path, "--force").returncode == 0
     assert (tmp_path / "cases.jsonl").stat().st_mode & 0o777 == 0o660
+
+
+def test_documents_over_the_total_limit_are_refused_with_the_figures_and_the_option_before_any_is_read(
+    model_server, tmp_path
+):
+    """Each document was limited, their total was not: a folder of 5,000 files of 9 MB each was read whole (45 GB)
+    and put in the corpus. The total is checked from the files' sizes before any is read or the model asked, and
+    the message gives the figures and the option that raises the limit."""
+    write_documents(tmp_path / "docs")
+    for number in range(MAX_TOTAL_MB // 9 + 1):  # 9 MB each that take no disk (a hole reads as zeros)
+        with open(tmp_path / "docs" / f"part-{number:02d}.txt", "wb") as sparse:
+            sparse.truncate(9_000_000)
+    files = MAX_TOTAL_MB // 9 + 3
+    total = (MAX_TOTAL_MB // 9 + 1) * 9_000_000 + len(HANDBOOK) + len(NOTES)
+    model_server.responder = generator
+    done = generate(model_server, tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"Error: the {files} documents hold {total / 1e6:,.1f} MB, more than --max-total-mb {MAX_TOTAL_MB} allows; "
+        "give fewer documents (only the files to draft questions from), or raise --max-total-mb"
+    ], done.stderr
+    assert model_server.requests == [] and not (tmp_path / "cases.jsonl").exists()
+    for sparse in (tmp_path / "docs").glob("part-*.txt"):
+        sparse.unlink()
+    small = generate(model_server, tmp_path, "--max-total-mb", "1")
+    assert small.returncode == 0, small.stderr  # the two documents, well under 1 MB
+    (tmp_path / "docs" / "more.txt").write_text("Returns are free within the first 30 days of a purchase.\n\n" * 20_000)
+    done = generate(model_server, tmp_path, "--max-total-mb", "1", "--force")
+    assert done.returncode == 2 and "more than --max-total-mb 1 allows" in done.stderr, done.stderr

@@ -25,6 +25,7 @@ from ..models._types import CONTENT_FILTER, LENGTH
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
 from ._file_kinds import not_regular
 from ._jsonl_output import refuse_existing
+from ._limits import MAX_DOCUMENT_BYTES, MAX_TOTAL_MB
 
 if TYPE_CHECKING:
     from ..models._model import Model
@@ -37,10 +38,6 @@ MAX_ANSWER_CHARS = 80
 PROMPT_VERSION = "1"
 PROPOSE = "propose"
 SUFFIXES = (".md", ".txt")
-MAX_DOCUMENT_BYTES = 10_000_000
-"""The most a document may hold: about 8,000 passages, several long books (War and Peace is 3.3 MB). A larger
-file (a log, a database dump named .txt) is refused by name rather than read whole into memory, split, and put
-whole in the corpus the search tool loads."""
 CONCURRENCY = 8
 SYSTEM_PROMPT = """You write evaluation questions for a question-answering assistant that searches a document \
 collection. Each question must be answerable by a reader of the whole collection, without seeing the passage: \
@@ -169,6 +166,29 @@ def document_bytes(path: Path) -> bytes:
     return data
 
 
+def _size_to_read(path: Path) -> int:
+    """What reading ``path`` would take: its size, or 0 for a file that is refused by name when read instead (not
+    regular, larger than a document may be, gone)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return 0
+    if not_regular(info.st_mode) is not None or info.st_size > MAX_DOCUMENT_BYTES:
+        return 0
+    return info.st_size
+
+
+def check_total(files: Sequence[Path], max_total_mb: float) -> None:
+    """A :class:`UsageError` when ``files`` hold more than ``max_total_mb`` together, from their sizes: said before
+    any is read (or the model asked), with the figures and the option that raises the limit."""
+    total = sum(map(_size_to_read, files))
+    if total > max_total_mb * 1_000_000:
+        raise UsageError(
+            f"the {len(files)} documents hold {total / 1e6:,.1f} MB, more than --max-total-mb {max_total_mb:g} "
+            "allows; give fewer documents (only the files to draft questions from), or raise --max-total-mb"
+        )
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "doc"
 
@@ -287,16 +307,20 @@ def generate(
     count: int = 50,
     unanswerable: float = 0.1,
     seed: int = 0,
+    max_total_mb: float = MAX_TOTAL_MB,
     on_progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Generated:
-    """Draft up to ``count`` cases from ``documents`` with ``model`` (see the module's description)."""
+    """Draft up to ``count`` cases from ``documents`` with ``model`` (see the module's description); the documents
+    may hold ``max_total_mb`` together (:func:`check_total`)."""
     if not 0 <= unanswerable <= 1:
         raise UsageError("--unanswerable must be a share between 0 and 1")
     if count < 1:
         raise UsageError("-n must be at least 1")
+    files = document_files(documents)
+    check_total(files, max_total_mb)
     passages: list[Passage] = []
     unreadable: list[str] = []
-    for path, stem in _stems(document_files(documents)):
+    for path, stem in _stems(files):
         try:
             passages += split_passages(path, stem)
         except DocumentError as exc:
