@@ -17,6 +17,7 @@ from agenteval.dataset import load_dataset
 from agenteval.dataset._generate import (
     MAX_DOCUMENT_BYTES,
     MAX_TOTAL_MB,
+    PASSAGE_CHARS,
     answer_check,
     normalised,
     split_passages,
@@ -540,3 +541,18 @@ def test_documents_over_the_total_limit_are_refused_with_the_figures_and_the_opt
     (tmp_path / "docs" / "more.txt").write_text("Returns are free within the first 30 days of a purchase.\n\n" * 20_000)
     done = generate(model_server, tmp_path, "--max-total-mb", "1", "--force")
     assert done.returncode == 2 and "more than --max-total-mb 1 allows" in done.stderr, done.stderr
+
+
+def test_a_paragraph_longer_than_a_passage_is_cut_so_no_prompt_or_search_result_holds_a_whole_file(tmp_path):
+    """A passage gathered paragraphs up to PASSAGE_CHARS, but one paragraph longer than that was a passage whole:
+    a 2 MB export with no blank line was one passage, sent whole to the model (about 500,000 tokens) and returned
+    whole by the search tool. It is cut at line ends, else at spaces, into passages of at most PASSAGE_CHARS."""
+    lines = [f"Order {n} shipped to the warehouse in Lyon on Monday by the usual carrier." for n in range(30_000)]
+    unbroken = "x" * (PASSAGE_CHARS * 2 + 100)  # no line end or space: cut where the size says
+    (tmp_path / "export.txt").write_text("# Orders\n\n" + "\n".join(lines) + "\n\n" + unbroken + "\n")
+    passages = split_passages(tmp_path / "export.txt")
+    assert max(len(p.text) for p in passages) <= PASSAGE_CHARS and len(passages) > 1_000
+    assert {p.title for p in passages} == {"Orders"}
+    text = "\n".join(p.text for p in passages)
+    assert text.split("\n")[: len(lines)] == lines and text.endswith(unbroken[-10:])  # nothing lost or cut in a line
+    assert "".join(p.text for p in passages[-3:]).endswith(unbroken)

@@ -225,11 +225,29 @@ def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
             block = block[heading.end() :].strip()
             if not block:
                 continue
+        *whole, block = _cut(block)
+        for piece in whole:  # a passage each; the rest is gathered with what follows, as a paragraph is
+            close()
+            pieces.append(piece)
+            close()
         if pieces and sum(map(len, pieces)) + len(block) > PASSAGE_CHARS:
             close()
         pieces.append(block)
     close()
     return passages
+
+
+def _cut(block: str) -> list[str]:
+    """``block`` in pieces of at most :data:`PASSAGE_CHARS`, cut at its last line end that fits, else its last
+    space, else where the size says. A paragraph longer than a passage was one whole: a 2 MB export with no
+    blank line went whole to the model (half a million tokens) and came back whole from the search tool."""
+    pieces = []
+    while len(block) > PASSAGE_CHARS:
+        head = block[: PASSAGE_CHARS + 1]  # a separator just past the limit still leaves a piece that fits
+        at = max(head.rfind("\n"), 0) or max(head.rfind(" "), 0) or PASSAGE_CHARS
+        pieces.append(block[:at].rstrip())
+        block = block[at:].lstrip()
+    return [*pieces, block]
 
 
 def _stems(files: Sequence[Path]) -> list[tuple[Path, str]]:
