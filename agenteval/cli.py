@@ -21,7 +21,7 @@ from .collect._settings import (
     DEFAULT_SCORE_DELAY,
     ENV_TOKEN,
 )
-from .dataset._limits import MAX_TOTAL_MB
+from .dataset._limits import MAX_CORPUS_MB, MAX_TOTAL_MB
 from .errors import AgentevalError, OutputNotWritable
 from .render._tables import FORMATS
 from .render._text_safety import visible
@@ -146,6 +146,12 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--corpus",
             type=click.Path(dir_okay=False, exists=True),
             help="A corpus JSONL file for the search_documents tool (agenteval generate writes one).",
+        ),
+        click.option(
+            "--max-corpus-mb",
+            type=FloatRange(0, min_open=True),
+            show_default=f"{MAX_CORPUS_MB:g}",
+            help="The most the --corpus file may hold, in MB (it is held and indexed in memory).",
         ),
         judge_options,
         click.option(
@@ -700,6 +706,7 @@ def run(
     max_tokens: int | None,
     max_steps: int | None,
     corpus: str | None,
+    max_corpus_mb: float | None,
     judge: str | None,
     judge_base_url: str | None,
     simulate_users: str | None,
@@ -750,6 +757,7 @@ def run(
                 max_tokens=max_tokens,
                 max_steps=max_steps,
                 corpus=corpus,
+                max_corpus_mb=max_corpus_mb,
                 judge=judge,
                 judge_base_url=judge_base_url,
                 simulate_users=simulate_users,

@@ -18,6 +18,7 @@ from typing import Any
 from agenteval_instrumentation import use_tool_call_id
 
 from ..dataset._cases import Dataset
+from ..dataset._limits import MAX_CORPUS_MB
 from ..errors import UsageError
 from ..models._model import Model
 from ..models._types import LENGTH, ModelResponse, ToolRequest
@@ -110,9 +111,11 @@ def _assistant_turn(response: ModelResponse) -> dict[str, Any]:
     }
 
 
-def dataset_tools(dataset: Dataset, corpus: str | None = None) -> dict[str, Callable[..., Any]]:
+def dataset_tools(
+    dataset: Dataset, corpus: str | None = None, max_corpus_mb: float = MAX_CORPUS_MB
+) -> dict[str, Callable[..., Any]]:
     """The built-in tools a dataset's cases name (all but the search tool when none names any); with a
-    ``corpus``, the search tool searches it instead of the built-in rag corpus."""
+    ``corpus`` (at most ``max_corpus_mb``), the search tool searches it instead of the built-in rag corpus."""
     from ..tools import BUILTIN_TOOLS, search_tool
 
     named = {tool for case in dataset for tool in case.expected_tools or ()}
@@ -127,13 +130,18 @@ def dataset_tools(dataset: Dataset, corpus: str | None = None) -> dict[str, Call
         chosen.append(SEARCH)
     tools = {name: BUILTIN_TOOLS[name] for name in chosen}
     if corpus is not None:
-        tools[SEARCH] = search_tool(corpus)
+        tools[SEARCH] = search_tool(corpus, max_corpus_mb)
     return tools
 
 
 def reference_agent(
-    model: Model, dataset: Dataset, *, corpus: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
+    model: Model,
+    dataset: Dataset,
+    *,
+    corpus: str | None = None,
+    max_corpus_mb: float = MAX_CORPUS_MB,
+    max_steps: int = DEFAULT_MAX_STEPS,
 ) -> LoadedAgent:
     """The reference agent for ``dataset``, ready for a run; its version hashes model, prompt, parameters and tools."""
-    agent = ReferenceAgent(model, dataset_tools(dataset, corpus), max_steps)
+    agent = ReferenceAgent(model, dataset_tools(dataset, corpus, max_corpus_mb), max_steps)
     return LoadedAgent(agent, NAME, NAME, __file__, {})

@@ -54,7 +54,9 @@ class RunModels:
         if options.model:
             settings = {"temperature": options.temperature, "max_tokens": options.max_tokens}
             chosen = model(options.model, "--model", "model", **settings)
-            found.agent = reference_agent(chosen, dataset, corpus=options.corpus, max_steps=options.max_steps)
+            found.agent = reference_agent(
+                chosen, dataset, corpus=options.corpus, max_corpus_mb=options.max_corpus_mb, max_steps=options.max_steps
+            )
         if options.judge:
             found.judge = llm_judge(model(options.judge, "--judge", "judge"))
         if options.simulate_users:

@@ -7,6 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
+from ..dataset._limits import MAX_CORPUS_MB
 from ..errors import UsageError
 
 MIN_CASES_PER_CATEGORY = 5
@@ -62,6 +63,8 @@ class RunOptions:
     max_steps: int = DEFAULT_MAX_STEPS
     corpus: str | None = None
     """A corpus file for the ``search_documents`` tool, in place of the built-in rag corpus."""
+    max_corpus_mb: float = MAX_CORPUS_MB
+    """The most the corpus file may hold, in MB (``--max-corpus-mb``); it may change on resume."""
     corpus_hash: str | None = None
     """The corpus file's content hash when the run started (None: no corpus, or a run recorded before it was kept)."""
     judge: str | None = None
@@ -93,6 +96,8 @@ class RunOptions:
             raise UsageError(f"--sample must be at least 1, not {self.sample}; leave it out to run every case")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan passes a plain "<= 0" check
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+        if not self.max_corpus_mb > 0:  # nan passes a plain "<= 0" check
+            raise UsageError(f"--max-corpus-mb must be a positive number of MB, not {self.max_corpus_mb}")
         if self.max_steps < 1:
             raise UsageError("--max-steps must be at least 1")
         if self.temperature is not None and not (math.isfinite(self.temperature) and 0 <= self.temperature <= 2):
@@ -159,10 +164,11 @@ def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     return [flag(name) for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))]
 
 
-CHANGEABLE_ON_RESUME = frozenset({"concurrency"})
-"""Options a resume may set anew: how fast trials run, not what they are. Not ``cache``: a cache hands a trial an
-answer recorded before (by an earlier run, perhaps of an older snapshot of the model) where none would get a fresh
-one, and another folder other answers, so a run's trials would mix replayed and fresh answers."""
+CHANGEABLE_ON_RESUME = frozenset({"concurrency", "max_corpus_mb"})
+"""Options a resume may set anew: how fast trials run, or how large a corpus may be, not what they are. Not
+``cache``: a cache hands a trial an answer recorded before (by an earlier run, perhaps of an older snapshot of the
+model) where none would get a fresh one, and another folder other answers, so a run's trials would mix replayed and
+fresh answers."""
 URL_OPTIONS = ("base_url", "judge_base_url", "simulator_base_url")
 """The options that hold a base URL, recorded by ``agenteval.models._names.recordable_url``."""
 

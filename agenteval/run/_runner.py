@@ -130,6 +130,7 @@ async def evaluate_async(
     max_tokens: int | None = None,
     max_steps: int | None = None,
     corpus: str | Path | None = None,
+    max_corpus_mb: float | None = None,
     judge: str | None = None,
     judge_base_url: str | None = None,
     simulate_users: str | None = None,
@@ -159,11 +160,11 @@ async def evaluate_async(
     Models (``PROVIDER/MODEL``, see :mod:`agenteval.models`): ``model`` runs the built-in reference agent with that
     model (``agent`` then is ``reference`` or left out: ``evaluate(dataset="hard", model=...)``), ``base_url``
     pointing at any OpenAI-compatible server, with ``temperature``, ``max_tokens`` and ``max_steps``; ``corpus`` is
-    the search tool's corpus in place of the built-in one. ``judge`` grades answers with an LLM judge, which then
-    decides whether an answer is right. ``simulate_users`` plays the cases' simulated users with a model
-    (``simulator_max_tokens``: the most tokens one of its messages may have); without one such cases are refused,
-    unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated model requests from
-    disk, for development. These are recorded with the experiment, never an API key.
+    the search tool's corpus in place of the built-in one (at most ``max_corpus_mb`` MB). ``judge`` grades answers
+    with an LLM judge, which then decides whether an answer is right. ``simulate_users`` plays the cases' simulated
+    users with a model (``simulator_max_tokens``: the most tokens one of its messages may have); without one such
+    cases are refused, unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated
+    model requests from disk, for development. These are recorded with the experiment, never an API key.
 
     Spread over machines: ``shard="K/N"`` runs the K-th of N disjoint slices of the experiment (its cases, split
     by a hash of their ids), all shards writing one experiment whose id is ``experiment_id`` or derived from
@@ -204,6 +205,7 @@ async def evaluate_async(
             ("max_tokens", max_tokens),
             ("max_steps", max_steps),
             ("corpus", None if corpus is None else str(Path(corpus).resolve())),
+            ("max_corpus_mb", max_corpus_mb),
             ("judge", judge),
             ("judge_base_url", recordable_url(judge_base_url)),
             ("simulate_users", simulate_users),
@@ -415,7 +417,7 @@ class _Run:
                 else load_dataset(dataset_spec, cases=options.cases, seed=options.sample_seed)
             )
             options.dataset = dataset_ref(dataset_spec, dataset)
-            corpus = corpus_hash(options.corpus) if options.corpus else None
+            corpus = corpus_hash(options.corpus, options.max_corpus_mb) if options.corpus else None
             if previous is None:
                 options.corpus_hash = corpus
             check_agent_and_model(agent_spec, options)

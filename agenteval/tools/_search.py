@@ -11,41 +11,124 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from agenteval_instrumentation import retriever, tool
 
+from ..dataset._file_kinds import not_regular
+from ..dataset._limits import MAX_CORPUS_MB, MAX_PASSAGE_CHARS
 from ..errors import UsageError
+from ..render._text_safety import visible
 
 DEFAULT_K = 3
 
 
-def read_corpus(path: str | os.PathLike[str]) -> list[dict[str, str]]:
-    """The documents of a corpus file; a line that is not a document with an ``id`` and a ``text`` is an error."""
-    documents = []
+LINE_SHAPE = "each line is one JSON object with an id and a text (and optionally a title)"
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number"}
+
+
+def _kind(value: object) -> str:
+    """What a JSON value is, in words (never the value: it may be anything, of any size)."""
+    if value is None or isinstance(value, bool):
+        return f"JSON {json.dumps(value)}"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _document(raw: bytes, where: str) -> dict[str, str] | None:
+    """The document on one line (``where`` is its file and line), None for a blank line, or a :class:`UsageError`
+    naming the field that is wrong and what to do."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    document = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from None
-                if not isinstance(document, dict) or not document.get("id") or "text" not in document:
-                    raise UsageError(f"{path}:{number}: a corpus document needs an id and a text")
-                documents.append({k: str(v) for k, v in document.items()})
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{where}: not valid UTF-8 at byte {exc.start + 1} of the line; save the file as UTF-8"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        document = json.loads(line.rstrip("\r\n"))  # a column past the end read as line 2's first
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not JSON ({exc.msg}, column {exc.colno}); {LINE_SHAPE}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{where}: {_kind(document)}, not a JSON object; {LINE_SHAPE}")
+    for field in ("id", "text"):
+        if field not in document:
+            raise UsageError(f'{where}: no "{field}" field; {LINE_SHAPE}')
+    found = document["id"]
+    if isinstance(found, bool) or not isinstance(found, (str, int)) or not str(found).strip():
+        what = "empty" if isinstance(found, str) else _kind(found)
+        raise UsageError(f'{where}: "id" is {what}; give each document an id (a string) the cases\' relevant_docs name')
+    for field in ("text", "title"):
+        if field in document and not isinstance(document[field], str):
+            # str() of it was searched and shown: a null text was the word "None"
+            raise UsageError(f'{where}: "{field}" is {_kind(document[field])}, not a string')
+    if len(document["text"]) > MAX_PASSAGE_CHARS:
+        raise UsageError(
+            f'{where}: "text" holds {len(document["text"]):,} characters, more than a document may '
+            f"({MAX_PASSAGE_CHARS:,}: a search result goes whole into the agent's prompt); split it into passages "
+            "(agenteval generate cuts documents into passages of about 1,200)"
+        )
+    return {k: str(v) for k, v in document.items()}
+
+
+def _open_corpus(path: str | os.PathLike[str], max_mb: float) -> BinaryIO:
+    """The corpus file at ``path`` opened, or a :class:`UsageError`: not a regular file (a pipe would be waited on),
+    larger than ``max_mb`` (said before it is read, with the option that raises the limit), not readable."""
+    try:
+        kind = not_regular(os.stat(path).st_mode)
+        if kind is not None:
+            raise UsageError(f"--corpus {path}: {kind}, not a regular file; give a corpus JSONL file")
+        handle = open(path, "rb")  # closed by the caller's with
     except OSError as exc:
         raise UsageError(f"--corpus {path}: {exc.strerror or exc}") from exc
-    return documents
+    size = os.fstat(handle.fileno()).st_size
+    if size > max_mb * 1_000_000:
+        handle.close()
+        raise UsageError(
+            f"--corpus {path}: {size / 1e6:,.1f} MB, more than --max-corpus-mb {max_mb:g} allows (a run holds the "
+            "corpus and its search index in memory, about 4 times its size, and indexes it before it starts); give "
+            "a smaller corpus, or raise --max-corpus-mb"
+        )
+    return handle
 
 
-def corpus_hash(path: str | os.PathLike[str]) -> str:
-    """A content hash of the corpus file at ``path`` (its documents as read), so a resume can tell it changed."""
+def _documents(path: str | os.PathLike[str], max_mb: float) -> Iterator[dict[str, str]]:
+    """The documents of the corpus at ``path`` one at a time, each checked (:func:`_document`), ids unique."""
+    first_at: dict[str, int] = {}
+    with _open_corpus(path, max_mb) as handle:
+        try:
+            for number, raw in enumerate(handle, 1):
+                document = _document(raw, f"{path}:{number}")
+                if document is None:
+                    continue
+                if document["id"] in first_at:  # a search hit for it could be either: relevant_docs is ambiguous
+                    shown = visible(document["id"][:80])
+                    raise UsageError(
+                        f"{path}:{number}: the id {shown!r} again (first at line {first_at[document['id']]}); give "
+                        "each document its own id"
+                    )
+                first_at[document["id"]] = number
+                yield document
+        except OSError as exc:
+            raise UsageError(f"--corpus {path}: {exc.strerror or exc}") from exc
+    if not first_at:
+        raise UsageError(f"--corpus {path}: no document in it; {LINE_SHAPE}")
+
+
+def read_corpus(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> list[dict[str, str]]:
+    """The documents of a corpus file (at most ``max_mb`` MB); a line that is not a document with an ``id`` and a
+    ``text`` (strings), an id given twice, a text longer than :data:`MAX_PASSAGE_CHARS` or a file with no document
+    is a :class:`UsageError` naming the file, the line and the field."""
+    return list(_documents(path, max_mb))
+
+
+def corpus_hash(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> str:
+    """A content hash of the corpus file at ``path`` (its documents as read), so a resume can tell it changed.
+    Computed a document at a time: the corpus is never held twice."""
     digest = hashlib.sha256()
-    for document in read_corpus(path):
+    for document in _documents(path, max_mb):
         digest.update(json.dumps(document, sort_keys=True).encode())
         digest.update(b"\n")
     return digest.hexdigest()
@@ -54,9 +137,11 @@ def corpus_hash(path: str | os.PathLike[str]) -> str:
 class Corpus:
     """Documents and their BM25 index, built on the first search."""
 
-    def __init__(self, documents: list[dict[str, str]], name: str) -> None:
+    def __init__(self, documents: list[dict[str, str]], name: str, source: str | None = None) -> None:
         self.documents = documents
         self.name = name
+        self.source = source or name
+        """Where the documents came from, as errors name it (the corpus file)."""
 
     @functools.cached_property
     def _index(self) -> Any:
@@ -65,9 +150,21 @@ class Corpus:
         except ImportError as exc:  # the search tool is optional: say how to get it
             raise ImportError("the search_documents tool needs the rag extra: pip install 'agenteval[rag]'") from exc
         index = bm25s.BM25()
-        texts = [f"{doc.get('title', '')}. {doc['text']}" for doc in self.documents]
-        index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        texts = (f"{doc.get('title', '')}. {doc['text']}" for doc in self.documents)  # not a second copy of all
+        tokens = bm25s.tokenize(texts, stopwords="en", show_progress=False)
+        if not tokens.vocab:  # bm25s fails on it with "max() arg is an empty sequence", at each search
+            raise UsageError(
+                f"--corpus {self.source}: no word to search in its documents (their texts are empty, or only common "
+                'words such as "the"); give documents with text to search'
+            )
+        index.index(tokens, show_progress=False)
         return index
+
+    def indexed(self) -> Corpus:
+        """This corpus with its index built now, rather than in the first search: before a run starts, neither in a
+        trial's time (a large corpus took minutes, and the trial timed out) nor in each trial's failure."""
+        self._index  # noqa: B018 (built and kept by the cached property)
+        return self
 
     def search(self, query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
         """The ``k`` documents that best match ``query`` (BM25), best first."""
@@ -111,9 +208,10 @@ def search_documents(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
     return retrieve(query, k)
 
 
-def search_tool(path: str | os.PathLike[str]) -> Callable[..., list[dict[str, str]]]:
-    """A ``search_documents`` tool over the corpus at ``path``, recording retrieved ids as the built-in one does."""
-    found = Corpus(read_corpus(path), Path(path).stem)
+def search_tool(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> Callable[..., list[dict[str, str]]]:
+    """A ``search_documents`` tool over the corpus at ``path`` (at most ``max_mb`` MB), indexed now, recording
+    retrieved ids as the built-in one does."""
+    found = Corpus(read_corpus(path, max_mb), Path(path).stem, str(path)).indexed()
 
     @retriever(name=found.name)
     def retrieve_from(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
