@@ -40,7 +40,7 @@ from .run._options import (
     MIN_CASES_PER_CATEGORY,
     NEAR_DUPLICATE_SIMILARITY,
 )
-from .store._limits import DEFAULT_MEMORY_LIMIT, SERVER_MEMORY_LIMIT, shown_size
+from .store._limits import DEFAULT_MEMORY_LIMIT, SERVER_MEMORY_LIMIT, SERVER_STATEMENTS, shown_size
 
 
 class FloatRange(click.FloatRange):
@@ -1272,7 +1272,14 @@ def power(
 @memory_limit_option(
     "--sql-memory-limit",
     SERVER_MEMORY_LIMIT,
-    "Memory (DuckDB's) a statement of the SQL page or its downloads may use (e.g. 500MB).",
+    "Memory a statement of the SQL page or its downloads may use, in a worker process of its own (e.g. 500MB).",
+)
+@click.option(
+    "--sql-workers",
+    type=click.IntRange(1),
+    default=SERVER_STATEMENTS,
+    show_default=True,
+    help="Statements of the SQL page or its downloads that may run at once; more are refused with a 503.",
 )
 def dashboard(
     store: str | None,
@@ -1282,6 +1289,7 @@ def dashboard(
     case_files: tuple[str, ...],
     sql_seconds: float,
     memory_limit: int,
+    sql_workers: int,
 ) -> None:
     """Serve a local web app over the store: experiments, an experiment's cases and plots, a trial's conversation,
     scores and span timeline, comparisons and the gate, human review, and read-only SQL. Needs
@@ -1299,6 +1307,7 @@ def dashboard(
         case_files=case_files,
         sql_seconds=sql_seconds,
         sql_memory=memory_limit,
+        sql_workers=sql_workers,
         on_ready=ready,
     )
 

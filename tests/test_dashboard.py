@@ -24,6 +24,7 @@ import httpx
 import pyarrow as pa
 import pytest
 from dashboard_server import PAYLOAD, dashboard, dashboard_process, make_store
+from waiting import wait_until
 
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
@@ -432,11 +433,69 @@ def test_a_statement_past_its_memory_limit_is_stopped_and_the_server_goes_on(run
             for fmt in ("csv", "json"):
                 download = get(site, f"/sql.{fmt}", params={"q": statement}, timeout=120)
                 assert download.status_code == 400 and said in download.text, (fmt, download.text[:300])
-            assert get(site, "/sql.json", params={"q": "SELECT 42 AS x"}).json() == [{"x": 42}]
+            # A worker that ran out of memory is replaced: this may wait for the new one to start.
+            assert get(site, "/sql.json", params={"q": "SELECT 42 AS x"}, timeout=120).json() == [{"x": 42}]
         grown_mb = (_peak_memory_kb(process.pid) - before) / 1024
         (n,) = Store(runs["store"]).rows("SELECT count(*) AS n FROM trials")[0].values()
-        assert f"<td>{n}</td>" in get(site, "/sql", params={"q": "SELECT count(*) AS n FROM trials"}).text
+        counted = get(site, "/sql", params={"q": "SELECT count(*) AS n FROM trials"}, timeout=120)
+        assert f"<td>{n}</td>" in counted.text
     assert grown_mb < 400, f"the server grew by {grown_mb:.0f} MB for statements limited to 100 MB"
+
+
+VALUES_NOT_COUNTED = (
+    "SELECT repeat('x', 1500000000) AS s",
+    "SELECT range(100000000) AS l",
+)
+"""Statements whose value an expression builds, which DuckDB's memory_limit does not count: with
+--sql-memory-limit 100MB, a page of the first grew the server by 1.5 GB (one of 2,000,000,000 characters, or a few
+of them at once, and the OOM killer ends the dashboard for everyone)."""
+
+
+def test_a_value_past_the_memory_limit_costs_a_worker_not_the_server(runs):
+    """Each statement runs in a worker process whose data the OS caps at --sql-memory-limit: a statement building a
+    value past it is stopped there, the page and the download say which limit and how to raise it, the server grows
+    by little, and the next statement is answered."""
+    with dashboard_process(runs["store"], "--sql-memory-limit", "100MB") as (site, process):
+        assert get(site, "/sql", params={"q": "SELECT 1 AS one"}).status_code == 200  # loaded, before measuring
+        before = _peak_memory_kb(process.pid)
+        said = "more memory than the 100MB a statement may use (--sql-memory-limit)"
+        for statement in VALUES_NOT_COUNTED:
+            page = get(site, "/sql", params={"q": statement}, timeout=120)
+            assert page.status_code == 200 and 'id="sql-error"' in page.text, statement
+            assert said in page.text and "raise --sql-memory-limit" in page.text, page.text[-1500:]
+            download = get(site, "/sql.csv", params={"q": statement}, timeout=120)
+            assert download.status_code == 400 and said in download.text, download.text[:300]
+            assert "<td>42</td>" in get(site, "/sql", params={"q": "SELECT 42 AS x"}, timeout=120).text
+        grown_mb = (_peak_memory_kb(process.pid) - before) / 1024
+    assert grown_mb < 100, f"the server grew by {grown_mb:.0f} MB for statements limited to 100 MB"
+
+
+def test_statements_past_the_workers_are_refused_with_retry_after_until_one_is_free(runs):
+    """N statements at once took N times --sql-memory-limit. At most --sql-workers run at once: past them the page
+    and the downloads answer 503 with Retry-After and say which option, and once a statement ends the next runs."""
+    with dashboard_process(runs["store"], "--sql-workers", "1", "--sql-timeout", "120") as (site, process):
+        host, port = site.removeprefix("http://").rstrip("/").rsplit(":", 1)
+        client = socket.socket()  # a download its client does not read holds the one worker
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect((host, int(port)))
+        endless = quote("SELECT i FROM range(1000000000000) t(i)")
+        client.sendall(f"GET /sql.csv?q={endless} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        try:
+            assert client.recv(64).startswith(b"HTTP/1.1 200")
+            said = "all 1 SQL workers are running statements (--sql-workers): try again in a few seconds"
+            page = get(site, "/sql", params={"q": "SELECT 1 AS one"})
+            assert page.status_code == 503 and page.headers["retry-after"] == "5", page.status_code
+            assert 'id="sql-error"' in page.text and said in page.text
+            download = get(site, "/sql.json", params={"q": "SELECT 1 AS one"})
+            assert download.status_code == 503 and download.headers["retry-after"] == "5" and download.text == said
+            assert get(site, "/").status_code == 200  # the other pages are not held up
+        finally:
+            client.close()  # the download ends, its worker is replaced
+        wait_until(
+            lambda: get(site, "/sql.json", params={"q": "SELECT 1 AS one"}, timeout=120).status_code == 200,
+            "the worker to be free again",
+            timeout=120,
+        )
 
 
 def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import duckdb
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
@@ -31,15 +31,18 @@ from ..errors import AgentevalError
 from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
 from ..render._text_safety import visible
 from ..store import Store
-from ..store._limits import SERVER_MEMORY_LIMIT
+from ..store._limits import SERVER_MEMORY_LIMIT, SERVER_STATEMENTS
 from . import _queries as q
 from . import _review as review
 from . import _sql as sql_page
 from ._review import CaseFile
 from ._security import CSRF_FIELD, Guard, same_site_path
-from ._sql_download import MEDIA_TYPES, ResultFile, result_file
+from ._sql_download import MEDIA_TYPES, ResultFile
+from ._sql_pool import RETRY_AFTER_SECONDS, SqlWorkers, WorkersBusy
 
 HERE = Path(__file__).parent
+RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+"""The header of a statement refused because every SQL worker is busy (a 503)."""
 REFRESH_SECONDS = 5
 """A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
 
@@ -78,10 +81,12 @@ class Dashboard:
         case_files: list[Path],
         sql_seconds: float = sql_page.SQL_SECONDS,
         sql_memory: int = SERVER_MEMORY_LIMIT,
+        sql_workers: int = SERVER_STATEMENTS,
     ) -> None:
         self.store = store
         self.sql_seconds = sql_seconds
         self.sql_memory = sql_memory
+        self.workers = SqlWorkers(str(store.root), sql_memory, sql_workers)
         self.case_files = [CaseFile(Path(p)) for p in case_files]
         self.env = _environment()
 
@@ -210,22 +215,27 @@ class Dashboard:
 
     def sql(self, request: Request) -> Response:
         sql = request.query_params.get("q", "")
-        result, error = None, None
+        result, error, status, headers = None, None, 200, {}
         if sql.strip():
             try:
-                result = sql_page.run_sql(self.store, sql, self.sql_seconds, self.sql_memory)
-            except (AgentevalError, duckdb.Error) as exc:
+                result = self.workers.page(sql, self.sql_seconds)
+            except WorkersBusy as exc:
+                error, status, headers = str(exc), 503, RETRY_AFTER
+            except AgentevalError as exc:
                 error = str(exc).splitlines()[0]
         example = "SELECT outcome, count(*) AS trials FROM trials GROUP BY outcome"
-        return self.page(
+        page = self.page(
             request,
             "sql.html",
+            status,
             sql=sql,
             result=result,
             error=error,
             example=example,
             limits={"rows": sql_page.SQL_ROWS_SHOWN, "cell": sql_page.SQL_CELL_CHARS, "page": sql_page.SQL_PAGE_CHARS},
         )
+        page.headers.update(headers)
+        return page
 
     def sql_download(self, request: Request) -> Response:
         """The SQL page's result as a file (``/sql.csv``, ``/sql.json``): every row, every value whole, in the
@@ -238,8 +248,10 @@ class Dashboard:
         if not sql.strip():
             return PlainTextResponse("give the statement as ?q=", status_code=400)
         try:
-            pieces = result_file(self.store, sql, fmt, self.sql_seconds, self.sql_memory)
-        except (AgentevalError, duckdb.Error) as exc:
+            pieces = self.workers.download(sql, fmt, self.sql_seconds)
+        except WorkersBusy as exc:
+            return PlainTextResponse(str(exc), status_code=503, headers=RETRY_AFTER)
+        except AgentevalError as exc:
             return PlainTextResponse(str(exc).splitlines()[0], status_code=400)
         return ResultFile(
             pieces,
@@ -360,14 +372,25 @@ def create_app(
     case_files: list[Path] | None = None,
     sql_seconds: float = sql_page.SQL_SECONDS,
     sql_memory: int = SERVER_MEMORY_LIMIT,
+    sql_workers: int = SERVER_STATEMENTS,
 ) -> Starlette:
     """The dashboard as an ASGI app serving ``store`` on ``host`` (needed to check the ``Host`` and ``Origin`` of
     requests); ``token``: what every request must present (required off loopback); ``sql_seconds``: how long a
-    statement of the SQL page may run; ``sql_memory``: the bytes of DuckDB's memory it may use."""
+    statement of the SQL page may run; ``sql_memory``: the bytes it may use (each runs in a worker process capped
+    at that, see :mod:`._sql_pool`); ``sql_workers``: how many statements may run at once."""
     store.require()
     for path in case_files or []:
         CaseFile(Path(path)).cases()  # a bad file is an error at start, not on the page
-    pages = Dashboard(store, list(case_files or []), sql_seconds, sql_memory)
+    pages = Dashboard(store, list(case_files or []), sql_seconds, sql_memory, sql_workers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        pages.workers.start()  # ready before the first statement, rather than started by it
+        try:
+            yield
+        finally:
+            pages.workers.close()
+
     routes = [
         Route("/", pages.experiments),
         Route("/pick", pages.pick),
@@ -385,4 +408,4 @@ def create_app(
         Route("/review/cases/{index:int}/accepted.jsonl", pages.accepted),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, host=host, token=token)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, host=host, token=token)], lifespan=lifespan)

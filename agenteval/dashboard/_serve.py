@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import AgentevalError
 from ..store import Store
-from ..store._limits import SERVER_MEMORY_LIMIT
+from ..store._limits import SERVER_MEMORY_LIMIT, SERVER_STATEMENTS
 
 EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "multipart")
 DEFAULT_HOST = "127.0.0.1"
@@ -36,13 +36,14 @@ def serve(
     case_files: Sequence[str | Path] = (),
     sql_seconds: float = 30.0,
     sql_memory: int = SERVER_MEMORY_LIMIT,
+    sql_workers: int = SERVER_STATEMENTS,
     on_ready: Callable[[str], Any] | None = None,
 ) -> None:
     """Serve the dashboard over ``store`` until interrupted. Off loopback, ``token`` is required (see
     :mod:`agenteval.dashboard._security`); ``case_files``: files of ``agenteval generate`` to review;
-    ``sql_seconds``: how long a statement of the SQL page may run before it is stopped; ``sql_memory``: the bytes of
-    DuckDB's memory it may use; ``on_ready`` is given
-    the address to open once the server listens."""
+    ``sql_seconds``: how long a statement of the SQL page may run before it is stopped; ``sql_memory``: the bytes
+    it may use (DuckDB's, and its worker process's: see :mod:`._sql_pool`); ``sql_workers``: how many may run at
+    once; ``on_ready`` is given the address to open once the server listens."""
     require_extra()
     import uvicorn
 
@@ -58,6 +59,7 @@ def serve(
         case_files=[Path(p) for p in case_files],
         sql_seconds=sql_seconds,
         sql_memory=sql_memory,
+        sql_workers=sql_workers,
     )
     config = uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)

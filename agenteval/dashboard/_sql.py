@@ -2,7 +2,8 @@
 
 A result is untrusted twice over: its statement comes from whoever has the page, its values from agents' replies and
 stored spans. So the rows read are bounded (:data:`SQL_ROWS_SHOWN`), the statement's time is bounded
-(``--sql-timeout``) and so is its memory (:data:`MEMORY_OPTION`), every cell shows at most :data:`SQL_CELL_CHARS`
+(``--sql-timeout``) and so is its memory (:data:`MEMORY_OPTION`; the server runs it in a worker process capped at
+that, :mod:`._sql_pool`), every cell shows at most :data:`SQL_CELL_CHARS`
 characters with a count of the rest, and the page stops at about :data:`SQL_PAGE_CHARS` characters of cells. Long
 values are cut by DuckDB, in the statement the page runs, and rows are read a few at a time: a result of huge values
 costs the server a page's memory, not the values'. The whole values stay reachable as the result's downloads
@@ -74,7 +75,16 @@ class SqlTimeout(AgentevalError, TimeoutError):
 
 
 class SqlFailed(AgentevalError):
-    """A statement of the SQL page failed while its rows were read (a cast, ``error()``, a file that vanished)."""
+    """A statement of the SQL page failed: DuckDB's error (a syntax error, a cast, ``error()``, a file that
+    vanished), as its worker process reported it, or one while its rows were read."""
+
+
+def timed_out(seconds: float) -> SqlTimeout:
+    """The error of a statement stopped after ``seconds``."""
+    return SqlTimeout(
+        f"the statement ran longer than {seconds:g} s and was stopped: narrow it (a WHERE, a LIMIT), "
+        "raise --sql-timeout, or run it with `agenteval sql`"
+    )
 
 
 @contextlib.contextmanager
@@ -95,10 +105,7 @@ def time_limited(con: duckdb.DuckDBPyConnection, seconds: float) -> Iterator[Non
         yield
     except (duckdb.Error, OSError) as exc:
         if stopped.is_set():
-            raise SqlTimeout(
-                f"the statement ran longer than {seconds:g} s and was stopped: narrow it (a WHERE, a LIMIT), "
-                "raise --sql-timeout, or run it with `agenteval sql`"
-            ) from None
+            raise timed_out(seconds) from None
         if isinstance(exc, duckdb.Error):
             raise
         raise SqlFailed(str(exc).splitlines()[0]) from None

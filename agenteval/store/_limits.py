@@ -6,7 +6,8 @@ holds. It does not count a value an expression builds (``repeat('x', 2000000000)
 its own process too, with the operating system's limit on its data (``RLIMIT_DATA``), so such a statement fails
 with :class:`StatementOutOfMemory` rather than being killed by the OOM killer. A long-lived server cannot cap
 itself that way: DuckDB's allocator keeps the address space of what it freed, so the process's data grows past
-what it holds (2.2 GB after one statement whose memory, 65 MB resident, was freed).
+what it holds (2.2 GB after one statement whose memory, 65 MB resident, was freed). The dashboard runs each
+statement in a worker process it caps this way instead (:mod:`agenteval.dashboard._sql_pool`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ process may grow by."""
 SERVER_MEMORY_LIMIT = 10**9
 """The default for a statement of the dashboard's SQL page or downloads (``--sql-memory-limit``): a server several
 people use runs several at once."""
+
+SERVER_STATEMENTS = 2
+"""How many statements of the dashboard's SQL page or downloads may run at once by default (``--sql-workers``):
+each in a worker process of its own, so together they may take this many times ``--sql-memory-limit``."""
 
 UNITS = {
     "": 1,
@@ -76,6 +81,9 @@ def is_out_of_memory(error: BaseException) -> bool:
     # names the C++ allocation failure beneath it (seen with a cross join's string_agg at a cap of 100 MB).
     if isinstance(error, duckdb.Error) and "std::bad_alloc" in str(error):
         return True
+    # Under the cap a thread's stack is data too: Python cannot start the thread of a statement's time limit.
+    if isinstance(error, RuntimeError) and "can't start new thread" in str(error):
+        return True
     return isinstance(error, OSError) and str(error).startswith("Out of Memory Error")
 
 
@@ -100,7 +108,7 @@ def process_memory_capped(limit: int, option: str) -> Iterator[None]:
     import resource  # here: the command line imports this module for its defaults
 
     before = resource.getrlimit(resource.RLIMIT_DATA)
-    used = _data_bytes()
+    used = data_bytes()
     if used is not None:  # elsewhere than Linux: DuckDB's limit alone
         cap = used + limit if before[1] == resource.RLIM_INFINITY else min(used + limit, before[1])
         resource.setrlimit(resource.RLIMIT_DATA, (cap, before[1]))
@@ -111,7 +119,7 @@ def process_memory_capped(limit: int, option: str) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_DATA, before)
 
 
-def _data_bytes() -> int | None:
+def data_bytes() -> int | None:
     """This process's data as Linux counts it against ``RLIMIT_DATA`` (``VmData``); None elsewhere."""
     try:
         with open("/proc/self/status") as status_file:
