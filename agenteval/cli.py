@@ -245,13 +245,13 @@ def echo_table(table: Any, fmt: str) -> None:
         click.echo(note, err=True)
 
 
-def echo_rendered(text: str, fmt: str) -> None:
+def echo_rendered(text: str, fmt: str, end: str = "\n") -> None:
     """A rendered query result on stdout. CSV is the one format that holds values raw: on a terminal they show
     as escapes, as in every table; elsewhere (a file, a program) they go out exactly, which click's echo would
     not do (it strips ANSI sequences from what is not a terminal, so stored ids lost bytes on the way)."""
     if fmt == "csv" and sys.stdout.isatty():
         text = visible(text, newlines=True)
-    click.echo(text, color=True)  # color=True: written as it is, never stripped
+    click.echo(text + end, nl=False, color=True)  # color=True: written as it is, never stripped
 
 
 @contextlib.contextmanager
@@ -398,11 +398,24 @@ def sql(query: str, store: str | None, fmt: str, memory_limit: int) -> None:
     as reports give them), experiment_history, trial_history, score_history, review_history (every row as
     written), and traces, trace_scores (production traces). One statement: SELECT, WITH, FROM, VALUES, DESCRIBE,
     SHOW, SUMMARIZE or EXPLAIN; nothing is written."""
+    from .render._tables import rendered_pieces
     from .store._limits import process_memory_capped
 
     target = existing_store(store)
+    notes: list[str] = []
+    # The first statement starts DuckDB's allocator's threads and arenas and loads pyarrow and numpy (OpenBLAS's
+    # buffers): over 100 MB of data, taken before the cap so the limit is the statement's, not the start-up's
+    # (`SELECT 1` failed under --memory-limit 100MB).
+    with target.read_batches("SELECT 1 AS warm_up") as reader:
+        "".join(rendered_pieces(reader.schema.names, reader, fmt, []))
     with process_memory_capped(memory_limit, "--memory-limit"):
-        echo_table(target.query(query, read_only=True, memory_limit=memory_limit), fmt)
+        # Printed as read: what is held is a batch of rows (the table format: the 1,000 rows it draws), not the result.
+        with target.read_batches(query, memory_limit=memory_limit) as reader:
+            for piece in rendered_pieces(reader.schema.names, reader, fmt, notes):
+                echo_rendered(piece, fmt, end="")
+    click.echo("")
+    for note in notes:
+        click.echo(note, err=True)
 
 
 @main.command()

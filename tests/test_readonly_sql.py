@@ -338,7 +338,6 @@ BUILT_HUGE = (
     "SELECT repeat('x', 2000000000) AS s",  # a value DuckDB's memory limit does not count
     "SELECT length(list(range(100000000))) AS n",
     "SELECT length(string_agg(a.attributes || b.attributes || repeat('x', 2000000), ',')) AS n FROM spans a, spans b",
-    "SELECT i FROM range(200000000) t(i)",  # rows the command holds to print
 )
 
 
@@ -358,6 +357,41 @@ def test_a_statement_past_its_memory_limit_is_a_one_line_error_not_a_killed_proc
         "stopped: narrow it (a WHERE, a LIMIT, fewer or shorter values), or raise --memory-limit"
     ], done.stderr[-2000:]
     assert done.stdout == ""
+
+
+BIG_RESULT = "SELECT i, repeat(chr(65 + (i % 26)::INT), 1000) AS s FROM range(300000) t(i)"
+"""300 MB of rows: the command held the whole result before printing it, so past --memory-limit 100MB it failed."""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "markdown", "table"])
+def test_a_result_larger_than_the_memory_limit_is_printed_as_it_is_read(store, tmp_path, fmt):
+    """The rows are read and printed a batch at a time: a result three times --memory-limit goes to a file whole
+    (the table format draws its first 1,000 rows and counts the rest), the same text as before."""
+    out = tmp_path / f"out.{fmt}"
+    with out.open("w") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-c", GUARDED, "sql", BIG_RESULT, "--store", str(store), "--memory-limit", "100MB"]
+            + ["--format", fmt],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    last = chr(65 + 299_999 % 26) * 1000
+    if fmt == "table":
+        assert text.endswith("1,000 of 300,000 rows shown: --format csv or json gives them all\n"), text[-300:]
+        assert "A" * 150 in text and "999" in text
+        return
+    assert text.endswith("\n")
+    if fmt == "csv":
+        assert text.count("\n") == 300_001 and text.splitlines()[-1] == f"299999,{last}"
+    elif fmt == "json":
+        rows = json.loads(text)
+        assert len(rows) == 300_000 and rows[-1] == {"i": 299_999, "s": last}
+    else:
+        assert text.count("\n| ") == 300_000 and text.splitlines()[-1] == f"| 299999 | {last} |"
 
 
 def test_the_memory_limit_is_given_as_a_size_and_lifted_after_the_statement(store):

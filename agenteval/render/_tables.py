@@ -150,6 +150,33 @@ def render_noted(table: pa.Table, fmt: str = "table") -> tuple[str, list[str]]:
     return _rendered(table, fmt), []
 
 
+def rendered_pieces(
+    names: list[str], batches: Iterable[pa.Table | pa.RecordBatch], fmt: str, notes: list[str]
+) -> Iterator[str]:
+    """What :func:`render` gives of ``batches``' rows, in pieces as they come: ``csv``, ``json`` and ``markdown``
+    hold one batch at a time, ``table`` its first :data:`TABLE_ROWS` rows (it lays them out together), counting
+    the rest. ``notes`` gains what the rendering could not keep as it was (:func:`json_note`)."""
+    if fmt == "csv":
+        yield from csv_pieces(names, batches)
+    elif fmt == "json":
+        replaced: dict[str, int] = {}
+        yield from json_pieces(batches, replaced)
+        note = json_note(replaced)
+        notes.extend([note] if note else [])
+    elif fmt == "markdown":
+        yield from markdown_pieces(names, ([_cell(row[n]) for n in names] for b in batches for row in to_rows(b)))
+    elif fmt == "table":
+        shown: list[list[str]] = []
+        total = 0
+        for batch in batches:
+            wanted = batch.slice(0, max(0, TABLE_ROWS - len(shown)))
+            shown += [[_cell(row[n]) for n in names] for row in to_rows(wanted)]
+            total += batch.num_rows
+        yield rich_table_text(names, shown, total=total)
+    else:
+        raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
 def _rendered(table: pa.Table, fmt: str) -> str:
     if fmt == "table" and table.num_rows > TABLE_ROWS:
         names = table.column_names
@@ -168,10 +195,15 @@ def _rendered(table: pa.Table, fmt: str) -> str:
 
 def markdown_table(names: list[str], rows: list[list[str]]) -> str:
     """A GitHub-flavoured markdown table whose cells read literally and stay one row each (see text_safety)."""
+    return "".join(markdown_pieces(names, rows))
+
+
+def markdown_pieces(names: list[str], rows: Iterable[list[str]]) -> Iterator[str]:
+    """:func:`markdown_table` in pieces: its header, then a row at a time."""
     header = "| " + " | ".join(markdown_cell(n) for n in names) + " |" if any(names) else "|" + " |" * len(names)
-    lines = [header, "|" + "---|" * len(names)]
-    lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    yield header + "\n|" + "---|" * len(names)
+    for row in rows:
+        yield "\n| " + " | ".join(markdown_cell(cell) for cell in row) + " |"
 
 
 def rich_table(names: list[str], rows: list[list[str]], title: str | None = None) -> Any:
