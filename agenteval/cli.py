@@ -14,6 +14,7 @@ import click
 
 from .collect._settings import (
     BEHIND_COLLECTOR_PORT,
+    DEFAULT_BODY_TIMEOUT,
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
@@ -1524,6 +1525,14 @@ def doctor(store: str | None, dry_run: bool) -> None:
     "at once (503 past it).",
 )
 @click.option(
+    "--body-timeout",
+    type=FloatRange(min=0, min_open=True),
+    default=DEFAULT_BODY_TIMEOUT,
+    show_default=True,
+    help="Seconds an HTTP request's body may take to arrive whole after its headers (408 and the connection "
+    "closed past it).",
+)
+@click.option(
     "--score",
     "score_names",
     multiple=True,
@@ -1555,6 +1564,7 @@ def collect(
     no_grpc: bool,
     token: str | None,
     max_body: int,
+    body_timeout: float,
     score_names: tuple[str, ...],
     sample: float,
     max_tool_calls: int | None,
@@ -1583,6 +1593,7 @@ def collect(
         grpc_port=None if no_grpc else grpc_port,
         token=token,
         max_body_bytes=max_body,
+        body_timeout=body_timeout,
         score=scorer,
         score_delay=score_delay,
         workers=workers,

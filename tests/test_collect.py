@@ -9,6 +9,7 @@ import http.client
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -430,6 +431,39 @@ def test_a_body_shorter_than_its_content_length_is_a_timeout_not_an_internal_err
         assert post(collector.http_endpoint, encode_spans(agent_spans(1)).SerializeToString())[0] == 200
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert len(stored(tmp_path / "s")) == 4
+
+
+def test_a_body_trickled_past_its_deadline_is_cut_off_and_its_budget_given_back(tmp_path):
+    """A sender that trickles its body, a byte at a time well inside the read timeout (a slowloris on the body), held
+    its connection, a thread and the body budget its bytes took for as long as it kept trickling: its request was
+    answered 200 once its last byte came, however late. Now a body must arrive whole within --body-timeout seconds:
+    past that the sender gets 408 and the connection is closed, what it held is given back, and others are heard
+    throughout."""
+    body = encode_spans(agent_spans(1)).SerializeToString()
+    with Collector(tmp_path / "s", port=0, grpc_port=None, body_timeout=1) as collector:
+        head = (
+            f"POST /v1/traces HTTP/1.1\r\nContent-Type: application/x-protobuf\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", collector.http_port), timeout=60) as sender:
+            sender.sendall(head.encode() + body[:10])
+            wait_until(lambda: collector._intake.bodies.held == 10, "the first bytes held in the body budget")
+            assert (
+                post(collector.http_endpoint, encode_spans(agent_spans(1, prefix="other-")).SerializeToString())[0]
+                == 200
+            )
+            for byte in body[10:]:  # a byte every 50 ms, until the collector answers (or the body is all sent)
+                if select.select([sender], [], [], 0.05)[0]:
+                    break
+                sender.sendall(bytes([byte]))
+            answer = sender.makefile("rb")
+            assert answer.readline().startswith(b"HTTP/1.1 408")
+            while answer.readline() not in (b"\r\n", b""):
+                pass
+            assert "--body-timeout" in error_status(answer.read()).message  # and the connection is closed
+        assert collector._intake.bodies.held == 0
+        assert post(collector.http_endpoint, encode_spans(agent_spans(1)).SerializeToString())[0] == 200
+    names = sorted(r["name"] for r in stored(tmp_path / "s"))
+    assert names == sorted(s.name for s in agent_spans(1) + agent_spans(1, prefix="other-"))
 
 
 def test_a_gzip_body_of_several_members_is_read_whole_and_bytes_after_it_are_refused(collector):

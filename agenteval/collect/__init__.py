@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._server import Collector
     from ._settings import (
         BEHIND_COLLECTOR_PORT,
+        DEFAULT_BODY_TIMEOUT,
         DEFAULT_GRPC_PORT,
         DEFAULT_HOST,
         DEFAULT_HTTP_PORT,
@@ -36,6 +37,7 @@ __all__, __getattr__, __dir__ = lazy_exports(
         "._server": ("Collector",),
         "._settings": (
             "BEHIND_COLLECTOR_PORT",
+            "DEFAULT_BODY_TIMEOUT",
             "DEFAULT_GRPC_PORT",
             "DEFAULT_HOST",
             "DEFAULT_HTTP_PORT",

@@ -35,11 +35,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from agenteval_instrumentation.masking import masked_logger
 
+from ._deadlines import BodyDeadlines
 from ._decode import Decoded
 from ._intake import BUSY, Answer, Intake
 from ._json import decode_json
 from ._protobuf import decode_protobuf
-from ._settings import DEFAULT_MAX_CONNECTIONS, LISTEN_BACKLOG, RETRY_AFTER_SECONDS
+from ._settings import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_CONNECTIONS, LISTEN_BACKLOG, RETRY_AFTER_SECONDS
 
 logger = masked_logger(__name__)
 
@@ -91,6 +92,7 @@ class HttpReceiver(ThreadingHTTPServer):
         max_body_bytes: int,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         *,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
         listen: bool = True,
         on_closed: Callable[[], None] | None = None,
     ) -> None:
@@ -99,6 +101,8 @@ class HttpReceiver(ThreadingHTTPServer):
         self.on_closed = on_closed
         self.intake, self.token, self.max_body_bytes = intake, token, max_body_bytes
         self.max_connections = max_connections
+        self.deadlines = BodyDeadlines(body_timeout)
+        """Each body's whole-body deadline (see :mod:`._deadlines`)."""
         self.connections: set[socket.socket] = set()
         self.waiting: dict[socket.socket, None] = {}
         """The connections waiting for their next request (whose request line or headers have not all arrived),
@@ -181,6 +185,7 @@ class HttpReceiver(ThreadingHTTPServer):
                     connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+        self.deadlines.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -273,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Encoding {encoding} is not gzip or deflate", close=True
             )
         try:
-            raw = self._read(limit)
+            raw = self._read_in_time(limit)
         except TooLarge:
             raise _Refusal(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {limit} bytes", close=True
@@ -289,6 +294,28 @@ class _Handler(BaseHTTPRequestHandler):
                 ) from None
             except zlib.error as exc:
                 raise _Refusal(HTTPStatus.BAD_REQUEST, f"the body is not valid {encoding} ({exc})") from None
+        return raw
+
+    def _read_in_time(self, limit: int) -> bytes:
+        """The body, read before its deadline (see :mod:`._deadlines`); 408, closing the connection, past it."""
+        deadlines, connection = self.server.deadlines, self.connection
+        deadlines.start(connection)
+        try:
+            raw = self._read(limit)
+        except (_Refusal, TimeoutError):  # a read cut short by the deadline finds the body shorter than announced
+            if deadlines.stop(connection):
+                logger.debug("agenteval collect: %s did not send its body in time", self.address_string())
+                raise _Refusal(
+                    HTTPStatus.REQUEST_TIMEOUT,
+                    f"the body did not arrive whole within {deadlines.seconds:g} s (--body-timeout)",
+                    close=True,
+                ) from None
+            raise
+        except BaseException:
+            deadlines.stop(connection)
+            raise
+        if deadlines.stop(connection):  # cut off just after its last byte: the connection reads nothing more
+            self.close_connection = True
         return raw
 
     def _read(self, limit: int) -> bytes:
@@ -338,12 +365,18 @@ class _Handler(BaseHTTPRequestHandler):
         size = int(length)
         if size > DRAIN_BODIES * self.server.max_body_bytes:
             return False
-        while size:
-            piece = self.rfile.read1(min(size, READ_PIECE_BYTES))
-            if not piece:
-                return False
-            size -= len(piece)
-        return True
+        deadlines = self.server.deadlines  # a body trickled to a refused request holds its thread as long otherwise
+        deadlines.start(self.connection)
+        try:
+            while size:
+                piece = self.rfile.read1(min(size, READ_PIECE_BYTES))
+                if not piece:
+                    return False
+                size -= len(piece)
+        finally:
+            if deadlines.stop(self.connection):
+                size = -1  # its reading side is shut: the connection ends after the answer
+        return size == 0
 
     def _read_exactly(self, size: int, short: str) -> list[bytes]:
         """``size`` bytes, in pieces as they arrive, each held in the body budget: a sender that stalls holds what

@@ -26,6 +26,7 @@ from ._intake import CollectStats, Intake
 from ._online import OnlineScoring
 from ._recent import RecentRequests
 from ._settings import (
+    DEFAULT_BODY_TIMEOUT,
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
     DEFAULT_HTTP_PORT,
@@ -67,6 +68,7 @@ class Collector:
         grpc_port: int | None = DEFAULT_GRPC_PORT,
         token: str | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
         flush_interval: float | None = None,
         score: TraceScorer | None = None,
@@ -88,6 +90,7 @@ class Collector:
             )
         self._ports = (port, grpc_port)
         self._max_body_bytes = max_body_bytes
+        self._body_timeout = body_timeout
         self._max_queued_spans = max_queued_spans
         self._flush_interval = flush_interval
         self._http: HttpReceiver | None = None
@@ -120,7 +123,9 @@ class Collector:
                 if self.workers > 1:
                     self._http_workers = self._start_workers(port)
                 else:
-                    self._http = HttpReceiver((self.host, port), intake, self.token, self._max_body_bytes)
+                    self._http = HttpReceiver(
+                        (self.host, port), intake, self.token, self._max_body_bytes, body_timeout=self._body_timeout
+                    )
             except OSError as exc:
                 raise UsageError(f"agenteval collect: cannot listen on {self.host}:{port} ({exc.strerror})") from None
             if grpc_port is not None:
@@ -154,6 +159,7 @@ class Collector:
             address=(self.host, port),
             token=self.token,
             max_body_bytes=self._max_body_bytes,
+            body_timeout=self._body_timeout,
             max_queued_spans=self._max_queued_spans,
             flush_interval=self._flush_interval,
             report_roots=online is not None,

@@ -14,6 +14,10 @@ BEHIND_COLLECTOR_PORT = 4319
 ENV_TOKEN = "AGENTEVAL_COLLECT_TOKEN"
 DEFAULT_MAX_BODY_BYTES = 20 * 1024 * 1024
 """A request's largest body, compressed or not (the OpenTelemetry Collector's own default)."""
+DEFAULT_BODY_TIMEOUT = 30.0
+"""Seconds a request's body may take to arrive whole, from the end of its headers (408 past it): three times the
+OpenTelemetry exporters' own 10 s export timeout, by when a sender has given up on its request anyway; a 20 MiB body
+needs 700 KB/s to make it."""
 DEFAULT_MAX_QUEUED_SPANS = 200_000
 """Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
 DEFAULT_MAX_CONNECTIONS = 256

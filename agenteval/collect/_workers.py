@@ -62,6 +62,7 @@ class WorkerSettings:
     address: tuple[str, int]
     token: str | None
     max_body_bytes: int
+    body_timeout: float
     max_queued_spans: int
     flush_interval: float | None
     report_roots: bool
@@ -368,6 +369,7 @@ def serve_worker(channel: Connection, settings: WorkerSettings) -> None:
         intake,
         settings.token,
         settings.max_body_bytes,
+        body_timeout=settings.body_timeout,
         listen=False,
         on_closed=lambda: send(("closed",)),
     )
