@@ -13,12 +13,16 @@ success with the count and the first reason.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from agenteval_exporters.encode import columns_to_batch, hex_id_column
 from agenteval_exporters.masking import mask_received
+from agenteval_instrumentation.attributes import DROPPED_ATTRIBUTES_COUNT
+
+from ._settings import MAX_SPAN_ATTRIBUTES
 
 TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
@@ -132,6 +136,23 @@ class SpanColumns:
             service_names=self.service_names,
         )
         return Decoded(batch, self.rejected, self.reason)
+
+
+T = TypeVar("T")
+
+
+def capped(attributes: Sequence[T]) -> tuple[Sequence[T], int]:
+    """A span's attributes as sent (encoded, or OTLP/JSON pairs), up to :data:`MAX_SPAN_ATTRIBUTES`, and how many
+    were dropped: cut before they are read, so that the ones dropped cost nothing."""
+    dropped = len(attributes) - MAX_SPAN_ATTRIBUTES
+    return (attributes[:MAX_SPAN_ATTRIBUTES], dropped) if dropped > 0 else (attributes, 0)
+
+
+def with_dropped(attributes: dict[str, Any], dropped: int) -> dict[str, Any]:
+    """``attributes``, saying how many :func:`capped` dropped (when it dropped some)."""
+    if dropped:
+        attributes[DROPPED_ATTRIBUTES_COUNT] = dropped
+    return attributes
 
 
 def check_ids(trace_id: bytes, span_id: bytes, parent: bytes) -> None:

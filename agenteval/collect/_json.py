@@ -22,8 +22,10 @@ from ._decode import (
     PayloadError,
     RejectedSpan,
     SpanColumns,
+    capped,
     check_ids,
     check_times,
+    with_dropped,
 )
 
 
@@ -136,7 +138,10 @@ def _add_json_span(columns: SpanColumns, span: Any, scope: str | None, resource:
     message = _field(status, "message")
     if message is not None and not isinstance(message, str):
         raise RejectedSpan("status.message is not a string")
-    attributes = _json_attributes(_field(span, "attributes"))
+    pairs, dropped = _field(span, "attributes"), 0
+    if isinstance(pairs, list):
+        pairs, dropped = capped(pairs)
+    attributes = with_dropped(_json_attributes(pairs), dropped)
     events = _json_events(_field(span, "events"))
     columns.add(
         (trace_id, span_id, parent),

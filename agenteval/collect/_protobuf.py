@@ -19,9 +19,12 @@ from ._decode import (
     PayloadError,
     RejectedSpan,
     SpanColumns,
+    capped,
     check_ids,
     check_times,
+    with_dropped,
 )
+from ._settings import MAX_SPAN_ATTRIBUTES
 from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields, text
 
 
@@ -102,8 +105,13 @@ def _add_protobuf_spans(
     )
     if not valid:
         return False
+    dropped: list[int] = []
+    if max(map(len, attributes)) > MAX_SPAN_ATTRIBUTES:  # rare: the others are not copied
+        attributes, dropped = map(list, zip(*map(capped, attributes), strict=True))
     try:
         values = attribute_dicts(attributes)
+        if dropped:
+            values = list(map(with_dropped, values, dropped))
         event_dicts = [_event_dicts(e) if e else None for e in events]
     except ValueError:
         return False
@@ -144,7 +152,8 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
     code = STATUS_CODES.get(status_code)
     if code is None:
         raise RejectedSpan(f"status.code {status_code} is not a StatusCode")
-    attributes = attribute_values(span.attributes)
+    kept, dropped = capped(span.attributes)
+    attributes = with_dropped(attribute_values(kept), dropped)
     event_dicts = _event_dicts(span.events) if span.events else None
     # Added only once nothing can raise, so the columns stay aligned.
     columns.add(

@@ -18,6 +18,12 @@ DEFAULT_BODY_TIMEOUT = 30.0
 """Seconds a request's body may take to arrive whole, from the end of its headers (408 past it): three times the
 OpenTelemetry exporters' own 10 s export timeout, by when a sender has given up on its request anyway; a 20 MiB body
 needs 700 KB/s to make it."""
+MAX_SPAN_ATTRIBUTES = 1024
+"""Attributes kept per span, the first ones sent; the others are dropped and counted in the span's
+``agenteval.dropped_attributes_count``. OpenTelemetry's SDKs keep 128 by default and its Collector keeps all; a
+receiver meant to store what it is sent keeps eight times the SDKs' default (flattened message attributes, such as
+OpenLLMetry's ``gen_ai.prompt.N.*``, fit), while one span of 1.5 million attributes no longer costs a minute of
+CPU and a row no query can read."""
 DEFAULT_MAX_QUEUED_SPANS = 200_000
 """Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
 DEFAULT_MAX_CONNECTIONS = 256
