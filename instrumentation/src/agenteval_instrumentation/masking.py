@@ -70,6 +70,12 @@ CACHED_KEY_CHARS = 256
 judged anew each time, so the cache never holds megabytes of someone else's text."""
 
 
+_SECRET_HINT = re.compile("key|auth|bearer|cookie|credential|jwt|pass|pwd|secret|session|sig|token", re.IGNORECASE)
+"""A piece of every secret last word and last pair above (each word is a piece of its key): a key without one names
+no secret, told by one search. Splitting a key into words costs ~4 µs, and a request of 1.5 million distinct keys,
+none of them in the cache, spent 12 s of CPU on it."""
+
+
 def is_secret_key(key: str) -> bool:
     """True for keys that look like they hold a secret (``api_key``, ``openaiApiKey``, ``x-api-key``,
     ``password``, ``githubToken``, ``jwt``, ...); not ``max_tokens`` or ``token_count``."""
@@ -82,6 +88,8 @@ def _is_secret_key(key: str) -> bool:
 
 
 def _secret_words(key: str) -> bool:
+    if _SECRET_HINT.search(key) is None:
+        return False
     words = [w.lower() for w in _NOT_ALPHANUMERIC.split(_CASE_CHANGE.sub("_", key)) if w]
     if not words:
         return False
