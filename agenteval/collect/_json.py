@@ -58,6 +58,7 @@ def decode_json(body: bytes) -> Decoded:
                     columns.reject(f"{scope_where}.spans[{i}]", exc)
                 except RecursionError:  # orjson reads 1,024 levels, deeper than the stack lets values be walked
                     columns.reject(f"{scope_where}.spans[{i}]", RejectedSpan(NESTED_TOO_DEEPLY))
+                columns.flush_if_full()
     return columns.decoded()
 
 

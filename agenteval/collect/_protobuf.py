@@ -10,6 +10,7 @@ from google.protobuf.message import DecodeError
 from agenteval_exporters.encode import resource_json, service_name
 
 from ._decode import (
+    DECODE_CHUNK_SPANS,
     KINDS,
     MAX_NANOS,
     SPAN_ID_BYTES,
@@ -43,13 +44,18 @@ def decode_protobuf(body: bytes) -> Decoded:
         resource_text, service = resource_json(resource), service_name(resource)
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             scope = text(scope_spans.scope.name) or None
-            spans = scope_spans.spans
-            if not _add_protobuf_spans(columns, spans, scope, resource_text, service):
-                for i, span in enumerate(spans):  # something is wrong with a span: find which, keep the others
-                    try:
-                        _add_protobuf_span(columns, span, scope, resource_text, service)
-                    except ValueError as exc:  # RejectedSpan, or an attribute value that is not an AnyValue
-                        columns.reject(f"resource_spans[{r}].scope_spans[{s}].spans[{i}]", exc)
+            every = scope_spans.spans
+            for first in range(0, len(every), DECODE_CHUNK_SPANS):  # see SpanColumns.flush_if_full
+                spans = every[first : first + DECODE_CHUNK_SPANS]
+                if not _add_protobuf_spans(columns, spans, scope, resource_text, service):
+                    for i, span in enumerate(
+                        spans, first
+                    ):  # something is wrong with a span: find which, keep the others
+                        try:
+                            _add_protobuf_span(columns, span, scope, resource_text, service)
+                        except ValueError as exc:  # RejectedSpan, or an attribute value that is not an AnyValue
+                            columns.reject(f"resource_spans[{r}].scope_spans[{s}].spans[{i}]", exc)
+                columns.flush_if_full()
     return columns.decoded()
 
 
