@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
+from ._budget import BODIES_AT_ONCE
 from ._intake import BUSY, Intake
 from ._protobuf import decode_protobuf
 from ._settings import RETRY_AFTER_SECONDS
@@ -32,7 +33,12 @@ from ._settings import RETRY_AFTER_SECONDS
 logger = masked_logger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-WORKERS = 4
+WORKERS = BODIES_AT_ONCE
+"""Threads that receive and decode requests: as many as the body budget lets decode at once. A thread receives its
+request whole before the budget is asked, so with more threads than that the others received a request only to
+refuse it (16 senders of 18 MB requests were refused 1,091 times in 10 minutes), and each thread that had decoded
+kept its own malloc arena's high-water mark: with 4, eight such senders took the collector to 2.6 GB, 1.8 GB with
+glibc's arenas limited to one. Calls past them wait, unread, in gRPC's queue."""
 
 
 class GrpcReceiver:
