@@ -318,29 +318,36 @@ def test_a_service_name_too_long_for_a_folder_name_is_stored_in_full(collector):
     assert len(folders) == 3 and all(len(f.name.encode()) <= 255 for f in folders)
 
 
-def test_a_span_past_the_attribute_cap_keeps_the_first_ones_and_says_how_many_were_dropped(collector):
+def test_a_span_or_event_past_the_attribute_cap_keeps_the_first_ones_and_says_how_many_were_dropped(collector):
     """A span of 1.5 million attributes in a 17 MB request took 45 s of CPU to decode and store (each one read, its
-    name checked for a secret, encoded to JSON), and made a row no query could read. Now a span keeps the first
-    MAX_SPAN_ATTRIBUTES sent, as OpenTelemetry's SDKs keep their first 128, and says how many it dropped; in
-    protobuf and in JSON alike."""
+    name checked for a secret, encoded to JSON), and made a row no query could read; an event's attributes likewise.
+    Now a span, and each event, keeps the first MAX_SPAN_ATTRIBUTES sent, as OpenTelemetry's SDKs keep their first
+    128, and says how many it dropped; in protobuf and in JSON alike."""
     from agenteval.collect._settings import MAX_SPAN_ATTRIBUTES
     from agenteval_instrumentation.attributes import DROPPED_ATTRIBUTES_COUNT
 
     sent = {f"attribute.{n}": n for n in range(MAX_SPAN_ATTRIBUTES + 10)}
     memory = InMemorySpanExporter()
-    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=len(sent)))
+    limits = SpanLimits(max_span_attributes=len(sent), max_event_attributes=len(sent))
+    provider = TracerProvider(span_limits=limits)
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.get_tracer("wide").start_span("wide protobuf", attributes=sent).end()
+    span = provider.get_tracer("wide").start_span("wide protobuf", attributes=sent)
+    span.add_event("wide event", sent)
+    span.end()
     assert (
         HttpExporter(endpoint=collector.http_endpoint).export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
     )
     pairs = [{"key": key, "value": {"intValue": str(value)}} for key, value in sent.items()]
-    span = {"traceId": TRACE_ID, "spanId": SPAN_ID, "name": "wide json", "attributes": pairs}
-    assert post(collector.http_endpoint, json_request([span]), "application/json")[0] == 200
+    event = {"name": "wide event", "timeUnixNano": "1", "attributes": pairs}
+    json_span = {"traceId": TRACE_ID, "spanId": SPAN_ID, "name": "wide json", "attributes": pairs, "events": [event]}
+    assert post(collector.http_endpoint, json_request([json_span]), "application/json")[0] == 200
     collector.stop()
-    kept = dict(list(sent.items())[:MAX_SPAN_ATTRIBUTES])
-    for row in stored(collector.store):
-        assert json.loads(row["attributes"]) == {**kept, DROPPED_ATTRIBUTES_COUNT: 10}, row["name"]
+    kept = {**dict(list(sent.items())[:MAX_SPAN_ATTRIBUTES]), DROPPED_ATTRIBUTES_COUNT: 10}
+    rows = stored(collector.store)
+    assert sorted(row["name"] for row in rows) == ["wide json", "wide protobuf"]
+    for row in rows:
+        assert json.loads(row["attributes"]) == kept, row["name"]
+        assert [e["attributes"] for e in json.loads(row["events"])] == [kept], row["name"]
 
 
 def test_a_parent_span_id_of_zeros_is_no_parent(collector):

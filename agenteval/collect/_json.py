@@ -139,10 +139,7 @@ def _add_json_span(columns: SpanColumns, span: Any, scope: str | None, resource:
     message = _field(status, "message")
     if message is not None and not isinstance(message, str):
         raise RejectedSpan("status.message is not a string")
-    pairs, dropped = _field(span, "attributes"), 0
-    if isinstance(pairs, list):
-        pairs, dropped = capped(pairs)
-    attributes = with_dropped(_json_attributes(pairs), dropped)
+    attributes = _capped_attributes(_field(span, "attributes"))
     events = _json_events(_field(span, "events"))
     columns.add(
         (trace_id, span_id, parent),
@@ -206,9 +203,17 @@ def _json_events(value: Any) -> list[dict[str, Any]] | None:
         if not isinstance(name, str):
             raise RejectedSpan(f"events[{index}].name is not a string")
         timestamp = _integer(_field(event, "timeUnixNano"), f"events[{index}].timeUnixNano")
-        attributes = _json_attributes(_field(event, "attributes"), f"events[{index}].attributes")
+        attributes = _capped_attributes(_field(event, "attributes"), f"events[{index}].attributes")
         events.append({"name": name, "timestamp": timestamp, "attributes": attributes})
     return events or None
+
+
+def _capped_attributes(value: Any, where: str = "attributes") -> dict[str, Any]:
+    """A span's or an event's attributes, up to ``MAX_SPAN_ATTRIBUTES`` (see :func:`._decode.capped`)."""
+    dropped = 0
+    if isinstance(value, list):
+        value, dropped = capped(value)
+    return with_dropped(_json_attributes(value, where), dropped)
 
 
 def _json_attributes(value: Any, where: str = "attributes") -> dict[str, Any]:

@@ -141,9 +141,14 @@ def _add_protobuf_spans(
 
 def _event_dicts(events: Any) -> list[dict[str, Any]]:
     return [
-        {"name": text(event.name), "timestamp": event.time_unix_nano, "attributes": attribute_values(event.attributes)}
+        {"name": text(event.name), "timestamp": event.time_unix_nano, "attributes": _capped_values(event.attributes)}
         for event in events
     ]
+
+
+def _capped_values(attributes: Any) -> dict[str, Any]:
+    kept, dropped = capped(attributes)
+    return with_dropped(attribute_values(kept), dropped)
 
 
 def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resource: str, service: str | None) -> None:
@@ -158,8 +163,7 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
     code = STATUS_CODES.get(status_code)
     if code is None:
         raise RejectedSpan(f"status.code {status_code} is not a StatusCode")
-    kept, dropped = capped(span.attributes)
-    attributes = with_dropped(attribute_values(kept), dropped)
+    attributes = _capped_values(span.attributes)
     event_dicts = _event_dicts(span.events) if span.events else None
     # Added only once nothing can raise, so the columns stay aligned.
     columns.add(

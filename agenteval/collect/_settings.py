@@ -19,11 +19,11 @@ DEFAULT_BODY_TIMEOUT = 30.0
 OpenTelemetry exporters' own 10 s export timeout, by when a sender has given up on its request anyway; a 20 MiB body
 needs 700 KB/s to make it."""
 MAX_SPAN_ATTRIBUTES = 1024
-"""Attributes kept per span, the first ones sent; the others are dropped and counted in the span's
-``agenteval.dropped_attributes_count``. OpenTelemetry's SDKs keep 128 by default and its Collector keeps all; a
-receiver meant to store what it is sent keeps eight times the SDKs' default (flattened message attributes, such as
-OpenLLMetry's ``gen_ai.prompt.N.*``, fit), while one span of 1.5 million attributes no longer costs a minute of
-CPU and a row no query can read."""
+"""Attributes kept per span and per event, the first ones sent; the others are dropped and counted in the span's
+(or the event's) ``agenteval.dropped_attributes_count``. OpenTelemetry's SDKs keep 128 by default and its Collector
+keeps all; a receiver meant to store what it is sent keeps eight times the SDKs' default (flattened message
+attributes, such as OpenLLMetry's ``gen_ai.prompt.N.*``, fit), while one span of 1.5 million attributes no longer
+costs a minute of CPU and a row no query can read."""
 DEFAULT_MAX_QUEUED_SPANS = 200_000
 """Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
 DEFAULT_MAX_CONNECTIONS = 256
