@@ -326,7 +326,7 @@ def test_a_span_or_event_past_the_attribute_cap_keeps_the_first_ones_and_says_ho
     from agenteval.collect._settings import MAX_SPAN_ATTRIBUTES
     from agenteval_instrumentation.attributes import DROPPED_ATTRIBUTES_COUNT
 
-    sent = {f"attribute.{n}": n for n in range(MAX_SPAN_ATTRIBUTES + 10)}
+    sent = {"gen_ai.request.model": "gpt-4o-mini"} | {f"attribute.{n}": n for n in range(MAX_SPAN_ATTRIBUTES + 9)}
     memory = InMemorySpanExporter()
     limits = SpanLimits(max_span_attributes=len(sent), max_event_attributes=len(sent))
     provider = TracerProvider(span_limits=limits)
@@ -337,7 +337,9 @@ def test_a_span_or_event_past_the_attribute_cap_keeps_the_first_ones_and_says_ho
     assert (
         HttpExporter(endpoint=collector.http_endpoint).export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
     )
-    pairs = [{"key": key, "value": {"intValue": str(value)}} for key, value in sent.items()]
+    pairs = [
+        {"key": k, "value": {"stringValue": v} if isinstance(v, str) else {"intValue": str(v)}} for k, v in sent.items()
+    ]
     event = {"name": "wide event", "timeUnixNano": "1", "attributes": pairs}
     json_span = {"traceId": TRACE_ID, "spanId": SPAN_ID, "name": "wide json", "attributes": pairs, "events": [event]}
     assert post(collector.http_endpoint, json_request([json_span]), "application/json")[0] == 200
@@ -347,6 +349,7 @@ def test_a_span_or_event_past_the_attribute_cap_keeps_the_first_ones_and_says_ho
     assert sorted(row["name"] for row in rows) == ["wide json", "wide protobuf"]
     for row in rows:
         assert json.loads(row["attributes"]) == kept, row["name"]
+        assert row["request_model"] == "gpt-4o-mini"  # a wide span's typed columns, read from their names alone
         assert [e["attributes"] for e in json.loads(row["events"])] == [kept], row["name"]
 
 
