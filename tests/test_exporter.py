@@ -621,3 +621,55 @@ def test_a_batch_whose_json_passes_the_string_column_limit_is_written_whole_in_s
     (alone,) = [row for row in rows if row["name"] == "too long alone"]
     assert alone["attributes"] is None and alone["span_id"]  # that value alone is lost, its row is kept
     assert "more than one Parquet row can hold" in caplog.text
+
+
+EXITS_WITHOUT_SHUTDOWN = """
+import sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from agenteval_exporters import ParquetSpanExporter
+from agenteval_exporters.partitions import partition_by_experiment
+from agenteval_exporters.writer import PartitionedWriter
+import pyarrow as pa
+
+store, how, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if how == "exporter":  # an exporter used by hand, never shut down
+    made = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(made))
+    for n in range(count):
+        provider.get_tracer("app").start_span(f"s{n}").end()
+    spans = made.get_finished_spans()
+    exporter = ParquetSpanExporter(store)
+    for start in range(0, count, 512):
+        assert exporter.export(spans[start : start + 512]).name == "SUCCESS"
+elif how == "provider":  # the SDK's exit hook: spans still queued in the batch processor when the process ends
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter(store), schedule_delay_millis=60_000))
+    for n in range(count):
+        provider.get_tracer("app").start_span(f"s{n}").end()
+else:  # a writer of the store's own, never closed
+    schema = pa.schema([("experiment_id", pa.string()), ("n", pa.int64())])
+    writer = PartitionedWriter(store, "rows", schema, partition_by_experiment, flush_interval=3600)
+    writer.append(pa.record_batch({"experiment_id": ["e"] * count, "n": list(range(count))}, schema=schema))
+"""
+
+
+@pytest.mark.parametrize("how", ["exporter", "provider", "writer"])
+def test_rows_taken_before_the_process_exits_are_published_without_a_shutdown(tmp_path, how):
+    """An exporter's writer publishes on a background thread, a daemon: a process that exported 3,000 spans by
+    hand and exited without ``shutdown()`` stored none of them (export had said SUCCESS). Now the writer publishes
+    at exit; with an SDK provider, whose own exit hook runs after it, the spans it still had queued are stored too."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    count = 3000
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS_WITHOUT_SHUTDOWN)
+    done = subprocess.run([sys.executable, str(script), str(store), how, str(count)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = "rows" if how == "writer" else "spans"
+    files = f"{store}/{table}/**/*.parquet"
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{files}')").fetchall() == [(count,)]
