@@ -222,8 +222,7 @@ def rich_table(names: list[str], rows: list[list[str]], title: str | None = None
 
 class _FittedTable:
     """A table drawn at the width it is given: where every column can show its longest word whole, no word is
-    broken (columns narrower than a common level keep their full width, wider ones wrap at spaces down to it),
-    and the table is as wide as its title, which is otherwise wrapped over a narrow table."""
+    broken (columns narrower than a common level keep their full width, wider ones wrap at spaces down to it)."""
 
     def __init__(self, names: list[str], rows: list[list[str]], title: str | None) -> None:
         self.names, self.rows, self.title = names, rows, title
@@ -238,8 +237,7 @@ class _FittedTable:
         from rich.table import Table
         from rich.text import Text
 
-        title_width = min(_cell_width(self.title or "") + 4, max_width)
-        table = Table(title=None if self.title is None else Text(self.title), min_width=title_width)
+        table = Table(title=None if self.title is None else Text(self.title))
         fitted = _fitted_widths(self.names, self.rows, max_width - _FRAME_PER_COLUMN * len(self.names) - 1)
         widths: list[int | None] = [None] * len(self.names) if fitted is None else list(fitted)
         for name, width in zip(self.names, widths, strict=True):
