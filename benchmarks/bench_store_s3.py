@@ -6,10 +6,16 @@ median trials per second of each and the median of the per-round ratios (local o
 
     python benchmarks/bench_store_s3.py [--trials 2000] [--repeats 5]
     python benchmarks/bench_store_s3.py --ranges
+    python benchmarks/bench_store_s3.py --queries [--files 60] [--repeats 5]
 
 ``--ranges`` measures what a read fetches instead: DuckDB summing one of eight columns of a 137 MB Parquet file
 on the server, through the store's file system (1 MiB blocks) and through s3fs's defaults (50 MB blocks), in
 bytes fetched from the server (counted where s3fs fetches a range).
+
+``--queries`` measures a query over a store of many small files (a run's micro-batches before its compaction), each
+query in a fresh process: the first query of the process and a second one, with the store's file system (answers
+from the listing, small files fetched once; ``agenteval.store._listed_objects``) and with DuckDB asking s3fs for
+every file's details, as before it (the baseline), in turns; medians, ranges, and the requests each sent.
 
 What it shows: the cost of publishing each file with a PUT over HTTP (and listing, reading by range and
 compacting through the server) instead of a rename on local disk. moto is a Python server sharing the 2 cores,
@@ -89,19 +95,71 @@ def ranges() -> None:
         print(f"{name}: fetched {sum(fetched) / 1e6:.1f} MB of a {size / 1e6:.1f} MB file in {len(fetched)} reads")
 
 
+ONE_QUERY = """
+import collections, json, sys, time
+from agenteval.store import Store
+from agenteval_exporters.storefs import RemoteRoot
+import agenteval.store._listed_objects as listed
+if sys.argv[2] == "baseline":  # DuckDB asks s3fs itself, as before the listed file system
+    listed.register = lambda con, root: con.register_filesystem(root.fs)
+store = Store(sys.argv[1])
+sent = collections.Counter()
+client = RemoteRoot(sys.argv[1]).fs.connect()
+client.meta.events.register("before-call.s3", lambda model, **_: sent.update([model.name]))
+figures = {}
+for name in ("first", "second"):
+    started = time.perf_counter()
+    store.rows("SELECT count(*) AS n FROM cases")
+    figures[name] = time.perf_counter() - started
+print(json.dumps({**figures, "requests": dict(sent)}))
+"""
+
+
+def queries(files: int, repeats: int) -> None:
+    from agenteval.store import Store
+
+    url = f"s3://bench/queries-{uuid.uuid4().hex[:8]}"
+    store = Store(url)
+    for f in range(files):
+        store.write("cases", [{"experiment_id": "x", "case_id": f"c{f}", "line": f, "input": "q"}])
+    results: dict[str, list[dict]] = {"listed": [], "baseline": []}
+    for round_ in range(repeats):
+        for way in ("listed", "baseline") if round_ % 2 == 0 else ("baseline", "listed"):
+            done = subprocess.run(
+                [sys.executable, "-c", ONE_QUERY, url, way], capture_output=True, text=True, check=True
+            )
+            results[way].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for query in ("first", "second"):
+        for way, runs in results.items():
+            seconds = [r[query] for r in runs]
+            print(
+                f"{query} query, {way:8s}: {statistics.median(seconds):6.2f} s "
+                f"({min(seconds):.2f} to {max(seconds):.2f})"
+            )
+        ratios = [b[query] / s[query] for b, s in zip(results["baseline"], results["listed"], strict=True)]
+        print(
+            f"{query} query, baseline/listed: {statistics.median(ratios):.1f}x ({min(ratios):.1f} to {max(ratios):.1f})"
+        )
+    for way, runs in results.items():
+        print(f"requests of both queries, {way}: {runs[-1]['requests']}")
+    print(f"{files} files in cases, {repeats} rounds in turns; load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ranges", action="store_true", help="measure the bytes a one-column read fetches")
+    parser.add_argument("--queries", action="store_true", help="time a query over a store of many small files")
+    parser.add_argument("--files", type=int, default=60, help="files of the store --queries reads")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from s3_server import environment, make_bucket, moto_server
 
-    if args.ranges:
+    if args.ranges or args.queries:
         with moto_server() as variables, environment(variables):
             make_bucket("bench")
-            ranges()
+            ranges() if args.ranges else queries(args.files, args.repeats)
         return
 
     local, remote, ratios = [], [], []

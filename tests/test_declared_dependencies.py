@@ -22,8 +22,9 @@ DISTRIBUTIONS = {
 OPTIONAL = {
     # A store on object storage: storefs imports the file system the URL's scheme needs, and says what to install.
     "agenteval-exporters": {"fsspec"},
-    # Jinja2's own dependency, imported beside it by the dashboard (the dashboard extra).
-    "agenteval": {"markupsafe"},
+    # Jinja2's own dependency, imported beside it by the dashboard (the dashboard extra); and fsspec, which the s3
+    # extra's s3fs brings, imported only for a store on object storage (agenteval.store._listed_objects).
+    "agenteval": {"markupsafe", "fsspec"},
 }
 
 

@@ -4,6 +4,8 @@ process, every trial exactly once; compaction beside readers, who always see one
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import inspect
 import json
 import logging
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import fsspec
 import pytest
@@ -21,6 +24,7 @@ from waiting import returns_within, wait_until
 
 from agenteval.dataset import load_dataset
 from agenteval.store import Store
+from agenteval_exporters.storefs import RemoteRoot
 
 pytestmark = pytest.mark.heavy
 
@@ -263,6 +267,40 @@ def test_readers_see_one_consistent_set_while_compaction_and_writers_run(store):
     assert merged > 0
     (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT case_id) AS d FROM cases")
     assert row == {"n": files * rows, "d": files * rows}
+
+
+@contextlib.contextmanager
+def s3_requests() -> Iterator[collections.Counter[str]]:
+    """The S3 requests this process sends while the block runs, by operation (HeadObject, GetObject, ...)."""
+    client = RemoteRoot("s3://evals").fs.connect()  # the client every store on the server uses (fsspec keeps one)
+    sent: collections.Counter[str] = collections.Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        sent[model.name] += 1
+
+    client.meta.events.register("before-call.s3", count)
+    try:
+        yield sent
+    finally:
+        client.meta.events.unregister("before-call.s3", count)
+
+
+def test_a_query_fetches_each_small_file_once_a_process_and_asks_nothing_else_of_a_listed_file(store):
+    """DuckDB asked the object store about each file of each view it bound: a count over a store of 66 objects sent
+    856 HEADs, 388 LISTs and 428 opens (15 s on loopback). Objects are never changed once written, so the listing
+    answers for them, and a small file is fetched whole, once a process."""
+    files = 30
+    written = Store(store)
+    for f in range(files):
+        written.write("cases", [{"experiment_id": "x", "case_id": f"c{f}", "line": f, "input": "q"}])
+    parquet = [key for key in objects(store) if key.endswith(".parquet")]  # the cases' files and the schema files
+    reader = Store(store)
+    with s3_requests() as sent:
+        assert reader.rows("SELECT count(*) AS n FROM cases") == [{"n": files}]
+    assert sent["HeadObject"] == 0 and sent["GetObject"] == len(parquet), sent
+    with s3_requests() as sent:
+        assert reader.rows("SELECT count(DISTINCT case_id) AS n FROM cases") == [{"n": files}]
+    assert set(sent) == {"ListObjectsV2"}, sent  # a new listing for the new connection's views, nothing more
 
 
 def test_the_exporter_publishes_every_span_to_s3(store):

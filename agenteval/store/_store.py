@@ -16,7 +16,7 @@ import duckdb
 
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
-from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home, register
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home
 from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
@@ -389,9 +389,12 @@ class Store:
         """What ``read_parquet`` reads for ``table``, or None when it has no file."""
         if not isinstance(self.root, RemoteRoot):
             return sql_string(self.glob(table)) if any((self.root / table).rglob("*.parquet")) else None
+        from ._listed_objects import remember
         from ._live import live_files
 
-        files = [sql_string(duckdb_path(self.root, f.relative)) for f in live_files(self.root, table)]
+        live = live_files(self.root, table)
+        remember(self.root, live)  # what DuckDB asks of these files is answered from this listing
+        files = [sql_string(duckdb_path(self.root, f.relative)) for f in live]
         return "[" + ", ".join(files) + "]" if files else None
 
     def connect(
@@ -424,7 +427,10 @@ class Store:
 
             recover(self, wait=0)
         con = open_database(database, statement_settings(memory_limit) if read_only else None)
-        register(con, self.root)
+        if isinstance(self.root, RemoteRoot):
+            from ._listed_objects import register  # fsspec: only with a store on object storage
+
+            register(con, self.root)
         # Our commands show their own progress, or none. Only switched off when on: in a Jupyter kernel
         # without ipywidgets it is off already, and DuckDB refuses any change to it there.
         if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:

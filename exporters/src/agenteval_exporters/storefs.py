@@ -226,13 +226,3 @@ def duckdb_path(root: StoreRoot, relative: str) -> str:
     if isinstance(root, RemoteRoot):
         return (root / relative).url
     return str(root.absolute() / relative)
-
-
-def register(con: Any, root: StoreRoot) -> None:
-    """Let the DuckDB connection ``con`` read ``root``'s objects through its fsspec file system (ranged reads).
-    DuckDB's own httpfs is used where it is loaded; here it is registered as fsspec, which works offline."""
-    if isinstance(root, RemoteRoot):
-        fs = root.fs
-        name = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-        if name not in con.list_filesystems():
-            con.register_filesystem(fs)
