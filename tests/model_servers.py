@@ -104,8 +104,9 @@ def quota_exhausted() -> Reply:
     return Reply(status=0, error={"kind": "quota"})
 
 
-def server_error(status: int = 500) -> Reply:
-    return Reply(status=status, error={"kind": "server"})
+def server_error(status: int = 500, retry_after: float | None = None) -> Reply:
+    headers = {} if retry_after is None else {"retry-after": f"{retry_after:g}"}
+    return Reply(status=status, error={"kind": "server"}, headers=headers)
 
 
 def bad_request() -> Reply:

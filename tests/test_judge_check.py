@@ -143,7 +143,9 @@ def test_a_judge_whose_api_fails_leaves_those_items_ungraded_and_if_all_one_erro
     graded = model_server.responder
 
     def failing_on_sydney(request):
-        return ms.server_error(500) if "Sydney" in json.dumps(request.messages) else graded(request)
+        # Retried at once (Retry-After: 0), each try failing as before: what is tested is what judge-check makes of
+        # an item the judge failed on, not the backoff between tries (test_models.py), which took 30 s here.
+        return ms.server_error(500, retry_after=0) if "Sydney" in json.dumps(request.messages) else graded(request)
 
     model_server.responder = failing_on_sydney
     case = {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}

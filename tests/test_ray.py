@@ -242,7 +242,8 @@ def test_ctrl_c_on_the_driver_keeps_what_the_tasks_finished_and_the_run_resumes(
     assert scored_without_a_row(store) == 0  # every trial a task finished was committed
     done = len(trial_keys(store, summary["experiment_id"]))
     assert summary["this_run"]["trials"] == done < 200  # what it committed, nothing more
-    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
+    # More at a time than the stopped run (a resume may change only that): the rest take seconds, not a minute.
+    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"], "--concurrency", "16"))
     keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 200 and set(keys.values()) == {1}
     assert resumed["status"] == "completed" and resumed["this_run"]["trials"] == 200 - done
@@ -264,7 +265,7 @@ def test_tasks_are_submitted_a_few_per_cpu_at_a_time_and_a_stopped_run_submits_n
     assert summary["status"] == "interrupted", out + err
     assert len(chunks(new_trials(load_dataset("arithmetic", cases=120).cases, 1), cpus, 1)) == 4 * cpus
     assert 0 < summary["this_run"]["ray_tasks"] <= WINDOW_PER_CPU * cpus < 4 * cpus
-    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"]))
+    resumed = finished(start_driver(cluster, store, "--resume", summary["experiment_id"], "--concurrency", "16"))
     keys = trial_keys(store, summary["experiment_id"])
     assert len(keys) == 120 and set(keys.values()) == {1} and resumed["status"] == "completed"
 
