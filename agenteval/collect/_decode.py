@@ -165,17 +165,17 @@ requests of many small spans are decoded in more than one piece."""
 T = TypeVar("T")
 
 
-def capped(attributes: Sequence[T]) -> tuple[Sequence[T], int]:
-    """A span's attributes as sent (encoded, or OTLP/JSON pairs), up to :data:`MAX_SPAN_ATTRIBUTES`, and how many
-    were dropped: cut before they are read, so that the ones dropped cost nothing."""
-    dropped = len(attributes) - MAX_SPAN_ATTRIBUTES
-    return (attributes[:MAX_SPAN_ATTRIBUTES], dropped) if dropped > 0 else (attributes, 0)
+def capped(items: Sequence[T], limit: int = MAX_SPAN_ATTRIBUTES) -> tuple[Sequence[T], int]:
+    """A span's (an event's, a resource's) attributes or a span's events as sent (encoded, or OTLP/JSON), up to
+    ``limit``, and how many were dropped: cut before they are read, so that the ones dropped cost nothing."""
+    dropped = len(items) - limit
+    return (items[:limit], dropped) if dropped > 0 else (items, 0)
 
 
-def with_dropped(attributes: dict[str, Any], dropped: int) -> dict[str, Any]:
-    """``attributes``, saying how many :func:`capped` dropped (when it dropped some)."""
-    if dropped:
-        attributes[DROPPED_ATTRIBUTES_COUNT] = dropped
+def with_dropped(attributes: dict[str, Any], dropped: int, key: str = DROPPED_ATTRIBUTES_COUNT) -> dict[str, Any]:
+    """``attributes``, saying under ``key`` how many :func:`capped` dropped (when it dropped some)."""
+    if dropped > 0:
+        attributes[key] = dropped
     return attributes
 
 

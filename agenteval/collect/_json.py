@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from agenteval_exporters.encode import resource_json, service_name
+from agenteval_instrumentation.attributes import DROPPED_EVENTS_COUNT
 
 from ._decode import (
     KIND_NAMES,
@@ -27,6 +28,7 @@ from ._decode import (
     check_times,
     with_dropped,
 )
+from ._settings import MAX_SPAN_EVENTS
 
 
 def decode_json(body: bytes) -> Decoded:
@@ -40,7 +42,7 @@ def decode_json(body: bytes) -> Decoded:
         where = f"resourceSpans[{r}]"
         resource_object = _object(_field(resource_spans, "resource"), f"{where}.resource")
         try:
-            resource = _json_attributes(_field(resource_object, "attributes"))
+            resource = _capped_attributes(_field(resource_object, "attributes"))
         except RejectedSpan as exc:
             raise PayloadError(f"{where}.resource.attributes: {exc}") from None
         except RecursionError:
@@ -140,7 +142,8 @@ def _add_json_span(columns: SpanColumns, span: Any, scope: str | None, resource:
     if message is not None and not isinstance(message, str):
         raise RejectedSpan("status.message is not a string")
     attributes = _capped_attributes(_field(span, "attributes"))
-    events = _json_events(_field(span, "events"))
+    events, dropped_events = _json_events(_field(span, "events"))
+    with_dropped(attributes, dropped_events, DROPPED_EVENTS_COUNT)
     columns.add(
         (trace_id, span_id, parent),
         name,
@@ -190,13 +193,15 @@ def _enum(value: Any, name: str, names: Mapping[str, int]) -> int:
     return _integer(value, name)
 
 
-def _json_events(value: Any) -> list[dict[str, Any]] | None:
+def _json_events(value: Any) -> tuple[list[dict[str, Any]] | None, int]:
+    """A span's events, up to :data:`MAX_SPAN_EVENTS`, and how many were dropped."""
     if value is None:
-        return None
+        return None, 0
     if not isinstance(value, list):
         raise RejectedSpan("events is not a list")
     events = []
-    for index, event in enumerate(value):
+    kept, dropped = capped(value, MAX_SPAN_EVENTS)
+    for index, event in enumerate(kept):
         if not isinstance(event, dict):
             raise RejectedSpan(f"events[{index}] is not an object")
         name = _field(event, "name") or ""
@@ -205,7 +210,7 @@ def _json_events(value: Any) -> list[dict[str, Any]] | None:
         timestamp = _integer(_field(event, "timeUnixNano"), f"events[{index}].timeUnixNano")
         attributes = _capped_attributes(_field(event, "attributes"), f"events[{index}].attributes")
         events.append({"name": name, "timestamp": timestamp, "attributes": attributes})
-    return events or None
+    return events or None, dropped
 
 
 def _capped_attributes(value: Any, where: str = "attributes") -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from agenteval_exporters.encode import resource_json, service_name
+from agenteval_instrumentation.attributes import DROPPED_EVENTS_COUNT
 
 from ._decode import (
     DECODE_CHUNK_SPANS,
@@ -25,7 +26,7 @@ from ._decode import (
     check_times,
     with_dropped,
 )
-from ._settings import MAX_SPAN_ATTRIBUTES
+from ._settings import MAX_SPAN_ATTRIBUTES, MAX_SPAN_EVENTS
 from ._wire import ExportTraceServiceRequest, attribute_dicts, attribute_values, status_fields, text
 
 
@@ -38,7 +39,7 @@ def decode_protobuf(body: bytes) -> Decoded:
     columns = SpanColumns()
     for r, resource_spans in enumerate(request.resource_spans):
         try:
-            resource = attribute_values(resource_spans.resource.attributes)
+            resource = _capped_values(resource_spans.resource.attributes)
         except ValueError as exc:
             raise PayloadError(f"resource_spans[{r}].resource.attributes: {exc}") from None
         resource_text, service = resource_json(resource), service_name(resource)
@@ -121,6 +122,9 @@ def _add_protobuf_spans(
         event_dicts = [_event_dicts(e) if e else None for e in events]
     except ValueError:
         return False
+    if max(map(len, events)) > MAX_SPAN_EVENTS:  # rare: said on the spans that had too many
+        for value, sent in zip(values, events, strict=True):
+            with_dropped(value, len(sent) - MAX_SPAN_EVENTS, DROPPED_EVENTS_COUNT)
     count = len(spans)
     columns.trace_ids += trace_ids
     columns.span_ids += span_ids
@@ -140,9 +144,10 @@ def _add_protobuf_spans(
 
 
 def _event_dicts(events: Any) -> list[dict[str, Any]]:
+    """A span's events, up to :data:`MAX_SPAN_EVENTS` (the span's attributes count the others)."""
     return [
         {"name": text(event.name), "timestamp": event.time_unix_nano, "attributes": _capped_values(event.attributes)}
-        for event in events
+        for event in capped(events, MAX_SPAN_EVENTS)[0]
     ]
 
 
@@ -165,6 +170,7 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
         raise RejectedSpan(f"status.code {status_code} is not a StatusCode")
     attributes = _capped_values(span.attributes)
     event_dicts = _event_dicts(span.events) if span.events else None
+    with_dropped(attributes, len(span.events) - MAX_SPAN_EVENTS, DROPPED_EVENTS_COUNT)
     # Added only once nothing can raise, so the columns stay aligned.
     columns.add(
         (trace_id, span_id, parent),

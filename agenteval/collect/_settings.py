@@ -24,6 +24,11 @@ MAX_SPAN_ATTRIBUTES = 1024
 keeps all; a receiver meant to store what it is sent keeps eight times the SDKs' default (flattened message
 attributes, such as OpenLLMetry's ``gen_ai.prompt.N.*``, fit), while one span of 1.5 million attributes no longer
 costs a minute of CPU and a row no query can read."""
+MAX_SPAN_EVENTS = 1024
+"""Events kept per span, the first ones sent; the others are dropped and counted in the span's
+``agenteval.dropped_events_count``. Resource attributes are kept up to :data:`MAX_SPAN_ATTRIBUTES` likewise, the
+number dropped in the resource's ``agenteval.dropped_attributes_count``. A 7 MB request of one span with 300,000
+events and a resource of 200,000 attributes had cost 4.9 s of CPU and 250 MB."""
 DEFAULT_MAX_QUEUED_SPANS = 200_000
 """Spans decoded and acknowledged but not yet handed to the writer, before requests are refused."""
 DEFAULT_MAX_CONNECTIONS = 256

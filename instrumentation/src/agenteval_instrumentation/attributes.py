@@ -173,6 +173,10 @@ DROPPED_ATTRIBUTES_COUNT = "agenteval.dropped_attributes_count"
 """On a span (or in an event) ``agenteval collect`` received with more attributes than it keeps: how many it dropped
 (the last ones sent), as OTLP's own ``dropped_attributes_count`` would say."""
 
+DROPPED_EVENTS_COUNT = "agenteval.dropped_events_count"
+"""On a span ``agenteval collect`` received with more events than it keeps: how many it dropped (the last ones
+sent), as OTLP's own ``dropped_events_count`` would say."""
+
 TRIAL_OUTCOME = "agenteval.trial.outcome"
 """On a trial's root span sent over OTLP: ``passed``, ``wrong`` or ``failed``."""
 
