@@ -303,6 +303,22 @@ def test_a_query_fetches_each_small_file_once_a_process_and_asks_nothing_else_of
     assert set(sent) == {"ListObjectsV2"}, sent  # a new listing for the new connection's views, nothing more
 
 
+def test_a_compaction_reads_each_file_once_and_asks_nothing_else_of_it(store):
+    """A compaction read each file twice (its schema, then its rows), each time a HEAD and GETs: now once, by the
+    listing, the small files fetched together."""
+    from agenteval.store import compact
+
+    files = 30
+    written = Store(store)
+    for f in range(files):
+        written.write("cases", [{"experiment_id": "x", "case_id": f"c{f}", "line": f, "input": "q"}])
+    with s3_requests() as sent:
+        done = compact(Store(store), ["cases"])
+    assert (done.files_before, done.files_after, done.rows) == (files, 1, files)
+    assert sent["GetObject"] == files and sent["HeadObject"] <= 1, sent  # the one HEAD: the compaction's lease
+    assert Store(store).rows("SELECT count(*) AS n FROM cases") == [{"n": files}]
+
+
 def test_the_exporter_publishes_every_span_to_s3(store):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor

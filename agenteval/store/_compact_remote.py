@@ -75,15 +75,20 @@ def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition)
     import pyarrow.parquet as pq
 
     from ._compact import _row_groups  # the same reading, conforming and row groups as on disk
+    from ._listed_objects import ListedObjects, remember
 
     keys = [f"{root.path}/{f.relative}" for f in files]
+    # Each file is read twice (its schema, then its rows): from the listing and the bytes kept, not a HEAD and a GET
+    # each time (the small files are fetched together, once).
+    remember(root, files)
+    fs = ListedObjects(root.fs)
     schema = TABLES[table]
-    if any(set(schema.names) - set(pq.read_schema(key, filesystem=root.fs).names) for key in keys):
+    if any(set(schema.names) - set(pq.read_schema(key, filesystem=fs).names) for key in keys):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     name = COMPACTED_PREFIX + new_file_name().removeprefix(PUBLISHED_PREFIX)
     staged = staging_dir(root) / f"{name}{STAGED_SUFFIX}"
     try:
-        rows = write_parquet(staged, _row_groups(keys, schema, root.fs), schema)
+        rows = write_parquet(staged, _row_groups(keys, schema, fs), schema)
         relative = f"{partition.folder}/{name}"
         root.put(staged, relative)
         merged_file = RemoteFile(relative, staged.stat().st_size, 0)
