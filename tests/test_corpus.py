@@ -13,10 +13,12 @@ import sys
 import model_servers as ms
 import pytest
 
+from agenteval.agents import reference_agent
 from agenteval.dataset import load_dataset
 from agenteval.dataset._catalog import RAG_CORPUS, datasets_dir
 from agenteval.dataset._limits import MAX_CORPUS_MB, MAX_PASSAGE_CHARS
 from agenteval.errors import UsageError
+from agenteval.models import Model
 from agenteval.run import evaluate
 from agenteval.tools import read_corpus
 from agenteval.tools._search import corpus_hash, search_tool
@@ -133,3 +135,25 @@ def test_the_corpus_hash_is_the_one_runs_recorded_before_it_was_computed_a_docum
             digest.update(b"\n")
     assert corpus_hash(path) == digest.hexdigest()
     assert search_tool(path)("return policy")  # the tool searches what it was given
+
+
+def test_a_process_that_reads_other_documents_than_the_run_recorded_refuses_to_search_them(tmp_path):
+    """The driver hashed the corpus, then each process building the agent (the driver, every Ray task on every
+    node) read the file again and searched whatever it found there: a file edited during the run, or another copy
+    on a worker node, answered some trials from other documents, unseen. Each read is now checked against the run's
+    record."""
+    path = tmp_path / "corpus.jsonl"
+    documents = (datasets_dir() / RAG_CORPUS).read_text(encoding="utf-8")
+    path.write_text(documents, encoding="utf-8")
+    recorded = corpus_hash(path)
+    assert search_tool(path, expected_hash=recorded)("return policy")
+    path.write_text("".join(documents.splitlines(keepends=True)[1:]), encoding="utf-8")  # one document less
+    with pytest.raises(UsageError, match=f"--corpus {path}: its documents here are not the ones the run recorded"):
+        search_tool(path, expected_hash=recorded)
+    with pytest.raises(UsageError, match="not the ones the run recorded"):
+        reference_agent(
+            Model("openai/m", base_url="http://127.0.0.1:9"),
+            load_dataset("rag"),
+            corpus=str(path),
+            corpus_hash=recorded,
+        )

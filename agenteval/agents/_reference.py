@@ -112,10 +112,14 @@ def _assistant_turn(response: ModelResponse) -> dict[str, Any]:
 
 
 def dataset_tools(
-    dataset: Dataset, corpus: str | None = None, max_corpus_mb: float = MAX_CORPUS_MB
+    dataset: Dataset,
+    corpus: str | None = None,
+    max_corpus_mb: float = MAX_CORPUS_MB,
+    corpus_hash: str | None = None,
 ) -> dict[str, Callable[..., Any]]:
     """The built-in tools a dataset's cases name (all but the search tool when none names any); with a
-    ``corpus`` (at most ``max_corpus_mb``), the search tool searches it instead of the built-in rag corpus."""
+    ``corpus`` (at most ``max_corpus_mb``; its documents those of ``corpus_hash`` when given), the search tool
+    searches it instead of the built-in rag corpus."""
     from ..tools import BUILTIN_TOOLS, search_tool
 
     named = {tool for case in dataset for tool in case.expected_tools or ()}
@@ -130,7 +134,7 @@ def dataset_tools(
         chosen.append(SEARCH)
     tools = {name: BUILTIN_TOOLS[name] for name in chosen}
     if corpus is not None:
-        tools[SEARCH] = search_tool(corpus, max_corpus_mb)
+        tools[SEARCH] = search_tool(corpus, max_corpus_mb, corpus_hash)
     return tools
 
 
@@ -141,7 +145,9 @@ def reference_agent(
     corpus: str | None = None,
     max_corpus_mb: float = MAX_CORPUS_MB,
     max_steps: int = DEFAULT_MAX_STEPS,
+    corpus_hash: str | None = None,
 ) -> LoadedAgent:
-    """The reference agent for ``dataset``, ready for a run; its version hashes model, prompt, parameters and tools."""
-    agent = ReferenceAgent(model, dataset_tools(dataset, corpus, max_corpus_mb), max_steps)
+    """The reference agent for ``dataset``, ready for a run; its version hashes model, prompt, parameters and tools.
+    ``corpus_hash``: the run's record of the corpus, which the documents read must match (see ``search_tool``)."""
+    agent = ReferenceAgent(model, dataset_tools(dataset, corpus, max_corpus_mb, corpus_hash), max_steps)
     return LoadedAgent(agent, NAME, NAME, __file__, {})

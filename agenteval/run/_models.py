@@ -55,7 +55,12 @@ class RunModels:
             settings = {"temperature": options.temperature, "max_tokens": options.max_tokens}
             chosen = model(options.model, "--model", "model", **settings)
             found.agent = reference_agent(
-                chosen, dataset, corpus=options.corpus, max_corpus_mb=options.max_corpus_mb, max_steps=options.max_steps
+                chosen,
+                dataset,
+                corpus=options.corpus,
+                max_corpus_mb=options.max_corpus_mb,
+                max_steps=options.max_steps,
+                corpus_hash=options.corpus_hash,  # the driver's and every worker's read: the documents hashed
             )
         if options.judge:
             found.judge = llm_judge(model(options.judge, "--judge", "judge"))

@@ -241,6 +241,11 @@ def check_resumable(
             f"cannot resume {previous.experiment_id}: the dataset {dataset.name} changed since it started "
             "(its content hash differs). Start a new run instead."
         )
+    check_same_corpus(previous, corpus_hash)
+
+
+def check_same_corpus(previous: ex.Experiment, corpus_hash: str | None) -> None:
+    """A resume must search the corpus its run recorded (``corpus_hash``: its content's hash now)."""
     recorded = previous.options.get("corpus_hash")
     if recorded and recorded != corpus_hash:
         raise RunRefused(

@@ -76,6 +76,7 @@ from ._plan import (
     check_prices,
     check_resumable,
     check_same_cases,
+    check_same_corpus,
     check_same_simulator,
     check_size,
     chosen_cases,
@@ -420,6 +421,8 @@ class _Run:
             corpus = corpus_hash(options.corpus, options.max_corpus_mb) if options.corpus else None
             if previous is None:
                 options.corpus_hash = corpus
+            else:  # before the agent is built: its search tool checks the documents it reads against the record
+                check_same_corpus(previous, corpus)
             check_agent_and_model(agent_spec, options)
             models = RunModels.build(options, dataset, urls, store.root)
             agent = models.agent if models.agent is not None else own_agent(agent_spec, options)

@@ -11,7 +11,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -127,8 +127,12 @@ def read_corpus(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> 
 def corpus_hash(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> str:
     """A content hash of the corpus file at ``path`` (its documents as read), so a resume can tell it changed.
     Computed a document at a time: the corpus is never held twice."""
+    return _digest(_documents(path, max_mb))
+
+
+def _digest(documents: Iterable[dict[str, str]]) -> str:
     digest = hashlib.sha256()
-    for document in _documents(path, max_mb):
+    for document in documents:
         digest.update(json.dumps(document, sort_keys=True).encode())
         digest.update(b"\n")
     return digest.hexdigest()
@@ -208,10 +212,21 @@ def search_documents(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
     return retrieve(query, k)
 
 
-def search_tool(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> Callable[..., list[dict[str, str]]]:
+def search_tool(
+    path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB, expected_hash: str | None = None
+) -> Callable[..., list[dict[str, str]]]:
     """A ``search_documents`` tool over the corpus at ``path`` (at most ``max_mb`` MB), indexed now, recording
-    retrieved ids as the built-in one does."""
-    found = Corpus(read_corpus(path, max_mb), Path(path).stem, str(path)).indexed()
+    retrieved ids as the built-in one does. With ``expected_hash`` (the run's record of the corpus,
+    :func:`corpus_hash`), documents that are not those are a :class:`UsageError`: a run's trials all search one corpus,
+    whichever process or machine runs them."""
+    documents = read_corpus(path, max_mb)
+    if expected_hash is not None and _digest(documents) != expected_hash:
+        raise UsageError(
+            f"--corpus {path}: its documents here are not the ones the run recorded: the file changed since the run "
+            "started, or this machine holds another copy of it; give every machine the run uses the same file (a "
+            "changed corpus is a new run: start one without --resume)"
+        )
+    found = Corpus(documents, Path(path).stem, str(path)).indexed()
 
     @retriever(name=found.name)
     def retrieve_from(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
