@@ -3,7 +3,8 @@
 ``--store s3://bucket/prefix`` (also ``gs://``, ``az://``) makes the store's root a :class:`RemoteRoot`. Every
 place that writes, reads, lists or removes a store file outside local disk goes through it, over an fsspec
 file system (s3fs, gcsfs or adlfs): the same file system DuckDB reads the store through
-(``DuckDBPyConnection.register_filesystem``), with ranged reads.
+(``DuckDBPyConnection.register_filesystem``), with ranged reads, behind ``agenteval.store._listed_objects``, which
+answers DuckDB's questions about listed files from their listing.
 
 What object storage changes, and how the store keeps its promises there:
 
