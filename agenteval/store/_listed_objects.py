@@ -1,4 +1,4 @@
-"""DuckDB's reads of a store on object storage, with as few requests as its listings allow.
+"""Reads of a store on object storage (DuckDB's, and compaction's), with as few requests as its listings allow.
 
 DuckDB reads a registered fsspec file system by asking, for each file a view names, for a glob of its path, its
 size, its modification time and an open file; each question is a request to the object store (a LIST, or a
