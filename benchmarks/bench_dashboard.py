@@ -11,7 +11,8 @@ printed with the range, and its ratio to the issue's target of about a second fo
 - ``experiment page 500``: a page deep into the cases (OFFSET in SQL);
 - ``experiment filtered``: cases with a failed attempt, sorted by pass rate;
 - ``trial``: one trial with its conversation, scores and span tree;
-- ``compare``: the comparison and the gate's decision (on the cases both ran).
+- ``compare``: the comparison and the gate's decision (on the cases both ran);
+- ``sql``: the SQL page running a short statement (a count of the experiment's trials) in its worker.
 
     python benchmarks/bench_dashboard.py [--trials 100000] [--repeats 7] [--keep DIR]
 """
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 
@@ -97,6 +99,7 @@ def main() -> None:
             page = client.get(f"/experiments/{big}").text
             trial = re.search(r'href="(/experiments/[^"]+/trials/[^"]+)"', page)
             assert trial is not None
+            count_trials = f"SELECT count(*) FROM trials WHERE experiment_id = '{big}'"
             pages = {
                 "experiments": "/",
                 "experiment": f"/experiments/{big}",
@@ -104,8 +107,9 @@ def main() -> None:
                 "experiment filtered": f"/experiments/{big}?outcome=failed&sort=pass_rate&order=desc",
                 "trial": trial.group(1),
                 "compare": f"/compare/{small}/{big}",
+                "sql": "/sql?q=" + quote(count_trials),
             }
-            trials = client.get("/sql", params={"q": f"SELECT count(*) FROM trials WHERE experiment_id = '{big}'"})
+            trials = client.get(pages["sql"])
             count = re.search(r"<td>(\d+)</td>", trials.text)
             print(f"# {count.group(1) if count else '?'} trials in the experiment; medians of {args.repeats} fetches")
             print(f"{'page':<22} {'median':>9} {'range':>20} {'vs 1 s':>7}")

@@ -34,6 +34,7 @@ from agenteval.render._report_formats import interval, pct
 from agenteval.render._tables import render
 from agenteval.scorers._judge_check import read_labels
 from agenteval.store import Store
+from agenteval.store._kept_connection import KeptConnection
 from agenteval_exporters import SPAN_SCHEMA, ParquetSpanExporter
 
 
@@ -496,8 +497,10 @@ def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):
         "DESCRIBE spans",
         "EXPLAIN SELECT count(*) FROM trials",
     ]
-    for sql in statements:
-        page = run_sql(store, sql)
+    with KeptConnection(store) as connection:  # one connection for every statement, as a worker keeps it
+        pages = [run_sql(connection, sql) for sql in statements]
+        long_list = run_sql(connection, "SELECT range(0, 100000) AS l").rows[0][0]
+    for sql, page in zip(statements, pages, strict=True):
         whole = store.query(sql, read_only=True)
         assert [c.text for c in page.columns] == whole.column_names, sql
         columns = [column.to_pylist() for column in whole.columns]  # names may repeat
@@ -507,7 +510,6 @@ def test_the_sql_page_shows_every_kind_of_value_as_python_cuts_it(runs):
             continue
         assert page.rows == expected, sql
         assert page.rows_left_out == 0 and not page.more_rows and page.columns_left_out == 0, sql
-    long_list = run_sql(store, "SELECT range(0, 100000) AS l").rows[0][0]
     text = str(list(range(100000)))  # DuckDB writes a list of numbers as Python does
     assert long_list == Cell(text[:SQL_CELL_CHARS], len(text) - SQL_CELL_CHARS)
 

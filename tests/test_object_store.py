@@ -319,6 +319,31 @@ def test_a_compaction_reads_each_file_once_and_asks_nothing_else_of_it(store):
     assert Store(store).rows("SELECT count(*) AS n FROM cases") == [{"n": files}]
 
 
+def test_a_kept_connection_shows_objects_written_and_compacted_after_it_was_opened(store):
+    """The dashboard's SQL workers keep their connection between statements. On object storage its views name the
+    files listed when they were made: a file written since, or a compaction's, makes them again."""
+    from agenteval.store import compact
+    from agenteval.store._kept_connection import KeptConnection
+
+    def case(f: int) -> list[dict[str, Any]]:
+        return [{"experiment_id": "x", "case_id": f"c{f}", "line": f, "input": "q"}]
+
+    def cases(connection: KeptConnection) -> int:
+        return connection.run(lambda con: con.execute("SELECT count(DISTINCT case_id) FROM cases").fetchall()[0][0])
+
+    written = Store(store)
+    for f in range(3):
+        written.write("cases", case(f))
+    with KeptConnection(Store(store)) as connection:
+        assert cases(connection) == 3
+        opened = connection.connection()
+        assert cases(connection) == 3 and connection.connection() is opened  # the same listing: kept
+        written.write("cases", case(3))
+        assert cases(connection) == 4
+        assert compact(Store(store), ["cases"]).files_after == 1
+        assert cases(connection) == 4
+
+
 def test_the_exporter_publishes_every_span_to_s3(store):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor

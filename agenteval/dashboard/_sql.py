@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from ..errors import AgentevalError
 from ..render._text_safety import html_text
-from ..store import Store
-from ..store._limits import SERVER_MEMORY_LIMIT, memory_errors_named
+from ..store._kept_connection import KeptConnection
+from ..store._limits import memory_errors_named
 from ..store._store import check_read_only
 
 SQL_ROWS_SHOWN = 1000
@@ -149,24 +149,23 @@ class ShownResult:
         return any(cell.left_out for cell in self.columns) or any(c.left_out for row in self.rows for c in row)
 
 
-def run_sql(
-    store: Store, sql: str, seconds: float = SQL_SECONDS, memory_limit: int = SERVER_MEMORY_LIMIT
-) -> ShownResult:
+def run_sql(connection: KeptConnection, sql: str, seconds: float = SQL_SECONDS) -> ShownResult:
     """One read-only statement, by the same rule as ``agenteval sql`` (a locked connection; anything but a single
     read is refused with :class:`agenteval.store.NotReadOnly`), as its page shows it: each cell cut to
     :data:`SQL_CELL_CHARS` characters, then columns and rows taken in order while the page stays under
     :data:`SQL_PAGE_CHARS` (a row is shown whole or not at all), of the first :data:`SQL_ROWS_SHOWN` rows. The
     result is read as a stream, :data:`BATCH_ROWS` rows at a time, and left once one more row than it shows came.
-    A statement still running after ``seconds`` is interrupted (:class:`SqlTimeout`); one needing more than
-    ``memory_limit`` bytes of DuckDB's memory is stopped (:class:`agenteval.store._limits.StatementOutOfMemory`)."""
+    A statement still running after ``seconds`` is interrupted (:class:`SqlTimeout`); one needing more than the
+    connection's ``memory_limit`` bytes of DuckDB's memory is stopped
+    (:class:`agenteval.store._limits.StatementOutOfMemory`)."""
 
     def read(con: duckdb.DuckDBPyConnection) -> ShownResult:
         check_read_only(con, sql)  # plans the statement, runs none of it
-        with time_limited(con, seconds), memory_errors_named(memory_limit, MEMORY_OPTION):
+        with time_limited(con, seconds), memory_errors_named(connection.memory_limit, MEMORY_OPTION):
             return _read_page(con, sql)
 
     # Retried as Store.query is when a compaction replaced files under the statement.
-    return store._on_connection(read, read_only=True, memory_limit=memory_limit)
+    return connection.run(read)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A download is the SQL page's statement without the page's cuts, so it keeps the page's other rules: the same locked
 connection and read-only check, the same memory limit, and the same time limit, over the whole download (a statement
 of endless rows is stopped as the page's is), sending included: a client that stops reading does not hold the
-statement's connection past it. Stopped or failed half way, the response ends without its last chunk, so the client
+statement past it. Stopped or failed half way, the response ends without its last chunk, so the client
 sees a broken transfer rather than a short file that looks whole.
 """
 
@@ -22,7 +22,7 @@ from starlette.types import Message, Send
 from ..errors import AgentevalError
 from ..render._tables import csv_pieces, json_pieces
 from ..render._text_safety import visible
-from ..store import Store
+from ..store._kept_connection import KeptConnection
 from ..store._limits import memory_errors_named
 from ..store._store import check_read_only
 from ._sql import BATCH_ROWS, MEMORY_OPTION, time_limited
@@ -35,35 +35,32 @@ class DownloadNotRead(AgentevalError):
     """The client of a download stopped reading it, and the download's time limit passed."""
 
 
-def result_file(store: Store, sql: str, fmt: str, seconds: float, memory_limit: int) -> Generator[str, None, None]:
+def result_file(connection: KeptConnection, sql: str, fmt: str, seconds: float) -> Generator[str, None, None]:
     """The result of ``sql`` as a ``fmt`` file, in pieces. The statement is checked and started before this
     returns, so a refused or broken statement raises here (:class:`agenteval.store.NotReadOnly`,
-    ``duckdb.Error``), not half way through a response; ``seconds`` bounds it from now to its last row, and
-    ``memory_limit`` bytes its DuckDB memory. Closing the generator closes the statement's connection."""
-    pieces = _pieces(store, sql, fmt, seconds, memory_limit)
+    ``duckdb.Error``), not half way through a response; ``seconds`` bounds it from now to its last row, and the
+    connection's ``memory_limit`` bytes its DuckDB memory. Closing the generator ends the statement."""
+    pieces = _pieces(connection, sql, fmt, seconds)
     next(pieces)  # the empty piece that says the statement started
     return pieces
 
 
-def _pieces(store: Store, sql: str, fmt: str, seconds: float, memory_limit: int) -> Generator[str, None, None]:
-    con = store.connect(read_only=True, memory_limit=memory_limit)
-    try:
-        check_read_only(con, sql)  # plans the statement, runs none of it
-        with time_limited(con, seconds), memory_errors_named(memory_limit, MEMORY_OPTION):
+def _pieces(connection: KeptConnection, sql: str, fmt: str, seconds: float) -> Generator[str, None, None]:
+    con = connection.connection()
+    check_read_only(con, sql)  # plans the statement, runs none of it
+    with time_limited(con, seconds), memory_errors_named(connection.memory_limit, MEMORY_OPTION):
 
-            def start() -> pa.RecordBatchReader:
-                return con.sql(sql).to_arrow_reader(BATCH_ROWS)
+        def start() -> pa.RecordBatchReader:
+            return con.sql(sql).to_arrow_reader(BATCH_ROWS)
 
-            # Retried as Store.query is when a compaction replaced files under the statement; once rows are
-            # sent it cannot be.
-            with contextlib.closing(store.retry_on(con, start)) as reader:
-                yield ""
-                if fmt == "csv":
-                    yield from csv_pieces(reader.schema.names, reader)
-                else:
-                    yield from json_pieces(reader)
-    finally:
-        con.close()
+        # Retried as Store.query is when a compaction replaced files under the statement; once rows are
+        # sent it cannot be.
+        with contextlib.closing(connection.store.retry_on(con, start)) as reader:
+            yield ""
+            if fmt == "csv":
+                yield from csv_pieces(reader.schema.names, reader)
+            else:
+                yield from json_pieces(reader)
 
 
 class ResultFile(StreamingResponse):

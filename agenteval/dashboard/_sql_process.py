@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..errors import AgentevalError
+from ..store._kept_connection import KeptConnection
 from ..store._limits import data_bytes, process_memory_capped
 from ._sql import MEMORY_OPTION, Cell, ShownResult, run_sql
 
@@ -69,15 +70,22 @@ def error_message(exc: BaseException) -> dict[str, str]:
 
 def serve(conn: Connection, root: str, memory_limit: int) -> None:
     """Answer the server's requests on ``conn`` until it closes it, or until this worker grew enough to retire."""
+    from ..store import Store
+
+    with KeptConnection(Store(root), memory_limit) as connection:
+        # A first statement opens the connection and loads what every statement uses (DuckDB's threads, the views'
+        # code): not counted as growth.
+        run_sql(connection, "SELECT 1", WARM_UP_SECONDS)
+        _answer(conn, connection, data_bytes())
+
+
+def _answer(conn: Connection, connection: KeptConnection, started_with: int | None) -> None:
+    """Run the server's requests on ``connection`` until the server closes ``conn``, or this worker retires."""
     import duckdb
 
-    from ..store import Store
     from ._sql_download import result_file
 
-    store = Store(root)
-    # A first statement loads what every statement uses (DuckDB's threads, the views' code): not counted as growth.
-    run_sql(store, "SELECT 1", WARM_UP_SECONDS, memory_limit)
-    started_with = data_bytes()
+    memory_limit = connection.memory_limit
     send(conn, ready=True)
     while True:
         try:
@@ -87,15 +95,17 @@ def serve(conn: Connection, root: str, memory_limit: int) -> None:
         try:
             with process_memory_capped(memory_limit, MEMORY_OPTION):
                 if request["kind"] == "page":
-                    shown = run_sql(store, request["sql"], request["seconds"], memory_limit)
+                    shown = run_sql(connection, request["sql"], request["seconds"])
                     answer: dict[str, Any] = {"result": shown_result_message(shown)}
                 else:
-                    pieces = result_file(store, request["sql"], request["fmt"], request["seconds"], memory_limit)
+                    pieces = result_file(connection, request["sql"], request["fmt"], request["seconds"])
                     send(conn, started=True)
                     with contextlib.closing(pieces):
                         for piece in pieces:
                             conn.send_bytes(PIECE + piece.encode())
                     answer = {"end": True}
+        except duckdb.FatalException as exc:  # DuckDB refuses every later statement on the connection: retire
+            answer, started_with = error_message(exc), None
         except (AgentevalError, duckdb.Error) as exc:
             answer = error_message(exc)
         except Exception as exc:  # a bug: said as DuckDB's errors are, and in the server's log; this worker ends
