@@ -320,6 +320,52 @@ def test_a_reply_that_is_not_a_string_is_scored_on_its_text_never_on_its_repr(tm
         assert (rows[key]["outcome"], rows[key]["failure_type"]) == ("failed", "empty_output"), rows[key]
 
 
+class _Sneaky(str):
+    """A ``str`` subclass whose methods raise: the harness must read it as the plain text it holds."""
+
+    def strip(self, *args):
+        raise RuntimeError("strip")
+
+    def lower(self):
+        raise RuntimeError("lower")
+
+
+def test_a_reply_of_a_str_subclass_is_read_as_its_text_and_never_ends_the_run(tmp_path):
+    """A reply that was a ``str`` subclass reached the harness's own code as it was: its ``strip`` raising in the
+    failure typing stopped the whole run with a traceback (the experiment `failed`, the trials after it never run).
+    Its text is now taken as a plain ``str``, as a reply and as a dict's ``content``."""
+    replies = {"subclass": _Sneaky("4"), "content": {"content": _Sneaky("it is 4")}, "plain": "4"}
+
+    experiment = evaluate(
+        lambda question: replies[question],
+        dataset(*(q(key, key) for key in replies)),
+        attempts=1,
+        store=tmp_path,
+        progress="none",
+    )
+
+    assert experiment.status == "completed"
+    rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
+    assert {key: (row["outcome"], row["reply"]) for key, row in rows.items()} == {
+        "subclass": ("passed", "4"),
+        "content": ("passed", "it is 4"),
+        "plain": ("passed", "4"),
+    }
+
+
+def test_a_simulated_users_message_of_a_str_subclass_is_read_as_its_text(tmp_path):
+    """The simulator's next message was stripped with its own ``strip``: one that raised ended the conversation as the
+    agent's error. It is read as the plain text it holds, and the conversation goes on."""
+
+    def support(message, messages):
+        return "refund approved" if "order 1234" in message else "Which order?"
+
+    case = Case(id="sim", input="Refund please.", expected_output="refund approved", simulated_user="Wants a refund.")
+    experiment = run_agent(tmp_path, support, case, user_simulator=lambda goal, messages: _Sneaky(" order 1234 "))
+    (row,) = trials(tmp_path / "s", experiment.id)
+    assert (row["outcome"], row["failure_type"], row["reply"]) == ("passed", None, "refund approved")
+
+
 def test_a_sync_agent_that_hangs_times_out_and_the_run_moves_on(tmp_path):
     release = threading.Event()
     hung: list[threading.Thread] = []

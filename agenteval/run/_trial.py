@@ -326,7 +326,8 @@ class TrialRunner:
             raise
         finally:
             current_trial.reset(token)
-        return result.strip() if isinstance(result, str) else None
+        # A str subclass as the plain text it holds: its own methods are the simulator's code, not the harness's.
+        return str.__str__(result).strip() if isinstance(result, str) else None
 
     def _end_root(
         self, root: Any, users: list[str], replies: list[str], exc: BaseException | None, timed_out: bool | str
@@ -445,16 +446,17 @@ def _reply(result: Any) -> str:
     """The text of what the agent returned, never a Python repr that a scorer could find the answer in: a string; a
     dict's or object's ``content`` (a string, or the text parts of a list, as :func:`reply_text` reads it; bytes as
     UTF-8); nothing (``""``, so ``empty_output``) for None or a ``content`` of None, as an SDK message that only calls
-    tools has; anything else as ``str()`` (a number)."""
+    tools has; anything else as ``str()`` (a number). A ``str`` subclass comes back as the plain ``str`` it holds, so
+    the harness never calls the agent's own methods on it."""
     text = reply_text(result)
-    if text is not None:
-        return text
-    content = result.get("content", result) if isinstance(result, dict) else getattr(result, "content", result)
-    if content is None:
-        return ""
-    if isinstance(content, (bytes, bytearray)):
-        return bytes(content).decode("utf-8", "replace")
-    return str(content)
+    if text is None:
+        content = result.get("content", result) if isinstance(result, dict) else getattr(result, "content", result)
+        if content is None:
+            return ""
+        if isinstance(content, (bytes, bytearray)):
+            return bytes(content).decode("utf-8", "replace")
+        text = str(content)
+    return str.__str__(text)
 
 
 def _drained(run: RunProcess, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
