@@ -320,6 +320,55 @@ def test_a_reply_that_is_not_a_string_is_scored_on_its_text_never_on_its_repr(tm
         assert (rows[key]["outcome"], rows[key]["failure_type"]) == ("failed", "empty_output"), rows[key]
 
 
+class _Answer:
+    """An agent's own result object without a ``content``, and without a text form of its own."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def __repr__(self) -> str:
+        return f"_Answer(answer={self.answer!r})"
+
+
+class _Verdict:
+    """An object whose own ``__str__`` gives its text, as a framework's response object has."""
+
+    def __str__(self) -> str:
+        return "it is 4"
+
+
+def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_pass(tmp_path):
+    """A dict without a ``content``, a list, a tuple or an object without a text form of its own was stored and scored
+    as its Python repr: {'answer': '4'}, ['4'] and _Answer(answer='4') all passed a check for "4", whatever the agent
+    meant. Each is now that trial's agent_error saying what to return; numbers and objects with their own ``__str__``
+    still give their text."""
+    replies = {
+        "dict": {"answer": "4"},
+        "list": ["4"],
+        "tuple": ("4",),
+        "object": _Answer("4"),
+        "number": 4,
+        "own-str": _Verdict(),
+    }
+
+    experiment = evaluate(
+        lambda question: replies[question],
+        dataset(*(q(key, key) for key in replies)),
+        attempts=1,
+        store=tmp_path,
+        progress="none",
+    )
+
+    rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
+    for key, kind in (("dict", "dict"), ("list", "list"), ("tuple", "tuple"), ("object", "_Answer")):
+        assert (rows[key]["outcome"], rows[key]["failure_type"], rows[key]["reply"]) == ("failed", "agent_error", None)
+        assert f"the agent returned a {kind}, not its reply's text" in rows[key]["error_message"], rows[key]
+    assert {key: (rows[key]["outcome"], rows[key]["reply"]) for key in ("number", "own-str")} == {
+        "number": ("passed", "4"),
+        "own-str": ("passed", "it is 4"),
+    }
+
+
 class _Sneaky(str):
     """A ``str`` subclass whose methods raise: the harness must read it as the plain text it holds."""
 

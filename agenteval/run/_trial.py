@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import numbers
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -446,8 +447,10 @@ def _reply(result: Any) -> str:
     """The text of what the agent returned, never a Python repr that a scorer could find the answer in: a string; a
     dict's or object's ``content`` (a string, or the text parts of a list, as :func:`reply_text` reads it; bytes as
     UTF-8); nothing (``""``, so ``empty_output``) for None or a ``content`` of None, as an SDK message that only calls
-    tools has; anything else as ``str()`` (a number). A ``str`` subclass comes back as the plain ``str`` it holds, so
-    the harness never calls the agent's own methods on it."""
+    tools has; a number, or an object with a text form of its own (its ``__str__``), as ``str()``. Anything else (a
+    dict without a ``content``, a list, an object whose only text is its repr) raises TypeError: that trial's
+    ``agent_error``. A ``str`` subclass comes back as the plain ``str`` it holds, so the harness never calls the
+    agent's own methods on it."""
     text = reply_text(result)
     if text is None:
         content = result.get("content", result) if isinstance(result, dict) else getattr(result, "content", result)
@@ -455,8 +458,25 @@ def _reply(result: Any) -> str:
             return ""
         if isinstance(content, (bytes, bytearray)):
             return bytes(content).decode("utf-8", "replace")
+        if _only_text_is_repr(content):
+            raise TypeError(
+                f"{_returned(result, content)}, not its reply's text: return a str, or a dict or object with a "
+                "content string"
+            )
         text = str(content)
     return str.__str__(text)
+
+
+def _only_text_is_repr(value: object) -> bool:
+    """Whether ``str(value)`` would be its Python repr (a container's, a dataclass's, a plain object's); a number's
+    ``str`` is its text, though numbers share ``object.__str__`` too."""
+    return type(value).__str__ is object.__str__ and not isinstance(value, numbers.Number)
+
+
+def _returned(result: object, content: object) -> str:
+    """What the agent returned, for the message of a reply that has no text."""
+    returned = f"the agent returned a {type(result).__name__}"
+    return returned if content is result else f"{returned} whose content is a {type(content).__name__}"
 
 
 def _drained(run: RunProcess, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
