@@ -369,6 +369,36 @@ def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_p
     }
 
 
+def test_an_openai_response_returned_whole_is_scored_on_its_text_never_on_its_repr(tmp_path, model_server):
+    """An agent that returned the SDK's response itself, not its text, was stored and scored as its repr: a
+    completion that only called a tool, ``ChatCompletion(... arguments='{"answer": 4}' ...)``, passed a check for
+    "4", and every reply held ids and token counts. A chat completion's reply is its first choice's text (none is
+    empty_output), a Responses API response's its ``output_text``: as the real openai client returns them."""
+    import model_servers as ms
+    import openai
+
+    replies = {"chat": ms.text("It is 4."), "tools-only": ms.tool_call("calc", {"answer": 4}), "responses": None}
+    # A Responses API request carries no chat messages: it gets the default, the text.
+    model_server.responder = lambda request: replies.get(request.last_user_text()) or ms.text("It is 4.")
+    client = openai.OpenAI(base_url=model_server.openai_url, api_key="test-key", max_retries=0)
+
+    def returns_the_response(question: str):
+        if question == "responses":
+            return client.responses.create(model="m", input=question)
+        return client.chat.completions.create(model="m", messages=[{"role": "user", "content": question}])
+
+    experiment = evaluate(
+        returns_the_response, dataset(*(q(key, key) for key in replies)), attempts=1, store=tmp_path, progress="none"
+    )
+
+    rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
+    assert {key: (row["outcome"], row["failure_type"], row["reply"]) for key, row in rows.items()} == {
+        "chat": ("passed", None, "It is 4."),
+        "tools-only": ("failed", "empty_output", ""),
+        "responses": ("passed", None, "It is 4."),
+    }
+
+
 class _Sneaky(str):
     """A ``str`` subclass whose methods raise: the harness must read it as the plain text it holds."""
 

@@ -93,10 +93,30 @@ def _read_into(info: ResponseInfo, value: Any) -> None:
 
 
 def reply_text(result: Any) -> str | None:
-    """The text of an agent's reply: a string, or the ``content`` of a dict or object (:func:`content_text`)."""
+    """The text of an agent's reply: a string, or the ``content`` of a dict or object (:func:`content_text`), or the
+    text of an OpenAI response returned whole (:func:`_openai_text`)."""
     if isinstance(result, str):
         return result
-    return content_text(result.get("content") if isinstance(result, dict) else getattr(result, "content", None))
+    content = result.get("content") if isinstance(result, dict) else getattr(result, "content", None)
+    if content is not None:
+        return content_text(content)
+    return _openai_text(result)
+
+
+def _openai_text(result: Any) -> str | None:
+    """The text of an OpenAI chat completion (its first choice's message) or Responses API response
+    (``output_text``), as an SDK object or a dict: ``""`` when it has none (a completion that only calls tools);
+    None when ``result`` is neither. An agent that returns the response itself, not its text, means its text: its
+    repr holds ids, token counts and tool arguments that a scorer could take for the answer."""
+    try:
+        choices = _get(result, "choices")
+        if isinstance(choices, (list, tuple)) and choices:
+            message = _get(choices[0], "message")
+            return (content_text(_get(message, "content")) if message is not None else None) or ""
+        output_text = _get(result, "output_text")
+        return output_text if isinstance(output_text, str) else None
+    except Exception:  # an odd object (a property that raises) is no OpenAI response
+        return None
 
 
 def content_text(content: Any) -> str | None:
