@@ -172,3 +172,41 @@ def test_a_returned_stream_cut_by_the_length_limit_fails_the_trial_as_truncated(
         "SELECT outcome, failure_type FROM trials WHERE experiment_id = ?", [experiment.id]
     )
     assert row == {"outcome": "failed", "failure_type": "output_truncated"}
+
+
+def test_a_returned_stream_is_still_an_instance_of_the_sdks_class(spans, oai, model_server):
+    """Code that tells a streamed reply from a whole one by its class (``isinstance(reply, openai.Stream)``) takes
+    the same branch with the decorator as without it: the proxy answers ``isinstance`` for the SDK's object."""
+    aclient = openai.AsyncOpenAI(base_url=model_server.openai_url, api_key="k", max_retries=0)
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]}
+
+    @llm_call(provider="openai")
+    def chat():
+        return oai.chat.completions.create(**request, stream=True)
+
+    @llm_call(provider="openai")
+    async def achat():
+        return await aclient.chat.completions.create(**request, stream=True)
+
+    @llm_call(provider="openai")
+    def managed():
+        return oai.chat.completions.stream(**request)
+
+    model_server.script(ms.text("one"), ms.text("two"), ms.text("three"))
+    stream = chat()
+    assert isinstance(stream, openai.Stream)
+    assert stream.__class__ is openai.Stream
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "one"
+
+    async def consume():
+        astream = await achat()
+        assert isinstance(astream, openai.AsyncStream)
+        return [c async for c in astream]
+
+    assert asyncio.run(consume())
+    manager = managed()
+    assert isinstance(manager, openai.lib.streaming.chat.ChatCompletionStreamManager)
+    with manager as events:
+        assert isinstance(events, openai.lib.streaming.chat.ChatCompletionStream)
+        assert events.get_final_completion().choices[0].message.content == "three"
+    assert [output_text(span)[0] for span in chats(spans)] == ["one", "two", "three"]

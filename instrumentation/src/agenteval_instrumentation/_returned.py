@@ -92,6 +92,18 @@ class Recorder:
         self.finish()
 
 
+def _class_of(attribute: str) -> Any:
+    """A proxy's ``__class__``: that of the SDK object it holds under ``attribute``, so that code telling a streamed
+    reply by its class (``isinstance(reply, openai.Stream)``) takes the branch it takes undecorated, as with
+    wrapt's proxies; ``type()`` still gives the proxy's own class."""
+
+    def of(proxy: Any) -> type:
+        held = proxy.__dict__.get(attribute)
+        return type(proxy) if held is None else held.__class__
+
+    return property(of)
+
+
 def _snapshot(source: Any) -> Any:
     if source is None:
         return None
@@ -107,6 +119,8 @@ def _snapshot(source: Any) -> Any:
 
 class StreamProxy:
     """A returned sync stream: iterate it as the SDK's; the span ends as the module says."""
+
+    __class__ = _class_of("_stream")
 
     def __init__(self, stream: Any, recorder: Recorder, helper: Any = None) -> None:
         self._stream = stream
@@ -156,6 +170,8 @@ class StreamProxy:
 class AsyncStreamProxy:
     """A returned async stream: ``async for`` it as the SDK's; the span ends as the module says."""
 
+    __class__ = _class_of("_stream")
+
     def __init__(self, stream: Any, recorder: Recorder, helper: Any = None) -> None:
         self._stream = stream
         self._recorder = recorder
@@ -204,6 +220,8 @@ class AsyncStreamProxy:
 class ManagerProxy:
     """A returned stream manager (``with client.messages.stream(...) as stream``): the stream it opens is
     followed; leaving the block ends the span with the SDK's accumulated message."""
+
+    __class__ = _class_of("_manager")
 
     def __init__(self, manager: Any, recorder: Recorder) -> None:
         self._manager = manager
