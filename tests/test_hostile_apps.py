@@ -464,12 +464,17 @@ def test_a_fork_in_the_middle_of_a_span_loses_no_span_of_either_process(tmp_path
         lambda: {f"item {i}" for i in range(1_000_000)},
         lambda: collections.deque(range(1_000_000)),
         lambda: array.array("d", range(1_000_000)),
+        lambda: dict.fromkeys(range(1_000_000)).keys(),
+        lambda: {i: i for i in range(1_000_000)}.values(),
+        lambda: {i: str(i) for i in range(1_000_000)}.items(),
+        lambda: collections.UserList(range(1_000_000)),
     ],
-    ids=["set", "deque", "array"],
+    ids=["set", "deque", "array", "dict.keys", "dict.values", "dict.items", "UserList"],
 )
-def test_a_long_set_deque_or_array_is_cut_before_it_is_converted(spans, tmp_path, made):
-    # A set was sorted whole (a list of a million items) to keep a hundred; a deque or an array was recorded by its
-    # repr, made of the whole: 0.4 to 1.1 s a call for millions of items, and memory of their size.
+def test_a_long_set_deque_array_or_dict_view_is_cut_before_it_is_converted(spans, tmp_path, made):
+    # A set was sorted whole (a list of a million items) to keep a hundred; a deque, an array, a dict's keys, values
+    # or items (``tool(docs.values())``) or a UserList was recorded by its repr, made of the whole: 0.4 to 2.3 s a
+    # call for millions of items, memory of their size, and text where a list was meant.
     items = made()
 
     @tool

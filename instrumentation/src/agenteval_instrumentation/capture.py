@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MappingView
 from types import EllipsisType
 from typing import Any
 
@@ -250,7 +250,8 @@ def _other(value: Any, depth: int, max_string: int, max_items: int) -> Any:
         return {"bytes": len(value), "base64": base64.b64encode(raw).decode("ascii")}
     if isinstance(value, (set, frozenset)):
         return _set(value, depth, max_string, max_items)
-    if isinstance(value, (collections.deque, array.array)):  # their repr, of the whole, took seconds for millions
+    if isinstance(value, (collections.deque, array.array, MappingView, collections.UserList)):
+        # Their repr, of the whole, took seconds for millions of items; a dict's keys, values or items are a list.
         return _sequence(value, len(value), depth, max_string, max_items)
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
