@@ -269,6 +269,32 @@ def test_retriever_records_query_and_documents_with_scores(spans):
     assert attr_json(span, A.GEN_AI_RETRIEVAL_DOCUMENTS) == [{"id": "a", "score": 1.0}, {"id": "b"}]
 
 
+def test_retriever_scores_given_as_numpy_numbers_are_recorded(spans):
+    # FAISS and most vector code give scores as numpy float32 (not a float subclass): they were left out as "not a
+    # number". A finite real number of any type is a score; numpy's bool is not.
+    import numpy as np
+
+    @retriever
+    def search(query: str):
+        return [("doc-1", np.float32(0.75)), {"id": "doc-2", "distance": np.float16(0.5)}, ("doc-3", np.bool_(True))]
+
+    @retriever
+    def lookup(query: str):
+        set_retrieved_documents(np.array(["a", "b"]), scores=np.array([0.25, np.nan], dtype=np.float32))
+        return None
+
+    search("q")
+    lookup("q")
+    found, given = spans.get_finished_spans()
+    assert attr_json(found, A.GEN_AI_RETRIEVAL_DOCUMENTS) == [
+        {"id": "doc-1", "score": 0.75},
+        {"id": "doc-2", "score": 0.5},
+        {"id": "doc-3"},
+    ]
+    assert attr_json(given, A.GEN_AI_RETRIEVAL_DOCUMENTS) == [{"id": "a", "score": 0.25}, {"id": "b"}]
+    assert given.attributes[A.RETRIEVAL_DOCUMENT_IDS] == ("a", "b")
+
+
 def test_request_parameters_take_the_types_the_conventions_give():
     from agenteval_instrumentation.messages import request_attributes
 

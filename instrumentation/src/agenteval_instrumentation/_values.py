@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,11 +69,12 @@ def listed(value: Any) -> list[Any]:
 
 
 def score(value: Any) -> float | None:
-    """A document's score: a finite real number, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A document's score: a finite real number of any type (numpy's float32, which vector search gives and which
+    is no ``float``, a ``Fraction``), else None; a bool (Python's or numpy's) is no score."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, numbers.Real)):
         return None
     try:
         number = float(value)
-    except OverflowError:  # an int past a float's range
+    except (OverflowError, TypeError, ValueError):  # an int past a float's range; a Real whose float() fails
         return None
     return number if math.isfinite(number) else None
