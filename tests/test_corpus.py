@@ -4,6 +4,7 @@ and one whose index cannot be built is said once, before the first trial, not as
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from agenteval.errors import UsageError
 from agenteval.models import Model
 from agenteval.run import evaluate
 from agenteval.tools import read_corpus
-from agenteval.tools._search import corpus_hash, search_tool
+from agenteval.tools._search import corpora_in_use, corpus_hash, search_tool
 
 SHAPE = "each line is one JSON object with an id and a text (and optionally a title)"
 GOOD = '{"id": "returns", "title": "Returns", "text": "Unused products may be returned within 45 days."}\n'
@@ -157,3 +158,24 @@ def test_a_process_that_reads_other_documents_than_the_run_recorded_refuses_to_s
             corpus=str(path),
             corpus_hash=recorded,
         )
+
+
+def test_a_process_indexes_an_unchanged_corpus_file_once_while_a_search_tool_holds_it(tmp_path):
+    """A cluster's worker process runs a run's tasks one after another, and each task's agent read and indexed the
+    corpus file again (about 5 s for 11 MB). The index is now shared while a tool holds it (a worker keeps the last
+    task's), read again when the file changed, and let go with the last tool."""
+    path = tmp_path / "corpus.jsonl"
+    documents = (datasets_dir() / RAG_CORPUS).read_text(encoding="utf-8")
+    path.write_text(documents, encoding="utf-8")
+    recorded = corpus_hash(path)
+    first = search_tool(path, expected_hash=recorded)
+    second = search_tool(path, expected_hash=recorded)
+    assert len(corpora_in_use()) == 1 and first("return policy") == second("return policy")
+    path.write_text("".join(documents.splitlines(keepends=True)[1:]), encoding="utf-8")  # one document less
+    with pytest.raises(UsageError, match="not the ones the run recorded"):
+        search_tool(path, expected_hash=recorded)  # read again, and checked again
+    shorter = search_tool(path)
+    assert len(corpora_in_use()) == 2 and shorter("return policy")
+    del first, second, shorter
+    gc.collect()
+    assert corpora_in_use() == []  # a process that no longer searches a corpus holds none

@@ -147,6 +147,7 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan], signal: Any) -> ChunkDo
 
     from ..models._limiter import use_limiters
     from ..models._ray_limiter import ClusterLimiter
+    from ..tools._search import corpora_in_use
     from ._runner import _Run
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -163,9 +164,15 @@ def run_chunk(recipe: RunRecipe, plans: list[TrialPlan], signal: Any) -> ChunkDo
         try:
             rows, cache_hits = run_to_the_end(_chunk_until_told(run, signal))
         finally:
+            _KEPT_CORPORA[:] = corpora_in_use()  # before the agent lets go of its search tool
             run.agent.release()
             use_limiters(None)
     return ChunkDone(rows, cache_hits, worker, node)
+
+
+_KEPT_CORPORA: list[Any] = []
+"""The corpora the last task of this worker process searched, indexed: its next task (of the same run: a worker
+process serves one driver) reads a corpus file again only when the file changed (see ``indexed_corpus``)."""
 
 
 async def _chunk_until_told(run: _Run, signal: Any) -> tuple[list[dict[str, Any]], int]:

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -141,11 +142,15 @@ def _digest(documents: Iterable[dict[str, str]]) -> str:
 class Corpus:
     """Documents and their BM25 index, built on the first search."""
 
-    def __init__(self, documents: list[dict[str, str]], name: str, source: str | None = None) -> None:
+    def __init__(
+        self, documents: list[dict[str, str]], name: str, source: str | None = None, digest: str | None = None
+    ) -> None:
         self.documents = documents
         self.name = name
         self.source = source or name
         """Where the documents came from, as errors name it (the corpus file)."""
+        self.digest = digest
+        """The documents' content hash (:func:`corpus_hash`), when they were read from a file."""
 
     @functools.cached_property
     def _index(self) -> Any:
@@ -212,6 +217,34 @@ def search_documents(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
     return retrieve(query, k)
 
 
+_INDEXED: weakref.WeakValueDictionary[tuple[str, str, int, int, float], Corpus] = weakref.WeakValueDictionary()
+"""The corpus files this process indexed, while a search tool still holds them, by the path as given, the file, its
+size and modification time, and the size limit: a cluster's worker process runs a run's tasks one after another, and
+each built its agent's search tool by reading and indexing the corpus again (about 5 s for 11 MB)."""
+
+
+def indexed_corpus(path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB) -> Corpus:
+    """The corpus file at ``path``, read and indexed, or the index this process already holds of the same file
+    unchanged since (same size and modification time); its content hash is its ``digest``."""
+    try:
+        stat = Path(path).stat()
+        key = (str(path), str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, max_mb)
+    except OSError:  # reading it says why, in the corpus's own words
+        key = None
+    found = _INDEXED.get(key) if key is not None else None
+    if found is None:
+        documents = read_corpus(path, max_mb)
+        found = Corpus(documents, Path(path).stem, str(path), _digest(documents)).indexed()
+        if key is not None:
+            _INDEXED[key] = found
+    return found
+
+
+def corpora_in_use() -> list[Corpus]:
+    """The corpora this process holds indexed now: what a cluster's worker keeps from one task to the next."""
+    return list(_INDEXED.values())
+
+
 def search_tool(
     path: str | os.PathLike[str], max_mb: float = MAX_CORPUS_MB, expected_hash: str | None = None
 ) -> Callable[..., list[dict[str, str]]]:
@@ -219,14 +252,13 @@ def search_tool(
     retrieved ids as the built-in one does. With ``expected_hash`` (the run's record of the corpus,
     :func:`corpus_hash`), documents that are not those are a :class:`UsageError`: a run's trials all search one corpus,
     whichever process or machine runs them."""
-    documents = read_corpus(path, max_mb)
-    if expected_hash is not None and _digest(documents) != expected_hash:
+    found = indexed_corpus(path, max_mb)
+    if expected_hash is not None and found.digest != expected_hash:
         raise UsageError(
             f"--corpus {path}: its documents here are not the ones the run recorded: the file changed since the run "
             "started, or this machine holds another copy of it; give every machine the run uses the same file (a "
             "changed corpus is a new run: start one without --resume)"
         )
-    found = Corpus(documents, Path(path).stem, str(path)).indexed()
 
     @retriever(name=found.name)
     def retrieve_from(query: str, k: int = DEFAULT_K) -> list[dict[str, str]]:
