@@ -205,3 +205,18 @@ def test_validate_rejects_unstorable_values_with_line_and_field(tmp_path):
     ]
     assert "at most 1,000,000" in problems[0][2]
     assert "lone surrogate" in problems[2][2]
+
+
+def test_a_micro_batch_whose_spans_pass_an_arrow_column_s_limit_saves_every_trial(tmp_path, monkeypatch):
+    """The runner encoded a micro-batch's spans as one Arrow batch, whose JSON columns hold at most 2 GB: past it
+    (a thousand trials of agents that capture long prompts) the run raised ColumnTooLarge and saved no trial. The
+    limit is lowered here to what a few trials' spans take; the batch is encoded in as many parts as it needs."""
+    from agenteval_exporters import encode
+
+    monkeypatch.setattr(encode, "MAX_COLUMN_BYTES", 20_000)
+    result = evaluate("mock", "arithmetic", cases=40, attempts=2, store=tmp_path / "s", progress="none")
+    store = Store(tmp_path / "s")
+    assert store.rows("SELECT count(*) AS n, count(DISTINCT trial_id) AS d FROM trials") == [{"n": 80, "d": 80}]
+    (spans,) = store.rows("SELECT count(DISTINCT trace_id) AS traces FROM spans")
+    assert spans == {"traces": 80} and result.summary.trials == 80
+    assert store.rows("SELECT count(DISTINCT trial_id) AS n FROM scores") == [{"n": 80}]

@@ -28,7 +28,7 @@ from typing import Any, NoReturn, ParamSpec
 
 import pyarrow as pa
 
-from agenteval_exporters import SPAN_SCHEMA, spans_to_batch
+from agenteval_exporters import SPAN_SCHEMA, spans_to_table
 from agenteval_exporters.ablation import enabled
 from agenteval_exporters.files import partition_path
 from agenteval_instrumentation import attributes as A
@@ -723,21 +723,21 @@ class _Run:
         results = self.pending[:]
         self.pending.clear()  # the same list: the scheduler's workers append to it
         spans = [span for result in results for span in result.spans] + list(late_spans)
-        spans_batch = spans_to_batch(spans) if spans else None
+        spans_table = spans_to_table(spans) if spans else None
         if not results:
-            if spans_batch is not None:
-                self.sink.add(spans_batch, JUDGEMENT_SCHEMA.empty_table(), [])
+            if spans_table is not None:
+                self.sink.add(spans_table, JUDGEMENT_SCHEMA.empty_table(), [])
             if self.otlp is not None:
                 self.otlp.send(spans)
             return
         try:
-            judged = await self._judge(results, spans_batch)
+            judged = await self._judge(results, spans_table)
         except asyncio.CancelledError:  # stopped while a judge was grading: these trials are saved at the close
             self.pending[:0] = results
             raise
         judge_spans = self._judges_spans(results)
         if judge_spans:
-            self.sink.add(spans_to_batch(judge_spans), JUDGEMENT_SCHEMA.empty_table(), [])
+            self.sink.add(spans_to_table(judge_spans), JUDGEMENT_SCHEMA.empty_table(), [])
             if self.otlp is not None:
                 self.otlp.send(judge_spans)
         verdicts = self.engine.outcomes(
@@ -754,7 +754,7 @@ class _Run:
                 self.counts["cache_hits"] += result.cache_hits
             self._count(verdict.outcome, bool(verdict.infrastructure))
         scores = score_table(self.experiment.experiment_id, judged, self.pass_id, time.time_ns())
-        self.sink.add(spans_batch, scores, trial_rows)
+        self.sink.add(spans_table, scores, trial_rows)
         if self.otlp is not None:
             self.otlp.send(self._judged_spans(results, verdicts, scores, late_spans))
 
@@ -783,7 +783,7 @@ class _Run:
         eid = self.experiment.experiment_id
         return [span for result in results for span in self.collector.take(eid, result.plan.trial_id)]
 
-    async def _judge(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
+    async def _judge(self, results: list[TrialResult], spans: pa.Table | None) -> Judgement:
         """:meth:`_score`; should the batch fail as a whole, trial by trial, so that one trial's odd value
         costs that trial an error score and the rest of the batch is judged as usual."""
         try:
@@ -803,7 +803,7 @@ class _Run:
                     )
         return Judgement.concat(parts)
 
-    async def _score(self, results: list[TrialResult], spans: pa.RecordBatch | None) -> Judgement:
+    async def _score(self, results: list[TrialResult], spans: pa.Table | None) -> Judgement:
         """Scores of the trials that produced an answer, through the same feature query and scorers as
         ``rescore`` uses over the store."""
         answered = [r for r in results if r.failure is None]

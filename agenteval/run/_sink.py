@@ -46,10 +46,10 @@ class StoreSink:
         """Trial rows handed over whose spans and scores are not published yet: they reach the trials writer (or
         :attr:`kept`) only once those are, so that no file of trial rows can be written before theirs."""
 
-    def add(self, spans: pa.RecordBatch | None, scores: pa.Table, trial_rows: list[dict[str, Any]]) -> None:
+    def add(self, spans: pa.Table | None, scores: pa.Table, trial_rows: list[dict[str, Any]]) -> None:
         """Hand over a micro-batch: the trials' spans, their scores, and their rows (published by :meth:`flush`)."""
-        if spans is not None:
-            self.spans.append(spans)
+        for batch in spans.to_batches() if spans is not None else ():
+            self.spans.append(batch)
         for batch in scores.to_batches():
             self.scores.append(batch)
         if trial_rows:

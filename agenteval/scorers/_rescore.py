@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from agenteval_exporters import spans_to_batch
+from agenteval_exporters import spans_to_table
 
 from ..analysis import _experiments as ex
 from ..analysis._saved_report import save_report
@@ -119,7 +119,7 @@ def rescore(
         if collector is not None:  # the judge's own spans, beside the trials': its tokens are reported apart
             made = [span for trial_id in judged.case_ids for span in collector.take(experiment.experiment_id, trial_id)]
             if made:
-                store.write("spans", pa.Table.from_batches([spans_to_batch(made)]))
+                store.write("spans", spans_to_table(made))
         if table.num_rows:
             store.write("scores", table)
         done += count

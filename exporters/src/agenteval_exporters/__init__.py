@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from agenteval_instrumentation._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .encode import spans_to_batch
+    from .encode import spans_to_batch, spans_to_table
     from .exporter import ParquetSpanExporter
     from .partitions import store_path
     from .schema import SCHEMA_VERSION, SPAN_SCHEMA
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__, __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        ".encode": ("spans_to_batch",),
+        ".encode": ("spans_to_batch", "spans_to_table"),
         ".exporter": ("ParquetSpanExporter",),
         ".partitions": ("store_path",),
         ".schema": ("SCHEMA_VERSION", "SPAN_SCHEMA"),

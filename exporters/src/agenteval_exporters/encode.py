@@ -307,6 +307,13 @@ def spans_to_batches(spans: Sequence[ReadableSpan]) -> list[pa.RecordBatch]:
         return spans_to_batches(spans[:half]) + spans_to_batches(spans[half:])
 
 
+def spans_to_table(spans: Sequence[ReadableSpan]) -> pa.Table:
+    """The rows of :func:`spans_to_batches` as one table (one chunk but for spans carrying gigabytes): what a caller
+    that encodes a batch of spans once, for its own queries and for the files, should use, since one batch whose JSON
+    passes 2 GB cannot be made."""
+    return pa.Table.from_batches(spans_to_batches(spans), schema=SPAN_SCHEMA)
+
+
 _FINISH_REASONS = TYPED_ATTRIBUTES["finish_reason"]
 _STRUCT_COLUMNS = [name for name in TYPED_ATTRIBUTES if name != "finish_reason"]
 
