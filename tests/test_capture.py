@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import datetime
 import json
@@ -77,6 +78,68 @@ def test_odd_types_become_json(spans):
         "thing": "<Opaque thing>",
         "broken": "<unserializable>",
     }
+
+
+class BadKey:
+    """A key whose text cannot be had: str() and repr() both raise."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no text")
+
+    __str__ = __repr__
+
+
+class Invoice(pydantic.BaseModel):
+    total: int
+
+    @pydantic.field_serializer("total")
+    def _broken(self, total: int) -> int:
+        raise RuntimeError("serializer bug")
+
+
+class Rows(collections.abc.Mapping):
+    """A mapping that fails to list its entries."""
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self):
+        raise RuntimeError("cursor closed")
+
+
+def test_one_value_that_cannot_be_captured_costs_that_value_alone(spans):
+    @tool
+    def configure(config, invoice, rows, other):
+        return [Invoice(total=3), "kept"]
+
+    configure({"ok": 1, BadKey(): 2, "nested": {BadKey(): [BadKey()]}}, Invoice(total=3), Rows(), "kept")
+    args = json.loads(captured(spans, "execute_tool configure"))
+    assert args == {
+        "config": {"ok": 1, "<unserializable>": 2, "nested": {"<unserializable>": ["<unserializable>"]}},
+        "invoice": "Invoice(total=3)",  # what a model that cannot dump itself shows: its repr, as other objects
+        "rows": "<unserializable>",
+        "other": "kept",
+    }
+    result = json.loads(captured(spans, "execute_tool configure", A.GEN_AI_TOOL_CALL_RESULT))
+    assert result == ["Invoice(total=3)", "kept"]
+
+
+def test_keys_that_cannot_be_captured_keep_their_values_apart_within_the_caps(spans):
+    configure_capture(max_items=3, max_string=20, max_length=150)
+
+    @tool
+    def lookup(table):
+        return None
+
+    lookup({BadKey(): "first", BadKey(): "second", "name": "n" * 50, "more": 1, "rest": 2})
+    text = captured(spans, "execute_tool lookup")
+    assert len(text) <= 150
+    table = json.loads(text)["table"]
+    assert table["<unserializable>"] == "first" and table["<unserializable> 2"] == "second"
+    assert table["name"].startswith("n" * 10) and table["…"] == "2 more entries"
 
 
 def test_long_values_are_cut_and_stay_valid_json(spans):

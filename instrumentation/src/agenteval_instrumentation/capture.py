@@ -200,11 +200,14 @@ def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
         return value
     if depth <= 0:
         return f"<max depth: {kind.__name__}>"
-    if isinstance(value, Mapping):
-        return _mapping(value.items(), len(value), depth, max_string, max_items)
-    if isinstance(value, (list, tuple)):
-        return _sequence(value, len(value), depth, max_string, max_items)
-    return _other(value, depth, max_string, max_items)
+    try:
+        if isinstance(value, Mapping):
+            return _mapping(value.items(), len(value), depth, max_string, max_items)
+        if isinstance(value, (list, tuple)):
+            return _sequence(value, len(value), depth, max_string, max_items)
+        return _other(value, depth, max_string, max_items)
+    except Exception:  # one value that will not convert costs that value, not the argument or document holding it
+        return PLACEHOLDER
 
 
 def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int) -> dict[str, Any]:
@@ -213,12 +216,25 @@ def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int)
         if i >= max_items:
             out["…"] = f"{size - max_items} more entries"
             break
-        key = key if isinstance(key, str) else str(key)
+        key = key if isinstance(key, str) else _key_text(key, out)
         if config.mask_secrets and is_secret_key(key):
             out[key] = MASK
         else:
             out[key] = _jsonable(item, depth - 1, max_string, max_items)
     return out
+
+
+def _key_text(key: Any, taken: dict[str, Any]) -> str:
+    """A mapping key that is not a string as text; a key whose ``str()`` raises becomes the placeholder, numbered
+    from the second on so that each such key keeps its value."""
+    try:
+        return str(key)
+    except Exception:
+        text, n = PLACEHOLDER, 1
+        while text in taken:
+            n += 1
+            text = f"{PLACEHOLDER} {n}"
+        return text
 
 
 def _sequence(items: Any, size: int, depth: int, max_string: int, max_items: int) -> list[Any]:
@@ -257,7 +273,12 @@ def _other(value: Any, depth: int, max_string: int, max_items: int) -> Any:
         return value.isoformat()
     dump = getattr(value, "model_dump", None)  # pydantic v2
     if callable(dump):
-        return _jsonable(dump(mode="json"), depth, max_string, max_items)
+        try:
+            dumped = dump(mode="json")
+        except Exception:  # a serializer or validator that raises: the model is recorded as any other object
+            pass
+        else:
+            return _jsonable(dumped, depth, max_string, max_items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
         return _mapping(fields, len(dataclasses.fields(value)), depth, max_string, max_items)
