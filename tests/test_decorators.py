@@ -527,3 +527,73 @@ def test_keywords_named_like_a_positional_only_parameter_or_args_do_not_overwrit
         "query": "cats",
         "limit": 3,
     }
+
+
+def rate(amount: float, currency: str) -> str:
+    """Convert an amount to a currency."""
+    return f"{amount} {currency}"
+
+
+class Lookup:
+    """Look keys up."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def __call__(self, key: str) -> str:
+        return f"{self.table}:{key}"
+
+
+class AsyncLookup(Lookup):
+    async def __call__(self, key: str) -> str:  # type: ignore[override]
+        return f"async {self.table}:{key}"
+
+
+def test_module_level_decorated_functions_pickle_by_reference():
+    import pickle
+
+    for decorated in (add, convert, chat_openai, calc_agent):
+        assert pickle.loads(pickle.dumps(decorated)) is decorated
+
+
+def test_a_decorated_partial_or_callable_object_is_named_and_pickles_as_decorated_again(spans):
+    # They were named "wrapper" (qualname "_sync_wrapper.<locals>.wrapper") and pickling one, as multiprocessing
+    # does to send it to a worker, failed with "Can't pickle local object" where the undecorated one pickles.
+    import pickle
+
+    to_eur = tool(functools.partial(rate, 10))
+    named = tool(name="convert_currency", capture=False)(functools.partial(rate, 20))
+    lookup = retriever(name="users")(Lookup("users"))
+    asked = agent(AsyncLookup("faq"))
+    assert (to_eur.__name__, to_eur.__qualname__, to_eur.__module__) == ("rate", "rate", __name__)
+    assert (lookup.__name__, lookup.__qualname__, lookup.__module__) == ("Lookup", "Lookup", __name__)
+    assert to_eur.__doc__ == rate.__doc__ and lookup.__doc__ == Lookup.__doc__
+    assert lookup.table == "users"  # the object's own attributes, as a decorated function's
+    assert inspect.signature(to_eur) == inspect.signature(functools.partial(rate, 10))
+
+    again = [pickle.loads(pickle.dumps(decorated)) for decorated in (to_eur, named, lookup, asked)]
+    assert [d.__name__ for d in again] == ["rate", "rate", "Lookup", "AsyncLookup"]
+    assert inspect.iscoroutinefunction(asked) and inspect.iscoroutinefunction(again[3])
+    assert not inspect.iscoroutinefunction(again[0])
+    assert again[0]("EUR") == "10 EUR" and again[1]("USD") == "20 USD" and again[2]("ada") == "users:ada"
+    assert asyncio.run(again[3]("refund")) == "async faq:refund"
+    # the same decorator with the same options: span names, kinds, and capture=False kept
+    assert [s.name for s in spans.get_finished_spans()] == [
+        "execute_tool rate",
+        "execute_tool convert_currency",
+        "retrieval users",
+        "invoke_agent AsyncLookup",
+    ]
+    assert A.GEN_AI_TOOL_CALL_RESULT in by_name(spans, "execute_tool rate").attributes
+    assert A.GEN_AI_TOOL_CALL_RESULT not in by_name(spans, "execute_tool convert_currency").attributes
+
+
+def test_a_decorated_partial_or_callable_object_set_on_a_class_is_not_bound_as_a_method(spans):
+    # Undecorated, neither binds to the instance it is read from (they are no descriptors); the function that wrapped
+    # them did, so the instance came in as their first argument.
+    class Service:
+        to_eur = tool(functools.partial(rate, 10))
+        lookup = tool(Lookup("users"))
+
+    service = Service()
+    assert service.to_eur("EUR") == "10 EUR" and service.lookup("ada") == "users:ada"

@@ -688,6 +688,31 @@ def test_resume_refuses_a_changed_agent_or_dataset(tmp_path):
         evaluate("mock", "arithmetic", store=tmp_path / "empty", resume=True, progress="none")
 
 
+def test_a_decorated_partial_or_callable_object_given_as_the_agent_is_versioned_by_what_it_wraps():
+    # Without a source file the version hashes the agent's code; a decorated partial or callable object is an
+    # agenteval object wrapping the user's, whose code and bound arguments must count.
+    import functools
+
+    from agenteval.agents._loading import load_agent
+
+    def reply(prefix: str, message: str) -> str:
+        return prefix + message
+
+    class Polite:
+        def __call__(self, message: str) -> str:
+            return "please " + message
+
+    class Curt:
+        def __call__(self, message: str) -> str:
+            return message
+
+    loaded = [load_agent(agent(functools.partial(reply, p))) for p in ("a", "b")]
+    loaded += [load_agent(agent(Polite())), load_agent(agent(Curt()))]
+    assert all(a.provenance["version_from"] == "code" for a in loaded)
+    assert len({a.version for a in loaded}) == 4
+    assert load_agent(agent(functools.partial(reply, "a"))).version == loaded[0].version
+
+
 def test_an_agent_file_is_one_version_however_its_path_is_written(tmp_path, monkeypatch):
     """The version hashed the spec as typed: `-a a.py:plain` and `-a ./a.py:plain` were two agents, so a resume
     from another folder (or a shard in another checkout) was refused as "the agent changed"."""

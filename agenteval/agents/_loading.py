@@ -289,8 +289,11 @@ def _hash_code_of(obj: Any, digest: Any, seen: set[int]) -> None:
                 if isinstance(value, types.FunctionType):
                     digest.update(attribute.encode())
                     _hash_code_of(value, digest, seen)
-    else:  # a callable instance: its class's methods
+    else:  # a callable instance: its class's methods, and what it wraps (a decorated partial or callable object)
         _hash_code_of(type(obj), digest, seen)
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None:
+            _hash_value(wrapped, digest, seen)
 
 
 def _hash_function(fn: types.FunctionType, digest: Any, seen: set[int]) -> None:

@@ -41,9 +41,14 @@ _CO_GENERATOR, _CO_COROUTINE, _CO_ASYNC_GENERATOR = 0x20, 0x80, 0x200
 _FUNCTION = type(lambda: None)
 
 
-def instrument(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callable[..., Any]:
+Decorator = tuple[Callable[..., Any], dict[str, Any]]
+"""A decorator and its options (``(tool, {"name": ..., ...})``): what makes a decorated object again."""
+
+
+def instrument(fn: Callable[..., Any], make_step: Callable[[], Step], decorator: Decorator) -> Callable[..., Any]:
     """A wrapper of ``fn`` of the same kind (sync, coroutine, generator, async generator) that records each
-    call as the step ``make_step`` describes; ``make_step`` is called once, on the first call."""
+    call as the step ``make_step`` describes; ``make_step`` is called once, on the first call. ``decorator`` is
+    what made it, with its options: a wrapper that is no function pickles as that decorator applied again."""
     kind = _kind(fn)
     if kind == "async generator":
         wrapper = _async_generator_wrapper(fn, make_step)
@@ -53,7 +58,67 @@ def instrument(fn: Callable[..., Any], make_step: Callable[[], Step]) -> Callabl
         wrapper = _coroutine_wrapper(fn, make_step)
     else:
         wrapper = _sync_wrapper(fn, make_step)
-    return functools.wraps(fn)(wrapper)
+    if type(fn) is _FUNCTION or hasattr(fn, "__get__"):
+        # Functions (and methods, anything that binds): a function wrapper binds as they do, and a module-level one
+        # pickles by reference, as the function it replaces.
+        return functools.wraps(fn)(wrapper)
+    return Instrumented(fn, wrapper, decorator)
+
+
+class Instrumented:
+    """A decorated partial, callable object, class or builtin.
+
+    A function wrapper of one could not be pickled (it is a local function, not found by its name), so one sent to
+    a process pool failed where the undecorated object is sent; and it bound to the instance when set on a class,
+    where they do not. This pickles as its decorator, with the same options, applied again to what it wraps (which
+    pickles as it does undecorated), and binds to nothing. For ``inspect`` it is function-like, with the code of
+    the wrapper that runs, so it answers for its kind as the function wrapper did (``iscoroutinefunction`` of a
+    decorated object whose ``__call__`` is async is true); its signature is the wrapped object's.
+    """
+
+    # Function-like to inspect (as its _signature_is_functionlike reads it); the signature comes from __wrapped__.
+    __defaults__ = None
+    __kwdefaults__ = None
+
+    def __init__(self, wrapped: Callable[..., Any], wrapper: Callable[..., Any], decorator: Decorator) -> None:
+        target: Any = wrapped
+        while isinstance(target, functools.partial):
+            target = target.func
+        named = target if hasattr(target, "__qualname__") else type(target)
+        self.__wrapped__ = wrapped
+        self.__code__ = wrapper.__code__
+        self.__name__: str = named.__name__
+        self.__qualname__: str = named.__qualname__
+        module = getattr(named, "__module__", None)
+        if isinstance(module, str):  # else this class's
+            self.__module__ = module
+        self.__doc__ = getattr(target, "__doc__", None)
+        annotations = getattr(target, "__annotations__", None)
+        self.__annotations__ = annotations if isinstance(annotations, dict) else {}
+        self._wrapper = wrapper
+        self._decorator = decorator
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapper(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        decorator, options = self._decorator
+        return _decorated, (decorator, options, self.__wrapped__)
+
+    def __getattr__(self, name: str) -> Any:
+        # The wrapped object's own attributes (a callable object's state), as a function wrapper copied them; special
+        # names are not passed on, so that pickle, copy and inspect see this object's.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self) -> str:
+        return f"<{self._decorator[0].__name__} {self.__wrapped__!r}>"
+
+
+def _decorated(decorator: Callable[..., Any], options: dict[str, Any], wrapped: Callable[..., Any]) -> Any:
+    """``wrapped`` decorated again, as an unpickled :class:`Instrumented`."""
+    return decorator(wrapped, **options)
 
 
 def _kind(fn: Callable[..., Any]) -> str:
@@ -90,7 +155,7 @@ def _what_runs(fn: Callable[..., Any]) -> Callable[..., Any]:
     runs: Any = fn
     while isinstance(runs, functools.partial):
         runs = runs.func
-    if inspect.isroutine(runs) or isinstance(runs, type) or hasattr(fn, "_is_coroutine_marker"):
+    if inspect.isroutine(runs) or isinstance(runs, (type, Instrumented)) or hasattr(fn, "_is_coroutine_marker"):
         return fn
     return runs.__call__
 

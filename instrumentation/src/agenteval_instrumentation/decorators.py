@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ._wrap import instrument
+from ._wrap import Decorator, instrument
 
 if TYPE_CHECKING:
     from ._steps import Step
@@ -18,13 +18,14 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _decorate(fn: Any, make_step: Callable[[Callable[..., Any]], Step]) -> Any:
-    """Wrap ``fn`` (unwrapping ``staticmethod``/``classmethod`` and wrapping them back)."""
+def _decorate(fn: Any, make_step: Callable[[Callable[..., Any]], Step], decorator: Decorator) -> Any:
+    """Wrap ``fn`` (unwrapping ``staticmethod``/``classmethod`` and wrapping them back); ``decorator`` is the
+    decorator doing it, with its options, which a wrapper that pickles applies again."""
     if isinstance(fn, (staticmethod, classmethod)):
-        return type(fn)(_decorate(fn.__func__, make_step))
+        return type(fn)(_decorate(fn.__func__, make_step, decorator))
     if not callable(fn):
         raise TypeError(f"agenteval decorators wrap functions, not {type(fn).__name__}")
-    return instrument(fn, lambda: make_step(fn))
+    return instrument(fn, lambda: make_step(fn), decorator)
 
 
 @overload
@@ -48,7 +49,8 @@ def tool(
 
         return ToolStep(f, name or name_of(f), description or description_of(f), capture)
 
-    return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
+    made: Decorator = (tool, {"name": name, "description": description, "capture": capture})
+    return _decorate(fn, step, made) if fn is not None else lambda f: _decorate(f, step, made)
 
 
 @overload
@@ -73,7 +75,8 @@ def llm_call(
 
         return LLMStep(f, model, provider, capture)
 
-    return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
+    made: Decorator = (llm_call, {"model": model, "provider": provider, "capture": capture})
+    return _decorate(fn, step, made) if fn is not None else lambda f: _decorate(f, step, made)
 
 
 @overload
@@ -88,7 +91,8 @@ def agent(fn: Any = None, *, name: str | None = None, capture: bool | None = Non
 
         return AgentStep(f, name or name_of(f), capture)
 
-    return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
+    made: Decorator = (agent, {"name": name, "capture": capture})
+    return _decorate(fn, step, made) if fn is not None else lambda f: _decorate(f, step, made)
 
 
 @overload
@@ -112,7 +116,8 @@ def retriever(
 
         return RetrieverStep(f, name or name_of(f), id_key, capture)
 
-    return _decorate(fn, step) if fn is not None else lambda f: _decorate(f, step)
+    made: Decorator = (retriever, {"name": name, "id_key": id_key, "capture": capture})
+    return _decorate(fn, step, made) if fn is not None else lambda f: _decorate(f, step, made)
 
 
 def set_llm_response(
