@@ -505,7 +505,10 @@ def test_bare_decorators_name_partials_and_callable_objects_after_what_they_call
     for name in ("execute_tool lookup", "execute_tool named"):
         # the function's own docstring, not functools.partial's ("partial(func, *args, **keywords) - ...")
         assert by_name(spans, name).attributes[A.GEN_AI_TOOL_DESCRIPTION] == "Look a key up in a table."
-    assert json.loads(by_name(spans, "execute_tool lookup").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"key": "ada"}
+    assert json.loads(by_name(spans, "execute_tool lookup").attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {
+        "table": "users",
+        "key": "ada",
+    }
 
 
 def test_keywords_named_like_a_positional_only_parameter_or_args_do_not_overwrite_it(spans):
@@ -597,3 +600,28 @@ def test_a_decorated_partial_or_callable_object_set_on_a_class_is_not_bound_as_a
 
     service = Service()
     assert service.to_eur("EUR") == "10 EUR" and service.lookup("ada") == "users:ada"
+
+
+def test_a_decorated_partial_records_the_arguments_it_binds_with_the_call(spans):
+    # Only the call's own arguments were recorded: tool(partial(rate, 10))("EUR") recorded {"currency": "EUR"}, not
+    # the amount converted, and llm_call(partial(chat, model=...)) did not know its model.
+    def chat(messages: list[dict], model: str, temperature: float = 0.0) -> dict:
+        return {"content": "hi"}
+
+    class Ledger:
+        def book(self, account: str, amount: float, memo: str = "") -> str:
+            return account
+
+    tool(functools.partial(rate, 10))("EUR")
+    tool(name="nested")(functools.partial(functools.partial(rate, currency="USD"), amount=5))(currency="GBP")
+    tool(name="receiver")(functools.partial(Ledger.book, Ledger(), "cash"))(3.5, memo="tip")
+    llm_call(functools.partial(chat, model="gpt-4o-mini", temperature=0.2))([{"role": "user", "content": "hello"}])
+
+    def recorded(name):
+        return json.loads(by_name(spans, name).attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS])
+
+    assert recorded("execute_tool rate") == {"amount": 10, "currency": "EUR"}
+    assert recorded("execute_tool nested") == {"amount": 5, "currency": "GBP"}  # the call's keyword wins, as it does
+    assert recorded("execute_tool receiver") == {"account": "cash", "amount": 3.5, "memo": "tip"}  # never self
+    chat_span = by_name(spans, "chat gpt-4o-mini")  # the model the partial binds names the span
+    assert json.loads(chat_span.attributes[A.GEN_AI_INPUT_MESSAGES])[0]["parts"][0]["content"] == "hello"

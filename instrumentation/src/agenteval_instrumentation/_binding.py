@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -58,3 +59,30 @@ class Binder:
             extra = bound.get(self._var_keyword)
             bound[self._var_keyword] = {**extra, **shadowing} if isinstance(extra, dict) else shadowing
         return bound
+
+
+class PartialBinder(Binder):
+    """Binds a call of a ``functools.partial`` as the function it calls receives it: the partial's arguments first,
+    its keywords overridden by the call's. Bound to the partial's own signature, a call recorded only the arguments
+    given at the call, not those the partial holds."""
+
+    __slots__ = ("_bound_args", "_bound_keywords")
+
+    def __init__(self, fn: functools.partial[Any]) -> None:
+        args: tuple[Any, ...] = ()
+        keywords: dict[str, Any] = {}
+        target: Any = fn
+        while isinstance(target, functools.partial):  # a partial of a partial: the inner one's arguments come first
+            args, keywords = target.args + args, {**target.keywords, **keywords}
+            target = target.func
+        super().__init__(target)
+        self._bound_args = args
+        self._bound_keywords = keywords
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return super().bind(self._bound_args + args, {**self._bound_keywords, **kwargs})
+
+
+def binder_of(fn: Callable[..., Any]) -> Binder:
+    """The binder for ``fn``: a partial's binds what it holds too; any other's binds only the call."""
+    return PartialBinder(fn) if isinstance(fn, functools.partial) else Binder(fn)

@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, SpanKind
 from . import _values, capture
 from . import attributes as A
 from . import messages as M
-from ._binding import Binder
+from ._binding import binder_of
 from .responses import ResponseInfo, read_response, reply_text
 
 _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("agenteval_tool_call_id", default=None)
@@ -64,7 +64,7 @@ class Step:
 
     def __init__(self, fn: Callable[..., Any], name: str, capture_content: bool | None) -> None:
         self.name = name
-        self.binder = Binder(fn)
+        self.binder = binder_of(fn)
         self.capture_content = capture_content
         self.span_name = f"{self.operation} {name}" if name else self.operation
         self.static_attributes: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: self.operation}
