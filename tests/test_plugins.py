@@ -358,7 +358,9 @@ def test_the_agent_version_follows_the_plugins_code(sites, cases, tmp_path):
 def test_a_plugin_scorer_named_like_a_builtin_replaces_it_only_when_named_by_its_target(sites, cases, tmp_path):
     store = str(tmp_path / "store")
     path = [sites["demo"]]
-    common = ("run", "-d", str(cases), "-a", "echo", "--attempts", "1", "--store", store, "--json")
+    # An option makes make_agent the factory it is (without one it would be the agent, and reply with a function).
+    common = ("run", "-d", str(cases), "-a", "echo", "--agent-option", "shout=no", "--attempts", "1", "--store", store)
+    common += ("--json",)
     # --scorer answer_match is the built-in, whatever a plugin calls itself.
     builtin = agenteval(*common, "--scorer", "answer_match", sites=path, cwd=tmp_path)
     assert builtin.returncode == 0, builtin.stderr
