@@ -506,3 +506,17 @@ def test_anthropic_prompt_tokens_read_from_or_written_to_its_cache_are_counted(m
     assert (response.text, response.usage.input_tokens, response.usage.output_tokens) == ("4", 1025, 7)
     (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
     assert chat.attributes[A.GEN_AI_USAGE_INPUT_TOKENS] == 1025
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("counts", [(-12, -7), (2**63, 2**64)], ids=["negative", "past int64"])
+def test_usage_counts_that_are_no_token_counts_are_recorded_as_unknown(model_server, spans, api, counts):
+    """A server reporting negative usage had it recorded: a trial's tokens (and cost) went below zero and lowered
+    the experiment's totals. A count no token count can be is unknown, as a missing one is."""
+    model_server.script(ms.text("4", input_tokens=counts[0], output_tokens=counts[1]))
+    response = complete(model(model_server, api))
+    assert response.text == "4"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (None, None)
+    (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert A.GEN_AI_USAGE_INPUT_TOKENS not in chat.attributes
+    assert A.GEN_AI_USAGE_OUTPUT_TOKENS not in chat.attributes

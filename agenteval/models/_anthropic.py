@@ -7,7 +7,7 @@ import inspect
 import json
 from typing import Any
 
-from agenteval_instrumentation.responses import input_tokens
+from agenteval_instrumentation.responses import input_tokens, token_count
 
 from ._request import Message, ModelRequest
 from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
@@ -174,7 +174,7 @@ def read(raw: Any) -> dict[str, Any]:
         "tool_calls": tuple(calls),
         "finish_reason": FINISH.get(raw.stop_reason or "", OTHER),
         "provider_finish_reason": raw.stop_reason,
-        "usage": Usage(input_tokens(usage), usage.output_tokens) if usage is not None else Usage(),
+        "usage": Usage(input_tokens(usage), token_count(usage.output_tokens)) if usage is not None else Usage(),
         "model": raw.model,
         "response_id": raw.id,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenteval_instrumentation.responses import content_text
+from agenteval_instrumentation.responses import content_text, token_count
 
 from ._request import ModelRequest
 from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
@@ -84,7 +84,9 @@ def read(raw: Any) -> dict[str, Any]:
         "tool_calls": tuple(calls),
         "finish_reason": CONTENT_FILTER if reason == FINISH_CONTENT_FILTER else FINISH.get(reason or "", OTHER),
         "provider_finish_reason": reason,
-        "usage": Usage(usage.prompt_tokens, usage.completion_tokens) if usage is not None else Usage(),
+        "usage": Usage(token_count(usage.prompt_tokens), token_count(usage.completion_tokens))
+        if usage is not None
+        else Usage(),
         "model": raw.model,
         "response_id": raw.id,
     }

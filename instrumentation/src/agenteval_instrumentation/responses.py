@@ -29,8 +29,16 @@ def _get(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+MAX_TOKEN_COUNT = 2**63 - 1
+"""The largest count a span's integer attribute (and the store's int64 column) holds."""
+
+
+def token_count(value: Any) -> int | None:
+    """``value`` as a token count, or None (unknown) when it cannot be one: not an int, below zero, or past
+    int64. A server reporting -12 tokens would otherwise lower a trial's tokens and cost, and the run's totals."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
+        return value
+    return None
 
 
 ANTHROPIC_CACHE_TOKENS = ("cache_read_input_tokens", "cache_creation_input_tokens")
@@ -40,10 +48,10 @@ ANTHROPIC_CACHE_TOKENS = ("cache_read_input_tokens", "cache_creation_input_token
 
 def input_tokens(usage: Any) -> int | None:
     """All the prompt's tokens of a usage object that says ``input_tokens``: Anthropic's cached ones included."""
-    found = _int(_get(usage, "input_tokens"))
+    found = token_count(_get(usage, "input_tokens"))
     if found is None:
         return None
-    return found + sum(_int(_get(usage, name)) or 0 for name in ANTHROPIC_CACHE_TOKENS)
+    return token_count(found + sum(token_count(_get(usage, name)) or 0 for name in ANTHROPIC_CACHE_TOKENS))
 
 
 def read_response(value: Any) -> ResponseInfo:
@@ -65,12 +73,12 @@ def _read_into(info: ResponseInfo, value: Any) -> None:
     info.response_id = response_id if isinstance(response_id, str) else None
     usage = _get(value, "usage")
     if usage is not None:
-        info.input_tokens = _int(_get(usage, "prompt_tokens"))
+        info.input_tokens = token_count(_get(usage, "prompt_tokens"))
         if info.input_tokens is None:
             info.input_tokens = input_tokens(usage)
-        info.output_tokens = _int(_get(usage, "completion_tokens"))
+        info.output_tokens = token_count(_get(usage, "completion_tokens"))
         if info.output_tokens is None:
-            info.output_tokens = _int(_get(usage, "output_tokens"))
+            info.output_tokens = token_count(_get(usage, "output_tokens"))
     choices = _get(value, "choices")
     if isinstance(choices, (list, tuple)) and choices:  # OpenAI chat completions
         info.finish_reasons = [str(r) for c in choices if (r := _get(c, "finish_reason")) is not None]
