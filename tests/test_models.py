@@ -520,3 +520,49 @@ def test_usage_counts_that_are_no_token_counts_are_recorded_as_unknown(model_ser
     (chat,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
     assert A.GEN_AI_USAGE_INPUT_TOKENS not in chat.attributes
     assert A.GEN_AI_USAGE_OUTPUT_TOKENS not in chat.attributes
+
+
+WRONG_SHAPES = {
+    ms.OPENAI: [
+        {"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": ["4"]},
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "4"}}],
+            "usage": "lots",
+        },
+    ],
+    ms.ANTHROPIC: [
+        {"id": "x", "type": "message", "role": "assistant", "model": "m", "content": 4, "stop_reason": "end_turn"},
+        {
+            "id": "x",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [{"type": "text", "text": "4"}],
+            "stop_reason": "end_turn",
+            "usage": "lots",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("shape", [0, 1], ids=["choices or content", "usage"])
+def test_an_answer_whose_parts_are_of_the_wrong_shape_is_an_infrastructure_failure_and_is_retried(
+    model_server, api, shape
+):
+    """A finished answer whose choices, content or usage were of another shape (a broken gateway's) raised the
+    adapter's AttributeError or TypeError out of complete(): the trial was typed agent_error (the agent's own bug)
+    or llm_error not counted as infrastructure, and was never retried."""
+    body = json.dumps(WRONG_SHAPES[api][shape])
+    model_server.script(ms.Reply(body=body))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in=None)
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "shape" in str(exc)
+    model_server.script(ms.Reply(body=body), ms.text("whole"))
+    response = complete(model(model_server, api))
+    assert response.text == "whole" and response.retries == 1

@@ -232,7 +232,7 @@ class Model:
         outcome = "other"
         try:
             raw = await self._sent(request)
-            if not self.adapter.finished(raw):
+            if not self._readable(raw):
                 raise StreamEndedEarly(
                     f"{self.name}: the reply ended before the model finished it"
                     if request.stream
@@ -253,6 +253,20 @@ class Model:
             return retry
         finally:
             self.limiter.release(generation, outcome)
+
+    def _readable(self, raw: Any) -> bool:
+        """Whether ``raw`` holds a finished reply; raises :class:`UnreadableResponse` when its parts are of another
+        shape than the API's (a broken gateway's ``choices: ["4"]`` or ``usage: "lots"``), so that it is retried and
+        typed as the provider's failure, not raised later from :meth:`complete` as the agent's own bug."""
+        try:
+            if not self.adapter.finished(raw):
+                return False
+            self.adapter.read(raw)
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
+            raise UnreadableResponse(
+                f"{self.name}: the answer is not of the API's shape ({type(exc).__name__}: {exc})"
+            ) from exc
+        return True
 
     async def _sent(self, request: ModelRequest) -> Any:
         """One request to the SDK. The SDK's timeout bounds each wait on the connection, so a body sent a few

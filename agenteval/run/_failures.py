@@ -73,7 +73,8 @@ class RequestTimedOut(ConnectionError):
 
 
 class UnreadableResponse(ConnectionError):
-    """The provider (or a proxy before it) answered with a body that is not JSON: an error page, a cut body."""
+    """The provider (or a proxy before it) answered with a body that is not JSON (an error page, a cut body), or with
+    JSON whose parts are not of the API's shape."""
 
 
 RETRIED = "agenteval_retried"
