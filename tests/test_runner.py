@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import pydantic
 import pytest
 
 from agenteval import agent, llm_call, set_llm_response, tool
@@ -367,6 +368,46 @@ def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_p
         "number": ("passed", "4"),
         "own-str": ("passed", "it is 4"),
     }
+
+
+def test_a_pydantic_model_without_content_is_the_agents_error_not_a_pass(tmp_path):
+    """pydantic's ``__str__`` lists a model's fields (``answer="I don't know; tried 4"``), a repr by another name:
+    a structured output returned whole passed a check for "4". It is now that trial's agent_error, as a dataclass
+    is; a model with a ``content`` string is still read as that text."""
+
+    class Answer(pydantic.BaseModel):
+        answer: str
+
+    class Reply(pydantic.BaseModel):
+        content: str
+
+    class Wrapped(pydantic.BaseModel):
+        content: Answer
+
+    replies = {
+        "model": Answer(answer="I don't know; tried 4 things"),
+        "root": pydantic.RootModel[list[str]](["4"]),
+        "nested": Wrapped(content=Answer(answer="4")),
+        "content": Reply(content="it is 4"),
+    }
+
+    experiment = evaluate(
+        lambda question: replies[question],
+        dataset(*(q(key, key) for key in replies)),
+        attempts=1,
+        store=tmp_path,
+        progress="none",
+    )
+
+    rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
+    for key, returned in (
+        ("model", "the agent returned a Answer"),
+        ("root", "the agent returned a RootModel[list[str]]"),
+        ("nested", "the agent returned a Wrapped whose content is a Answer"),
+    ):
+        assert (rows[key]["outcome"], rows[key]["failure_type"], rows[key]["reply"]) == ("failed", "agent_error", None)
+        assert f"{returned}, not its reply's text" in rows[key]["error_message"], rows[key]
+    assert (rows["content"]["outcome"], rows["content"]["reply"]) == ("passed", "it is 4")
 
 
 def test_an_openai_response_returned_whole_is_scored_on_its_text_never_on_its_repr(tmp_path, model_server):

@@ -448,9 +448,9 @@ def _reply(result: Any) -> str:
     dict's or object's ``content`` (a string, or the text parts of a list, as :func:`reply_text` reads it; bytes as
     UTF-8); nothing (``""``, so ``empty_output``) for None or a ``content`` of None, as an SDK message that only calls
     tools has; a number, or an object with a text form of its own (its ``__str__``), as ``str()``. Anything else (a
-    dict without a ``content``, a list, an object whose only text is its repr) raises TypeError: that trial's
-    ``agent_error``. A ``str`` subclass comes back as the plain ``str`` it holds, so the harness never calls the
-    agent's own methods on it."""
+    dict without a ``content``, a list, an object whose only text is its repr, a pydantic model without a ``content``,
+    whose ``str`` lists its fields) raises TypeError: that trial's ``agent_error``. A ``str`` subclass comes back as
+    the plain ``str`` it holds, so the harness never calls the agent's own methods on it."""
     text = reply_text(result)
     if text is None:
         content = result.get("content", result) if isinstance(result, dict) else getattr(result, "content", result)
@@ -467,10 +467,25 @@ def _reply(result: Any) -> str:
     return str.__str__(text)
 
 
+# pydantic's own __str__ methods (v2's BaseModel, v1's and pydantic.v1's Representation): a listing of the model's
+# fields (answer='4'), a repr by another name. Known by where they are defined, so pydantic is never imported here.
+_PYDANTIC_FIELD_LISTINGS = frozenset(
+    {
+        ("pydantic.main", "BaseModel.__str__"),
+        ("pydantic.utils", "Representation.__str__"),
+        ("pydantic.v1.utils", "Representation.__str__"),
+    }
+)
+
+
 def _only_text_is_repr(value: object) -> bool:
-    """Whether ``str(value)`` would be its Python repr (a container's, a dataclass's, a plain object's); a number's
-    ``str`` is its text, though numbers share ``object.__str__`` too."""
-    return type(value).__str__ is object.__str__ and not isinstance(value, numbers.Number)
+    """Whether ``str(value)`` would be its Python repr (a container's, a dataclass's, a plain object's) or a pydantic
+    model's field listing; a number's ``str`` is its text, though numbers share ``object.__str__`` too."""
+    text_form = type(value).__str__
+    if text_form is object.__str__:
+        return not isinstance(value, numbers.Number)
+    defined_at = (getattr(text_form, "__module__", None), getattr(text_form, "__qualname__", None))
+    return defined_at in _PYDANTIC_FIELD_LISTINGS
 
 
 def _returned(result: object, content: object) -> str:
