@@ -82,8 +82,9 @@ class AgentAbort(BaseException):
         (AgentAbort("gave up"), "AgentAbort"),
         (asyncio.CancelledError("the agent's own"), "CancelledError"),
         # A future cannot carry these two as they are: a sync agent's StopIteration never reported back (the trial
-        # waited out its timeout) and its GeneratorExit closed the run's coroutines.
-        (StopIteration("done"), "RuntimeError: coroutine raised StopIteration"),
+        # waited out its timeout) and its GeneratorExit closed the run's coroutines. A StopIteration is recorded as
+        # the agent raised it, not as the RuntimeError a coroutine it passes through turns it into.
+        (StopIteration("done"), "StopIteration: done"),
         (GeneratorExit("closed"), "GeneratorExit"),
     ],
     ids=["sys.exit", "KeyboardInterrupt", "BaseException subclass", "CancelledError", "StopIteration", "GeneratorExit"],
@@ -108,6 +109,33 @@ def test_an_agent_cannot_end_the_run(tmp_path, kind, raised, message):
     assert found["exits"][2].startswith(message)
     assert found["a"][0] == found["b"][0] == "passed"
     assert experiment.summary.trials == 6
+
+
+def test_a_stopiteration_from_an_agent_is_recorded_as_the_agents_own_exception(tmp_path):
+    """A StopIteration leaving a coroutine or generator becomes Python's ``RuntimeError: coroutine raised
+    StopIteration``, and a sync agent's call always passes through the run's coroutines: the trial said RuntimeError
+    and lost the agent's message. It now records the StopIteration, whichever way the agent raised it."""
+
+    def empty_next(question: str) -> str:
+        return next(x for x in [] if x)
+
+    def streams_then_stops(question: str):
+        yield "4"
+        raise StopIteration("halted mid-stream")
+
+    async def streams_async_then_stops(question: str):
+        yield "4"
+        raise StopIteration("halted async")
+
+    expected = {
+        empty_next: "StopIteration: ",
+        streams_then_stops: "StopIteration: halted mid-stream",
+        streams_async_then_stops: "StopIteration: halted async",
+    }
+    for agent, message in expected.items():
+        store = tmp_path / agent.__name__
+        experiment = evaluate(agent, dataset("stops"), attempts=1, timeout=20, store=store, progress="none")
+        assert outcomes(store, experiment.id)["stops"] == ("failed", "agent_error", message), agent.__name__
 
 
 def run_json(tmp_path, agent_source: str, *options: str) -> subprocess.CompletedProcess[str]:

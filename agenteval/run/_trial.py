@@ -44,6 +44,17 @@ LEFT_RUNNING = (
     "it was left running and the run went on without it"
 )
 
+PEP_479 = frozenset(
+    {
+        "coroutine raised StopIteration",
+        "generator raised StopIteration",
+        "async generator raised StopIteration",
+        "async generator raised StopAsyncIteration",
+    }
+)
+"""Python's messages for the RuntimeError a StopIteration (a subclass's too) becomes on leaving a coroutine or
+generator, or a StopAsyncIteration on leaving an async generator."""
+
 UserSimulator = Callable[[str, list[dict[str, str]]], "str | None | Awaitable[str | None]"]
 """``simulator(goal, messages)``: ``goal`` is the case's ``simulated_user`` text and ``messages`` the
 conversation so far (``{"role": "user"|"assistant", "content": ...}``). It returns the user's next
@@ -256,7 +267,7 @@ class TrialRunner:
             # The agent's failure is data here, not a crash: even sys.exit(), a KeyboardInterrupt, GeneratorExit
             # or its own BaseException subclass costs that trial only (a real second Ctrl-C arrives as StopNow).
             except BaseException as error:
-                return error, False
+                return _as_raised(error), False
         # An agent that swallowed its cancellation, or that held the event loop past the deadline (so the
         # timer could not fire), returned an answer; but a trial that ran past its timeout is a timeout.
         if timer.expired():
@@ -441,6 +452,16 @@ def _model_calls(spans: list[ReadableSpan]) -> tuple[str | None, int]:
             last, last_end = attributes, span.end_time or 0
     reasons = last.get(A.GEN_AI_RESPONSE_FINISH_REASONS) if last is not None else None
     return (reasons[0] if reasons else None), waits
+
+
+def _as_raised(error: BaseException) -> BaseException:
+    """The exception the agent raised: a StopIteration (or StopAsyncIteration) that left a coroutine or generator
+    comes out as Python's ``RuntimeError: coroutine raised StopIteration`` (PEP 479), whatever the agent's own type and
+    message were; a sync agent's always does, the run's coroutines carrying its call. Its cause is the original."""
+    cause = error.__cause__
+    if type(error) is RuntimeError and isinstance(cause, (StopIteration, StopAsyncIteration)) and str(error) in PEP_479:
+        return cause
+    return error
 
 
 def _reply(result: Any) -> str:

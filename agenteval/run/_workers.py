@@ -69,7 +69,8 @@ class SyncWorkers:
         except _Carried as carried:
             error = carried.error
         # Raised from this coroutine's frame, it travels up the awaiting coroutines like any exception (a
-        # StopIteration becomes "coroutine raised StopIteration", as it does from an async function).
+        # StopIteration becomes "coroutine raised StopIteration", as it does from an async function; the trial records
+        # the StopIteration, its cause).
         raise error
 
     def close(self) -> None:
