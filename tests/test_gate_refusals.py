@@ -168,6 +168,18 @@ def test_an_unknown_experiment_id_exits_3(runs):
     assert result.exit_code == 3 and "no experiment 'no-such-experiment'" in result.output
 
 
+def test_a_missing_store_exits_3_saying_so_and_creates_nothing(tmp_path):
+    """A mistyped --store was refused as "no experiment 'a' in ...", sending the user to check ids that were right."""
+    missing = tmp_path / "mistyped"
+    result = CliRunner().invoke(main, ["gate", "--baseline", "a", "--candidate", "b", "--store", str(missing)])
+    assert result.exit_code == 3, result.output
+    assert result.output.splitlines() == [
+        "gate: refused (exit 3)",
+        f"  there is no store at {missing}: check --store (or AGENTEVAL_STORE), or run `agenteval run` first",
+    ]
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize("where", ["a directory", "a missing folder"])
 def test_a_step_summary_that_cannot_be_written_exits_3(runs, tmp_path, where):
     path = tmp_path if where == "a directory" else tmp_path / "missing" / "summary.md"

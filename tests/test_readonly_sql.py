@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.run import evaluate
-from agenteval.store import NotReadOnly, Store
+from agenteval.scorers import rescore
+from agenteval.store import NoStore, NotReadOnly, Store, compact, doctor
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,37 @@ def test_read_only_commands_never_create_a_store(tmp_path, args):
         f"Error: there is no store at {missing}: check --store (or AGENTEVAL_STORE), or run `agenteval run` first"
     ]
     assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compact"],
+        ["rescore"],
+        ["rescore", "20260101-000000-abcdef"],
+        ["doctor"],
+        ["doctor", "--dry-run"],
+        ["prune", "--older-than", "1d"],
+    ],
+)
+def test_commands_that_rewrite_a_store_refuse_a_missing_one_and_create_nothing(tmp_path, args):
+    """A mistyped --store: compact made the folder (and its .locks/) and said "compacted 0 partition(s)", rescore
+    said "the store is empty" and doctor "there is no store" without what to do. Each now says what report says."""
+    missing = tmp_path / "mistyped"
+    result = CliRunner().invoke(main, [*args, "--store", str(missing)])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        f"Error: there is no store at {missing}: check --store (or AGENTEVAL_STORE), or run `agenteval run` first"
+    ]
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("call", [compact, doctor, rescore], ids=["compact", "doctor", "rescore"])
+def test_the_python_functions_that_rewrite_a_store_refuse_a_missing_one(tmp_path, call):
+    missing = tmp_path / "mistyped"
+    with pytest.raises(NoStore, match="there is no store at"):
+        call(Store(missing))
+    assert not missing.exists()
 
 
 def test_reads_of_a_spans_only_store_create_nothing(tmp_path):

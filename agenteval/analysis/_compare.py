@@ -14,7 +14,7 @@ from ..errors import AgentevalError, SeveralProblems
 from ..render._text_safety import markdown_cell
 from ..run._failures import SCORER_ERROR
 from ..run._options import DEFAULT_ALPHA, DEFAULT_MAX_DROP, DEFAULT_MAX_INFRA, MAX_ALPHA
-from ..store import Store
+from ..store import NoStore, Store
 from ..store import _views as views
 from ..store._doctor import damaged_store_message
 from ..store._snapshots import judged_connection
@@ -519,8 +519,9 @@ def gate(
             REFUSED, "refused", [f"alpha {alpha!r}: the one-sided test's level must be above 0 and below {MAX_ALPHA}"]
         )
     try:
+        store.require()  # a mistyped --store is said as such, not as two experiments missing from it
         comparison = compare(store, baseline_id, candidate_id)
-    except (NotComparable, ex.EmptyId, duckdb.Error, OSError) as exc:
+    except (NoStore, NotComparable, ex.EmptyId, duckdb.Error, OSError) as exc:
         damaged = damaged_store_message(exc)
         reasons = [damaged] if damaged else exc.lines() if isinstance(exc, AgentevalError) else [str(exc)]
         return GateDecision(REFUSED, "refused", reasons)

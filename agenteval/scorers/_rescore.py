@@ -83,7 +83,9 @@ def rescore(
     with the LLM judge, which then decides whether an answer is right; without it, a run's judge is not called
     again and its scores stand. ``otlp=True`` also sends the new scores to the OTLP
     backend the standard ``OTEL_EXPORTER_OTLP_*`` variables name, as a run does (see ``agenteval.run._export``).
+    A store folder that is not there raises :class:`agenteval.store.NoStore`.
     """
+    store.require()  # before anything is set up, and never "the store is empty" for a mistyped folder
     exporter = _otlp_exporter() if otlp else None
     experiment = ex.find(store, experiment_id)
     if experiment is None:

@@ -312,8 +312,10 @@ def compact(
 
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
-    compaction at its end), returns at once with ``skipped`` set.
+    compaction at its end), returns at once with ``skipped`` set. A store folder that is not there raises
+    :class:`NoStore`: compaction never creates one.
     """
+    store.require()
     try:
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)

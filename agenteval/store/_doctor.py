@@ -88,9 +88,9 @@ def damaged_store_message(error: BaseException | None) -> str | None:
 
 def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SECONDS) -> DoctorReport:
     """Read every data file of the store; move unreadable ones to the quarantine (not with ``dry_run``).
-    Holds the compaction lock meanwhile, so no compaction merges a file while it is examined."""
-    if not store.root.is_dir():
-        raise FileNotFoundError(f"there is no store at {store.root}")
+    Holds the compaction lock meanwhile, so no compaction merges a file while it is examined. A store folder that is
+    not there raises :class:`NoStore`."""
+    store.require()
     with compaction_lock(store.root, wait=wait, only_reading=dry_run):
         if not dry_run:
             finish_earlier_prunes(store.root)  # a killed prune: the files its journal names still go
