@@ -210,7 +210,38 @@ def test_nan_and_infinity_are_refused_with_their_field(tmp_path):
         (3, "expected_output", "1e400"),
         (4, "acceptable_outputs", "Infinity"),
     ]
-    assert "write null, a finite number or a string" in info.value.problems[0].message
+    assert "write a finite number or a string" in info.value.problems[0].message
+
+
+def test_the_advice_for_nan_or_infinity_names_only_what_that_field_takes(tmp_path):
+    """Every field was told "write null, a finite number or a string": an id of 1e400 was then refused as null and
+    as 1.0 ("must be a string"), an expected_output as null. The advice now names what the field takes."""
+    fields = {
+        "id": "write an integer or a string",
+        "expected_output": "write a finite number or a string",
+        "acceptable_outputs": "write a finite number or a string",
+        "input": "write a string",
+        "category": "write null or a string",
+        "max_turns": "write null or an integer",
+        "expects_tool_error": "write null or a boolean",
+        "metadata": "write null, a finite number or a string",
+    }
+    records = []
+    for field in fields:
+        record = {"id": f"case-{field}", "input": "q", "expected_output": "a", field: "@"}
+        if field in ("acceptable_outputs", "metadata"):
+            record[field] = ["@"] if field == "acceptable_outputs" else {"score": "@"}
+        records.append(json.dumps(record).replace('"@"', "1e400"))
+    with pytest.raises(DatasetError) as info:
+        load_file(write(tmp_path, "\n".join(records) + "\n"))
+    advice = {p.field.split(".")[0]: p.message.split("; ", 1)[1] for p in info.value.problems}
+    assert advice == fields
+    # The advice for an id holds: an integer loads, null and 1.0 do not.
+    loads = write(tmp_path, lines({"id": 1, "input": "q", "expected_output": "a"}), "id.jsonl")
+    assert load_file(loads).cases[0].id == "1"
+    for refused in ("null", "1.0"):
+        with pytest.raises(DatasetError, match="must be a string"):
+            load_file(write(tmp_path, f'{{"id": {refused}, "input": "q", "expected_output": "a"}}\n', "bad.jsonl"))
 
 
 def test_builtin_names_and_paths_load_alike(tmp_path):

@@ -172,6 +172,50 @@ def _non_finite_at(value: Any, field: str = "") -> tuple[str, str] | None:
     return None
 
 
+_STAND_INS: tuple[tuple[str, Any], ...] = (
+    ("null", None),
+    ("a finite number", 1.5),
+    ("an integer", 1),
+    ("a string", "1"),
+    ("a boolean", True),
+)
+"""A value of each kind a field may take, tried in place of a NaN or infinity to say what to write instead."""
+
+
+def _finite_advice(record: dict[str, Any], field: str, line: int) -> str:
+    """What to write instead of the NaN or infinity at ``field``: the kinds of value :func:`parse_case` takes there,
+    found by parsing the line with each in its place, so the advice never names a kind that is then refused."""
+    top = field.split(".")[0]
+    taken = [kind for kind, stand_in in _STAND_INS if _takes(record, top, _replaced(record, stand_in), line)]
+    if "a finite number" in taken:
+        taken.remove("an integer")  # said already
+    if "a boolean" in taken and ("a string" in taken or "a finite number" in taken):
+        taken.remove("a boolean")  # metadata takes anything; nobody writes a boolean for a number
+    if not taken:  # the field refuses every stand-in for another reason, said once the number is fixed
+        return "write the value the field takes"
+    return "write " + (" or ".join(taken) if len(taken) < 3 else f"{', '.join(taken[:-1])} or {taken[-1]}")
+
+
+def _takes(record: dict[str, Any], field: str, candidate: Any, line: int) -> bool:
+    """Whether the line ``candidate`` (``record`` with a stand-in for its NaN) passes, or fails only elsewhere."""
+    try:
+        parse_case(candidate, line)
+    except _Invalid as exc:
+        return exc.field != field
+    return True
+
+
+def _replaced(value: Any, stand_in: Any) -> Any:
+    """``value`` with every :class:`_NonFinite` in it replaced by ``stand_in``."""
+    if isinstance(value, _NonFinite):
+        return stand_in
+    if isinstance(value, dict):
+        return {key: _replaced(item, stand_in) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replaced(item, stand_in) for item in value]
+    return value
+
+
 MAX_NESTING = 100
 """The most levels a line's JSON may nest (lists in objects in lists, in ``metadata``): far beyond any real case.
 Python reads about 1,000 levels, fewer the deeper in a program it reads them, so without a limit of its own a line
@@ -576,7 +620,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             continue
         if found is not None:
             field, written = found
-            report(number, field, f"{written} is not a number JSON allows; write null, a finite number or a string")
+            report(number, field, f"{written} is not a number JSON allows; {_finite_advice(record, field, number)}")
             continue
         try:
             case = parse_case(record, number)
