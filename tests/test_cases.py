@@ -171,6 +171,26 @@ def test_blank_lines_bom_and_crlf(tmp_path):
     assert [(c.id, c.line, c.input) for c in cases] == [("1", 1, "q1"), ("4", 4, "q2")]
 
 
+def test_a_file_with_cr_only_line_ends_says_so_and_how_to_convert_it(tmp_path):
+    """Old Mac line ends (a CR alone) make the whole file one line: it was refused as "invalid JSON at column 46:
+    Extra data" with nothing to say why. A CR inside a line that does not parse as JSON now says what it is."""
+    records = [{"id": i, "input": "x", "expected_output": "1"} for i in "ab"]
+    path = write(tmp_path, "".join(json.dumps(r, separators=(",", ":")) + "\r" for r in records))
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == [
+        f"{path}:1: invalid JSON at column 46: Extra data; the file's lines end with a CR alone (old Mac line ends), "
+        "so it reads as one line: convert them to LF, e.g. tr '\\r' '\\n' < FILE > FIXED.jsonl",
+        f"{path}: 1 problem",
+    ], done.output
+    # A CR inside a string is no line end; one that JSON reads as whitespace, and a CRLF file, load as they did.
+    inside = write(tmp_path, '{"input": "a\rb", "expected_output": "a"}\n', "inside.jsonl")
+    with pytest.raises(DatasetError, match="Invalid control character") as info:
+        load_file(inside)
+    assert "CR alone" not in str(info.value)
+    content = '{"input":\r"q", "expected_output": "a"}\r\n{"input": "q2", "expected_output": "b"}\r\n'
+    assert [c.input for c in load_file(write(tmp_path, content, "crlf.jsonl")).cases] == ["q", "q2"]
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
 def test_a_utf16_file_is_one_problem_saying_to_save_it_as_utf8(tmp_path, encoding):
     """Windows PowerShell's `>` writes UTF-16: every line after the first read as "invalid JSON at column 1:

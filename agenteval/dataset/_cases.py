@@ -548,6 +548,19 @@ def utf8_text(data: bytes, *, file_start: bool) -> str:
         raise NotUtf8(f"not valid UTF-8 at byte {exc.start + 1}; save the file as UTF-8", whole_file=False) from None
 
 
+CR_LINE_ENDS = (
+    "; the file's lines end with a CR alone (old Mac line ends), so it reads as one line: convert them to LF, "
+    "e.g. tr '\\r' '\\n' < FILE > FIXED.jsonl"
+)
+
+
+def _cr_line_ends(text: str, error: json.JSONDecodeError) -> str:
+    """The hint for a line holding a whole JSON value, then a carriage return, then more: lines split on LF alone,
+    so a file whose lines end with a CR alone is one line, whose second record is "Extra data". (A CR that JSON
+    reads as whitespace fails nothing, and one inside a string fails as a control character: no hint for those.)"""
+    return CR_LINE_ENDS if error.msg == "Extra data" and "\r" in text[: error.pos] else ""
+
+
 NO_CASES = (
     "has no cases: nothing to run (the file is empty or holds only blank lines); write one case a line, "
     'each a JSON object such as {"input": "...", "expected_output": "..."}'
@@ -608,7 +621,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             deep = _too_deep(record)
             found = _non_finite_at(record) if non_finite and deep is None else None
         except json.JSONDecodeError as exc:
-            report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
+            report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{_cr_line_ends(text, exc)}")
             continue
         except _DuplicateKey as exc:
             report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
