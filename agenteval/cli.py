@@ -424,6 +424,7 @@ def sql(query: str, store: str | None, fmt: str, memory_limit: int) -> None:
 def validate(file: str) -> None:
     """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any, or if it has no case."""
     from .dataset._cases import DatasetError, load_file
+    from .render._counted import counted
 
     try:
         dataset = load_file(file)
@@ -432,10 +433,8 @@ def validate(file: str) -> None:
         count = len(exc.problems) + exc.more
         click.echo(visible(f"{file}: {count} problem{'s' if count != 1 else ''}"), err=True)
         raise SystemExit(1) from None
-    categories = len(dataset.categories())
-    click.echo(
-        visible(f"{file}: {len(dataset)} cases in {categories} categor{'ies' if categories != 1 else 'y'}, all valid")
-    )
+    categories = counted(len(dataset.categories()), "category", "categories")
+    click.echo(visible(f"{file}: {counted(len(dataset), 'case')} in {categories}, all valid"))
 
 
 @main.command()

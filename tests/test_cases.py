@@ -297,7 +297,7 @@ def test_validate_command(tmp_path):
     runner = CliRunner()
     good = write(tmp_path, lines({"input": "q", "expected_output": "a", "category": "x"}), "good.jsonl")
     ok = runner.invoke(main, ["validate", str(good)])
-    assert ok.exit_code == 0 and "1 cases in 1 category, all valid" in ok.output
+    assert ok.exit_code == 0 and "1 case in 1 category, all valid" in ok.output
     bad = write(tmp_path, lines({"input": "q", "expected_tool": []}, "{"), "bad.jsonl")
     failed = runner.invoke(main, ["validate", str(bad)])
     assert failed.exit_code == 1

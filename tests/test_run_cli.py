@@ -25,6 +25,13 @@ def test_every_builtin_dataset_runs_with_the_mock(tmp_path, name):
     assert counts.passed + counts.wrong + counts.failed == 12
 
 
+def test_a_run_of_one_trial_says_trial_and_case_not_trials_and_cases(tmp_path):
+    args = ["run", "-d", "arithmetic", "-a", "mock", "--cases", "1", "--attempts", "1"]
+    result = CliRunner().invoke(main, [*args, "--store", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert ": 1 trial to run" in result.output and " over 1 trial of 1 case\n" in result.output, result.output
+
+
 def test_run_json_and_experiments_listing(tmp_path):
     store = str(tmp_path / "s")
     runner = CliRunner()

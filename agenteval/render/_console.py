@@ -13,6 +13,7 @@ from ..analysis._power import PowerTable
 from ..dataset._audit import AuditReport, Judging
 from ..dataset._cases import DIFFICULTIES
 from ..dataset._catalog import CatalogEntry
+from ._counted import counted
 from ._report_formats import shards_line
 from ._tables import rich_table
 from ._text_safety import visible
@@ -153,7 +154,8 @@ def run_summary(summary: Summary) -> str:
     if summary.trials and summary.pass_rate is not None:
         interval = summary.pass_rate_ci95
         margin = f" (95% CI {interval[0]:.1%} to {interval[1]:.1%}, clustered by case)" if interval else ""
-        lines.append(f"pass rate {summary.pass_rate:.1%}{margin} over {summary.trials} trials of {summary.cases} cases")
+        over = f"over {counted(summary.trials, 'trial')} of {counted(summary.cases, 'case')}"
+        lines.append(f"pass rate {summary.pass_rate:.1%}{margin} {over}")
         lines.append(
             f"  passed {summary.passed} · wrong answers {summary.wrong} · failures {summary.failed} "
             f"({summary.infrastructure_failures} infrastructure)"
@@ -167,8 +169,8 @@ def run_summary(summary: Summary) -> str:
             )
         if summary.cost_usd_all_tries is not None:
             lines.append(f"  {_usage(summary, '_all_tries')}, every try included")
-            counted = (summary.input_tokens, summary.output_tokens)
-            if counted != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
+            counting = (summary.input_tokens, summary.output_tokens)
+            if counting != (summary.input_tokens_all_tries, summary.output_tokens_all_tries):
                 lines.append(f"  {_usage(summary)} in the tries that count (the rest went to rate-limited tries)")
     hits = summary.this_run.get("cache_hits", 0)
     if hits:

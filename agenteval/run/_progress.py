@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..render._counted import counted
 from ..render._text_safety import visible
 
 PLAIN_EVERY_SECONDS = 5.0
@@ -139,7 +140,7 @@ class Progress:
 
     def start(self, total: int, experiment_id: str) -> None:
         self.total = total
-        self.output.start(f"experiment {experiment_id}: {total} trials to run", total, "trials")
+        self.output.start(f"experiment {experiment_id}: {counted(total, 'trial')} to run", total, "trials")
 
     def advance(self, outcome: str, infrastructure: bool) -> None:
         self.done += 1
