@@ -149,6 +149,13 @@ def test_rescore_command(tmp_path):
     assert only["scorers"] == ["answer_match"] and only["scores"] == 5
     bad = runner.invoke(main, ["rescore", "--scorer", "no_such", "--store", str(store)])
     assert bad.exit_code == 2 and "not a built-in scorer" in bad.output  # an option that cannot work
+    # A file, as --agent takes one, was "No module named 'my_scorers'": --scorer imports a module, so rescore can again.
+    a_file = runner.invoke(main, ["rescore", "--scorer", "my_scorers.py:strict", "--store", str(store)])
+    assert a_file.exit_code == 2 and (
+        "--scorer my_scorers.py:strict: a file; --scorer takes MODULE:ATTR (a module on Python's path, so rescore "
+        "can import it again), a built-in's or a plugin's name: write my_scorers:strict, with its folder on PYTHONPATH "
+        "(PYTHONPATH=. for the current one)"
+    ) in " ".join(a_file.output.split()), a_file.output
     missing = runner.invoke(main, ["rescore", "nope", "--store", str(store)])
     assert missing.exit_code == 1 and "no experiment 'nope'" in missing.output
 

@@ -47,6 +47,13 @@ def _import(spec: str) -> list[Scorer]:
             f"--scorer {spec!r}: not a built-in scorer ({', '.join(BUILTIN_BY_NAME)}), "
             "an installed plugin's (agenteval plugins lists them) nor MODULE:ATTR"
         )
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:  # a file, as --agent takes
+        module = module_name.removesuffix(".py").replace("\\", "/").rsplit("/", 1)[-1]
+        raise UsageError(
+            f"--scorer {spec}: a file; --scorer takes MODULE:ATTR (a module on Python's path, so rescore can import it "
+            f"again), a built-in's or a plugin's name: write {module}:{attr}, with its folder on PYTHONPATH "
+            "(PYTHONPATH=. for the current one)"
+        )
     try:
         found = getattr(importlib.import_module(module_name), attr)
     except ModuleNotFoundError as exc:
