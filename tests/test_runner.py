@@ -754,6 +754,18 @@ def test_a_decorated_partial_or_callable_object_given_as_the_agent_is_versioned_
     assert load_agent(agent(functools.partial(reply, "a"))).version == loaded[0].version
 
 
+def test_resume_without_an_id_after_a_completed_run_names_the_experiment_to_give(tmp_path):
+    """``--resume --retry-failed all`` with no id after a run that completed said only "there is no interrupted
+    experiment", though naming the completed one re-runs its failed trials."""
+    done = evaluate("mock", "arithmetic", cases=2, attempts=1, store=tmp_path, progress="none")
+    with pytest.raises(RunRefused) as refused:
+        evaluate("mock", "arithmetic", cases=2, store=tmp_path, resume=True, retry_failed="all", progress="none")
+    assert str(refused.value) == (
+        f"cannot resume: there is no interrupted experiment in {tmp_path}; to re-run the failed trials of a completed "
+        f"one (with --retry-failed), name it: --resume {done.id} is the newest, agenteval experiments lists them all"
+    )
+
+
 def test_an_agent_file_is_one_version_however_its_path_is_written(tmp_path, monkeypatch):
     """The version hashed the spec as typed: `-a a.py:plain` and `-a ./a.py:plain` were two agents, so a resume
     from another folder (or a shard in another checkout) was refused as "the agent changed"."""

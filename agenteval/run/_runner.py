@@ -1063,6 +1063,18 @@ def _cases_table(experiment_id: str, cases: Sequence[Case]) -> pa.Table:
     )
 
 
+def _name_one(store: Store, experiment_id: str | None, shard: Shard | None) -> str:
+    """For a resume without an id that found no interrupted experiment: how to name a completed one, whose failed
+    trials ``--retry-failed`` re-runs too (the newest's id, when the store has any)."""
+    newest = ex.find(store) if experiment_id is None and shard is None else None
+    if newest is None:
+        return ""
+    return (
+        "; to re-run the failed trials of a completed one (with --retry-failed), name it: "
+        f"--resume {newest.experiment_id} is the newest, agenteval experiments lists them all"
+    )
+
+
 def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> tuple[ex.Experiment, AnyLease]:
     """The experiment (or, with ``shard``, the shard's record) to resume, and its lease, now held by this process."""
     if shard is not None:
@@ -1079,7 +1091,7 @@ def _resumable(store: Store, experiment_id: str | None, shard: Shard | None) -> 
                 f"{found.experiment_id} runs in shards: resume one with --resume {found.experiment_id} --shard K/N"
             )
     if found is None:
-        raise RunRefused(f"cannot resume: there is {what} in {store.root}")
+        raise RunRefused(f"cannot resume: there is {what} in {store.root}{_name_one(store, experiment_id, shard)}")
     lease = _lease(store, found.experiment_id, shard)
     if not lease.acquire(TAKE_WAIT_SECONDS):  # its run is alive: two processes would run the same trials
         raise RunRefused(
