@@ -28,6 +28,17 @@ def trials(store, experiment_id) -> list[dict]:
     return Store(store).rows("SELECT * FROM trials WHERE experiment_id = ? ORDER BY case_id, attempt", [experiment_id])
 
 
+def run_replies(store, replies: dict[str, object]):
+    """A run of one case per key of ``replies`` (its input the key, 4 expected), whose agent returns that value."""
+    return evaluate(
+        lambda question: replies[question],
+        dataset(*(q(key, key) for key in replies)),
+        attempts=1,
+        store=store,
+        progress="none",
+    )
+
+
 def test_mock_on_arithmetic_end_to_end(tmp_path):
     store = tmp_path / "store"
     experiment = evaluate("mock", "arithmetic", cases=12, attempts=3, store=store, progress="none")
@@ -299,13 +310,7 @@ def test_a_reply_that_is_not_a_string_is_scored_on_its_text_never_on_its_repr(tm
         "dict-no-text": {"content": None, "role": "assistant", "tool_calls": [{"arguments": "4"}]},
     }
 
-    experiment = evaluate(
-        lambda question: replies[question],
-        dataset(*(q(key, key) for key in replies)),
-        attempts=1,
-        store=tmp_path,
-        progress="none",
-    )
+    experiment = run_replies(tmp_path, replies)
 
     rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
     assert {key: rows[key]["reply"] for key in ("blocks", "parts", "bytes", "number")} == {
@@ -352,13 +357,7 @@ def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_p
         "own-str": _Verdict(),
     }
 
-    experiment = evaluate(
-        lambda question: replies[question],
-        dataset(*(q(key, key) for key in replies)),
-        attempts=1,
-        store=tmp_path,
-        progress="none",
-    )
+    experiment = run_replies(tmp_path, replies)
 
     rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
     for key, kind in (("dict", "dict"), ("list", "list"), ("tuple", "tuple"), ("object", "_Answer")):
@@ -391,13 +390,7 @@ def test_a_pydantic_model_without_content_is_the_agents_error_not_a_pass(tmp_pat
         "content": Reply(content="it is 4"),
     }
 
-    experiment = evaluate(
-        lambda question: replies[question],
-        dataset(*(q(key, key) for key in replies)),
-        attempts=1,
-        store=tmp_path,
-        progress="none",
-    )
+    experiment = run_replies(tmp_path, replies)
 
     rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
     for key, returned in (
@@ -456,13 +449,7 @@ def test_a_reply_of_a_str_subclass_is_read_as_its_text_and_never_ends_the_run(tm
     Its text is now taken as a plain ``str``, as a reply and as a dict's ``content``."""
     replies = {"subclass": _Sneaky("4"), "content": {"content": _Sneaky("it is 4")}, "plain": "4"}
 
-    experiment = evaluate(
-        lambda question: replies[question],
-        dataset(*(q(key, key) for key in replies)),
-        attempts=1,
-        store=tmp_path,
-        progress="none",
-    )
+    experiment = run_replies(tmp_path, replies)
 
     assert experiment.status == "completed"
     rows = {row["case_id"]: row for row in trials(tmp_path, experiment.id)}
