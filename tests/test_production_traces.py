@@ -476,6 +476,7 @@ def test_compaction_merges_day_partitions_while_a_writer_appends(tmp_path, days_
         [sys.executable, AGENT, str(store), "shop", "stream", "700"], stdout=subprocess.PIPE, text=True
     )
     assert writer.stdout.readline().strip() == "ready"
+    wait_until(store.is_dir, "the writer's first file")  # compaction refuses a store folder not there yet
     compactions = []
     while writer.poll() is None:
         compactions.append(compact(Store(store), ["spans"]))
