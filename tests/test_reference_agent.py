@@ -108,6 +108,31 @@ def test_each_failure_type_is_produced_end_to_end(model_server, api, monkeypatch
     assert found == {question: (kind, infra) for question, (_, kind, infra) in FAILURE_CASES.items()}
 
 
+def _chat_answer(message: dict, finish: str) -> ms.Reply:
+    choice = {"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}
+    body = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]}
+    return ms.Reply(body=json.dumps(body))
+
+
+def test_tool_call_arguments_sent_as_an_object_are_the_arguments(model_server):
+    """Some OpenAI-compatible servers and gateways send a tool call's arguments as a JSON object, not JSON text: the
+    agent's json.loads raised TypeError and the trial was agent_error. They are the arguments, as Anthropic's are."""
+    call = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+2"}}}
+    first = _chat_answer({"content": None, "tool_calls": [call]}, "tool_calls")
+
+    def responder(request):
+        tool_turns = [m for m in request.messages if m.get("role") == "tool"]
+        return ms.text(f"It is {json.loads(tool_turns[0]['content'])}.") if tool_turns else first
+
+    model_server.responder = responder
+    experiment = run(model_server, _dataset(_case("object", "What is 2+2?", expected_tools=("calculator",))))
+    sql = "SELECT failure_type, error_message, reply FROM trials WHERE experiment_id = ?"
+    (trial,) = Store().rows(sql, [experiment.experiment_id])
+    assert (trial["failure_type"], trial["reply"]) == (None, "It is 4."), trial["error_message"]
+    sent_back = model_server.requests[-1].messages[2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent_back) == {"expression": "2+2"}
+
+
 def test_written_turns_are_answered_with_the_conversation_so_far(model_server):
     case = _case("turns", "Hello?", turns=("What is 6 x 7?", "And doubled?"), expected_output="84")
     model_server.responder = lambda request: ms.text("42" if len(request.messages) < 4 else "84")

@@ -10,7 +10,7 @@ from typing import Any
 from agenteval_instrumentation.responses import input_tokens, token_count
 
 from ._request import Message, ModelRequest
-from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
+from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage, arguments_text
 
 NAME = "anthropic"
 DEFAULT_MAX_TOKENS = 1024
@@ -165,9 +165,7 @@ def read(raw: Any) -> dict[str, Any]:
         if kind == "text":
             texts.append(block.text)
         elif kind == "tool_use":
-            given = block.input
-            arguments = given if isinstance(given, str) else json.dumps(given)
-            calls.append(ToolRequest(block.id, block.name, arguments))
+            calls.append(ToolRequest(block.id, block.name, arguments_text(block.input)))
     usage = raw.usage
     return {
         "text": "".join(texts),

@@ -7,7 +7,7 @@ from typing import Any
 from agenteval_instrumentation.responses import content_text, token_count
 
 from ._request import ModelRequest
-from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage
+from ._types import CONTENT_FILTER, LENGTH, OTHER, STOP, TOOL_CALLS, ToolRequest, Usage, arguments_text
 
 NAME = "openai"
 FINISH = {"stop": STOP, "length": LENGTH, "tool_calls": TOOL_CALLS, "function_call": TOOL_CALLS}
@@ -75,7 +75,8 @@ def read(raw: Any) -> dict[str, Any]:
     for call in (message.tool_calls if message is not None else None) or []:
         function = getattr(call, "function", None)
         if function is not None:
-            calls.append(ToolRequest(call.id or "", function.name or "", function.arguments or ""))
+            given = function.arguments  # a string in OpenAI's API; an object from some compatible servers
+            calls.append(ToolRequest(call.id or "", function.name or "", arguments_text(given) if given else ""))
     reason = choice.finish_reason if choice is not None else None
     usage = raw.usage
     return {

@@ -39,6 +39,13 @@ class ToolRequest:
         return json.loads(self.arguments or "{}")
 
 
+def arguments_text(given: Any) -> str:
+    """A tool call's arguments as JSON text: a string as the model wrote it; the arguments as decoded JSON (an
+    Anthropic ``tool_use`` input, or an object some OpenAI-compatible servers send in place of the string) written
+    back as JSON text, so anything but an object is refused by the tool's schema as the model's error."""
+    return given if isinstance(given, str) else json.dumps(given)
+
+
 @dataclasses.dataclass(frozen=True)
 class Usage:
     input_tokens: int | None = None
