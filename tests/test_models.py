@@ -566,3 +566,39 @@ def test_an_answer_whose_parts_are_of_the_wrong_shape_is_an_infrastructure_failu
     model_server.script(ms.Reply(body=body), ms.text("whole"))
     response = complete(model(model_server, api))
     assert response.text == "whole" and response.retries == 1
+
+
+NO_REPLY_MESSAGES = {
+    "no message": None,
+    "a call without its function": {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "function": None}],
+    },
+    "calls that are not a list": {"role": "assistant", "content": None, "tool_calls": "calculator"},
+    "content of another shape": {"role": "assistant", "content": {"text": "4"}},
+}
+
+
+@pytest.mark.parametrize("message", list(NO_REPLY_MESSAGES.values()), ids=list(NO_REPLY_MESSAGES))
+def test_a_message_of_the_wrong_shape_is_an_infrastructure_failure_and_is_retried(model_server, message):
+    """A broken gateway's message (null, a call without its function, content of another shape) read as an empty
+    reply: the trial was empty_output, the agent's failure, and was never retried."""
+    choice = {"index": 0, "finish_reason": "stop", "message": message}
+    body = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]})
+    model_server.script(ms.Reply(body=body))
+    exc = raised(model(model_server, ms.OPENAI, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in=None)
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "shape" in str(exc)
+    model_server.script(ms.Reply(body=body), ms.text("whole"))
+    response = complete(model(model_server, ms.OPENAI))
+    assert response.text == "whole" and response.retries == 1
+
+
+@pytest.mark.parametrize("content", [None, ""], ids=["null", "empty"])
+def test_the_model_s_own_empty_reply_stays_its_empty_output(model_server, content):
+    model_server.script(ms.Reply(body=_chat_body(content)), ms.text("never asked"))
+    response = complete(model(model_server, ms.OPENAI))
+    assert (response.text, response.tool_calls, response.retries) == ("", (), 0)
+    assert classify(None, reply=response.text).type == "empty_output"

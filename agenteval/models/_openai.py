@@ -68,21 +68,47 @@ def finished(raw: Any) -> bool:
     return bool(choices) and choices[0].finish_reason is not None
 
 
+def _message(choice: Any) -> Any:
+    """The choice's message; raises ``TypeError`` when it is missing or its content is neither text nor content
+    parts (a broken gateway's ``"message": null``): that answer holds no reply, which is not the model's empty one."""
+    message = choice.message
+    if message is None:
+        raise TypeError("the choice holds no message")
+    content = message.content
+    if content is not None and not isinstance(content, (str, list)):
+        raise TypeError(f"the message's content is {type(content).__name__}, neither text nor content parts")
+    return message
+
+
+def _tool_calls(message: Any) -> tuple[ToolRequest, ...]:
+    """The message's function calls; raises ``TypeError`` when they are not a list of calls, or a function call
+    holds no function (``"function": null``): dropped, they would leave the model's calls unanswered."""
+    given = message.tool_calls
+    if given is None:
+        return ()
+    if not isinstance(given, list):
+        raise TypeError(f"the message's tool_calls are {type(given).__name__}, not a list of calls")
+    calls = []
+    for call in given:
+        function = getattr(call, "function", None)
+        if function is None:
+            if getattr(call, "type", None) in (None, "function"):
+                raise TypeError("a tool call holds no function")
+            continue  # a call of another kind (a custom tool's), which the agent offers none of
+        arguments = function.arguments  # a string in OpenAI's API; an object from some compatible servers
+        calls.append(ToolRequest(call.id or "", function.name or "", arguments_text(arguments) if arguments else ""))
+    return tuple(calls)
+
+
 def read(raw: Any) -> dict[str, Any]:
     choice = raw.choices[0] if raw.choices else None
-    message = choice.message if choice is not None else None
-    calls = []
-    for call in (message.tool_calls if message is not None else None) or []:
-        function = getattr(call, "function", None)
-        if function is not None:
-            given = function.arguments  # a string in OpenAI's API; an object from some compatible servers
-            calls.append(ToolRequest(call.id or "", function.name or "", arguments_text(given) if given else ""))
+    message = _message(choice) if choice is not None else None
     reason = choice.finish_reason if choice is not None else None
     usage = raw.usage
     return {
         # OpenAI sends a string; some compatible servers a list of content parts, whose text is joined.
         "text": (content_text(message.content) if message is not None else None) or "",
-        "tool_calls": tuple(calls),
+        "tool_calls": _tool_calls(message) if message is not None else (),
         "finish_reason": CONTENT_FILTER if reason == FINISH_CONTENT_FILTER else FINISH.get(reason or "", OTHER),
         "provider_finish_reason": reason,
         "usage": Usage(token_count(usage.prompt_tokens), token_count(usage.completion_tokens))
