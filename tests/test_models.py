@@ -456,6 +456,8 @@ def test_an_answer_of_the_wrong_shape_is_an_infrastructure_failure_that_says_wha
     failure = classify(exc, raised_in="chat")
     assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
     assert "no finished reply" in str(exc)
+    # The call did not stream: its record does not say a stream ended early.
+    assert failure.message.startswith("UnreadableResponse: ") and "stream" not in failure.message.lower()
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -233,10 +233,10 @@ class Model:
         try:
             raw = await self._sent(request)
             if not self._readable(raw):
-                raise StreamEndedEarly(
-                    f"{self.name}: the reply ended before the model finished it"
-                    if request.stream
-                    else f"{self.name}: the answer holds no finished reply (no choices or no stop reason)"
+                if request.stream:
+                    raise StreamEndedEarly(f"{self.name}: the reply ended before the model finished it")
+                raise UnreadableResponse(
+                    f"{self.name}: the answer holds no finished reply (no choices or no stop reason)"
                 )
             outcome = "ok"
             return raw

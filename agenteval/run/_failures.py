@@ -73,8 +73,8 @@ class RequestTimedOut(ConnectionError):
 
 
 class UnreadableResponse(ConnectionError):
-    """The provider (or a proxy before it) answered with a body that is not JSON (an error page, a cut body), or with
-    JSON whose parts are not of the API's shape."""
+    """The provider (or a proxy before it) answered with a body that is not JSON (an error page, a cut body), with
+    JSON whose parts are not of the API's shape, or (not streamed) with no finished reply: no choices, no reason."""
 
 
 RETRIED = "agenteval_retried"
