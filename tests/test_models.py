@@ -604,3 +604,19 @@ def test_the_model_s_own_empty_reply_stays_its_empty_output(model_server, conten
     response = complete(model(model_server, ms.OPENAI))
     assert (response.text, response.tool_calls, response.retries) == ("", (), 0)
     assert classify(None, reply=response.text).type == "empty_output"
+
+
+@pytest.mark.parametrize("content", ["4", ["4"], [{"text": "4"}]], ids=["a string", "strings", "blocks of no type"])
+def test_anthropic_content_of_the_wrong_shape_is_an_infrastructure_failure_and_is_retried(model_server, content):
+    """Content that is not a list of typed blocks read as an empty reply (a string's characters were skipped as blocks
+    of no type): the trial was empty_output, the agent's failure, and was never retried."""
+    message = {"id": "x", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn"}
+    body = json.dumps({**message, "content": content})
+    model_server.script(ms.Reply(body=body))
+    exc = raised(model(model_server, ms.ANTHROPIC, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in=None)
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "shape" in str(exc)
+    model_server.script(ms.Reply(body=body), ms.text("whole"))
+    response = complete(model(model_server, ms.ANTHROPIC))
+    assert response.text == "whole" and response.retries == 1

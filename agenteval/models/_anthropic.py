@@ -160,8 +160,12 @@ def finished(raw: Any) -> bool:
 
 def read(raw: Any) -> dict[str, Any]:
     texts, calls = [], []
+    if raw.content is not None and not isinstance(raw.content, list):  # a string would read as blocks of no type
+        raise TypeError(f"the message's content is {type(raw.content).__name__}, not a list of blocks")
     for block in raw.content or []:
         kind = getattr(block, "type", None)
+        if not isinstance(kind, str):
+            raise TypeError("a content block has no type")
         if kind == "text":
             texts.append(block.text)
         elif kind == "tool_use":
