@@ -345,6 +345,25 @@ def test_power_command(runs):
     assert from_run.exit_code == 0 and "3 attempt(s) per case" in from_run.output
 
 
+def test_power_from_a_run_estimates_its_spread_with_the_attempts_it_ran_whatever_attempts_are_planned(runs):
+    """The cases' spread is the run's: each case's rate varies within by what the run's 3 attempts give, so planning
+    other attempts (--attempts 5 or 1) must not change it. It was estimated with the planned attempts instead: from
+    this run of 40 cases, 0.026 as run, 0.062 at --attempts 5 and 0.098 at 1, so the cases for a 10-point drop read
+    51 at 5 attempts and 204 at 1 where the run's own spread gives 58 and 278."""
+    from agenteval.analysis._compare import case_rates
+    from agenteval.analysis._power import estimate_between_case_variance
+
+    rates = [row["rate"] for row in case_rates(Store(runs["store"]), runs["worse"])]
+    expected = estimate_between_case_variance(rates, 3)
+    for planned in ([], ["--attempts", "5"], ["--attempts", "1"]):
+        setting = ["power", "--from", runs["worse"], "--store", str(runs["store"]), "--json", *planned]
+        result = CliRunner().invoke(main, setting)
+        assert result.exit_code == 0, result.output
+        model = json.loads(result.output)["model"]
+        assert model["between_case_variance"] == pytest.approx(expected), planned
+        assert model["attempts"] == (int(planned[1]) if planned else 3)
+
+
 def test_power_prints_the_unpaired_chance_beside_the_paired_one():
     from agenteval.analysis._power import default_model
 
