@@ -364,6 +364,33 @@ def test_power_from_a_run_estimates_its_spread_with_the_attempts_it_ran_whatever
         assert model["attempts"] == (int(planned[1]) if planned else 3)
 
 
+def test_power_from_a_run_of_one_attempt_per_case_takes_the_default_spread_and_says_so(tmp_path):
+    """One attempt per case makes every case's rate 0 or 1, whose variance is p(1 - p) however alike the cases are:
+    it tells nothing of the spread between them. It was read as all of it (every case all-or-nothing, the most the
+    paired comparison can gain): 0.21 at a 70% pass rate, 75% power for a 10-point drop over 50 cases and 58 cases
+    for 80%, where the default spread gives 38% and 169."""
+    store = tmp_path / "store"
+    run = evaluate(
+        "mock",
+        "arithmetic",
+        cases=40,
+        attempts=1,
+        store=store,
+        progress="none",
+        agent_options={"wrong_rate": "0.3", "seed": "5"},
+    )
+    result = CliRunner().invoke(main, ["power", "--from", run.id, "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    typed = json.loads(result.output)
+    pass_rate = typed["model"]["pass_rate"]
+    assert 0 < pass_rate < 1 and typed["model"]["attempts"] == 1
+    assert typed["model"]["between_case_variance"] == pytest.approx(0.5 * pass_rate * (1 - pass_rate))
+    (said,) = [line for line in typed["assumptions"] if "between-case variance" in line]
+    assert f"{run.id} ran 1 attempt per case" in said and "--spread" in said, said
+    given = CliRunner().invoke(main, ["power", "--from", run.id, "--spread", "0.2", "--store", str(store), "--json"])
+    assert json.loads(given.output)["model"]["between_case_variance"] == pytest.approx(0.04)
+
+
 def test_power_prints_the_unpaired_chance_beside_the_paired_one():
     from agenteval.analysis._power import default_model
 

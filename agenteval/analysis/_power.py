@@ -64,6 +64,9 @@ class PowerModel:
     alpha: float = DEFAULT_ALPHA
     affected: float = 1.0
     """The share of cases the drop falls on (1: every case by the same drop)."""
+    spread_note: str | None = None
+    """Why the between-case variance is not what it seems, said with it in the assumptions: a past run it could not
+    be estimated from."""
 
     def __post_init__(self) -> None:
         if not 0 < self.pass_rate < 1:
@@ -164,7 +167,8 @@ class PowerModel:
             f"baseline pass rate {self.pass_rate:.2f}; {self.attempts} attempt(s) per case",
             f"between-case variance of true pass rates {self.between_case_variance:.4f} "
             f"(spread {math.sqrt(self.between_case_variance):.3f}; "
-            f"at most {self.pass_rate * (1 - self.pass_rate):.4f}, when every case is all-or-nothing)",
+            f"at most {self.pass_rate * (1 - self.pass_rate):.4f}, when every case is all-or-nothing)"
+            + (f": {self.spread_note}" if self.spread_note else ""),
             how,
             "paired: the same cases, each case's difference (compare, gate); unpaired: the same cases, but each "
             "run's pass rate with its own case-clustered error, as when two reports are set side by side",
@@ -197,13 +201,14 @@ def estimate_between_case_variance(case_rates: Sequence[float], attempts: int) -
     """Between-case variance from observed per-case pass rates: their variance less the part that
     within-case noise contributes (p_i(1 - p_i) / K, estimated without bias), clipped to [0, p(1 - p)]."""
     m = len(case_rates)
-    if m < 2 or attempts < 1:
+    if m < 2:
         raise ValueError("need at least two cases to estimate the between-case spread")
+    if attempts < 2:  # every rate is 0 or 1: its variance is p(1 - p) however alike the cases are
+        raise ValueError("need at least two attempts per case to tell the between-case spread from the within-case")
     mean = math.fsum(case_rates) / m
     observed = math.fsum((r - mean) ** 2 for r in case_rates) / (m - 1)
-    within = (
-        math.fsum(r * (1 - r) for r in case_rates) / m / (attempts - 1) if attempts > 1 else 0.0
-    )  # E[r(1-r)] = (K-1)/K p(1-p): so p(1-p)/K = E[r(1-r)] / (K-1)
+    # E[r(1-r)] = (K-1)/K p(1-p): so p(1-p)/K = E[r(1-r)] / (K-1)
+    within = math.fsum(r * (1 - r) for r in case_rates) / m / (attempts - 1)
     return min(max(observed - within, 0.0), mean * (1 - mean))
 
 
@@ -229,14 +234,21 @@ def build_model(
                     f"--from {from_experiment}: its pass rate is {pass_rate:.0%}, from which no drop can be sized; "
                     "give the pass rate to plan for with --pass-rate (e.g. 0.95)"
                 )
+        attempts = attempts or attempts_run
+        if spread is not None:
+            return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected)
+        if attempts_run < 2:
+            # Read as all of the rates' variance, a run of one attempt made every case all-or-nothing: 75% power for
+            # a 10-point drop over 50 cases at a 70% pass rate, where the default spread gives 38%.
+            note = (
+                f"the default, since {from_experiment} ran 1 attempt per case, which cannot tell how much the cases "
+                "differ from how much one attempt varies; give --spread to set it"
+            )
+            return dataclasses.replace(default_model(pass_rate, attempts, alpha, affected), spread_note=note)
         # The run's rates vary within a case by what its own attempts give, whatever --attempts plans: estimated with
         # the planned attempts, the spread of one run's cases read 0.026 at 3 attempts and 0.062 at 5.
-        variance = (
-            estimate_between_case_variance(rates, attempts_run)
-            if spread is None
-            else _spread_variance(spread, pass_rate)
-        )
-        return PowerModel(pass_rate, attempts or attempts_run, variance, alpha, affected)
+        variance = estimate_between_case_variance(rates, attempts_run)
+        return PowerModel(pass_rate, attempts, variance, alpha, affected)
     pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
     if spread is None:
         return default_model(pass_rate, attempts, alpha, affected)
