@@ -3,6 +3,8 @@ in-process exporter with a resource naming its service, exactly what ``agenteval
 
     python production_agent.py STORE SERVICE agent N        N traces through the decorated agent, one scenario each
                                                             (STORE may be an OTLP/HTTP endpoint: http://.../v1/traces)
+    python production_agent.py STORE SERVICE gateway N      the same, each called with a W3C traceparent, as an
+                                                            agent behind a gateway whose spans go elsewhere
     python production_agent.py STORE SERVICE past N DAYS [FILES]    N traces of 3 spans each, started DAYS days
                                                                     ago (published as FILES files, default one)
     python production_agent.py STORE SERVICE stream N       N traces written as they go (flush every 10 ms)
@@ -13,13 +15,16 @@ It prints ``ready`` once it has set up, then the traces it wrote, as a last line
 
 from __future__ import annotations
 
+import secrets
 import sys
 import time
 
+from opentelemetry import context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_tracer_provider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agenteval_exporters import ParquetSpanExporter
 from agenteval_instrumentation import agent, llm_call, set_llm_response, tool
@@ -100,13 +105,23 @@ def main() -> None:
             continue
         global scenario
         scenario = SCENARIOS[i % len(SCENARIOS)]
+        token = context.attach(from_gateway()) if mode == "gateway" else None
         try:
             assistant(f"weather question {i}")
         except Exception:
             pass
+        finally:
+            if token is not None:
+                context.detach(token)
         spans += 3 if scenario in ("ok", "ok_again", "handled", "tool_error") else 2
     provider.shutdown()
     print(f"wrote {count} {spans}", flush=True)
+
+
+def from_gateway() -> context.Context:
+    """The context a request from a gateway carries: its span (the agent's parent) is remote, never sent here."""
+    parent = {"traceparent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
+    return TraceContextTextMapPropagator().extract(parent)
 
 
 def past_trace(provider: TracerProvider, i: int, days: float) -> int:

@@ -231,3 +231,33 @@ def test_a_request_of_more_spans_than_a_chunk_decodes_whole_and_names_a_bad_span
     kept = [n for n in range(count) if n != bad]
     assert decoded.batch.column("span_id").to_pylist() == [(n + 1).to_bytes(8, "big").hex() for n in kept]
     assert [json.loads(a)["n"] for a in decoded.batch.column("attributes").to_pylist()] == kept
+
+
+def test_spans_whose_parent_is_remote_are_named_by_their_traces_in_both_encodings():
+    """The SDK's exporter flags a span whose parent came from another process (a traceparent header): the tops of
+    traces that came from elsewhere, which online scoring takes as it takes roots. A local parent, or a root, is
+    not named; a span the request rejects is not either."""
+    from collect_clients import json_request
+
+    from agenteval.collect import decode_json
+
+    request = encode_spans(agent_spans(3))
+    spans = request.resource_spans[0].scope_spans[0].spans
+    assert {span.flags for span in spans} == {0x100}  # "has is-remote", not remote: the SDK's local spans
+    top = next(span for span in spans if not span.parent_span_id and span.trace_id == spans[0].trace_id)
+    top.parent_span_id, top.flags = bytes.fromhex("00f067aa0ba902b7"), 0x300
+    remote_trace = top.trace_id.hex()
+    assert decode_protobuf(request.SerializeToString()).remote_children == (remote_trace,)
+    span = {"traceId": remote_trace, "spanId": "b7ad6b7169203331", "name": "invoke_agent a", "kind": 2}
+    span |= {"startTimeUnixNano": "1", "endTimeUnixNano": "2", "parentSpanId": "00f067aa0ba902b7"}
+    local = span | {"traceId": "0af7651916cd43dd8448eb211c80319c", "flags": 0x100}
+    root = span | {"traceId": "1af7651916cd43dd8448eb211c80319c", "flags": 0x300, "parentSpanId": ""}
+    decoded = decode_json(json_request([span | {"flags": 0x300}, local, root, span | {"flags": "768"}]))
+    assert decoded.accepted == 4 and decoded.remote_children == (remote_trace,)
+    # One span of the request rejected (an end before its start): the others are read one by one, and still named.
+    other = next(span for span in spans if span.trace_id != top.trace_id)
+    other.end_time_unix_nano = other.start_time_unix_nano - 1
+    decoded = decode_protobuf(request.SerializeToString())
+    assert decoded.rejected == 1 and decoded.remote_children == (remote_trace,)
+    top.end_time_unix_nano = top.start_time_unix_nano - 1
+    assert decode_protobuf(request.SerializeToString()).remote_children == ()

@@ -21,10 +21,10 @@ from agenteval.store import Store
 AGENT = str(Path(__file__).parent / "production_agent.py")
 
 
-def send_traces(endpoint: str, count: int) -> None:
+def send_traces(endpoint: str, count: int, mode: str = "agent") -> None:
     """``count`` traces of the production agent (its seven scenarios in turn, three of which end in error)."""
     done = subprocess.run(
-        [sys.executable, AGENT, endpoint, "shop", "agent", str(count)], capture_output=True, text=True, timeout=120
+        [sys.executable, AGENT, endpoint, "shop", mode, str(count)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith(f"wrote {count} "), done.stderr
 
@@ -61,6 +61,19 @@ def test_traces_are_scored_as_they_arrive_each_once_as_rescore_traces_scores_the
     assert {t: (r["value"], r["passed"]) for t, r in later.items()} == {
         t: (r["value"], r["passed"]) for t, r in online.items()
     }
+
+
+def test_traces_whose_top_span_has_a_remote_parent_are_scored_too(tmp_path):
+    """An agent behind a gateway: its top span's parent is the gateway's, which is never sent to the collector.
+    The SDK's exporter flags such a parent as remote, and the collector scores the trace, as rescore --traces would."""
+    store = tmp_path / "collected"
+    scorer = TraceScorer(Store(store), ["tool_errors"])
+    with Collector(store, port=0, grpc_port=None, score=scorer, score_delay=0, workers=1) as collector:
+        send_traces(collector.http_endpoint, 7, mode="gateway")
+    sent = traces(store)
+    assert len(sent) == 7
+    assert set(trace_scores(store)) == {t for t, status in sent.items() if status != "ERROR"}
+    assert collector.stats().scores_written == 4
 
 
 def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_path):

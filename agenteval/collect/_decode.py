@@ -29,6 +29,10 @@ SPAN_ID_BYTES = 8
 MAX_NANOS = 2**63 - 1  # what a timestamp[ns] column holds
 NO_PARENT = bytes(SPAN_ID_BYTES)
 """An all-zero parent id: OpenTelemetry's invalid id, stored as no parent (a root), as an empty one is."""
+REMOTE_PARENT = 0x300
+"""A span's ``flags`` with both bits set (``SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`` and ``..._IS_REMOTE_MASK``):
+its parent came from another process (a ``traceparent`` header), whose spans may never reach this collector, so
+the span is the top of its trace here, as a root is (see :func:`remote_parent`)."""
 
 # The SDK's enum names, which the store's ``kind`` and ``status_code`` columns hold. OTLP's UNSPECIFIED kind
 # may be taken as INTERNAL (trace.proto).
@@ -53,6 +57,8 @@ class Decoded:
     batch: pa.RecordBatch | None
     rejected: int = 0
     reason: str | None = None
+    remote_children: tuple[str, ...] = ()
+    """Hex ids of the traces of the spans whose parent is remote (:data:`REMOTE_PARENT`)."""
 
     @property
     def accepted(self) -> int:
@@ -65,6 +71,8 @@ class SpanColumns:
     def __init__(self) -> None:
         self.rejected = 0
         self.reason: str | None = None
+        self.remote_children: list[bytes] = []
+        """Trace ids of the spans whose parent is remote, in no particular order (see :data:`REMOTE_PARENT`)."""
         self._batches: list[pa.RecordBatch] = []
         self._empty()
 
@@ -132,7 +140,8 @@ class SpanColumns:
         if not batches:
             return Decoded(None, self.rejected, self.reason)
         batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-        return Decoded(batch, self.rejected, self.reason)
+        remote = tuple(dict.fromkeys(trace_id.hex() for trace_id in self.remote_children))
+        return Decoded(batch, self.rejected, self.reason, remote)
 
     def _batch(self) -> pa.RecordBatch:
         mask_received(self.scope_names, self.attributes, self.events, self.status_messages, self.resources)
@@ -155,6 +164,11 @@ class SpanColumns:
             resources=self.resources,
             service_names=self.service_names,
         )
+
+
+def remote_parent(flags: int, parent: bytes) -> bool:
+    """Whether a span with these ``flags`` and ``parent`` id has a parent in another process."""
+    return flags & REMOTE_PARENT == REMOTE_PARENT and parent not in (b"", NO_PARENT)
 
 
 DECODE_CHUNK_SPANS = 16_384

@@ -90,7 +90,7 @@ class Intake:
         self,
         exporter: ParquetSpanExporter,
         max_queued_spans: int = DEFAULT_MAX_QUEUED_SPANS,
-        on_written: Callable[[pa.RecordBatch], None] | None = None,
+        on_written: Callable[[pa.RecordBatch, list[str]], None] | None = None,
         recent: RecentRequests | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
@@ -102,9 +102,10 @@ class Intake:
         self.recent = recent if recent is not None else RecentRequests()
         self._owns_recent = recent is None
         self.on_written = on_written
-        """Told of each batch the writer handed over (online scoring takes the traces whose roots it holds)."""
+        """Told of each batch the writer handed over, with the traces whose spans in it have a remote parent (online
+        scoring takes the traces whose roots, or tops of such spans, it holds)."""
         self.max_queued_spans = max_queued_spans
-        self._queue: deque[pa.RecordBatch] = deque()
+        self._queue: deque[tuple[pa.RecordBatch, tuple[str, ...]]] = deque()  # each with its remote children
         self._queued = 0  # rows queued or being written
         self._waiting = 0  # rows queued
         self._lock = threading.Condition()
@@ -186,7 +187,7 @@ class Intake:
         with self._lock:
             rows = 0
             if decoded.batch is not None:
-                self._queue.append(decoded.batch)
+                self._queue.append((decoded.batch, decoded.remote_children))
                 rows = decoded.batch.num_rows
                 self._queued += rows
                 self._waiting += rows
@@ -237,11 +238,14 @@ class Intake:
                     if self._closing and self._in_flight == 0:
                         return  # nothing is left or can still arrive
                     continue
-                batches = [self._queue.popleft()]
-                rows = batches[0].num_rows
+                batch, remote = self._queue.popleft()
+                batches, remote_children = [batch], list(remote)
+                rows = batch.num_rows
                 while self._queue and rows < WRITE_ROWS:
-                    batches.append(self._queue.popleft())
-                    rows += batches[-1].num_rows
+                    batch, remote = self._queue.popleft()
+                    batches.append(batch)
+                    remote_children += remote
+                    rows += batch.num_rows
                 self._waiting -= rows
             batch = _one_batch(batches)
             try:
@@ -249,7 +253,7 @@ class Intake:
             except Exception:  # the writer keeps the rows of a file it could not publish and retries them
                 logger.exception("agenteval collect: could not write spans under %s", self.exporter.store)
             if self.on_written is not None:
-                self.on_written(batch)
+                self.on_written(batch, remote_children)
             with self._lock:
                 self._queued -= rows
                 self._written += rows

@@ -26,6 +26,7 @@ from ._decode import (
     capped,
     check_ids,
     check_times,
+    remote_parent,
     with_dropped,
 )
 from ._settings import MAX_SPAN_EVENTS
@@ -144,6 +145,8 @@ def _add_json_span(columns: SpanColumns, span: Any, scope: str | None, resource:
     attributes = _capped_attributes(_field(span, "attributes"))
     events, dropped_events = _json_events(_field(span, "events"))
     with_dropped(attributes, dropped_events, DROPPED_EVENTS_COUNT)
+    flags = _field(span, "flags")  # a number; anything else is read as no flags, as before flags were read
+    flags = flags if isinstance(flags, int) and not isinstance(flags, bool) else 0
     columns.add(
         (trace_id, span_id, parent),
         name,
@@ -154,6 +157,8 @@ def _add_json_span(columns: SpanColumns, span: Any, scope: str | None, resource:
         events,
         (scope, resource, service),
     )
+    if remote_parent(flags, parent):
+        columns.remote_children.append(trace_id)
 
 
 _HEX = re.compile(r"[0-9a-fA-F]*")

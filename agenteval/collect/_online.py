@@ -1,11 +1,13 @@
 """Online evaluation in the collector: production traces scored as they arrive, by the scorers of experiments.
 
 A trace is taken as complete once its root span has been written (a root span ends after its children, and
-exporters send spans as they end), and is scored :data:`DEFAULT_SCORE_DELAY` seconds later, so that children
-sent by another process or in a later request have arrived too. The spans are published first (the writer's
-flush), then :class:`~agenteval.scorers.TraceScorer` scores the sampled traces into the scores table, the rows
-``agenteval rescore --traces`` writes. Scoring runs on a thread of its own: a slow scorer never holds up
-receiving. What is still waiting when the collector stops is scored then, after the last spans are written.
+exporters send spans as they end), or a span whose parent the sender flags as remote (a request from a gateway
+whose spans go elsewhere: the top of the trace as far as the store goes), and is scored
+:data:`DEFAULT_SCORE_DELAY` seconds later, so that children sent by another process or in a later request have
+arrived too. The spans are published first (the writer's flush), then :class:`~agenteval.scorers.TraceScorer`
+scores the sampled traces into the scores table, the rows ``agenteval rescore --traces`` writes. Scoring runs on a
+thread of its own: a slow scorer never holds up receiving. What is still waiting when the collector stops is
+scored then, after the last spans are written.
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ from ._settings import DEFAULT_SCORE_DELAY
 logger = masked_logger(__name__)
 
 
-def root_trace_ids(batch: pa.RecordBatch) -> list[str]:
-    """The production traces whose root span is in ``batch``."""
-    roots = pc.and_(pc.is_null(batch.column("parent_span_id")), pc.is_null(batch.column("experiment_id")))
-    return pc.filter(batch.column("trace_id"), roots).to_pylist()
+def root_trace_ids(batch: pa.RecordBatch, remote_children: list[str]) -> list[str]:
+    """The production traces whose root span is in ``batch``, and those of its ``remote_children``: spans whose
+    parent is in another process (a gateway's, say, never sent here), the top of their trace as far as the store
+    goes, as the ``traces`` view takes them (its root is the earliest span whose parent is not in the store)."""
+    production = pc.is_null(batch.column("experiment_id"))
+    roots = pc.filter(batch.column("trace_id"), pc.and_(pc.is_null(batch.column("parent_span_id")), production))
+    ids = roots.to_pylist()
+    if remote_children:  # rare: of production spans only, as roots are
+        of_production = set(pc.filter(batch.column("trace_id"), production).to_pylist())
+        ids += [t for t in remote_children if t in of_production]
+    return list(dict.fromkeys(ids))
 
 
 class OnlineScoring:
@@ -49,9 +58,10 @@ class OnlineScoring:
         self._thread = threading.Thread(target=self._run, name="agenteval-collect-scoring", daemon=True)
         self._thread.start()
 
-    def written(self, batch: pa.RecordBatch) -> None:
-        """The writer wrote ``batch``: its production traces whose root span it holds become due."""
-        self.roots_written(root_trace_ids(batch))
+    def written(self, batch: pa.RecordBatch, remote_children: list[str]) -> None:
+        """The writer wrote ``batch``: its production traces whose root span (or a span with a remote parent, the
+        trace's ``remote_children``) it holds become due."""
+        self.roots_written(root_trace_ids(batch, remote_children))
 
     def roots_written(self, ids: list[str]) -> None:
         """These production traces' root spans were written (by this process or a worker): they become due."""

@@ -14,6 +14,7 @@ from ._decode import (
     DECODE_CHUNK_SPANS,
     KINDS,
     MAX_NANOS,
+    REMOTE_PARENT,
     SPAN_ID_BYTES,
     STATUS_CODES,
     TRACE_ID_BYTES,
@@ -24,6 +25,7 @@ from ._decode import (
     capped,
     check_ids,
     check_times,
+    remote_parent,
     with_dropped,
 )
 from ._settings import MAX_SPAN_ATTRIBUTES, MAX_SPAN_EVENTS
@@ -76,6 +78,7 @@ _SPAN_FIELDS = tuple(
             "status",
             "attributes",
             "events",
+            "flags",
         ),
     )
 )
@@ -92,7 +95,7 @@ def _add_protobuf_spans(
         return True
     spans = list(spans)
     fields = [list(map(field, spans)) for field in _SPAN_FIELDS]
-    trace_ids, span_ids, parents, names, kinds, starts, ends, statuses, attributes, events = fields
+    trace_ids, span_ids, parents, names, kinds, starts, ends, statuses, attributes, events, flags = fields
     if set(map(type, names)) != {str}:  # a name that is not UTF-8 comes as bytes (see _wire.text)
         names = list(map(text, names))
     try:
@@ -140,6 +143,8 @@ def _add_protobuf_spans(
     columns.events += event_dicts
     columns.resources += [resource] * count
     columns.service_names += [service] * count
+    if max(flags) & REMOTE_PARENT:  # rare: the tops of traces that came from elsewhere
+        columns.remote_children += [t for t, f, p in zip(trace_ids, flags, parents, strict=True) if remote_parent(f, p)]
     return True
 
 
@@ -182,3 +187,5 @@ def _add_protobuf_span(columns: SpanColumns, span: Any, scope: str | None, resou
         event_dicts,
         (scope, resource, service),
     )
+    if remote_parent(span.flags, parent):
+        columns.remote_children.append(trace_id)

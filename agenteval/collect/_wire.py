@@ -9,8 +9,8 @@ by a pair's bytes gives its ``(key, value)``, and a request's dicts are built fr
 (:func:`attribute_dicts`), with Python only for pairs not seen before: :func:`key_value` reads the usual
 encoding (key, then value) from its bytes, and :func:`any_value` the common values (a string, an int, a bool, a
 double). Anything else (arrays, key-value lists, bytes, an unusual encoding) goes through the real ``KeyValue``
-and ``AnyValue`` classes. Fields the store does not keep (links, trace state, flags, dropped counts, scope
-attributes) are not declared, so the parser skips them.
+and ``AnyValue`` classes. Fields the store does not keep (links, trace state, dropped counts, scope attributes) are
+not declared, so the parser skips them.
 
 tests/test_collect_decode.py checks these messages against the generated classes, value by value.
 """
@@ -49,6 +49,7 @@ _MESSAGES: dict[str, list[tuple[str, int, int, str | None]]] = {
         ("attributes", 9, _F.TYPE_BYTES, None),
         ("events", 11, _F.TYPE_MESSAGE, "Event"),
         ("status", 15, _F.TYPE_BYTES, None),  # still encoded: see status_fields
+        ("flags", 16, _F.TYPE_FIXED32, None),  # read for whether the parent is remote (see _decode.REMOTE_PARENT)
     ],
     "Scope": [("name", 1, _F.TYPE_STRING, None), ("version", 2, _F.TYPE_STRING, None)],
     "ScopeSpans": [("scope", 1, _F.TYPE_MESSAGE, "Scope"), ("spans", 2, _F.TYPE_MESSAGE, "Span")],

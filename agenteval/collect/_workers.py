@@ -355,8 +355,8 @@ def serve_worker(channel: Connection, settings: WorkerSettings) -> None:
         with contextlib.suppress(OSError), send_lock:
             channel.send(message)
 
-    def report_roots(batch: Any) -> None:
-        ids = root_trace_ids(batch)
+    def report_roots(batch: Any, remote_children: list[str]) -> None:
+        ids = root_trace_ids(batch, remote_children)
         if ids:
             send(("roots", ids))
 
