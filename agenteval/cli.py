@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -42,6 +42,9 @@ from .run._options import (
     NEAR_DUPLICATE_SIMILARITY,
 )
 from .store._limits import DEFAULT_MEMORY_LIMIT, SERVER_MEMORY_LIMIT, SERVER_STATEMENTS, shown_size
+
+if TYPE_CHECKING:  # the collector is imported when the command runs
+    from .collect import CollectStats
 
 
 class FloatRange(click.FloatRange):
@@ -1613,13 +1616,22 @@ def collect(
         f"agenteval collect: stopped; {stats.spans_written:,} spans written, {stats.spans_rejected:,} rejected, "
         f"{stats.requests_refused:,} requests refused while busy"
         + (f"; {stats.spans_repeated:,} spans sent again, stored once" if stats.spans_repeated else "")
-        + (f"; {stats.traces_scored:,} traces scored, {stats.scores_written:,} scores" if scorer is not None else "")
+        + (f"; {_scored_line(stats)}" if scorer is not None else "")
     )
     if stats.spans_lost:
         raise AgentevalError(
             f"agenteval collect: {stats.spans_lost:,} acknowledged spans could not be written to {collector.store} "
             "(the errors above say why: a full disk, a folder that cannot be made)"
         )
+
+
+def _scored_line(stats: CollectStats) -> str:
+    """What online scoring did, worded as ``rescore --traces`` words it: the traces judged are those of the
+    finished ones that the sample chose and that did not end in error."""
+    return (
+        f"{stats.scores_written:,} scores for {stats.traces_scored:,} of {stats.traces_finished:,} finished traces "
+        "(the others not sampled, or ended in error)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Online evaluation in ``agenteval collect``: a decorated production agent in a process of its own sends its
 traces over OTLP/HTTP (the real SDK exporter) to a real collector, which scores them as they arrive with the
 scorers ``rescore --traces`` uses, into the same scores, each trace once; what waits at the stop is scored then.
-Counted: traces handed to the scorer = traces sent, scores written = traces that did not end in error."""
+Counted: traces finished (handed to the scorer) = traces sent, traces scored = scores written (one scorer) =
+traces sampled that did not end in error."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def test_traces_are_scored_as_they_arrive_each_once_as_rescore_traces_scores_the
         wait_until(lambda: len(trace_scores(store)) == 8, "8 traces to be scored online", timeout=60)
         send_traces(collector.http_endpoint, 7)  # the last of these may still wait at the stop
     stats = collector.stats()
-    assert (stats.traces_scored, stats.scores_written) == (21, 12)
+    # 21 finished, of which the 12 that did not end in error were judged, one score each.
+    assert (stats.traces_finished, stats.traces_scored, stats.scores_written) == (21, 12, 12)
     sent = traces(store)
     online = trace_scores(store)
     assert len(sent) == 21 and set(online) == {t for t, status in sent.items() if status != "ERROR"}
@@ -95,7 +97,8 @@ def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_pa
     # The sample is chosen by trace id, as rescore --traces --sample 0.5 would choose it.
     expected = {t for t, status in traces(store).items() if status != "ERROR" and trace_sampled(t, 0.5)}
     assert 0 < len(scored) < 24 and set(scored) == expected
-    assert f"; 42 traces scored, {len(scored)} scores" in out
+    # Said as rescore --traces says it: the traces judged, not the 42 handed to the sample.
+    assert f"; {len(scored)} scores for {len(scored)} of 42 finished traces (the others not sampled" in out
 
 
 def test_scoring_options_without_score_are_refused(tmp_path):

@@ -61,13 +61,14 @@ STILL_QUEUEING = Answer("busy", message="agenteval collect is still queueing the
 class CollectStats:
     """Counts since start: spans acknowledged, written (handed to the writer), rejected as invalid, and
     requests refused because the queue was full or the collector was stopping; with online scoring, the
-    traces handed to the scorer (before its sampling) and the scores it wrote."""
+    traces scored and the scores written (and ``traces_finished``)."""
 
     spans_received: int
     spans_written: int
     spans_rejected: int
     requests_refused: int
     traces_scored: int = 0
+    """Traces the scorers judged: of the finished ones, those the sample chose that did not end in error."""
     scores_written: int = 0
     spans_lost: int = 0
     """Acknowledged spans the store would not take (a full disk, a refused folder), lost when the collector
@@ -75,6 +76,9 @@ class CollectStats:
     spans_repeated: int = 0
     """Spans of requests sent again (the same body as one already queued), acknowledged and not stored twice; not
     counted as received."""
+    traces_finished: int = 0
+    """Traces handed to online scoring (their root written), before its sample and before those that ended in error
+    are left out."""
 
     def __add__(self, other: CollectStats) -> CollectStats:
         """Two receivers' counts together (a collector's HTTP workers and its own)."""

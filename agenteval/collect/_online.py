@@ -52,8 +52,10 @@ class OnlineScoring:
         self._due: deque[tuple[float, list[str]]] = deque()
         self._lock = threading.Condition()
         self._closing = False
-        self.traces_scored = 0
+        self.traces_finished = 0
         """Traces handed to the scorer (before its sampling)."""
+        self.traces_scored = 0
+        """Of which the scorer judged: sampled, and not ended in error."""
         self.scores_written = 0
         self._thread = threading.Thread(target=self._run, name="agenteval-collect-scoring", daemon=True)
         self._thread.start()
@@ -105,5 +107,6 @@ class OnlineScoring:
         except Exception:  # a scorer's failure costs these traces their scores, never the collector
             logger.exception("agenteval collect: could not score %d production traces", len(ids))
             return
-        self.traces_scored += len(ids)
+        self.traces_finished += len(ids)
+        self.traces_scored += result.sampled - result.failed
         self.scores_written += result.scores

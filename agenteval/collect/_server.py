@@ -256,7 +256,10 @@ class Collector:
         if self._online is None:
             return stats
         return dataclasses.replace(
-            stats, traces_scored=self._online.traces_scored, scores_written=self._online.scores_written
+            stats,
+            traces_scored=self._online.traces_scored,
+            scores_written=self._online.scores_written,
+            traces_finished=self._online.traces_finished,
         )
 
     def worker_pids(self) -> list[int]:
