@@ -32,7 +32,9 @@ def as_text(value: Any) -> str | None:
         text = value if isinstance(value, str) else str(value)
     except Exception:  # an object whose str raises has no text to record
         return None
-    return storable_text(text) if isinstance(text, str) else None
+    # A str subclass (numpy's str_, as an array of ids gives) as the plain str it holds: older OpenTelemetry APIs
+    # (1.27, the oldest agenteval takes) drop an attribute whose sequence holds any other type, ids and all.
+    return storable_text(str.__str__(text)) if isinstance(text, str) else None
 
 
 def count(value: Any) -> int | None:
