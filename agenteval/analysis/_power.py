@@ -3,9 +3,11 @@ paired comparison that ``compare`` and ``gate`` use and for an unpaired one.
 
 Each case i has a true pass rate p_i; across cases p_i has mean p and variance s² (the between-case
 spread). A case's observed rate over K attempts varies around p_i by p_i(1 - p_i) / K (within-case).
-The candidate takes d_i off case i: the same drop d from every case, or d / f from a share f of the
-cases (``affected``) and nothing from the rest, so d_i has mean d and variance v = d²(1 - f) / f.
-With q_i = p_i - d_i and E p_i(1 - p_i) = p(1 - p) - s², E q_i(1 - q_i) = q(1 - q) - s² - v (q = p - d):
+The candidate takes d_i off case i where there are passes to lose: each of a share f of the cases
+(``affected``, 1 by default; widened to d / p when those cases would otherwise lose more than they pass) keeps
+1 - r of its pass rate, r = d / (f p), and the rest keep theirs. So d_i = r p_i for those cases, with mean d and
+variance v = f r² E p_i² - d², E p_i² = s² + p²; with q_i = p_i - d_i, E p_i(1 - p_i) = p - E p_i² and
+E q_i(1 - q_i) = (p - d) - E q_i², E q_i² = E p_i² (1 - 2 f r + f r²):
 
 - paired, over the same cases: the between-case part cancels, and each case's difference has
   variance  V = v + [E p_i(1 - p_i) + E q_i(1 - q_i)] / K;  over m cases the difference has
