@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -57,11 +58,11 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("gate")
     store = root / "store"
 
-    def run(dataset: str | Path, **options: object) -> str:
+    def run(dataset: str | Path, cases: int | None = None, **options: object) -> str:
         return evaluate(
             "mock",
             str(dataset),
-            cases=CASES if dataset == "arithmetic" else None,
+            cases=cases or (CASES if dataset == "arithmetic" else None),
             attempts=ATTEMPTS,
             store=store,
             progress="none",
@@ -82,6 +83,7 @@ def runs(tmp_path_factory):
         "renamed": run(renamed),
         "sample_0": run(first, sample=15, sample_seed=0),
         "sample_1": run(first, sample=15, sample_seed=1),
+        "arithmetic_20": run("arithmetic", cases=20),  # the first 20 of the baseline's 30 cases
     }
 
 
@@ -136,6 +138,17 @@ def test_different_datasets_are_refused(runs, candidate):
 def test_changed_content_of_a_same_named_dataset_names_both_hashes(runs):
     result = gate(runs, runs["file"], runs["changed"])
     assert "the dataset 'cases' changed between the runs (content hash" in result.output
+    assert re.search(r"\d+ of the 20 cases both\s+ran differ", result.output), result.output
+
+
+def test_a_generated_dataset_at_two_sizes_is_judged_on_the_cases_both_ran(runs):
+    """arithmetic at --cases 30 and --cases 20 has two content hashes, though its first 20 cases are the same: the
+    gate refused the pair as different datasets (exit 3). The cases both ran are now compared as each run stored
+    them, and only a case id that names another case is warned of."""
+    result = gate(runs, runs["baseline"], runs["arithmetic_20"])
+    assert result.exit_code in (0, 1), result.output
+    assert "changed between the runs" not in result.output and "refused" not in result.output
+    assert "warning: compared on the 20 cases both ran" in result.output
 
 
 def test_two_samples_of_one_dataset_are_judged_on_the_cases_both_ran(runs):

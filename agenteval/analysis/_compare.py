@@ -252,15 +252,21 @@ def _same_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarning]
     ]
 
 
-def _dataset_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarning]:
+def _dataset_warning(store: Store, a: ex.Experiment, b: ex.Experiment, shared: list[str]) -> list[ComparisonWarning]:
     """Case ids pair cases only within one dataset: a line number in one file is another case in another file.
-    Samples of one dataset share its name and hash, so they stay comparable on the cases both ran."""
+    Samples of one dataset share its name and hash, so they stay comparable on the cases both ran; so do runs of one
+    dataset whose hashes differ but whose shared cases are the same, as each run stored them (the generated
+    ``arithmetic`` at another ``--cases``: its first cases are the same)."""
     if a.dataset_name != b.dataset_name:
         why = f"the baseline ran dataset {a.dataset_name!r} and the candidate {b.dataset_name!r}"
     elif a.dataset_hash != b.dataset_hash:
+        differing = _differing_cases(store, a.experiment_id, b.experiment_id, shared)
+        if differing == 0:
+            return []
+        which = "" if differing is None else f": {differing} of the {len(shared)} cases both ran differ"
         why = (
             f"the dataset {a.dataset_name!r} changed between the runs (content hash {a.dataset_hash[:12]} -> "
-            f"{b.dataset_hash[:12]})"
+            f"{b.dataset_hash[:12]}{which})"
         )
     else:
         return []
@@ -269,6 +275,22 @@ def _dataset_warning(a: ex.Experiment, b: ex.Experiment) -> list[ComparisonWarni
             DIFFERENT_DATASETS, f"{why}: the same case id may name different cases. Run both on the same dataset"
         )
     ]
+
+
+def _differing_cases(store: Store, baseline_id: str, candidate_id: str, shared: list[str]) -> int | None:
+    """How many of the ``shared`` case ids name another case in each run (the whole case, as each run stored it);
+    None when that cannot be told (a case of either run stored without its whole text, or not at all)."""
+    (row,) = store.rows(
+        'WITH a AS (SELECT case_id, any_value("case") AS body FROM cases WHERE experiment_id = ? GROUP BY case_id),'
+        ' b AS (SELECT case_id, any_value("case") AS body FROM cases WHERE experiment_id = ? GROUP BY case_id)'
+        " SELECT count(*) AS found, count(*) FILTER (a.body IS DISTINCT FROM b.body) AS differing,"
+        " count(*) FILTER (a.body IS NULL OR b.body IS NULL) AS unknown"
+        " FROM a JOIN b USING (case_id) WHERE case_id IN (SELECT unnest(?::VARCHAR[]))",
+        [baseline_id, candidate_id, shared],
+    )
+    if row["found"] != len(shared) or row["unknown"]:
+        return None
+    return int(row["differing"])
 
 
 def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list[ComparisonWarning]:
@@ -403,7 +425,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         *_same_warning(baseline, candidate),
         *_status_warning(store, "baseline", baseline, len(a), figures_a["planned_cases"]),
         *_status_warning(store, "candidate", candidate, len(b), figures_b["planned_cases"]),
-        *_dataset_warning(baseline, candidate),
+        *_dataset_warning(store, baseline, candidate, shared),
         *_unshared_warning(a, b, len(shared)),
         *_scorer_set_warning(
             store, {"baseline": (baseline.experiment_id, run_a), "candidate": (candidate.experiment_id, run_b)}, shared
