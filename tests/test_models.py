@@ -588,13 +588,18 @@ def test_a_message_of_the_wrong_shape_is_an_infrastructure_failure_and_is_retrie
     reply: the trial was empty_output, the agent's failure, and was never retried."""
     choice = {"index": 0, "finish_reason": "stop", "message": message}
     body = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice]})
+    assert_unreadable_and_retried(model_server, ms.OPENAI, body)
+
+
+def assert_unreadable_and_retried(model_server, api: str, body: str) -> None:
+    """An answer of ``body`` is the provider's failure (llm_error, infrastructure), and a retry gets past it."""
     model_server.script(ms.Reply(body=body))
-    exc = raised(model(model_server, ms.OPENAI, retry=RetryPolicy(max_retries=0)))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
     failure = classify(exc, raised_in=None)
     assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
     assert "shape" in str(exc)
     model_server.script(ms.Reply(body=body), ms.text("whole"))
-    response = complete(model(model_server, ms.OPENAI))
+    response = complete(model(model_server, api))
     assert response.text == "whole" and response.retries == 1
 
 
@@ -611,12 +616,4 @@ def test_anthropic_content_of_the_wrong_shape_is_an_infrastructure_failure_and_i
     """Content that is not a list of typed blocks read as an empty reply (a string's characters were skipped as blocks
     of no type): the trial was empty_output, the agent's failure, and was never retried."""
     message = {"id": "x", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn"}
-    body = json.dumps({**message, "content": content})
-    model_server.script(ms.Reply(body=body))
-    exc = raised(model(model_server, ms.ANTHROPIC, retry=RetryPolicy(max_retries=0)))
-    failure = classify(exc, raised_in=None)
-    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
-    assert "shape" in str(exc)
-    model_server.script(ms.Reply(body=body), ms.text("whole"))
-    response = complete(model(model_server, ms.ANTHROPIC))
-    assert response.text == "whole" and response.retries == 1
+    assert_unreadable_and_retried(model_server, ms.ANTHROPIC, json.dumps({**message, "content": content}))
