@@ -366,6 +366,14 @@ def test_prune_removes_whole_old_days_and_never_experiments(tmp_path):
     assert prunes_left(store) == [] and not (store / ".pruning").exists()
     code, text = cli(store, "prune", "--older-than", "soon")
     assert code == 2 and "--older-than" in text
+    # Ages past what a date reaches were a traceback (OverflowError): nothing is that old, or none is that long.
+    code, text = cli(store, "prune", "--older-than", "99999999d")
+    assert code == 0 and "Traceback" not in text, text
+    assert count(store, "SELECT count(*) AS n FROM spans WHERE experiment_id IS NULL") == recent
+    code, text = cli(store, "prune", "--older-than", "9999999999999w")
+    assert code == 2 and "'9999999999999w': longer than any date reaches" in text, text
+    code, text = cli(store, "report", "--traces", "--since", "99999999d")
+    assert code == 0 and "Traceback" not in text, text
 
 
 READER = """

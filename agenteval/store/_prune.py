@@ -37,6 +37,7 @@ from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 from ..errors import UsageError
 from ._compact import COMPACT_WAIT_SECONDS, workspace_homes
 from ._store import Store, compaction_lock
+from ._windows import ago
 
 PRUNING = ".pruning"
 """Where prunes keep their journals: ``<store>/.pruning/`` (outside every table's glob; no ``.parquet`` in it)."""
@@ -237,7 +238,7 @@ def prune(
 ) -> PruneResult:
     """Remove the production traces (and their scores) of every UTC day that ended more than ``older_than`` ago,
     of one ``service`` or all; experiments are never touched. ``dry_run`` only says what would go."""
-    cutoff = (now or datetime.datetime.now(datetime.UTC)) - older_than
+    cutoff = ago(older_than, now)
     result = PruneResult(cutoff, service, dry_run)
     store.require()
     store_root = store.root
