@@ -328,6 +328,12 @@ def test_cases_from_traces_runs_its_condition_read_only_and_names_the_option(pro
     assert code != 0 and "--force" in text and out.read_text() == "filled by a person\n"
     code, _ = cli(production, "cases-from-traces", "--where", "true", "-o", str(out), "--force")
     assert code == 0 and len(out.read_text().splitlines()) == 21
+    # A condition that gives every trace twice wrote two cases of each id, which validate refused.
+    columns = "trace_id, service, started_at, user_messages, input, output, status, error_type"
+    twice = f"true) UNION ALL SELECT {columns} FROM traces WHERE (true"
+    code, text = cli(production, "cases-from-traces", "--where", twice, "-o", str(out), "--force")
+    assert code == 0 and len(out.read_text().splitlines()) == 21, text
+    assert len(load_file(out)) == 21
 
 
 def test_cases_from_traces_to_a_file_that_cannot_be_written_is_one_line_naming_it(production, tmp_path):

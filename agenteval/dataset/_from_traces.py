@@ -89,6 +89,18 @@ def _nothing_to_write(where: str, target: Path, matched: int) -> NoCases:
     )
 
 
+def _each_trace_once(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first row of each trace: a condition that gives a trace twice (a ``UNION ALL`` in it) wrote two cases of
+    one id, a file ``validate`` refuses."""
+    seen: set[str] = set()
+    once = []
+    for row in rows:
+        if row["trace_id"] not in seen:
+            seen.add(row["trace_id"])
+            once.append(row)
+    return once
+
+
 def cases_from_traces(
     store: Store, where: str, output: str | os.PathLike[str], *, force: bool = False
 ) -> CasesFromTraces:
@@ -97,7 +109,7 @@ def cases_from_traces(
     (cases people filled in) unless ``force``."""
     target = Path(output)
     refuse_existing("-o", target, force=force, holds="its expected outputs may be filled in")
-    rows = matching_traces(store, where)
+    rows = _each_trace_once(matching_traces(store, where))
     records: list[dict[str, Any]] = []
     without: list[str] = []
     for row in rows:
