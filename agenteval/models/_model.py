@@ -84,6 +84,8 @@ class _Call:
     waits: list[Wait] = dataclasses.field(default_factory=list)
     retries: int = 0
     cache_hit: bool = False
+    read: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The answer as the adapter read it (text, tool calls, finish reason, usage), read once."""
 
 
 class Model:
@@ -193,7 +195,7 @@ class Model:
         call = _Call()
         raw = await _chat(messages, model=self.name.model, owner=self, request=request, call=call)
         return ModelResponse(
-            **self.adapter.read(raw), cache_hit=call.cache_hit, waits=tuple(call.waits), retries=call.retries, raw=raw
+            **call.read, cache_hit=call.cache_hit, waits=tuple(call.waits), retries=call.retries, raw=raw
         )
 
     async def _send(self, request: ModelRequest, call: _Call) -> Any:
@@ -205,6 +207,7 @@ class Model:
             call.cache_hit = True
             span.set_attribute(A.CACHE_HIT, True)
             set_llm_response(input_tokens=0, output_tokens=0)  # nothing was spent
+            call.read = self.adapter.read(cached[1])
             return cached[1]
         while True:
             sent = await self._attempt(request, call, span)
@@ -232,13 +235,15 @@ class Model:
         outcome = "other"
         try:
             raw = await self._sent(request)
-            if not self._readable(raw):
+            read = self._read(raw)
+            if read is None:
                 if request.stream:
                     raise StreamEndedEarly(f"{self.name}: the reply ended before the model finished it")
                 raise UnreadableResponse(
                     f"{self.name}: the answer holds no finished reply (no choices or no stop reason)"
                 )
             outcome = "ok"
+            call.read = read
             return raw
         except Exception as exc:
             _mask_key(exc, self._api_key)
@@ -254,19 +259,17 @@ class Model:
         finally:
             self.limiter.release(generation, outcome)
 
-    def _readable(self, raw: Any) -> bool:
-        """Whether ``raw`` holds a finished reply; raises :class:`UnreadableResponse` when its parts are of another
-        shape than the API's (a broken gateway's ``choices: ["4"]`` or ``usage: "lots"``), so that it is retried and
-        typed as the provider's failure, not raised later from :meth:`complete` as the agent's own bug."""
+    def _read(self, raw: Any) -> dict[str, Any] | None:
+        """``raw`` as the adapter reads it, or None when it holds no finished reply; raises
+        :class:`UnreadableResponse` when its parts are of another shape than the API's (a broken gateway's
+        ``choices: ["4"]`` or ``usage: "lots"``), so that it is retried and typed as the provider's failure, not
+        raised later from :meth:`complete` as the agent's own bug."""
         try:
-            if not self.adapter.finished(raw):
-                return False
-            self.adapter.read(raw)
+            return self.adapter.read(raw) if self.adapter.finished(raw) else None
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
             raise UnreadableResponse(
                 f"{self.name}: the answer is not of the API's shape ({type(exc).__name__}: {exc})"
             ) from exc
-        return True
 
     async def _sent(self, request: ModelRequest) -> Any:
         """One request to the SDK. The SDK's timeout bounds each wait on the connection, so a body sent a few
