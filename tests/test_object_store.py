@@ -270,19 +270,22 @@ def test_readers_see_one_consistent_set_while_compaction_and_writers_run(store):
 
 
 @contextlib.contextmanager
-def s3_requests() -> Iterator[collections.Counter[str]]:
-    """The S3 requests this process sends while the block runs, by operation (HeadObject, GetObject, ...)."""
+def s3_requests(detailed: bool = False) -> Iterator[Any]:
+    """The S3 requests this process sends while the block runs, by operation (HeadObject, GetObject, ...); or,
+    ``detailed``, a list of each one's operation, key and range."""
     client = RemoteRoot("s3://evals").fs.connect()  # the client every store on the server uses (fsspec keeps one)
-    sent: collections.Counter[str] = collections.Counter()
+    counted: collections.Counter[str] = collections.Counter()
+    listed: list[tuple[str, str, str]] = []
 
-    def count(model: Any, **_: Any) -> None:
-        sent[model.name] += 1
+    def count(model: Any, params: dict[str, Any], **_: Any) -> None:
+        counted[model.name] += 1
+        listed.append((model.name, params.get("Key", ""), params.get("Range", "")))
 
-    client.meta.events.register("before-call.s3", count)
+    client.meta.events.register("before-parameter-build.s3", count)
     try:
-        yield sent
+        yield listed if detailed else counted
     finally:
-        client.meta.events.unregister("before-call.s3", count)
+        client.meta.events.unregister("before-parameter-build.s3", count)
 
 
 def test_a_query_fetches_each_small_file_once_a_process_and_asks_nothing_else_of_a_listed_file(store):
@@ -301,6 +304,32 @@ def test_a_query_fetches_each_small_file_once_a_process_and_asks_nothing_else_of
     with s3_requests() as sent:
         assert reader.rows("SELECT count(DISTINCT case_id) AS n FROM cases") == [{"n": files}]
     assert set(sent) == {"ListObjectsV2"}, sent  # a new listing for the new connection's views, nothing more
+
+
+def test_a_large_file_is_read_without_a_head_and_its_footer_once_a_process(store):
+    """A compacted file (over the 1 MiB fetched whole) was opened by every query with a HEAD, and its footer
+    fetched again each time, twice a query. The listing answers the HEAD, and the footer is kept."""
+    from agenteval.store import compact
+
+    written = Store(store)
+    for f in range(4):  # random inputs: about 3 MB that does not compress
+        rows = [
+            {"experiment_id": "x", "case_id": f"c{f}-{i}", "line": i, "input": os.urandom(400).hex()}
+            for i in range(2000)
+        ]
+        written.write("cases", rows)
+    compact(Store(store), ["cases"])
+    (merged,) = [key for key in objects(store) if "/compacted-" in key]
+    size = fsspec.filesystem("s3").size(f"{store}/{merged}")
+    assert size > 2 << 20
+    reader = Store(store)
+    assert reader.rows("SELECT count(*) AS n FROM cases") == [{"n": 8000}]
+    with s3_requests(detailed=True) as sent:
+        assert reader.rows("SELECT max(line) AS n FROM cases WHERE case_id LIKE 'c3-%'") == [{"n": 1999}]
+    of_merged = [(operation, ranged) for operation, key, ranged in sent if key.endswith(merged)]
+    assert of_merged and all(operation == "GetObject" for operation, _ in of_merged), sent
+    ends = [int(ranged.rsplit("-", 1)[1]) for _, ranged in of_merged]
+    assert max(ends) < size - 1, sent  # the rows' columns, not the footer at the file's end
 
 
 def test_a_compaction_reads_each_file_once_and_asks_nothing_else_of_it(store):

@@ -7,7 +7,8 @@ HEAD), and a connection binds each table's files again for every view built over
 
 A store's objects are written once and never changed: a new file, manifest or lease is a new name (see
 :mod:`._live`). So what the listing behind a connection's views said of a file stays true while the file exists,
-and this file system answers those questions from it; and a small object is fetched whole, once per process.
+and this file system answers those questions from it; a small object is fetched whole, once per process, and of a
+larger one the end, where a Parquet file's footer is.
 A file deleted since it was listed (a compaction's) still fails when it is read, as before, and the store's readers
 retry with a new listing. Paths no listing named go to the store's own file system unchanged.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import collections
 import datetime
+import functools
 import io
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fsspec
@@ -26,7 +28,11 @@ import fsspec
 from agenteval_exporters.storefs import READ_BLOCK_BYTES, RemoteFile, RemoteRoot, StoreRoot
 
 KEPT_BYTES = 32 << 20
-"""Bytes of small objects kept in a process (least recently read first out)."""
+"""Bytes of objects kept in a process, small ones whole and the ends of larger ones (least recently read first
+out)."""
+
+TAIL_BYTES = 64 << 10
+"""Bytes kept of the end of a larger object, where a Parquet file's footer is: every open of the file reads it."""
 
 MAX_KNOWN = 1_000_000
 """Listed objects remembered in a process; past it, they are forgotten and the next listings start again."""
@@ -39,7 +45,7 @@ class _Listed:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.files: dict[str, tuple[int, int]] = {}
-        self.bytes: collections.OrderedDict[tuple[str, int, int], bytes] = collections.OrderedDict()
+        self.bytes: collections.OrderedDict[tuple[str, int, int, int], bytes] = collections.OrderedDict()
         self.kept = 0
 
     def remember(self, paths_and_files: Iterable[tuple[str, RemoteFile]]) -> None:
@@ -49,24 +55,28 @@ class _Listed:
             self.files.update((path, (file.size, file.modified_ns)) for path, file in paths_and_files)
 
     def small_object(self, fs: Any, path: str, size: int, modified_ns: int) -> bytes:
-        key = (path, size, modified_ns)
+        return self.part(fs, path, 0, size, modified_ns)
+
+    def part(self, fs: Any, path: str, start: int, size: int, modified_ns: int) -> bytes:
+        """Bytes ``start`` to the end of an object of ``size`` bytes, fetched once a process while kept."""
+        key = (path, start, size, modified_ns)
         with self.lock:
             data = self.bytes.get(key)
             if data is not None:
                 self.bytes.move_to_end(key)
                 return data
-        data = fs.cat_file(path, start=0, end=size)  # one GET; FileNotFoundError once deleted: readers retry
+        data = fs.cat_file(path, start=start, end=size)  # one GET; FileNotFoundError once deleted: readers retry
         self._keep(key, data)
         return data
 
     def prefetch(self, fs: Any, paths_and_files: list[tuple[str, RemoteFile]]) -> None:
         """Fetch the small objects among these not kept yet, all at once (the file system sends the GETs
         concurrently), as many as half of :data:`KEPT_BYTES` holds."""
-        wanted: dict[str, tuple[str, int, int]] = {}
+        wanted: dict[str, tuple[str, int, int, int]] = {}
         budget = KEPT_BYTES // 2
         with self.lock:
             for path, file in paths_and_files:
-                key = (path, file.size, file.modified_ns)
+                key = (path, 0, file.size, file.modified_ns)
                 if 0 < file.size <= min(READ_BLOCK_BYTES, budget) and key not in self.bytes:
                     wanted[path] = key
                     budget -= file.size
@@ -74,14 +84,14 @@ class _Listed:
             return
         paths = list(wanted)
         # Ranges: asked for a whole object, the file system asks for its size first (a HEAD per object).
-        ends = [wanted[path][1] for path in paths]
+        ends = [wanted[path][2] for path in paths]
         fetched = fs.cat_ranges(paths, [0] * len(paths), ends, on_error="return")
         for path, data in zip(paths, fetched, strict=True):
             key = wanted[path]
-            if isinstance(data, bytes) and len(data) == key[1]:  # an exception: deleted since listed, read as usual
+            if isinstance(data, bytes) and len(data) == key[2]:  # an exception: deleted since listed, read as usual
                 self._keep(key, data)
 
-    def _keep(self, key: tuple[str, int, int], data: bytes) -> None:
+    def _keep(self, key: tuple[str, int, int, int], data: bytes) -> None:
         with self.lock:
             if key not in self.bytes:
                 self.bytes[key] = data
@@ -150,7 +160,64 @@ class ListedObjects(fsspec.AbstractFileSystem):
         size, modified_ns = known
         if 0 < size <= READ_BLOCK_BYTES:  # the first read of it would have fetched as much
             return io.BytesIO(_LISTED.small_object(self.inner, stripped, size, modified_ns))
-        return self.inner.open(path, mode, size=size, **kwargs)  # a size given: no HEAD for it
+        details = self.info(path)
+
+        def open_whole() -> Any:
+            opened = self.inner.open(path, mode, size=size, **kwargs)
+            # What the listing said stands for the object's details, which the file system would otherwise ask
+            # for (a HEAD) before its first ranged read.
+            opened.details = details
+            return opened
+
+        tail = functools.partial(_LISTED.part, self.inner, stripped, size - TAIL_BYTES, size, modified_ns)
+        return _KeptTail(size, tail, open_whole)
+
+
+class _KeptTail(io.RawIOBase):
+    """A larger object read from its end (a Parquet footer) out of this process's kept bytes, and elsewhere
+    through a file of the store's file system, opened at the first such read."""
+
+    def __init__(self, size: int, tail: Callable[[], bytes], open_whole: Callable[[], Any]) -> None:
+        super().__init__()
+        self.size, self._tail, self._open_whole = size, tail, open_whole
+        self._whole: Any = None
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        start = self._position
+        end = min(self.size, start + len(buffer))
+        if start >= end:
+            return 0
+        if start >= self.size - TAIL_BYTES:
+            tail = self._tail()
+            data = tail[start - (self.size - len(tail)) : end - (self.size - len(tail))]
+        else:
+            if self._whole is None:
+                self._whole = self._open_whole()
+            self._whole.seek(start)
+            data = self._whole.read(end - start)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if self._whole is not None:
+            self._whole.close()
+        super().close()
 
 
 def _as_datetime(modified_ns: int) -> datetime.datetime:
