@@ -4,6 +4,9 @@ over the same dataset and corpus, by the same agent. Each test resumes a real ru
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 
 import model_servers as ms
 import pytest
@@ -189,22 +192,22 @@ def test_a_resume_is_refused_another_user_simulator_than_the_run_recorded(tmp_pa
     tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
     store = tmp_path / "s"
     first = evaluate(answers_ok, tiny, attempts=1, user_simulator=user_who_is_done, store=store, progress="none")
-    assert first.options["user_simulator"] == f"{__name__}:user_who_is_done"
+    assert first.options["user_simulator"].startswith(f"{__name__}:user_who_is_done#")
     with pytest.raises(
-        RunRefused, match=r"user_who_is_done, and .*:user_who_asks_again is given now \(user_simulator\)"
+        RunRefused, match=r"user_who_is_done#\w+, and .*:user_who_asks_again#\w+ is given now \(user_simulator\)"
     ):
         evaluate(answers_ok, tiny, resume=first.id, user_simulator=user_who_asks_again, store=store, progress="none")
-    with pytest.raises(RunRefused, match=r"user_who_is_done, and none is given now \(user_simulator\)"):
+    with pytest.raises(RunRefused, match=r"user_who_is_done#\w+, and none is given now \(user_simulator\)"):
         evaluate(answers_ok, tiny, resume=first.id, store=store, progress="none")
     again = evaluate(answers_ok, tiny, resume=first.id, user_simulator=user_who_is_done, store=store, progress="none")
-    assert again.options["user_simulator"] == f"{__name__}:user_who_is_done"
+    assert again.options["user_simulator"] == first.options["user_simulator"]
 
     plain = [Case(id="plain", input="Say ok", expected_output="ok", category="c")]
     without = evaluate(
         answers_ok, Dataset("p", "p(test)", dataset_hash(plain), plain), attempts=1, store=store, progress="none"
     )
     assert without.options["user_simulator"] is None
-    refused = pytest.raises(RunRefused, match=r"with a user simulator \(.*user_who_is_done\): the run had none")
+    refused = pytest.raises(RunRefused, match=r"with a user simulator \(.*user_who_is_done#\w+\): the run had none")
     with refused, pytest.warns(UserWarning, match="it will not be called"):
         evaluate(
             answers_ok,
@@ -214,6 +217,67 @@ def test_a_resume_is_refused_another_user_simulator_than_the_run_recorded(tmp_pa
             store=store,
             progress="none",
         )
+
+
+SIMULATED_RUN = textwrap.dedent(
+    """
+    import sys
+
+    from agenteval.dataset import Case, Dataset
+    from agenteval.dataset._cases import dataset_hash
+    from agenteval.run import RunRefused, evaluate
+
+
+    def simulators():
+        # Two lambdas of one function: one qualified name, simulators.<locals>.<lambda>.
+        return {
+            "done": lambda goal, messages: None,
+            "asks": lambda goal, messages: "and again?" if len(messages) < 3 else None,
+        }
+
+
+    def answers_ok(question):
+        return "ok"
+
+
+    store, which, resume = sys.argv[1], sys.argv[2], sys.argv[3:]
+    cases = [Case(id="talk", input="hi", expected_output="ok", category="c", simulated_user={"goal": "an ok"})]
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    try:
+        run = evaluate(
+            answers_ok, tiny, attempts=1, user_simulator=simulators()[which], store=store, progress="none",
+            resume=resume[0] if resume else False,
+        )
+    except RunRefused as refused:
+        print("refused:", refused)
+    else:
+        print(run.id, run.options["user_simulator"])
+    """
+)
+
+
+def test_a_resume_tells_two_lambdas_of_one_function_apart(tmp_path):
+    """A user simulator was recorded by its qualified name alone, which two lambdas of one function share
+    (``simulators.<locals>.<lambda>``): a resume given the other lambda continued the run, its simulated users
+    played otherwise, without a word. Now the name carries a hash of the code; each step is a fresh process, so the
+    very same lambda resumes, and the other one is refused, naming the option."""
+    script = tmp_path / "simulated.py"
+    script.write_text(SIMULATED_RUN)
+    store = str(tmp_path / "s")
+
+    def run(*arguments: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), store, *arguments], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    experiment_id, recorded = run("done").split()
+    refused = run("asks", experiment_id)
+    assert refused.startswith(f"refused: cannot resume {experiment_id}: its simulated users were played by ")
+    assert "of the same name, but other code" in refused and "(user_simulator)" in refused
+    assert run("done", experiment_id) == f"{experiment_id} {recorded}"
+    assert recorded.startswith("__main__:simulators.<locals>.<lambda>#")
 
 
 def test_a_resume_is_refused_a_response_cache_the_run_did_not_have(tmp_path):

@@ -265,6 +265,15 @@ def _source_of(obj: Any) -> str | None:
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
 
 
+def code_digest(obj: Any) -> str:
+    """A short hash of what defines the callable ``obj`` (:func:`_hash_code_of`: its compiled code, defaults,
+    closure values and plain globals), the same in every process: two lambdas of one function differ in it though
+    they share a qualified name. Compiled code is the interpreter's, so another Python version may change it."""
+    digest = hashlib.sha256()
+    _hash_code_of(obj, digest, set())
+    return digest.hexdigest()[:12]
+
+
 def _hash_code_of(obj: Any, digest: Any, seen: set[int]) -> None:
     """Feed ``digest`` what defines ``obj`` without its source: a function's compiled code, defaults,
     closure values and the plain-valued globals it names; a class's methods; an instance's class.

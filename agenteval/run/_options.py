@@ -81,8 +81,9 @@ class RunOptions:
     cache: str | None = None
     """The response cache's folder (``--cache``), for development."""
     user_simulator: str | None = None
-    """The Python user simulator given to ``evaluate(user_simulator=...)``, by its qualified name
-    (:func:`simulator_name`), never its code; None when none was given (``simulate_users`` may name a model)."""
+    """The Python user simulator given to ``evaluate(user_simulator=...)``, by its qualified name and a hash of its
+    code (:func:`simulator_name`), never its code itself; None when none was given (``simulate_users`` may name a
+    model)."""
     shard: str | None = None
     """``K/N``: this run is the K-th of N disjoint slices of the experiment (see ``agenteval.run._shards``)."""
 
@@ -211,19 +212,37 @@ def _query_added(name: str, given: Any, stored: Any) -> str:
     return f", which called it with no query: leave {flag(name)} out, or give it as the run recorded it"
 
 
+SIMULATOR_CODE_MARK = "#"
+"""Between a recorded simulator's name and the hash of its code (:func:`simulator_name`)."""
+
+
 def simulator_name(simulator: Any) -> str:
-    """What a run records of a Python user simulator: ``MODULE:QUALNAME`` of the function, method or (for a
-    callable object) class, and, when the object says it, what it plays with (its ``recorded_name``, such as
-    ``ModelUserSimulator``'s model). A name, never code or a secret: two lambdas of one function share it."""
+    """What a run records of a Python user simulator: ``MODULE:QUALNAME#HASH`` of the function, method or (for a
+    callable object) class, ``HASH`` a hash of its code (:func:`~agenteval.agents._loading.code_digest`), so two
+    lambdas of one function, which share the qualified name, are told apart while the same one in a fresh process
+    is the same; or, when the object says it, what it plays with (its ``recorded_name``, such as
+    ``ModelUserSimulator``'s model). Never code or a secret."""
     import functools
 
-    while isinstance(simulator, functools.partial):
-        simulator = simulator.func
-    own = getattr(simulator, "recorded_name", None)
+    from ..agents._loading import code_digest  # inspect and hashlib: not for the command line's start
+
+    named = simulator
+    while isinstance(named, functools.partial):
+        named = named.func
+    own = getattr(named, "recorded_name", None)
     if isinstance(own, str):
         return own
-    named = simulator if hasattr(simulator, "__qualname__") else type(simulator)
-    return f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}"
+    named = named if hasattr(named, "__qualname__") else type(named)
+    name = f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}"
+    return f"{name}{SIMULATOR_CODE_MARK}{code_digest(simulator)}"
+
+
+def same_simulator(recorded: str | None, given: str | None) -> bool:
+    """Whether the simulator ``given`` (:func:`simulator_name`) is the one a run ``recorded``; a name recorded
+    before simulators' code was hashed (no ``#HASH``) is compared by name alone."""
+    if recorded is None or given is None or SIMULATOR_CODE_MARK in recorded:
+        return given == recorded
+    return given.partition(SIMULATOR_CODE_MARK)[0] == recorded
 
 
 def flag(name: str) -> str:

@@ -21,11 +21,13 @@ from ..scorers._base import Scorer
 from ..scorers._loading import scorer_specs
 from ._options import (
     CHANGEABLE_ON_RESUME,
+    SIMULATOR_CODE_MARK,
     RunOptions,
     changed_on_resume,
     masked_agent_options,
     masked_urls,
     queries_maybe_lost,
+    same_simulator,
 )
 from ._prices import repriced
 from ._trial import TrialPlan
@@ -134,7 +136,7 @@ def check_same_simulator(previous: ex.Experiment, given: str | None) -> None:
     if "user_simulator" not in previous.options:
         return
     recorded = previous.options["user_simulator"]
-    if given == recorded:
+    if same_simulator(recorded, given):
         return
     eid = previous.experiment_id
     if recorded is None:
@@ -142,10 +144,12 @@ def check_same_simulator(previous: ex.Experiment, given: str | None) -> None:
             f"cannot resume {eid} with a user simulator ({given}): the run had none (its simulated users, if any, "
             "were played by --simulate-users, or not at all). Leave user_simulator out to resume as it ran"
         )
+    alike = given is not None and given.partition(SIMULATOR_CODE_MARK)[0] == recorded.partition(SIMULATOR_CODE_MARK)[0]
+    other = " (of the same name, but other code: another lambda or function defined there, or its code changed)"
     raise RunRefused(
         f"cannot resume {eid}: its simulated users were played by the user simulator {recorded}, and "
-        f"{given or 'none'} is given now (user_simulator). Give evaluate(user_simulator=...) the same simulator "
-        "again to resume as it ran, or start a new run"
+        f"{given or 'none'}{other if alike else ''} is given now (user_simulator). Give "
+        "evaluate(user_simulator=...) the same simulator again to resume as it ran, or start a new run"
     )
 
 
