@@ -301,3 +301,51 @@ def test_a_resume_is_refused_a_response_cache_the_run_did_not_have(tmp_path):
     assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 40}]
     again = evaluate("mock", "arithmetic", resume=cached.id, retry_failed="infra", **failing_run(store))
     assert again.options["cache"] == str(tmp_path / "answers")
+
+
+def cached_model_run(server, store, **options):
+    """A run of the reference agent whose answers are all cut short (failed trials): a resume with
+    ``retry_failed="all"`` asks the model again, which its cache answers when it is the run's."""
+    server.responder = lambda request: ms.truncated()
+    return evaluate(
+        "",
+        "arithmetic",
+        model="openai/test-model",
+        base_url=server.openai_url,
+        store=store,
+        progress="none",
+        **options,
+    )
+
+
+def test_a_store_moved_with_its_cache_resumes_with_it(model_server, tmp_path):
+    """A run's cache folder was recorded as an absolute path, the store's own ``.model-cache`` too: a store moved
+    (or checked out elsewhere) resumed with its old folder's path, so its cache was not found there (every answer
+    asked again, the old folder made again), and ``--cache`` given to it was refused as another folder. Now a
+    cache in the store is recorded relative to the store and goes with it."""
+    first = cached_model_run(model_server, tmp_path / "a", cases=2, attempts=1, cache=True)
+    assert first.summary.failed == 2
+    asked = len(model_server.requests)
+    (tmp_path / "a").rename(tmp_path / "b")
+    again = cached_model_run(model_server, tmp_path / "b", resume=first.id, retry_failed="all", cache=True)
+    assert again.summary.this_run["cache_hits"] == asked and len(model_server.requests) == asked
+    assert not (tmp_path / "a").exists()
+    assert again.options["cache"] == first.options["cache"] == ".model-cache"
+
+
+def test_a_relative_cache_is_the_folder_it_named_where_it_was_given(model_server, tmp_path, monkeypatch):
+    """A relative ``--cache answers`` was recorded as typed: resumed from another directory, the same words named
+    another folder, and were taken as the run's. Now the folder is recorded resolved: given from elsewhere it is
+    refused as another folder, and left out the resume uses the run's own."""
+    for folder in ("here", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    first = cached_model_run(model_server, tmp_path / "s", cases=2, attempts=1, cache="answers")
+    asked = len(model_server.requests)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(RunRefused, match=r"other options than it ran with: cache \(.*elsewhere.answers' given"):
+        cached_model_run(model_server, tmp_path / "s", resume=first.id, retry_failed="all", cache="answers")
+    again = cached_model_run(model_server, tmp_path / "s", resume=first.id, retry_failed="all")
+    assert again.summary.this_run["cache_hits"] == asked and len(model_server.requests) == asked
+    assert not (tmp_path / "elsewhere" / "answers").exists()
+    assert again.options["cache"] == first.options["cache"] == str((tmp_path / "here" / "answers").resolve())

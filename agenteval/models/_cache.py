@@ -78,3 +78,22 @@ def cache_folder(given: str | os.PathLike[str] | None, store_root: str | os.Path
     if isinstance(store_root, RemoteRoot):
         return local_home(store_root, DEFAULT_FOLDER)
     return Path(store_root) / DEFAULT_FOLDER
+
+
+def recorded_cache(folder: Path, store_root: str | os.PathLike[str] | RemoteRoot) -> str:
+    """How a run records its cache ``folder``: relative to the store when it lies in the store (the default
+    ``.model-cache``), so a store moved or checked out elsewhere keeps its cache; otherwise as an absolute path, so a
+    relative ``--cache`` names the folder under the directory it was given in, not under a resume's."""
+    resolved = folder.resolve()
+    if not isinstance(store_root, RemoteRoot) and resolved.is_relative_to(root := Path(store_root).resolve()):
+        return resolved.relative_to(root).as_posix()
+    return str(resolved)
+
+
+def cache_of_run(recorded: str, store_root: str | os.PathLike[str] | RemoteRoot) -> Path:
+    """The cache folder a run recorded (:func:`recorded_cache`): one recorded relative lies in the store, wherever the
+    store is now."""
+    path = Path(recorded)
+    if path.is_absolute() or isinstance(store_root, RemoteRoot):
+        return path
+    return Path(store_root) / path

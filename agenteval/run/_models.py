@@ -32,13 +32,13 @@ class RunModels:
         """The run's models (a missing SDK or key is said here, before anything is written)."""
         if not (options.model or options.judge or options.simulate_users):
             return cls()
-        from ..models._cache import ResponseCache
+        from ..models._cache import ResponseCache, cache_of_run
         from ..models._model import Model
         from ..models._names import as_stored, parse_model_name
         from ..models._simulator import ModelUserSimulator
         from ..scorers._judge import llm_judge
 
-        found = cls(cache=ResponseCache(options.cache) if options.cache else None)
+        found = cls(cache=ResponseCache(cache_of_run(options.cache, store_root)) if options.cache else None)
 
         recorded = {"model": options.base_url, "judge": options.judge_base_url, "simulator": options.simulator_base_url}
 

@@ -79,7 +79,8 @@ class RunOptions:
     skip_simulated: bool = False
     """Cases with a simulated user are left out (reported as not run) when no simulator is given."""
     cache: str | None = None
-    """The response cache's folder (``--cache``), for development."""
+    """The response cache's folder (``--cache``), for development: relative to the store when it lies in the store,
+    absolute otherwise (see ``agenteval.models._cache.recorded_cache``)."""
     user_simulator: str | None = None
     """The Python user simulator given to ``evaluate(user_simulator=...)``, by its qualified name and a hash of its
     code (:func:`simulator_name`), never its code itself; None when none was given (``simulate_users`` may name a
@@ -110,10 +111,14 @@ class RunOptions:
 
 RECORD_VERSION_KEY = "record_version"
 """The key of the recorded options that says in which form they were recorded (see :data:`RECORD_VERSION`)."""
-RECORD_VERSION = 2
-"""The form :func:`recorded_options` records: 2 keeps a base URL's query (secrets masked). A record without the key
-is of version 1, written before (2026-12): its base URLs lost their query, and an URL without one there may have had
-one."""
+RECORD_VERSION = 3
+"""The form :func:`recorded_options` records: 2 keeps a base URL's query (secrets masked); 3 records a cache folder
+in the store relative to the store (see :func:`cache_recorded_now`). A record without the key is of version 1,
+written before (2026-12): its base URLs lost their query, and an URL without one there may have had one."""
+QUERIES_KEPT_SINCE = 2
+"""The record version from which base URLs keep their query (:func:`keeps_queries`)."""
+CACHE_IN_STORE_SINCE = 3
+"""The record version from which a cache folder in the store is recorded relative to it."""
 
 
 def recorded_options(options: RunOptions) -> dict[str, Any]:
@@ -147,7 +152,25 @@ def _compared(options: dict[str, Any]) -> dict[str, Any]:
 
 def keeps_queries(stored: dict[str, Any]) -> bool:
     """Whether a run's recorded options keep their base URLs' queries: a base URL recorded without one had none."""
-    return int(stored.get(RECORD_VERSION_KEY) or 1) >= RECORD_VERSION
+    return record_version(stored) >= QUERIES_KEPT_SINCE
+
+
+def record_version(stored: dict[str, Any]) -> int:
+    """The form a run's options were recorded in (:data:`RECORD_VERSION`)."""
+    return int(stored.get(RECORD_VERSION_KEY) or 1)
+
+
+def cache_recorded_now(stored: dict[str, Any], store_root: Any) -> dict[str, Any]:
+    """A run's recorded options with its cache folder as a run records it now, so a resume compares and uses it
+    alike: a record before :data:`CACHE_IN_STORE_SINCE` holds the folder as given (the store's own absolute, a
+    relative ``--cache`` as typed, taken under today's directory as the run took it under its own)."""
+    if not stored.get("cache") or record_version(stored) >= CACHE_IN_STORE_SINCE:
+        return stored
+    from pathlib import Path
+
+    from ..models._cache import recorded_cache  # storefs: not for the command line's start
+
+    return {**stored, "cache": recorded_cache(Path(stored["cache"]), store_root)}
 
 
 def masked_agent_options(stored: dict[str, Any]) -> list[str]:

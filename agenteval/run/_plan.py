@@ -23,6 +23,7 @@ from ._options import (
     CHANGEABLE_ON_RESUME,
     SIMULATOR_CODE_MARK,
     RunOptions,
+    cache_recorded_now,
     changed_on_resume,
     masked_agent_options,
     masked_urls,
@@ -98,16 +99,18 @@ def missing_trials(
     return plans
 
 
-def resumed_options(previous: ex.Experiment, given: dict[str, Any]) -> RunOptions:
+def resumed_options(previous: ex.Experiment, given: dict[str, Any], store_root: Any) -> RunOptions:
     """The options a resume runs with: the ones the run started with, but for those that may change
-    (``concurrency``); any other option given with a different value is refused."""
-    changed = changed_on_resume(previous.options, given)
+    (``concurrency``); any other option given with a different value is refused. An older record's cache folder is
+    read as a run records it now (relative to ``store_root`` when it lies in the store)."""
+    stored = cache_recorded_now(previous.options, store_root)
+    changed = changed_on_resume(stored, given)
     if changed:
         raise RunRefused(
             f"cannot resume {previous.experiment_id} with other options than it ran with: "
             f"{'; '.join(changed)}. Leave them out to resume as it ran, or start a new run."
         )
-    kept = {k: v for k, v in previous.options.items() if k in RunOptions.__dataclass_fields__}
+    kept = {k: v for k, v in stored.items() if k in RunOptions.__dataclass_fields__}
     if "agent_options" in given:  # the same as recorded: the values given hold what the record masked
         kept["agent_options"] = given["agent_options"]
     elif masked := masked_agent_options(previous.options):

@@ -40,7 +40,7 @@ from ..analysis._saved_report import save_report
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import load_dataset
 from ..errors import UsageError
-from ..models._cache import cache_folder
+from ..models._cache import cache_folder, recorded_cache
 from ..models._limiter import watch_waiting
 from ..models._names import recordable_url
 from ..scorers import Scorer, load_scorers
@@ -218,7 +218,7 @@ async def evaluate_async(
                 "cache",
                 None
                 if cache is None or cache is False
-                else str(cache_folder(None if cache is True else cache, target.root)),
+                else recorded_cache(cache_folder(None if cache is True else cache, target.root), target.root),
             ),
         )
         if value is not None
@@ -403,7 +403,7 @@ class _Run:
                     store.ensure()  # a store that cannot be written is said before its lease is taken
                 previous, lease = _resumable(store, resume if isinstance(resume, str) else None, shard)
                 on_failure.callback(lease.release)
-                options = resumed_options(previous, given)
+                options = resumed_options(previous, given, store.root)
                 scorers = resumed_scorers(previous, scorers)
                 if options.user_simulator is not None:  # said before "no simulator" would be, for want of one
                     check_same_simulator(previous, simulator)
