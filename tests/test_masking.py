@@ -478,6 +478,17 @@ ENCODED = {
         "next=https%3A%2F%2Fbob%3APLANTEDpw%40db.example%2Fx",
         "next=https%3A%2F%2Fbob%3A***%40db.example%2Fx",
     ),
+    # Encoded twice or three times (%25 is an encoded "%"): a URL in a query, and that query in another.
+    "a name encoded twice": ("GET /v1?api%255Fkey=PLANTED1234&page=2", "GET /v1?api%255Fkey=***&page=2"),
+    "a separator encoded twice": (
+        "next=%2Fcb%3Ftoken%253DPLANTED2%2526a%253D1",
+        "next=%2Fcb%3Ftoken%253D***%2526a%253D1",
+    ),
+    "a separator encoded three times": ("q=token%25253DPLANTED3%252526x", "q=token%25253D***%252526x"),
+    "user and password encoded twice": (
+        "u=https%253A%252F%252Fbob%253APLANTEDpw%2540db.example",
+        "u=https%253A%252F%252Fbob%253A***%2540db.example",
+    ),
 }
 
 
@@ -491,6 +502,7 @@ def test_url_encoded_text_with_no_secret_stays_as_it_is():
         "next=https%3A%2F%2Fshop.example%2Fcart%3Fpage%3D2%26sort%3Dprice",
         "/files/a%20b/report%2Dfinal.pdf at 100%25 and 12%3A30",
         "q=max%5Ftokens%3D200%26token%5Fcount%3D12",
+        "discount%253D50%2525 and name%253Dtoken%2526max%255Ftokens%253D12%2526token%25255Fcount%25253D3",
     ):
         assert mask_text(text) == text
 
@@ -525,6 +537,31 @@ def test_an_encoded_secret_in_another_instrumentations_span_is_stored_masked(tmp
     provider.shutdown()
     urls = [json.loads(r["attributes"])["url.full"] for r in Store(tmp_path / "store").rows("SELECT * FROM spans")]
     assert len(urls) == 21 and "https://login.example/cb?next=%2Fb%3Fsig%3D***%26se%3D1" in urls
+
+
+def test_secrets_encoded_twice_in_other_instrumentations_spans_are_not_in_the_parquet_file(tmp_path):
+    """Names and separators encoded twice (``api%255Fkey=``, ``token%253D``: ``%25`` is an encoded "%") were decoded
+    once, read as no secret's name, and their values were stored as they came. Real spans of another
+    instrumentation go through the store's exporter; the Parquet file written holds none of the secrets."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(tmp_path / "store")))
+    tracer = provider.get_tracer("opentelemetry.instrumentation.httpx")
+    with tracer.start_as_current_span("GET") as span:
+        span.set_attribute("url.full", "https://login.example/cb?next=%2Fv1%3Fapi%255Fkey%253DPLANTEDname%2526p%253D2")
+        span.set_attribute("url.query", "q=token%25253DPLANTEDthrice%252526x")
+        span.add_event("redirect", {"location": "https://h.example/?u=%2Fb%3Fsig%253DPLANTEDevent"})
+        span.set_status(Status(StatusCode.ERROR, "refused next=%2Fcb%3Ftoken%253DPLANTEDstatus%2526a%253D1"))
+    provider.shutdown()
+    (written,) = (tmp_path / "store" / "spans").rglob("*.parquet")
+    stored = json.dumps(pq.read_table(written).to_pylist(), default=str)
+    assert "PLANTED" not in stored
+    assert "api%255Fkey%253D***%2526p%253D2" in stored
 
 
 def test_every_secret_name_is_still_found_past_the_quick_check():

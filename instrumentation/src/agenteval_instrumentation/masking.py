@@ -333,7 +333,12 @@ def _secret_values(text: str) -> Iterator[tuple[int, int]]:
 # line encoded into a URL (``X-Api-Key%3A%20...``, ``Authorization%3A+Bearer+...``), a name with an encoded
 # character (``api%5Fkey=``). Looked at only when an encoded separator, or an escape in a name before a separator,
 # is there: most text with a ``%`` is a plain encoded path or prose.
-_ENCODED_HINT = re.compile(r"%(?:3[ADad]|[0-7][0-9A-Fa-f][A-Za-z0-9_.\-\[\]]*[=:])")
+# An encoded "%" (``%25``) may start any of these encoded again: ``token%253D...``, ``api%255Fkey=``.
+_ENCODED_HINT = re.compile(r"%(?:25|3[ADad]|[0-7][0-9A-Fa-f][A-Za-z0-9_.\-\[\]]*[=:])")
+DECODING_ROUNDS = 4
+"""How many times encoded text is decoded in search of secret names: a URL put into a query, and that query into
+another, is encoded twice or three times (``api%255Fkey=``, ``token%25253D``); past a few rounds nothing legitimate is
+left, and each round is a pass over the text."""
 # One level of escapes, ASCII ones only (what the names, separators and value endings are made of), and a "+" as
 # the space it stands for in a query or a form. A value's own characters stay as they are: a masked range is
 # mapped back onto the text as it was.
@@ -345,19 +350,32 @@ _ASCII_ESCAPES = {
 
 def _mask_encoded(text: str) -> str:
     """``text`` with the secrets its URL-encoded parts give to secret names masked in place: the names, separators
-    and value endings are read decoded (``sig%3D``, ``api%5Fkey=``, ``Key%3A%20``), the value masked as it was
-    written. The password of an encoded ``scheme://user:password@`` too."""
-    decoded, escapes = _decoded(text)
-    ranges = list(_secret_values(decoded))
-    if "://" in decoded:
-        ranges = sorted({*ranges, *(m.span(2) for m in _USERINFO.finditer(decoded))})
+    and value endings are read decoded (``sig%3D``, ``api%5Fkey=``, ``Key%3A%20``), once and again while escapes are
+    left, up to :data:`DECODING_ROUNDS` times (``api%255Fkey=``, ``token%253D``), the value masked as it was written.
+    The password of an encoded ``scheme://user:password@`` too."""
+    ranges: list[tuple[int, int]] = []
+    layers: list[list[int]] = []  # where each round's escapes sat in its decoded text, the first round's first
+    decoded = text
+    for _ in range(DECODING_ROUNDS):
+        decoded, escapes = _decoded(decoded)
+        if not escapes:
+            break
+        layers.append(escapes)
+        found = list(_secret_values(decoded))
+        if "://" in decoded:
+            found += [m.span(2) for m in _USERINFO.finditer(decoded)]
+        ranges += [(_original(start, layers), _original(end, layers)) for start, end in found]
     if not ranges:
         return text
+    return _masked_ranges(text, _apart(sorted(set(ranges))))
 
-    def original(at: int) -> int:  # each escape before ``at`` is two characters longer in the text
-        return at + 2 * bisect.bisect_left(escapes, at)
 
-    return _masked_ranges(text, _apart((original(start), original(end)) for start, end in ranges))
+def _original(at: int, layers: list[list[int]]) -> int:
+    """Where position ``at`` of text decoded ``len(layers)`` times lies in the text as written: each escape before
+    it was two characters longer before its round, the last round's undone first."""
+    for escapes in reversed(layers):
+        at += 2 * bisect.bisect_left(escapes, at)
+    return at
 
 
 def _decoded(text: str) -> tuple[str, list[int]]:
