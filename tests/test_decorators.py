@@ -625,3 +625,155 @@ def test_a_decorated_partial_records_the_arguments_it_binds_with_the_call(spans)
     assert recorded("execute_tool receiver") == {"account": "cash", "amount": 3.5, "memo": "tip"}  # never self
     chat_span = by_name(spans, "chat gpt-4o-mini")  # the model the partial binds names the span
     assert json.loads(chat_span.attributes[A.GEN_AI_INPUT_MESSAGES])[0]["parts"][0]["content"] == "hello"
+
+
+class Desk:
+    """A class whose methods are decorated where they are used, as bound methods: ``tool(desk.answer)``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def answer(self, question: str) -> str:
+        return f"{self.name}: {question}"
+
+    async def answer_later(self, question: str) -> str:
+        return f"{self.name} later: {question}"
+
+    @classmethod
+    def kind(cls, question: str) -> str:
+        return f"{cls.__name__}: {question}"
+
+    @staticmethod
+    def echo(question: str) -> str:
+        return question
+
+    @staticmethod
+    async def echo_later(question: str) -> str:
+        return f"later: {question}"
+
+    @tool
+    def looked_up(self, question: str) -> str:
+        return f"{self.name} looked up {question}"
+
+    @tool
+    @classmethod
+    async def counted(cls, question: str) -> str:
+        return f"{cls.__name__} counted {question}"
+
+    @staticmethod
+    @tool
+    def stamped(question: str) -> str:
+        return f"stamped {question}"
+
+
+class Stamp:
+    @staticmethod
+    def now(question: str) -> str:
+        return f"now {question}"
+
+
+Stamp.now = tool(Stamp.now)  # type: ignore[method-assign]  # decorated after its class, as a library's is
+
+
+def _result(returned: Any) -> Any:
+    return asyncio.run(returned) if inspect.iscoroutine(returned) else returned
+
+
+def _decorated_bound_methods() -> list[Callable[..., Any]]:
+    desk = Desk("ada")
+    return [
+        tool(desk.answer),
+        tool(name="later")(desk.answer_later),
+        tool(Desk.kind),
+        tool(desk.kind),
+        tool(Desk.echo),
+        tool(desk.echo_later),
+    ]
+
+
+def test_a_decorated_bound_method_pickles_and_records_spans_when_unpickled(spans):
+    # tool(desk.answer) failed with "Can't pickle <function Desk.answer ...>: it's not the same object as
+    # test_decorators.Desk.answer" where desk.answer pickles: its function wrapper copied the method's name, which
+    # finds the undecorated function. The same for a classmethod and a staticmethod's function read off the class.
+    import pickle
+
+    again = [pickle.loads(pickle.dumps(decorated)) for decorated in _decorated_bound_methods()]
+    assert [_result(decorated("q")) for decorated in again] == [
+        "ada: q",
+        "ada later: q",
+        "Desk: q",
+        "Desk: q",
+        "q",
+        "later: q",
+    ]
+    assert [s.name for s in spans.get_finished_spans()] == [
+        "execute_tool answer",
+        "execute_tool later",
+        "execute_tool kind",
+        "execute_tool kind",
+        "execute_tool echo",
+        "execute_tool echo_later",
+    ]
+    assert inspect.iscoroutinefunction(again[1]) and not inspect.iscoroutinefunction(again[0])
+    assert str(inspect.signature(again[0])) == "(question: 'str') -> 'str'"  # no self, as the bound method's
+    # one set back on its class in its place is found there, so it pickles by reference (what it wraps is not)
+    assert pickle.loads(pickle.dumps(Stamp.now)) is Stamp.now and Stamp().now("q") == "now q"
+
+
+def test_a_decorated_bound_method_set_on_a_class_is_not_bound_again(spans):
+    # Its function wrapper bound to the instance it was read from, so that instance came in as the question.
+    class Front:
+        answer = tool(Desk("ada").answer)
+        echo = tool(Desk.echo)
+
+    assert Front().answer("q") == "ada: q" and Front().echo("q") == "q"
+
+
+def test_methods_decorated_in_their_class_pickle_as_read_off_an_instance(spans):
+    import pickle
+
+    desk = Desk("ada")
+    again = [pickle.loads(pickle.dumps(method)) for method in (desk.looked_up, desk.counted, desk.stamped)]
+    assert [_result(method("q")) for method in again] == ["ada looked up q", "Desk counted q", "stamped q"]
+    assert [s.name for s in spans.get_finished_spans()] == [
+        "execute_tool looked_up",
+        "execute_tool counted",
+        "execute_tool stamped",
+    ]
+
+
+_exporter_of_this_process: list[Any] = []
+
+
+def _call_recording_spans_here(decorated: Callable[..., Any], question: str) -> tuple[Any, list[str]]:
+    """Run in a process of a pool: call what was sent there, with this process's own SDK (installed on its first
+    call, as a provider is set once), and say what the call recorded."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if not _exporter_of_this_process:
+        _exporter_of_this_process.append(InMemorySpanExporter())
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_exporter_of_this_process[0]))
+        trace.set_tracer_provider(provider)
+    exporter = _exporter_of_this_process[0]
+    exporter.clear()
+    return _result(decorated(question)), [s.name for s in exporter.get_finished_spans()]
+
+
+def test_decorated_bound_methods_sent_to_a_process_pool_record_spans_there():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    desk = Desk("ada")
+    sent = [tool(desk.answer), agent(desk.answer_later), tool(Desk.kind), tool(desk.echo_later), desk.looked_up]
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = [pool.submit(_call_recording_spans_here, decorated, "q").result() for decorated in sent]
+    assert done == [
+        ("ada: q", ["execute_tool answer"]),
+        ("ada later: q", ["invoke_agent answer_later"]),
+        ("Desk: q", ["execute_tool kind"]),
+        ("later: q", ["execute_tool echo_later"]),
+        ("ada looked up q", ["execute_tool looked_up"]),
+    ]

@@ -17,7 +17,9 @@ triggers "Failed to detach context" nor leaves the stream's span current for the
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
+from types import MethodType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,15 +60,52 @@ def instrument(fn: Callable[..., Any], make_step: Callable[[], Step], decorator:
         wrapper = _coroutine_wrapper(fn, make_step)
     else:
         wrapper = _sync_wrapper(fn, make_step)
-    if type(fn) is _FUNCTION or hasattr(fn, "__get__"):
-        # Functions (and methods, anything that binds): a function wrapper binds as they do, and a module-level one
+    if _binds(fn):
+        # Functions (and anything else that binds): a function wrapper binds as they do, and a module-level one
         # pickles by reference, as the function it replaces.
         return functools.wraps(fn)(wrapper)
     return Instrumented(fn, wrapper, decorator)
 
 
+def _binds(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` binds to an instance when set on a class, so that its wrapper must too.
+
+    A bound method (``obj.method``, ``Class.a_classmethod``) and a staticmethod's function read off its class are
+    already what is called: they bind to nothing, and their function wrapper could not be pickled, since the name it
+    copies (``Class.method``) finds the undecorated function, where the undecorated bound method pickles.
+    """
+    if isinstance(fn, MethodType):
+        return False
+    if type(fn) is _FUNCTION:
+        return not _is_a_staticmethod_function(fn)
+    return hasattr(fn, "__get__")
+
+
+def _is_a_staticmethod_function(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is the function of a staticmethod of the class its qualified name names (``Class.helper``
+    read off ``Class``), not a function being decorated in its class's body (that class is not made yet)."""
+    owner_name, _, name = fn.__qualname__.rpartition(".")
+    if not owner_name or "<locals>" in owner_name:
+        return False
+    owner = _named(fn.__module__, owner_name)
+    found = getattr(owner, "__dict__", {}).get(name)
+    return isinstance(found, staticmethod) and found.__func__ is fn
+
+
+def _named(module_name: str | None, qualname: str) -> Any:
+    """What ``qualname`` names in the module ``module_name`` as pickle looks it up (None if nothing): where a
+    function or class is found when pickled by reference."""
+    found: Any = sys.modules.get(module_name or "")
+    for part in qualname.split("."):
+        try:
+            found = getattr(found, part)
+        except Exception:  # a lookup that fails in any way finds nothing, as for pickle
+            return None
+    return found
+
+
 class Instrumented:
-    """A decorated partial, callable object, class or builtin.
+    """A decorated partial, callable object, class, builtin or bound method.
 
     A function wrapper of one could not be pickled (it is a local function, not found by its name), so one sent to
     a process pool failed where the undecorated object is sent; and it bound to the instance when set on a class,
@@ -101,7 +140,11 @@ class Instrumented:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._wrapper(*args, **kwargs)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if _named(self.__module__, self.__qualname__) is self:
+            # Found at its name (``Class.helper = tool(Class.helper)``): by reference, as a function wrapper, since
+            # what it wraps would find this object at that name, not itself.
+            return self.__qualname__
         decorator, options = self._decorator
         return _decorated, (decorator, options, self.__wrapped__)
 
