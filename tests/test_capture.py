@@ -283,3 +283,35 @@ def test_nan_and_infinity_are_valid_json(spans):
         "mean": "nan",
         "max": "inf",
     }
+
+
+def test_a_key_that_is_not_a_string_keeps_its_value_beside_the_string_key_of_its_text(spans):
+    # {1: "a", "1": "b"} was captured as {"1": "b"}: the int key was written as its text, which the string key then
+    # overwrote (or, the other way round, the int key overwrote the string key's value).
+    @tool
+    def lookup(ids, flags, pairs):
+        return {"1": "b", 1: "a"}
+
+    lookup({1: "a", "1": "b", 2: "c"}, {True: "yes", "True": "text", "1 (int)": "odd"}, {(1, 2): "t", "(1, 2)": "s"})
+    args = json.loads(captured(spans, "execute_tool lookup"))
+    assert args["ids"] == {"1 (int)": "a", "1": "b", "2": "c"}  # a key with no string key of its text stays as before
+    assert args["flags"] == {"True (bool)": "yes", "True": "text", "1 (int)": "odd"}
+    assert args["pairs"] == {"(1, 2) (tuple)": "t", "(1, 2)": "s"}
+    assert json.loads(captured(spans, "execute_tool lookup", A.GEN_AI_TOOL_CALL_RESULT)) == {"1": "b", "1 (int)": "a"}
+
+
+def test_keys_that_are_not_strings_but_have_one_text_keep_their_values_apart(spans):
+    class Code:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __str__(self) -> str:
+            return "code"
+
+    @tool
+    def lookup(codes):
+        return None
+
+    lookup({Code(1): "first", Code(2): "second", Code(3): "third", "code (Code)": "taken"})
+    codes = json.loads(captured(spans, "execute_tool lookup"))["codes"]
+    assert codes == {"code": "first", "code (Code) 2": "second", "code (Code) 3": "third", "code (Code)": "taken"}

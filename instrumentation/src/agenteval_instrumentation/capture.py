@@ -211,12 +211,14 @@ def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
 
 
 def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int) -> dict[str, Any]:
+    kept = list(itertools.islice(items, max_items + 1))  # one past the cap, to know that more were left out
+    strings = {key for key, _ in kept[:max_items] if isinstance(key, str)}
     out: dict[str, Any] = {}
-    for i, (key, item) in enumerate(items):
+    for i, (key, item) in enumerate(kept):
         if i >= max_items:
             out["…"] = f"{size - max_items} more entries"
             break
-        key = key if isinstance(key, str) else _key_text(key, out)
+        key = key if isinstance(key, str) else _key_text(key, out, strings)
         if config.mask_secrets and is_secret_key(key):
             out[key] = MASK
         else:
@@ -224,17 +226,23 @@ def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int)
     return out
 
 
-def _key_text(key: Any, taken: dict[str, Any]) -> str:
-    """A mapping key that is not a string as text; a key whose ``str()`` raises becomes the placeholder, numbered
-    from the second on so that each such key keeps its value."""
+def _key_text(key: Any, taken: dict[str, Any], strings: set[str]) -> str:
+    """A mapping key that is not a string as text: its ``str()``, unless the mapping has that text already (a string
+    key ``"1"`` beside the key ``1``, or two keys with one text), then with its type (``"1 (int)"``), then numbered, so
+    that each key keeps its value and a reader tells them apart; a key whose ``str()`` raises becomes the placeholder,
+    numbered from the second on."""
     try:
-        return str(key)
+        text = str(key)
     except Exception:
-        text, n = PLACEHOLDER, 1
-        while text in taken:
-            n += 1
-            text = f"{PLACEHOLDER} {n}"
-        return text
+        text = PLACEHOLDER
+    else:
+        if text in taken or text in strings:
+            text = f"{text} ({type(key).__name__})"
+    unique, n = text, 1
+    while unique in taken or unique in strings:
+        n += 1
+        unique = f"{text} {n}"
+    return unique
 
 
 def _sequence(items: Any, size: int, depth: int, max_string: int, max_items: int) -> list[Any]:
