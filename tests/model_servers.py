@@ -70,8 +70,11 @@ class Reply:
     one that is not JSON at all, as a broken server or a gateway's error page gives."""
     content_type: str = "application/json"
     drip: float | None = None
-    """Send the (unstreamed) answer a few bytes at a time, this many seconds apart: each wait on the connection
-    is short, the whole answer slow."""
+    """Send the answer a few bytes at a time (streamed: an event at a time), this many seconds apart: each wait on
+    the connection is short, the whole answer slow."""
+    keep_alive: float | None = None
+    """Streamed: send no event, only an SSE keep-alive (a comment line, a blank line) this many seconds apart, for
+    ``hold_seconds`` or until the client goes: a stream that stays open and never answers."""
 
     @property
     def finish_reason(self) -> str:
@@ -123,6 +126,10 @@ def slow(seconds: float = 30.0, then: Reply | None = None) -> Reply:
     reply.hold_seconds = seconds
     reply.hold = threading.Event()
     return reply
+
+
+def keeping_alive(every: float = 0.05) -> Reply:
+    return Reply(text="never sent", keep_alive=every)
 
 
 def dropped(after: int = 2) -> Reply:
@@ -278,6 +285,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._raw(reply)
             elif reply.error is not None:
                 self._error(route.api, reply)
+            elif request.stream and reply.keep_alive is not None:
+                self._keep_alive(reply, route.api)
             elif request.stream:
                 self._stream(reply, route.events(reply, body, self.server.next_id()))
             else:
@@ -318,13 +327,33 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = _error_body(api, reply.error["kind"], reply.status)
         self._json(status, payload, reply.headers)
 
-    def _stream(self, reply: Reply, events: Iterator[Event]) -> None:
+    def _stream_headers(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+
+    def _keep_alive(self, reply: Reply, api: str) -> None:
+        """Keep-alives only: SSE comments and blank lines, and Anthropic's own ``ping`` events, in turn."""
+        assert reply.keep_alive is not None
+        kinds = [b": keep-alive\n\n", b"\n"]
+        if api == ANTHROPIC:
+            kinds.append(b'event: ping\ndata: {"type": "ping"}\n\n')
+        ends = time.monotonic() + reply.hold_seconds
+        self._stream_headers()
+        for line in itertools.cycle(kinds):  # a write to a client that went raises, which ends it
+            if time.monotonic() >= ends:
+                break
+            self._chunk(line)
+            time.sleep(reply.keep_alive)
+        self.close_connection = True
+
+    def _stream(self, reply: Reply, events: Iterator[Event]) -> None:
+        self._stream_headers()
         for count, (event, data) in enumerate(events):
+            if reply.drip is not None and count:
+                time.sleep(reply.drip)
             if reply.drop_after is not None and count >= reply.drop_after:
                 # The connection goes without the last chunk: the client sees an incomplete body.
                 self.close_connection = True

@@ -473,6 +473,32 @@ def test_an_answer_sent_a_few_bytes_at_a_time_is_bounded_by_the_request_timeout(
     assert provider_error(exc) is not None and "within 1 s" in str(exc)
 
 
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_sending_only_keep_alives_ends_with_a_timeout_outside_a_trial(model_server, api):
+    """The server answers 200 and keeps the stream open with SSE comments, blank lines (and Anthropic's pings),
+    never an event. Each read got bytes within the SDK's timeout, so a call no trial bounds (a judge's, a script's)
+    waited for as long as the server kept sending them."""
+    model_server.script(ms.keeping_alive(every=0.05))
+    assert current_trial.get() is None  # no trial's timeout bounds it
+    exc = raised(model(model_server, api, stream=True, timeout=0.5, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert provider_error(exc) is not None
+    assert str(exc) == (
+        f"{api}/test-model: the stream sent no event for 0.5 s (nothing, or only keep-alives); "
+        "Model(timeout=...) sets how long a streamed answer may be silent"
+    )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_longer_than_the_timeout_is_read_whole_while_its_events_keep_coming(model_server, api):
+    """The timeout bounds a stream's silences, not its length: events 0.1 s apart for about 1.6 s in all, under a
+    timeout of 1 s, are one whole reply."""
+    model_server.script(ms.text("a slow answer " * 8, drip=0.1))
+    response = complete(model(model_server, api, stream=True, timeout=1.0, retry=RetryPolicy(max_retries=0)))
+    assert response.text == "a slow answer " * 8 and response.finish_reason == "stop"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_anthropic_prompt_tokens_read_from_or_written_to_its_cache_are_counted(model_server, spans, stream):
     """Anthropic's ``input_tokens`` leaves out the prompt's cached tokens, which OpenAI's ``prompt_tokens`` holds."""

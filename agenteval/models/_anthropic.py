@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Callable
 from typing import Any
 
 from agenteval_instrumentation.responses import input_tokens, token_count
@@ -145,12 +146,15 @@ def _fitted(api: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 SAMPLING = frozenset({"temperature", "top_p", "top_k"})
 
 
-async def send(api: Any, request: ModelRequest) -> Any:
-    """The SDK's ``Message`` (streamed: the SDK's own final message, folded from the events)."""
+async def send(api: Any, request: ModelRequest, heard: Callable[[], None]) -> Any:
+    """The SDK's ``Message`` (streamed: the SDK's own final message, folded from the events; ``heard`` is called on
+    each event, which its ``ping`` keep-alives are not)."""
     kwargs = _fitted(api, arguments(request))
     if not request.stream:
         return await api.messages.create(**kwargs)
     async with api.messages.stream(**kwargs) as stream:
+        async for _ in stream:
+            heard()
         return await stream.get_final_message()
 
 

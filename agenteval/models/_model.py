@@ -44,7 +44,7 @@ from ._types import LIMITER, RATE_LIMIT, ModelResponse, Wait
 
 DEFAULT_REQUEST_TIMEOUT = 60.0
 """Seconds one request may take before it is given up on (a trial's own timeout still bounds it all); for a
-streamed answer, the longest silence between its events."""
+streamed answer, the longest silence before its first event and between two (keep-alives are silence)."""
 NO_KEY_NEEDED = "unused"
 """The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
 HTTP_CLIENT_LOGGERS = ("httpx", "httpx2")
@@ -273,20 +273,32 @@ class Model:
 
     async def _sent(self, request: ModelRequest) -> Any:
         """One request to the SDK. The SDK's timeout bounds each wait on the connection, so a body sent a few
-        bytes at a time would never time out there: an answer not streamed is also bounded as a whole."""
+        bytes at a time, or a stream of keep-alives (SSE comments the SDK reads and drops), would never time out
+        there: an answer not streamed is bounded as a whole, a streamed one from each of its events to the next
+        (and from the request to its first). A trial's timeout bounds a call too, but a judge's has none."""
+        bound = asyncio.timeout(self.timeout)
+
+        def heard() -> None:  # an event of the stream: its silence starts again
+            bound.reschedule(asyncio.get_running_loop().time() + self.timeout)
+
         try:
-            if request.stream:
-                return await self.adapter.send(self._client(), request)
-            bound = asyncio.timeout(self.timeout)
             try:
                 async with bound:
-                    return await self.adapter.send(self._client(), request)
+                    return await self.adapter.send(self._client(), request, heard)
             except TimeoutError as exc:
                 if not bound.expired():
                     raise
-                raise RequestTimedOut(f"{self.name}: no whole answer within {self.timeout:g} s") from exc
+                raise RequestTimedOut(self._timed_out(request)) from exc
         except json.JSONDecodeError as exc:
             raise UnreadableResponse(f"{self.name}: the provider's answer is not JSON ({exc})") from exc
+
+    def _timed_out(self, request: ModelRequest) -> str:
+        if request.stream:
+            return (
+                f"{self.name}: the stream sent no event for {self.timeout:g} s (nothing, or only keep-alives); "
+                "Model(timeout=...) sets how long a streamed answer may be silent"
+            )
+        return f"{self.name}: no whole answer within {self.timeout:g} s; Model(timeout=...) sets how long it may take"
 
     def _cached(self, request: ModelRequest) -> tuple[str, Any] | None:
         if self.cache is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agenteval_instrumentation.responses import content_text, token_count
@@ -51,14 +52,15 @@ def arguments(request: ModelRequest) -> dict[str, Any]:
     return kwargs
 
 
-async def send(api: Any, request: ModelRequest) -> Any:
-    """The SDK's ``ChatCompletion`` (streamed: the SDK's own final completion, folded from the chunks)."""
+async def send(api: Any, request: ModelRequest, heard: Callable[[], None]) -> Any:
+    """The SDK's ``ChatCompletion`` (streamed: the SDK's own final completion, folded from the chunks; ``heard`` is
+    called on each of the stream's events)."""
     kwargs = arguments(request)
     if not request.stream:
         return await api.chat.completions.create(**kwargs)
     async with api.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as stream:
         async for _ in stream:
-            pass
+            heard()
         return await stream.get_final_completion()
 
 

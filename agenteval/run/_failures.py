@@ -69,7 +69,8 @@ class StreamEndedEarly(ConnectionError):
 
 
 class RequestTimedOut(ConnectionError):
-    """A model request got no whole answer within its timeout (an answer sent a few bytes at a time)."""
+    """A model request got no whole answer within its timeout (an answer sent a few bytes at a time), or a stream
+    no event for that long (one kept open with keep-alives alone)."""
 
 
 class UnreadableResponse(ConnectionError):
