@@ -1451,10 +1451,12 @@ def prune(older_than: str, service: str | None, dry_run: bool, store: str | None
     verb = "would remove" if dry_run else "removed"
     for part in result.partitions:
         click.echo(visible(f"{verb} {part.table}/{part.partition}: {part.files} files, {part.rows:,} rows"))
-    click.echo(
-        f"{verb} {len(result.partitions)} partition(s), {result.files} files, {result.rows:,} rows of days that ended "
-        f"before {result.cutoff:%Y-%m-%d %H:%M} UTC"
-    )
+    ended = f"days that ended before {result.cutoff:%Y-%m-%d %H:%M} UTC"
+    if not result.partitions:
+        click.echo(f"nothing to remove: no production traces of {ended}")
+    else:
+        removed = f"{len(result.partitions)} partition(s), {result.files} files, {result.rows:,} rows"
+        click.echo(f"{verb} {removed} of {ended}")
     if result.kept_unsorted:
         click.echo(
             f"kept {result.kept_unsorted} files of those days written before spans had a folder per service; "

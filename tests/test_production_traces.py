@@ -382,6 +382,33 @@ def test_prune_removes_whole_old_days_and_never_experiments(tmp_path):
     assert code == 0 and "Traceback" not in text, text
 
 
+def test_prune_of_a_service_the_store_does_not_hold_names_the_option_and_the_services(tmp_path):
+    """A mistyped --service removed nothing and exited 0, so the user believed the prune had run."""
+    store = tmp_path / "store"
+    _, old = produce(store, "shop", "past", 5, "40")
+    _, recent = produce(store, "billing", "past", 5, "1")
+    for dry in ((), ("--dry-run",)):
+        code, text = cli(store, "prune", "--older-than", "1d", "--service", "shopp", *dry)
+        assert code == 2 and text.strip().splitlines() == [
+            "Error: --service 'shopp': no production trace in the store has this service; it holds 'billing', 'shop'"
+        ], text
+    assert count(store, "SELECT count(*) AS n FROM spans") == old + recent
+    code, text = cli(store, "prune", "--older-than", "30d", "--service", "billing")  # a real one, nothing old
+    assert code == 0 and "nothing to remove" in text, text
+    code, text = cli(store, "prune", "--older-than", "30d", "--service", "shop")
+    assert code == 0 and f"{old:,} rows" in text, text
+    assert count(store, "SELECT count(*) AS n FROM spans") == recent
+    (published,) = (store / "spans").rglob("part-*.parquet")  # billing's, as written before services had folders
+    shutil.move(published, published.parent.parent / published.name)
+    published.parent.rmdir()
+    code, text = cli(store, "prune", "--older-than", "30d", "--service", "billing")
+    assert code == 0 and "nothing to remove" in text, text
+    empty = tmp_path / "empty"
+    evaluate("mock", "arithmetic", cases=1, attempts=1, store=str(empty), progress="none")  # experiments only
+    code, text = cli(empty, "prune", "--older-than", "1d", "--service", "shop")
+    assert code == 2 and "--service 'shop'" in text and "it holds no production traces" in text, text
+
+
 READER = """
 import sys, time
 from pathlib import Path

@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from agenteval_exporters.files import STAGED_SUFFIX, fsync_dir, partition_path
-from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY
+from agenteval_exporters.partitions import DATE_KEY, SERVICE_KEY, UNKNOWN_SERVICE
 from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 
 from ..errors import UsageError
@@ -46,6 +46,9 @@ JOURNAL_SUFFIX = ".json"
 
 PRODUCTION_TABLES = ("spans", "scores")
 """The tables with production partitions: traces' spans and their scores."""
+
+SERVICES_NAMED = 20
+"""How many of the store's services a refused ``--service`` lists (a store may hold thousands)."""
 
 
 @dataclasses.dataclass
@@ -227,6 +230,41 @@ def finish_earlier_prunes(store_root: StoreRoot) -> int:
     return len(left)
 
 
+def _has_service_folder(store_root: Path, service: str) -> bool:
+    """Whether any day of the production tables has a folder for ``service`` (of any age: the check is whether the
+    name is right, not whether anything is old enough to go)."""
+    folder = partition_path(SERVICE_KEY, service)
+    return any(
+        day_of(day_folder) is not None and (day_folder / folder).is_dir()
+        for table in PRODUCTION_TABLES
+        if (store_root / table).is_dir()
+        for day_folder in (store_root / table).iterdir()
+    )
+
+
+def _production_services(store: Store) -> list[str]:
+    """The services the store's production spans name, read from the rows (a folder's name may be cut and
+    hashed, and files of days written before services had folders name none). Read-only: the caller holds the
+    compaction lock, which a default connection's recovery would wait for."""
+    sql = "SELECT DISTINCT coalesce(service_name, ?) AS service FROM spans WHERE experiment_id IS NULL ORDER BY 1"
+    return store.query(sql, [UNKNOWN_SERVICE], read_only=True).column("service").to_pylist()
+
+
+def _require_service(store: Store, service: str) -> None:
+    """Refuse a ``--service`` that no production span has: a mistyped name removed nothing and said it ran. The
+    folder check answers the usual case; the rows are read only when it finds none."""
+    assert isinstance(store.root, Path)
+    if _has_service_folder(store.root, service):
+        return
+    services = _production_services(store)
+    if service in services:  # only in files written before services had folders
+        return
+    named = ", ".join(repr(s) for s in services[:SERVICES_NAMED])
+    more = f" and {len(services) - SERVICES_NAMED} more" if len(services) > SERVICES_NAMED else ""
+    held = f"it holds {named}{more}" if services else "it holds no production traces"
+    raise UsageError(f"--service {service!r}: no production trace in the store has this service; {held}")
+
+
 def prune(
     store: Store,
     older_than: datetime.timedelta,
@@ -250,6 +288,8 @@ def prune(
     with compaction_lock(store_root, wait=wait, only_reading=dry_run):
         if not dry_run:
             finish_earlier_prunes(store_root)
+        if service is not None:
+            _require_service(store, service)
         for table in PRODUCTION_TABLES:
             root = store_root / table
             if not root.is_dir():
