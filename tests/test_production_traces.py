@@ -205,6 +205,37 @@ def test_report_traces_command_formats(production, tmp_path):
     assert code == 2 and "go with --traces" in text
 
 
+def timestamps(value: object, key: str = "") -> list[tuple[str, str]]:
+    """Every (key, value) of a report's JSON whose key names a time: ``since`` and the ``*_at`` fields."""
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in timestamps(v, k)]
+    if isinstance(value, list):
+        return [found for v in value for found in timestamps(v, key)]
+    return [(key, value)] if value is not None and (key == "since" or key.endswith("_at")) else []
+
+
+def test_report_traces_gives_every_time_in_utc_whatever_the_machines_zone(production):
+    """In a zone other than UTC, the JSON gave ``since`` in UTC and every trace's time in the local zone."""
+    local = {**os.environ, "TZ": "America/New_York"}
+
+    def report(*args: str) -> str:
+        command = [sys.executable, "-m", "agenteval.cli", "report", "--traces", "--store", str(production), *args]
+        done = subprocess.run(command, capture_output=True, text=True, env=local, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    data = json.loads(report("--format", "json", "--since", "1d"))
+    found = timestamps(data)
+    assert {key for key, _ in found} == {"since", "first_started_at", "last_started_at", "started_at"}
+    for key, text in found:
+        when = datetime.datetime.fromisoformat(text)
+        assert "T" in text and when.utcoffset() == datetime.timedelta(0) and text.endswith("+00:00"), (key, text)
+    first = datetime.datetime.fromisoformat(data["window"]["first_started_at"])
+    latest = datetime.datetime.fromisoformat(data["latest_failures"][0]["started_at"])
+    markdown = report("--format", "markdown")
+    assert f"{first:%Y-%m-%d %H:%M:%S} UTC" in markdown and f"{latest:%Y-%m-%d %H:%M:%S} UTC" in markdown
+
+
 def test_the_sql_command_reads_the_traces_views(production):
     code, text = cli(production, "sql", "SELECT count(*) AS n FROM traces WHERE status = 'ERROR'", "--format", "json")
     assert code == 0 and json.loads(text) == [{"n": 9}]

@@ -106,7 +106,8 @@ as an evaluation's trials are (:func:`agenteval.store._views.judged_trials`), wi
 
 @dataclasses.dataclass(frozen=True)
 class TraceWindow:
-    """Which traces the report covers: started from ``since`` (all, when None), of ``service`` (all, when None)."""
+    """Which traces the report covers: started from ``since`` (all, when None), of ``service`` (all, when None).
+    Every time in the report is in UTC."""
 
     since: datetime.datetime | None
     service: str | None
@@ -212,6 +213,12 @@ class TracesReport:
         return dataclasses.asdict(self)
 
 
+def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
+    """A time from DuckDB in UTC: it gives ``TIMESTAMPTZ`` values in the machine's zone, and a report mixing them
+    with ``since`` (UTC) showed two offsets for one clock."""
+    return None if value is None else value.astimezone(datetime.UTC)
+
+
 def trace_failure(row: dict[str, Any]) -> TraceFailure | None:
     """A ``traces`` row's failure by the classifier trials use, or None when it produced an answer."""
     failure = classify_recorded(
@@ -226,7 +233,7 @@ def trace_failure(row: dict[str, Any]) -> TraceFailure | None:
     if failure is None:
         return None
     return TraceFailure(
-        row["trace_id"], row["service"], row["started_at"], failure.type, failure.infrastructure, failure.message
+        row["trace_id"], row["service"], _utc(row["started_at"]), failure.type, failure.infrastructure, failure.message
     )
 
 
@@ -267,7 +274,7 @@ def _report(
         for row in fetch(con, BY_MODEL)
     ]
     return TracesReport(
-        window=TraceWindow(since, service, summary["first_started_at"], summary["last_started_at"]),
+        window=TraceWindow(_utc(since), service, _utc(summary["first_started_at"]), _utc(summary["last_started_at"])),
         calls=calls,
         failures=ErrorRate(
             len(failures),
@@ -307,7 +314,7 @@ def _failures(con: duckdb.DuckDBPyConnection) -> list[TraceFailure]:
     failures = [f for f in map(trace_failure, fetch(con, CLASSIFIED)) if f is not None]
     failed = {f.trace_id for f in failures}
     failures += [
-        TraceFailure(row["trace_id"], row["service"], row["started_at"], SCORER_ERROR, True, row["message"])
+        TraceFailure(row["trace_id"], row["service"], _utc(row["started_at"]), SCORER_ERROR, True, row["message"])
         for row in fetch(con, UNJUDGED)
         if row["trace_id"] not in failed
     ]

@@ -110,8 +110,15 @@ def to_markdown(report: TracesReport) -> str:
     return markdown_document(title(report), sections(report))
 
 
+def _json_value(value: object) -> str:
+    """Times as ISO 8601 in UTC (``2026-12-05T03:36:19.461950+00:00``); ``str`` gave a space for the ``T``."""
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.UTC).isoformat()
+    return str(value)
+
+
 def to_json(report: TracesReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, default=str)
+    return json.dumps(report.to_dict(), indent=2, default=_json_value)
 
 
 def to_terminal(report: TracesReport) -> Any:
