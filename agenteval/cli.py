@@ -1380,19 +1380,26 @@ def plugins_command(fmt: str) -> None:
 )
 @user_errors
 def compact(store: str | None, wait: float | None) -> None:
-    """Merge each partition's small files into one (safe while others read and write), and save report figures."""
+    """Merge each partition's small files into one (safe while others read and write), keeping one row of each span
+    stored twice, and save report figures."""
     from .analysis._saved_report import save_reports
     from .store import Store
     from .store import compact as compact_store
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
     target = Store(store)
-    result = compact_store(target, **given, save_missing_figures=True)
+    result = compact_store(target, **given, save_missing_figures=True, every_partition=True)
     save_reports(target, result.figures_refreshed)
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "
         f"{result.rows} rows; saved the report figures of {len(result.figures_refreshed)} experiment(s)"
     )
+    if result.copies_dropped:
+        click.echo(
+            f"dropped {result.copies_dropped:,} span rows that repeated another row's (trace_id, span_id): the same "
+            f"spans stored twice, now once ({result.rows + result.copies_dropped:,} rows read, {result.rows:,} "
+            "written); send spans into the store one way only (see docs/export.md)"
+        )
     if result.partitions_taken:
         click.echo(
             f"{result.partitions_taken} partition(s) were compacted meanwhile by another compaction, which took the "
@@ -1485,14 +1492,28 @@ def doctor(store: str | None, dry_run: bool) -> None:
         click.echo(visible(f"{folder}: saved report figures that cannot be read, {done} (derived: nothing is lost)"))
     if report.healthy:
         click.echo(f"{report.files_checked} files checked: all readable")
-        return
-    lost = {p.table for p in report.unreadable}
-    click.echo(
-        f"{report.files_checked} files checked, {len(report.unreadable)} unreadable ({', '.join(sorted(lost))})"
-        + ("; trials lost from a run are re-run by agenteval run --resume EXPERIMENT" if "trials" in lost else "")
-    )
-    if dry_run:
+    else:
+        lost = {p.table for p in report.unreadable}
+        click.echo(
+            f"{report.files_checked} files checked, {len(report.unreadable)} unreadable ({', '.join(sorted(lost))})"
+            + ("; trials lost from a run are re-run by agenteval run --resume EXPERIMENT" if "trials" in lost else "")
+        )
+    _say_span_copies(report.span_copies)
+    if dry_run and not (report.healthy and report.copies == 0):
         raise SystemExit(1)
+
+
+def _say_span_copies(copies: dict[str, int] | None) -> None:
+    """What the doctor found of spans stored twice, and what to do."""
+    if copies is None:
+        click.echo("spans stored twice were not looked for: run without --dry-run to set unreadable files aside")
+    elif copies:
+        click.echo(
+            f"{sum(copies.values()):,} span rows repeat another row's (trace_id, span_id) in {len(copies)} "
+            "partition(s): the same spans stored twice (sent to the store both by setup_tracing() and through an "
+            "agenteval collect writing it?), so counts over traces are too high. Run agenteval compact to keep one "
+            "row of each, and send spans into the store one way only (see docs/export.md)"
+        )
 
 
 @main.command()

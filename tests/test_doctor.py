@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from agenteval.run import evaluate
-from agenteval.store import Store, doctor
+from agenteval.store import Store, compact, doctor
 
 
 def agenteval(store: Path, *args: str) -> subprocess.CompletedProcess:
@@ -145,3 +146,83 @@ def test_a_readable_file_whose_column_types_do_not_fit_its_table_is_set_aside_so
     compacted = agenteval(store, "compact")
     assert compacted.returncode == 0 and "left" not in compacted.stderr, compacted.stderr
     assert Store(store).rows("SELECT count(*) AS n FROM trials WHERE experiment_id = ?", [first]) == [{"n": 12}]
+
+
+def spans_sent_both_ways(store: Path, traces: int, ways: int = 2) -> int:
+    """Real spans of production traces (service shop) exported by two Parquet exporters into one store, as an
+    application whose setup_tracing() writes the store and whose OTLP endpoint is a collect writing it too; the
+    number of distinct spans."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+    for _ in range(ways):
+        provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(store)))
+    tracer = provider.get_tracer("test.twice")
+    for n in range(traces):
+        with tracer.start_as_current_span(f"invoke_agent {n}"):
+            with tracer.start_as_current_span("chat"):
+                pass
+            with tracer.start_as_current_span("execute_tool"):
+                pass
+    provider.shutdown()
+    return 3 * traces
+
+
+def span_rows(store: Path) -> tuple[int, int]:
+    """(rows, distinct spans) of the store's spans."""
+    (row,) = Store(store).rows("SELECT count(*) AS n, count(DISTINCT (trace_id, span_id)) AS spans FROM spans")
+    return row["n"], row["spans"]
+
+
+def test_spans_stored_twice_are_found_by_the_doctor_and_kept_once_by_compaction(tmp_path):
+    store = tmp_path / "store"
+    spans = spans_sent_both_ways(store, 5)
+    assert span_rows(store) == (2 * spans, spans)
+    (partition,) = {p.parent for p in (store / "spans").rglob("*.parquet")}
+    checked = agenteval(store, "doctor", "--dry-run")
+    assert checked.returncode == 1 and "all readable" in checked.stdout, checked.stderr
+    assert f"{spans} span rows repeat another row's (trace_id, span_id) in 1 partition(s)" in checked.stdout
+    assert "agenteval compact" in checked.stdout and "one way only" in checked.stdout
+    assert doctor(Store(store), dry_run=True).span_copies == {str(partition.absolute()): spans}
+    compacted = agenteval(store, "compact")
+    assert compacted.returncode == 0, compacted.stderr
+    assert f"{spans} rows;" in compacted.stdout, compacted.stdout
+    assert f"dropped {spans} span rows" in compacted.stdout and f"({2 * spans} rows read, {spans} written)" in (
+        compacted.stdout
+    )
+    assert span_rows(store) == (spans, spans)
+    assert len(list(partition.glob("*.parquet"))) == 1
+    checked = agenteval(store, "doctor", "--dry-run")
+    assert checked.returncode == 0 and "repeat" not in checked.stdout, checked.stdout
+
+
+def test_a_file_merged_with_its_copies_before_compaction_dropped_them_is_rewritten_by_compact(tmp_path):
+    """A compaction before copies were dropped merged both exporters' files into one: a partition of one file,
+    which compactions leave alone, unless agenteval compact finds copies in it."""
+    store = tmp_path / "store"
+    spans = spans_sent_both_ways(store, 4)
+    files = sorted((store / "spans").rglob("*.parquet"))
+    merged = pa.concat_tables([pq.read_table(f) for f in files])
+    pq.write_table(merged, files[0].with_name("part-merged.parquet"))
+    for file in files:
+        file.unlink()
+    assert span_rows(store) == (2 * spans, spans)
+    assert compact(Store(store)).copies_dropped == 0  # a run's compaction: one file, not looked at
+    checked = agenteval(store, "doctor")
+    assert checked.returncode == 0 and f"{spans} span rows repeat" in checked.stdout, checked.stdout
+    compacted = agenteval(store, "compact")
+    assert compacted.returncode == 0 and f"dropped {spans} span rows" in compacted.stdout, compacted.stdout
+    assert span_rows(store) == (spans, spans)
+
+
+def test_compaction_of_spans_without_copies_keeps_every_row(tmp_path):
+    store = tmp_path / "store"
+    spans = spans_sent_both_ways(store, 3, ways=1) + spans_sent_both_ways(store, 3, ways=1)
+    assert len(list((store / "spans").rglob("*.parquet"))) == 2
+    result = compact(Store(store))
+    assert (result.partitions, result.files_before, result.rows, result.copies_dropped) == (1, 2, spans, 0)
+    assert span_rows(store) == (spans, spans)

@@ -34,6 +34,7 @@ from agenteval_exporters.storefs import RemoteRoot, StoreRoot
 from agenteval_instrumentation.masking import masked_logger
 
 from . import _schemas
+from ._duplicates import SPANS, FirstOfEachSpan, duplicated_partitions
 from ._schemas import SCHEMA_FILE_PREFIX, TABLE_NAMES
 from ._snapshots import refresh_figures
 from ._store import Store, StoreBusy, compaction_lock
@@ -73,14 +74,19 @@ class CompactionResult:
     one could not renew it): nothing lost, nothing left to do."""
     figures_refreshed: list[str] = dataclasses.field(default_factory=list)
     """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
+    copies_dropped: int = 0
+    """Span rows left out because the partition held another row of the same ``(trace_id, span_id)``: the same span
+    stored twice (see :mod:`._duplicates`). ``rows`` is what was written, so rows read = ``rows`` + this."""
 
-    def merged(self, files: int, rows: int) -> None:
-        """Count a partition whose ``files`` were merged into one (none: it had one file or none)."""
+    def merged(self, files: int, rows: int, copies_dropped: int = 0) -> None:
+        """Count a partition whose ``files`` were merged into one (none: it had one file or none), writing ``rows``
+        and leaving out ``copies_dropped``."""
         if files:
             self.partitions += 1
             self.files_before += files
             self.files_after += 1
             self.rows += rows
+            self.copies_dropped += copies_dropped
 
     def left_unreadable(self, where: object, error: Exception, store: object) -> None:
         """Count a partition left as it was because a file could not be read, and say what to do."""
@@ -235,17 +241,24 @@ def partition_folders(table_root: Path) -> list[Path]:
     return sorted(found)
 
 
-def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]:
-    """Merge ``folder``'s files into one; returns (files merged, rows). The caller holds the
-    store's compaction lock."""
+class RowsMiscounted(RuntimeError):
+    """A merged file whose rows, with the copies left out, are not the rows of the files merged: a bug. The
+    partition is left as it was."""
+
+
+def compact_partition(store: Store, table: str, folder: Path, *, has_copies: bool = False) -> tuple[int, int, int]:
+    """Merge ``folder``'s files into one; returns (files merged, rows written, copies dropped). With ``has_copies``
+    (spans stored twice, see :mod:`._duplicates`) only the first row of each span is kept, also from a partition of
+    one file. The caller holds the store's compaction lock."""
     files = _data_files(folder)
-    if len(files) < 2:
-        return 0, 0
+    if len(files) < (1 if has_copies else 2):
+        return 0, 0, 0
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = _schemas.TABLES[table]
-    if any(set(schema.names) - set(pq.read_schema(f).names) for f in files):
+    footers = [pq.read_metadata(f) for f in files]
+    if any(set(schema.names) - set(footer.schema.to_arrow_schema().names) for footer in footers):
         schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     assert isinstance(store.root, Path)  # a store on object storage is compacted by ._compact_remote
     workspace, beside = _new_workspace(store.root)
@@ -254,7 +267,16 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
     # File names start with their publication time, so rows stay in time order without a global sort,
     # and memory is bounded by a row group, not by the partition.
     staged = replacement / f"{name}{STAGED_SUFFIX}"
-    rows = write_parquet(staged, _row_groups(files, schema), schema)
+    first = FirstOfEachSpan() if has_copies else None
+    row_groups = _row_groups(files, schema)
+    rows = write_parquet(staged, first.filter(row_groups) if first else row_groups, schema)
+    dropped = first.dropped if first else 0
+    if rows + dropped != sum(footer.num_rows for footer in footers):  # before the swap: nothing changed yet
+        _remove_workspace(workspace)
+        raise RowsMiscounted(
+            f"compacting {folder}: read {sum(f.num_rows for f in footers)} rows, wrote {rows} and left out {dropped} "
+            "copies; the partition was left as it was"
+        )
     manifest = _Manifest(table, folder.relative_to(store.root / table).as_posix(), [f.name for f in files], name)
     manifest.save(workspace)
     if beside:  # out of every glob over the store: the merged file may take its final name here
@@ -269,7 +291,7 @@ def compact_partition(store: Store, table: str, folder: Path) -> tuple[int, int]
         _remove_merged(folder, manifest)
     fsync_dir(folder)
     _remove_workspace(workspace)
-    return len(files), rows
+    return len(files), rows, dropped
 
 
 def _move_back_late_files(replacement: Path, folder: Path, manifest: _Manifest) -> None:
@@ -305,10 +327,15 @@ def compact(
     wait: float = COMPACT_WAIT_SECONDS,
     skip_if_busy: bool = False,
     save_missing_figures: bool = False,
+    every_partition: bool = False,
 ) -> CompactionResult:
     """Compact every partition of ``tables`` (all tables by default) holding more than one file, then save
     again the figures of experiments that had them saved, so reports keep reading those; with
     ``save_missing_figures`` (``agenteval compact``) also of experiments that have none.
+
+    A span stored twice (see :mod:`._duplicates`) keeps one row in the merged file. ``every_partition``
+    (``agenteval compact``) also looks for copies in partitions of one file (merged so before compaction left copies
+    out) and rewrites those that hold some; without it only the files being merged anyway are looked at.
 
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
@@ -319,7 +346,7 @@ def compact(
     try:
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)
-            result = _compact_locked(store, tables)
+            result = _compact_locked(store, tables, every_partition)
             if result.partitions or save_missing_figures:
                 result.figures_refreshed = refresh_figures(store, missing=save_missing_figures)
             return result
@@ -330,7 +357,7 @@ def compact(
         return CompactionResult(skipped=True)
 
 
-def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
+def _compact_locked(store: Store, tables: list[str] | None, every_partition: bool = False) -> CompactionResult:
     if isinstance(store.root, RemoteRoot):
         from ._compact_remote import compact_remote
 
@@ -342,15 +369,40 @@ def _compact_locked(store: Store, tables: list[str] | None) -> CompactionResult:
         root = store.root / table
         if not root.is_dir():
             continue
-        for folder in partition_folders(root):
+        folders = partition_folders(root)
+        with_copies = _folders_with_copies(folders, every_partition) if table == SPANS else set()
+        for folder in folders:
             try:
-                merged, rows = compact_partition(store, table, folder)
+                merged = compact_partition(store, table, folder, has_copies=folder in with_copies)
             except (pa.ArrowException, OSError) as exc:
                 result.left_unreadable(folder, exc, store.root)
                 _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
                 continue
-            result.merged(merged, rows)
+            result.merged(*merged)
     return result
+
+
+def _folders_with_copies(folders: list[Path], every_partition: bool) -> set[Path]:
+    """The spans partitions among ``folders`` holding a span stored twice, by one query over the key columns of the
+    files to be merged (of every partition with ``every_partition``). A file DuckDB cannot read leaves copies where
+    they are: its partition is left as it was anyway, and ``agenteval doctor`` sets the file aside."""
+    import duckdb
+
+    from ._database import open_database
+    from ._views import sql_string
+
+    listed = [_data_files(folder) for folder in folders]
+    files = [f for of_folder in listed if every_partition or len(of_folder) > 1 for f in of_folder]
+    if not files:
+        return set()
+    read = Store._read_parquet("[" + ", ".join(sql_string(str(f.absolute())) for f in files) + "]", filename=True)
+    try:
+        with contextlib.closing(open_database()) as con:
+            found = duplicated_partitions(con, read)
+    except duckdb.Error as exc:
+        logger.warning("agenteval: could not look for spans stored twice: %s", exc)
+        return set()
+    return {folder for folder in folders if str(folder.absolute()) in found}
 
 
 # Recovery.

@@ -1,13 +1,17 @@
-"""``agenteval doctor``: find the store's unreadable Parquet files and set them aside.
+"""``agenteval doctor``: find the store's unreadable Parquet files and set them aside, and spans stored twice.
 
 One corrupt, truncated or empty file (a disk that filled up, a copy cut short, a file written by hand)
 makes every query over its table fail, since the views read the whole table. The doctor reads every
 file whole, moves those that fail into ``.quarantine/`` under the store (renamed so that no glob over
 ``*.parquet`` reaches them) and says what was lost, so the rest of the store reads again.
+
+It also counts span rows that repeat another's ``(trace_id, span_id)`` (a span sent to the store both ways, see
+:mod:`._duplicates`), which double every count over traces; ``agenteval compact`` keeps one row of each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -15,12 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agenteval_exporters.storefs import RemoteFile, RemoteRoot, StoreRoot
 
 from ._compact import COMPACT_WAIT_SECONDS, conform
+from ._duplicates import SPANS, duplicated_partitions
 from ._prune import finish_earlier_prunes
 from ._schemas import TABLES
 from ._snapshots import SNAPSHOT_SUFFIX, snapshot_folders
@@ -58,6 +64,13 @@ class DoctorReport:
     snapshots_removed: list[Path] = dataclasses.field(default_factory=list)
     """Saved report figures that could not be read, removed (not with a dry run): they are derived from the
     tables, so nothing is lost, and the next run, rescore or compaction saves them again."""
+    span_copies: dict[str, int] | None = dataclasses.field(default_factory=dict)
+    """{partition folder: span rows there that repeat another's ``(trace_id, span_id)``}; None when they could not
+    be counted (a dry run that left unreadable files in place)."""
+
+    @property
+    def copies(self) -> int:
+        return sum((self.span_copies or {}).values())
 
     @property
     def healthy(self) -> bool:
@@ -110,7 +123,21 @@ def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SE
         if not dry_run:
             for folder in damaged:
                 shutil.rmtree(folder, ignore_errors=True)
-    return DoctorReport(checked, unreadable, damaged)
+        copies = None if dry_run and unreadable else _span_copies(store)
+    return DoctorReport(checked, unreadable, damaged, copies)
+
+
+def _span_copies(store: Store) -> dict[str, int] | None:
+    """The spans stored twice, by partition: one query over the key columns of every spans file (read-only: the
+    doctor holds the compaction lock, which a default connection's recovery would wait for)."""
+    sources = store._sources(SPANS)
+    if sources is None:
+        return {}
+    try:
+        with contextlib.closing(store.connect(read_only=True, traces=False)) as con:
+            return duplicated_partitions(con, store._read_parquet(sources, filename=True))
+    except duckdb.Error:  # a file that fails to read now: the doctor has said what it could
+        return None
 
 
 def _readable(snapshot: Path) -> bool:

@@ -382,8 +382,10 @@ class Store:
         return self._read_parquet(self._sources(table) or "[]")
 
     @staticmethod
-    def _read_parquet(sources: str) -> str:
-        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false)"
+    def _read_parquet(sources: str, *, filename: bool = False) -> str:
+        """``read_parquet`` over ``sources``; ``filename`` adds each row's file as a column ``filename``."""
+        named = ", filename = true" if filename else ""
+        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false{named})"
 
     def _sources(self, table: str) -> str | None:
         """What ``read_parquet`` reads for ``table``, or None when it has no file."""
