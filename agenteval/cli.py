@@ -1388,7 +1388,7 @@ def compact(store: str | None, wait: float | None) -> None:
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
     target = Store(store)
-    result = compact_store(target, **given, save_missing_figures=True, every_partition=True)
+    result = compact_store(target, **given, save_missing_figures=True, drop_span_copies=True)
     save_reports(target, result.figures_refreshed)
     click.echo(
         f"compacted {result.partitions} partition(s): {result.files_before} files -> {result.files_after}, "

@@ -327,15 +327,15 @@ def compact(
     wait: float = COMPACT_WAIT_SECONDS,
     skip_if_busy: bool = False,
     save_missing_figures: bool = False,
-    every_partition: bool = False,
+    drop_span_copies: bool = False,
 ) -> CompactionResult:
     """Compact every partition of ``tables`` (all tables by default) holding more than one file, then save
     again the figures of experiments that had them saved, so reports keep reading those; with
     ``save_missing_figures`` (``agenteval compact``) also of experiments that have none.
 
-    A span stored twice (see :mod:`._duplicates`) keeps one row in the merged file. ``every_partition``
-    (``agenteval compact``) also looks for copies in partitions of one file (merged so before compaction left copies
-    out) and rewrites those that hold some; without it only the files being merged anyway are looked at.
+    ``drop_span_copies`` (``agenteval compact``) looks for spans stored twice (see :mod:`._duplicates`) in every
+    spans partition, one file or more, and writes one row of each. Other compactions (a run's, collect's) leave them
+    to it: the lookup groups every span of the partitions, which a compaction otherwise never holds at once.
 
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
@@ -346,7 +346,7 @@ def compact(
     try:
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)
-            result = _compact_locked(store, tables, every_partition)
+            result = _compact_locked(store, tables, drop_span_copies)
             if result.partitions or save_missing_figures:
                 result.figures_refreshed = refresh_figures(store, missing=save_missing_figures)
             return result
@@ -357,7 +357,7 @@ def compact(
         return CompactionResult(skipped=True)
 
 
-def _compact_locked(store: Store, tables: list[str] | None, every_partition: bool = False) -> CompactionResult:
+def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bool = False) -> CompactionResult:
     if isinstance(store.root, RemoteRoot):
         from ._compact_remote import compact_remote
 
@@ -370,7 +370,7 @@ def _compact_locked(store: Store, tables: list[str] | None, every_partition: boo
         if not root.is_dir():
             continue
         folders = partition_folders(root)
-        with_copies = _folders_with_copies(folders, every_partition) if table == SPANS else set()
+        with_copies = _folders_with_copies(folders) if table == SPANS and drop_span_copies else set()
         for folder in folders:
             try:
                 merged = compact_partition(store, table, folder, has_copies=folder in with_copies)
@@ -382,17 +382,16 @@ def _compact_locked(store: Store, tables: list[str] | None, every_partition: boo
     return result
 
 
-def _folders_with_copies(folders: list[Path], every_partition: bool) -> set[Path]:
-    """The spans partitions among ``folders`` holding a span stored twice, by one query over the key columns of the
-    files to be merged (of every partition with ``every_partition``). A file DuckDB cannot read leaves copies where
-    they are: its partition is left as it was anyway, and ``agenteval doctor`` sets the file aside."""
+def _folders_with_copies(folders: list[Path]) -> set[Path]:
+    """The spans partitions among ``folders`` holding a span stored twice, by one query over the key columns of
+    their files. A file DuckDB cannot read leaves copies where they are: its partition is left as it was anyway,
+    and ``agenteval doctor`` sets the file aside."""
     import duckdb
 
     from ._database import open_database
     from ._views import sql_string
 
-    listed = [_data_files(folder) for folder in folders]
-    files = [f for of_folder in listed if every_partition or len(of_folder) > 1 for f in of_folder]
+    files = [f for folder in folders for f in _data_files(folder)]
     if not files:
         return set()
     read = Store._read_parquet("[" + ", ".join(sql_string(str(f.absolute())) for f in files) + "]", filename=True)
