@@ -349,3 +349,60 @@ def test_a_relative_cache_is_the_folder_it_named_where_it_was_given(model_server
     assert again.summary.this_run["cache_hits"] == asked and len(model_server.requests) == asked
     assert not (tmp_path / "elsewhere" / "answers").exists()
     assert again.options["cache"] == first.options["cache"] == str((tmp_path / "here" / "answers").resolve())
+
+
+AGENT_OPTION_RUN = textwrap.dedent(
+    """
+    import sys
+
+    from agenteval.dataset import Case, Dataset
+    from agenteval.dataset._cases import dataset_hash
+    from agenteval.run import RunRefused, evaluate
+
+
+    def answerer(pick):
+        return lambda question: pick(question)
+
+
+    def picks():
+        # Two lambdas of one function: one qualified name, picks.<locals>.<lambda>.
+        return {"ok": lambda question: "ok", "shout": lambda question: "OK!"}
+
+
+    store, which, resume = sys.argv[1], sys.argv[2], sys.argv[3:]
+    cases = [Case(id="one", input="hi", expected_output="ok", category="c")]
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    try:
+        run = evaluate(
+            answerer, tiny, attempts=1, agent_options={"pick": picks()[which]}, store=store, progress="none",
+            resume=resume[0] if resume else False,
+        )
+    except RunRefused as refused:
+        print("refused:", refused)
+    else:
+        print(run.id, run.options["agent_options"]["pick"])
+    """
+)
+
+
+def test_a_run_given_a_function_as_an_agent_option_resumes_with_it_and_refuses_another(tmp_path):
+    """A function given as an agent option was recorded (and hashed into the agent's version) as its text, which
+    names its memory address, another in every process: the very same lambda was refused on resume. It is recorded
+    by its name and the hash of its code, so it resumes, and another lambda of the same name is refused."""
+    script = tmp_path / "with_option.py"
+    script.write_text(AGENT_OPTION_RUN)
+    store = str(tmp_path / "s")
+
+    def run(*arguments: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), store, *arguments], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    experiment_id, recorded = run("ok").split()
+    assert recorded.startswith("__main__:picks.<locals>.<lambda>#") and " at 0x" not in recorded
+    assert run("ok", experiment_id) == f"{experiment_id} {recorded}"
+    refused = run("shout", experiment_id)
+    assert refused.startswith(f"refused: cannot resume {experiment_id} with other options than it ran with: "), refused
+    assert "'pick': '__main__:picks.<locals>.<lambda>#" in refused and f"{recorded}'}} in the run" in refused

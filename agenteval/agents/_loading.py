@@ -87,7 +87,7 @@ class LoadedAgent:
             digest.update(Path(self.source_file).read_bytes())
         else:
             _hash_code_of(self.fn, digest, set())
-        digest.update(json.dumps(self.options, sort_keys=True, default=str).encode())
+        digest.update(json.dumps(self.options, sort_keys=True, default=option_text).encode())
         model_config = getattr(self.fn, "agenteval_config", None)  # a model agent's model, prompt, parameters
         if model_config is not None:
             digest.update(json.dumps(model_config, sort_keys=True, default=str).encode())
@@ -272,6 +272,28 @@ def code_digest(obj: Any) -> str:
     digest = hashlib.sha256()
     _hash_code_of(obj, digest, set())
     return digest.hexdigest()[:12]
+
+
+CODE_MARK = "#"
+"""Between a callable's name and the hash of its code in :func:`callable_name`."""
+
+
+def callable_name(value: Any) -> str:
+    """``MODULE:QUALNAME#HASH`` of a function, method, partial's function or (for a callable object) its class,
+    ``HASH`` its :func:`code_digest`: the same for the same code in every process, another for another lambda of the
+    same name. Never code or a secret."""
+    named = value
+    while isinstance(named, functools.partial):
+        named = named.func
+    named = named if hasattr(named, "__qualname__") else type(named)
+    return f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}{CODE_MARK}{code_digest(value)}"
+
+
+def option_text(value: Any) -> str:
+    """An agent option that is not JSON as the version and the run's record give it: a callable by its
+    :func:`callable_name` (its text would name its memory address, another in every process), anything else as
+    ``str``."""
+    return callable_name(value) if callable(value) and not isinstance(value, type) else str(value)
 
 
 def _hash_code_of(obj: Any, digest: Any, seen: set[int]) -> None:

@@ -132,12 +132,28 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
 
 
 def mask_agent_options(values: Any) -> Any:
-    """An agent's options with their secrets masked: by
-    :func:`~agenteval_instrumentation.masking.is_secret_option` (a bare ``key`` is a secret there) and in their
-    text, at any depth."""
+    """An agent's options as recorded: a callable by its name and the hash of its code
+    (:func:`~agenteval.agents._loading.callable_name`), and secrets masked by
+    :func:`~agenteval_instrumentation.masking.is_secret_option` (a bare ``key`` is a secret there) and in their text,
+    at any depth."""
     from agenteval_instrumentation.masking import is_secret_option, mask_setting  # with logging: not at start-up
 
-    return mask_setting("agent_options", values, is_secret_option)
+    return mask_setting("agent_options", _callables_named(values), is_secret_option)
+
+
+def _callables_named(value: Any) -> Any:
+    """``value`` with each callable in it named as :func:`~agenteval.agents._loading.callable_name` names it: its
+    text would hold its memory address (``<function <lambda> at 0x7f...>``), another in every process, so a run given
+    one could never be resumed."""
+    if isinstance(value, dict):
+        return {key: _callables_named(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_callables_named(item) for item in value]
+    if callable(value) and not isinstance(value, type):
+        from ..agents._loading import callable_name  # inspect and hashlib: not for the command line's start
+
+        return callable_name(value)
+    return value
 
 
 def _compared(options: dict[str, Any]) -> dict[str, Any]:
@@ -235,10 +251,6 @@ def _query_added(name: str, given: Any, stored: Any) -> str:
     return f", which called it with no query: leave {flag(name)} out, or give it as the run recorded it"
 
 
-SIMULATOR_CODE_MARK = "#"
-"""Between a recorded simulator's name and the hash of its code (:func:`simulator_name`)."""
-
-
 def simulator_name(simulator: Any) -> str:
     """What a run records of a Python user simulator: ``MODULE:QUALNAME#HASH`` of the function, method or (for a
     callable object) class, ``HASH`` a hash of its code (:func:`~agenteval.agents._loading.code_digest`), so two
@@ -247,25 +259,25 @@ def simulator_name(simulator: Any) -> str:
     ``ModelUserSimulator``'s model). Never code or a secret."""
     import functools
 
-    from ..agents._loading import code_digest  # inspect and hashlib: not for the command line's start
-
     named = simulator
     while isinstance(named, functools.partial):
         named = named.func
     own = getattr(named, "recorded_name", None)
     if isinstance(own, str):
         return own
-    named = named if hasattr(named, "__qualname__") else type(named)
-    name = f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}"
-    return f"{name}{SIMULATOR_CODE_MARK}{code_digest(simulator)}"
+    from ..agents._loading import callable_name  # inspect and hashlib: not for the command line's start
+
+    return callable_name(simulator)
 
 
 def same_simulator(recorded: str | None, given: str | None) -> bool:
     """Whether the simulator ``given`` (:func:`simulator_name`) is the one a run ``recorded``; a name recorded
     before simulators' code was hashed (no ``#HASH``) is compared by name alone."""
-    if recorded is None or given is None or SIMULATOR_CODE_MARK in recorded:
+    from ..agents._loading import CODE_MARK
+
+    if recorded is None or given is None or CODE_MARK in recorded:
         return given == recorded
-    return given.partition(SIMULATOR_CODE_MARK)[0] == recorded
+    return given.partition(CODE_MARK)[0] == recorded
 
 
 def flag(name: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..agents._loading import CODE_MARK
 from ..analysis import _experiments as ex
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import builtin_names
@@ -21,7 +22,6 @@ from ..scorers._base import Scorer
 from ..scorers._loading import scorer_specs
 from ._options import (
     CHANGEABLE_ON_RESUME,
-    SIMULATOR_CODE_MARK,
     RunOptions,
     cache_recorded_now,
     changed_on_resume,
@@ -147,7 +147,7 @@ def check_same_simulator(previous: ex.Experiment, given: str | None) -> None:
             f"cannot resume {eid} with a user simulator ({given}): the run had none (its simulated users, if any, "
             "were played by --simulate-users, or not at all). Leave user_simulator out to resume as it ran"
         )
-    alike = given is not None and given.partition(SIMULATOR_CODE_MARK)[0] == recorded.partition(SIMULATOR_CODE_MARK)[0]
+    alike = given is not None and given.partition(CODE_MARK)[0] == recorded.partition(CODE_MARK)[0]
     other = " (of the same name, but other code: another lambda or function defined there, or its code changed)"
     raise RunRefused(
         f"cannot resume {eid}: its simulated users were played by the user simulator {recorded}, and "
