@@ -4,6 +4,8 @@ exactly; a fixed scorer changes only its own."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -220,3 +222,28 @@ def test_a_conversation_s_snapshot_from_before_is_read():
     old = {"id": "talk", "input": "bye", "expected_output": "bye", "turns": ["hi", "bye"]}
     case = case_from_snapshot(old, 3)
     assert (case.input, case.turns, case.line) == ("bye", ("hi", "bye"), 3)
+
+
+def test_rescore_says_what_to_do_when_a_run_s_scorer_has_no_import_path(tmp_path):
+    # The scoring guide's example defines its scorers in the script that calls evaluate(): the run records
+    # __main__:mentions_answer, and a bare `agenteval rescore` later stopped on "module '__main__' has no
+    # attribute 'mentions_answer'", naming an option the user never gave and not what to do.
+    store = tmp_path / "s"
+    script = tmp_path / "run_it.py"
+    script.write_text(
+        "from agenteval import evaluate\n"
+        "from agenteval.scorers import scorer\n\n"
+        "@scorer\n"
+        "def mentions_answer(case, trial):\n"
+        "    return case.expected_output in trial.reply\n\n"
+        f"evaluate('mock', 'arithmetic', cases=2, attempts=1, store={str(store)!r}, progress='none',"
+        " scorers=[mentions_answer])\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, capture_output=True)
+    result = CliRunner().invoke(main, ["rescore", "--store", str(store)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "was scored with __main__:mentions_answer, which rescore cannot load again" in text, text
+    assert "name the scorers to run with --scorer MODULE:ATTR" in text, text
+    named = CliRunner().invoke(main, ["rescore", "--scorer", "answer_match", "--store", str(store)])
+    assert named.exit_code == 0, named.output

@@ -65,6 +65,24 @@ def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
     return {row["case_id"]: case_from_snapshot(json.loads(row["case"]), row["line"] or 0) for row in rows}
 
 
+def _run_scorers(experiment: ex.Experiment) -> list[Scorer]:
+    """The built-ins plus the scorers the run recorded; one that cannot be loaded again is named with what to do
+    (a scorer defined in the script that called ``evaluate()`` is recorded as ``__main__:NAME``, which no later
+    process can import, and a ``Scorer(sql=...)`` by its bare name)."""
+    loaded: list[Scorer] = []
+    for spec in experiment.options.get("scorers", []):
+        try:
+            loaded.extend(load_scorers([spec], only=True))
+        except UsageError as exc:
+            raise UsageError(
+                f"experiment {experiment.experiment_id} was scored with {spec}, which rescore cannot load again "
+                f"({exc}); a scorer defined in the script that ran evaluate() or made with Scorer(...) has no import "
+                "path: name the scorers to run with --scorer MODULE:ATTR (a module on PYTHONPATH), or pass the "
+                "Scorer objects to agenteval.scorers.rescore(store, id, scorers=[...]) in Python"
+            ) from exc
+    return load_scorers(loaded)
+
+
 def rescore(
     store: Store,
     experiment_id: str | None = None,
@@ -90,7 +108,7 @@ def rescore(
     experiment = ex.find(store, experiment_id)
     if experiment is None:
         raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
-    chosen = load_scorers(scorers, only=True) if scorers else load_scorers(experiment.options.get("scorers", []))
+    chosen = load_scorers(scorers, only=True) if scorers else _run_scorers(experiment)
     grader = _judge(judge, judge_base_url)
     if grader is not None:
         chosen = judge_in_charge(chosen, grader)
