@@ -23,11 +23,13 @@ import duckdb
 import httpx
 import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from dashboard_server import PAYLOAD, dashboard, dashboard_process, make_store
 from waiting import wait_until
 
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
+from agenteval.cli import main
 from agenteval.dashboard._queries import case_page
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
@@ -536,7 +538,7 @@ def test_the_sql_page_cuts_long_values_bounds_its_size_and_offers_them_whole(run
     assert 'id="sql-csv"' in page and 'id="sql-json"' in page
     csv_file = get(site, "/sql.csv", params={"q": long})
     assert csv_file.status_code == 200 and "attachment" in csv_file.headers["content-disposition"]
-    assert csv_file.text == f"big,small\n{whole},short"  # nothing in it to quote
+    assert csv_file.text == f"big,small\n{whole},short\n"  # nothing in it to quote
     assert get(site, "/sql.json", params={"q": long}).json() == [{"big": whole, "small": "short"}]
     # A thousand rows of twenty long cells: the page shows whole rows up to its size, and says how many.
     wide = "SELECT " + ", ".join(f"repeat('<', 900) AS c{n}" for n in range(20)) + " FROM range(1000)"
@@ -563,7 +565,9 @@ def test_the_downloads_give_every_row_as_agenteval_sql_does(runs, site):
         answer = get(site, f"/sql.{fmt}", params={"q": sql}, timeout=120)
         assert answer.status_code == 200 and "attachment" in answer.headers["content-disposition"]
         files[fmt] = answer.text
-        assert files[fmt] == render(whole, fmt), fmt  # byte for byte what `agenteval sql` prints
+        printed = CliRunner().invoke(main, ["sql", sql, "--store", str(runs["store"]), "--format", fmt])
+        # Byte for byte what `agenteval sql` prints, its last newline included (the download ended without it).
+        assert printed.exit_code == 0 and files[fmt] == printed.stdout == render(whole, fmt) + "\n", fmt
         assert answer.headers.get("transfer-encoding") == "chunked"  # sent as read, never held whole
     rows = list(csv.reader(io.StringIO(files["csv"])))
     assert len(rows) == whole.num_rows + 1 and rows[1] == ["0", 'a "quoted", comma0', "two\nlines", "0.0"]

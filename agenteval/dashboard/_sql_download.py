@@ -61,6 +61,7 @@ def _pieces(connection: KeptConnection, sql: str, fmt: str, seconds: float) -> G
                 yield from csv_pieces(reader.schema.names, reader)
             else:
                 yield from json_pieces(reader)
+            yield "\n"  # the file ends as `agenteval sql` ends what it prints
 
 
 class ResultFile(StreamingResponse):
