@@ -296,6 +296,28 @@ def _debugging() -> bool:
     return bool(context and context.find_root().params.get("debug"))
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``agenteval sql ... | head``): poll reports an error
+    on the writing end of such a pipe, so a broken pipe elsewhere (a socket to object storage) is never taken
+    for it."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll on this platform, or stdout is no file (a test's capture)
+        return False
+
+
+def _stop_quietly_if_reader_gone(exc: BaseException) -> None:
+    """A reader that took what it wanted and closed the pipe is no error to report: exit 1 without a word, with
+    stdout pointed at devnull so that Python's flush at exit raises nothing more (Python's own advice)."""
+    if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
 def _raise_as_one_line(exc: Exception) -> NoReturn:
     """An expected problem as one line: an AgentevalError through the group's handler (its own exit code),
     any other as a ClickException (exit 1); with --debug, the traceback."""
@@ -314,6 +336,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (duckdb.Error, OSError, ValueError) as exc:
+            _stop_quietly_if_reader_gone(exc)
             _raise_as_one_line(exc)
 
     return run
@@ -360,6 +383,7 @@ class _Commands(click.Group):
             click.echo(f"Error: {shown_error(exc)}", err=True)
             ctx.exit(exc.exit_code)
         except Exception as exc:
+            _stop_quietly_if_reader_gone(exc)
             from .store._doctor import damaged_store_message
             from .store._store import unreachable_store_message
 

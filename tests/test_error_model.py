@@ -249,3 +249,20 @@ def test_a_store_on_object_storage_that_cannot_be_reached_is_one_line(tmp_path, 
 
 def test_a_store_url_without_a_bucket_is_one_line():
     one_line_error(agenteval("report", "--store", "s3://"), 1, "'s3://' names no bucket")
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    # `agenteval sql ... | head -1` printed "Error: [Errno 32] Broken pipe": the reader took what it wanted,
+    # which is nothing to report. The command stops quietly instead (exit 1, as Python advises for a closed pipe).
+    from agenteval.run import evaluate
+
+    store = tmp_path / "s"
+    evaluate("mock", "arithmetic", cases=2, attempts=1, store=store, progress="none")
+    command = [sys.executable, "-m", "agenteval.cli", "sql", "SELECT * FROM range(3000000)", "--format", "csv"]
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as reading:
+        assert reading.stdout.readline() == b"range\n"
+        reading.stdout.close()  # as `head -1` does once it has its line
+        errors = reading.stderr.read().decode()
+        code = reading.wait(timeout=120)
+    assert errors == "" and code == 1, (code, errors)
