@@ -833,3 +833,21 @@ def test_without_the_extra_the_command_names_it(runs):
     )
     assert missing.returncode == 1 and "pip install 'agenteval[dashboard]'" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_a_case_without_an_id_is_reviewed_by_its_line_number(tmp_path):
+    # A case's id defaults to its line number, but the review page read the id as written: a case without one
+    # showed no id, and deciding on it answered 400 "no case ''". Its id is now the one the dataset gives it, and
+    # the accepted file keeps it, so the decision still names that case there.
+    from agenteval.dashboard._review import CaseFile
+
+    cases = tmp_path / "generated.jsonl"
+    cases.write_text(
+        '{"id": "named", "input": "a?", "expected_output": "a"}\n{"input": "b?", "expected_output": "b"}\n'
+    )
+    found = CaseFile(cases)
+    assert [case["id"] for case in found.cases()] == ["named", "2"]
+    found.decide("2", "accept")
+    assert [json.loads(line) for line in found.accepted_jsonl().splitlines()] == [
+        {"id": "2", "input": "b?", "expected_output": "b"}
+    ]

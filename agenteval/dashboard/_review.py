@@ -97,7 +97,8 @@ class CaseFile:
         return self.path.with_name(self.path.name + ".review.jsonl")
 
     def cases(self) -> list[dict[str, Any]]:
-        """The file's cases as written (each checked as a case; a bad line is an error naming it)."""
+        """The file's cases as written (each checked as a case; a bad line is an error naming it), each with the id
+        the dataset gives it: a case written without one is its line number, as a run names it."""
         out = []
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
@@ -108,10 +109,10 @@ class CaseFile:
                 continue
             try:
                 record = json.loads(line)
-                parse_case(record, number)
+                case = parse_case(record, number)
             except Exception as exc:  # the case parser's own error type is private: any is a bad line
                 raise UsageError(f"{self.path}:{number}: not a case ({exc})") from None
-            out.append(record)
+            out.append({"id": case.id, **record})
         return out
 
     def decisions(self) -> dict[str, dict[str, Any]]:
