@@ -7,6 +7,8 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 import model_servers as ms
 import pytest
@@ -256,13 +258,11 @@ SIMULATED_RUN = textwrap.dedent(
 )
 
 
-def test_a_resume_tells_two_lambdas_of_one_function_apart(tmp_path):
-    """A user simulator was recorded by its qualified name alone, which two lambdas of one function share
-    (``simulators.<locals>.<lambda>``): a resume given the other lambda continued the run, its simulated users
-    played otherwise, without a word. Now the name carries a hash of the code; each step is a fresh process, so the
-    very same lambda resumes, and the other one is refused, naming the option."""
-    script = tmp_path / "simulated.py"
-    script.write_text(SIMULATED_RUN)
+def script_in_processes(source: str, tmp_path: Path) -> Callable[..., str]:
+    """A function running the script ``source`` (its arguments: a store, then its own) in a fresh process each
+    call, on one store; it returns what the script printed."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     store = str(tmp_path / "s")
 
     def run(*arguments: str) -> str:
@@ -272,6 +272,15 @@ def test_a_resume_tells_two_lambdas_of_one_function_apart(tmp_path):
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
+    return run
+
+
+def test_a_resume_tells_two_lambdas_of_one_function_apart(tmp_path):
+    """A user simulator was recorded by its qualified name alone, which two lambdas of one function share
+    (``simulators.<locals>.<lambda>``): a resume given the other lambda continued the run, its simulated users
+    played otherwise, without a word. Now the name carries a hash of the code; each step is a fresh process, so the
+    very same lambda resumes, and the other one is refused, naming the option."""
+    run = script_in_processes(SIMULATED_RUN, tmp_path)
     experiment_id, recorded = run("done").split()
     refused = run("asks", experiment_id)
     assert refused.startswith(f"refused: cannot resume {experiment_id}: its simulated users were played by ")
@@ -389,17 +398,7 @@ def test_a_run_given_a_function_as_an_agent_option_resumes_with_it_and_refuses_a
     """A function given as an agent option was recorded (and hashed into the agent's version) as its text, which
     names its memory address, another in every process: the very same lambda was refused on resume. It is recorded
     by its name and the hash of its code, so it resumes, and another lambda of the same name is refused."""
-    script = tmp_path / "with_option.py"
-    script.write_text(AGENT_OPTION_RUN)
-    store = str(tmp_path / "s")
-
-    def run(*arguments: str) -> str:
-        done = subprocess.run(
-            [sys.executable, str(script), store, *arguments], capture_output=True, text=True, cwd=tmp_path
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
+    run = script_in_processes(AGENT_OPTION_RUN, tmp_path)
     experiment_id, recorded = run("ok").split()
     assert recorded.startswith("__main__:picks.<locals>.<lambda>#") and " at 0x" not in recorded
     assert run("ok", experiment_id) == f"{experiment_id} {recorded}"
