@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 import pytest
 from s3_server import environment, make_bucket, moto_server_process, stalled
+from test_doctor import span_rows, spans_sent_both_ways
 from waiting import returns_within, wait_until
 
 from agenteval.dataset import load_dataset
@@ -548,3 +549,20 @@ for p in range(partitions):
         cases = [{"experiment_id": f"x{p}", "case_id": f"c{f}-{r}", "line": r, "input": "q"} for r in range(rows)]
         store.write("cases", cases)
 """
+
+
+def spans_partition_objects(store: str) -> list[str]:
+    """The kinds of object (``part``, ``compacted``, ``_manifest``) in the spans partitions, sorted."""
+    return sorted(key.rpartition("/")[2].split("-")[0] for key in objects(store) if key.startswith("spans/date="))
+
+
+def test_compact_merges_production_spans_on_s3_and_a_store_without_copies_loses_nothing(store):
+    """Production spans (``spans/date=<day>/service=<name>/``, a folder deeper than an experiment's) were never
+    compacted on object storage: only folders one below the table were taken for partitions."""
+    spans = spans_sent_both_ways(store, 3, ways=1) + spans_sent_both_ways(store, 3, ways=1)
+    assert spans_partition_objects(store) == ["part", "part"]
+    compacted = agenteval(store, "compact").stdout
+    assert f"compacted 1 partition(s): 2 files -> 1, {spans} rows" in compacted, compacted
+    assert "dropped" not in compacted
+    assert span_rows(store) == (spans, spans)  # count in == count out
+    assert spans_partition_objects(store) == ["_manifest", "compacted"]

@@ -37,9 +37,7 @@ def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
 
     result = CompactionResult()
     for table in tables:
-        for partition in table_partitions(root, table):
-            if partition.folder.count("/") != 1:
-                continue  # the table's own folder (its schema files), or something no writer made
+        for partition in partition_folders(table_partitions(root, table)):
             listed = partition.generation
             try:
                 result.merged(*compact_remote_partition(root, table, partition))
@@ -49,6 +47,15 @@ def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
                 else:
                     result.left_unreadable(root / partition.folder, exc, root)
     return result
+
+
+def partition_folders(partitions: list[Partition]) -> list[Partition]:
+    """The partitions that hold a partition's files, as on disk (:func:`._compact.partition_folders`): below the
+    table's own folder (its schema files), one folder (``experiment_id=<id>``) or nested (production spans' and
+    their scores' ``date=<day>/service=<name>``), and with no partition below them (a day of spans written before
+    services had folders of their own: a listing of it would take its services' files too)."""
+    above = {p.folder.rsplit("/", depth)[0] for p in partitions for depth in range(1, p.folder.count("/") + 1)}
+    return [p for p in partitions if "/" in p.folder and p.folder not in above]
 
 
 def _compacted_since(root: RemoteRoot, folder: str, generation: int) -> bool:
