@@ -566,3 +566,44 @@ def test_compact_merges_production_spans_on_s3_and_a_store_without_copies_loses_
     assert "dropped" not in compacted
     assert span_rows(store) == (spans, spans)  # count in == count out
     assert spans_partition_objects(store) == ["_manifest", "compacted"]
+
+
+def test_spans_stored_twice_on_s3_are_counted_by_the_doctor_and_kept_once_by_compact(store):
+    """Compaction on object storage kept both rows of a span sent to the store both ways, though the doctor said to
+    run agenteval compact to keep one."""
+    spans = spans_sent_both_ways(store, 5)
+    assert span_rows(store) == (2 * spans, spans)
+    assert spans_partition_objects(store) == ["part", "part"]
+    checked = agenteval(store, "doctor", "--dry-run", check=False)
+    assert checked.returncode == 1 and "all readable" in checked.stdout, checked.stdout + checked.stderr
+    assert f"{spans} span rows repeat another row's (trace_id, span_id) in 1 partition(s)" in checked.stdout
+    assert "agenteval compact" in checked.stdout
+    compacted = agenteval(store, "compact").stdout
+    assert f"compacted 1 partition(s): 2 files -> 1, {spans} rows;" in compacted, compacted
+    assert f"dropped {spans} span rows" in compacted and f"({2 * spans} rows read, {spans} written)" in compacted
+    assert span_rows(store) == (spans, spans)
+    assert spans_partition_objects(store) == ["_manifest", "compacted"]
+    checked = agenteval(store, "doctor", "--dry-run")
+    assert "repeat" not in checked.stdout, checked.stdout
+
+
+def test_a_file_on_s3_merged_with_its_copies_is_rewritten_through_the_next_manifest_by_compact(store):
+    """A partition of one file holding copies: a compaction that does not look for them (a run's, or one from before
+    copies were dropped) merged both ways' files into one. agenteval compact replaces that file as any merge does,
+    by the partition's next manifest, and deletes it and the older manifest."""
+    from agenteval.store import compact
+
+    spans = spans_sent_both_ways(store, 4)
+    assert compact(Store(store)).copies_dropped == 0  # two files merged into one, copies and all
+    assert span_rows(store) == (2 * spans, spans)
+    before = [key.rpartition("/")[2] for key in objects(store) if key.startswith("spans/date=")]
+    assert sorted(name.split("-")[0] for name in before) == ["_manifest", "compacted"]
+    assert compact(Store(store)).partitions == 0  # one file: a run's compaction leaves it
+    compacted = agenteval(store, "compact").stdout
+    assert f"compacted 1 partition(s): 1 files -> 1, {spans} rows;" in compacted, compacted
+    assert f"({2 * spans} rows read, {spans} written)" in compacted, compacted
+    assert span_rows(store) == (spans, spans)
+    after = [key.rpartition("/")[2] for key in objects(store) if key.startswith("spans/date=")]
+    assert sorted(name.split("-")[0] for name in after) == ["_manifest", "compacted"]
+    assert not set(before) & set(after)  # the next generation's manifest, naming a new file; the old ones gone
+    assert "_manifest-000000000002.json" in after

@@ -41,6 +41,7 @@ from ._store import Store, StoreBusy, compaction_lock
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 # pyarrow is imported where files are merged: opening the store imports this module to recover (see recover).
 logger = masked_logger(__name__)
@@ -246,6 +247,43 @@ class RowsMiscounted(RuntimeError):
     partition is left as it was."""
 
 
+def merged_schema(table: str, footers: list[pq.FileMetaData]) -> pa.Schema:
+    """The schema of ``table``'s merged file: the table's, with every column nullable if a file merged (``footers``)
+    lacks one (an older version's file)."""
+    import pyarrow as pa
+
+    schema = _schemas.TABLES[table]
+    if any(set(schema.names) - set(footer.schema.to_arrow_schema().names) for footer in footers):
+        schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    return schema
+
+
+def write_merged(
+    staged: Path,
+    files: list[Path] | list[str],
+    schema: pa.Schema,
+    footers: list[pq.FileMetaData],
+    *,
+    has_copies: bool,
+    where: object,
+    filesystem: Any = None,
+) -> tuple[int, int]:
+    """Write the rows of ``files`` (whose ``footers`` these are) into ``staged``; with ``has_copies`` only the first
+    row of each span (see :mod:`._duplicates`). Returns (rows written, copies left out), and raises
+    :class:`RowsMiscounted` unless those add up to the rows the footers count; the caller publishes nothing then."""
+    first = FirstOfEachSpan() if has_copies else None
+    row_groups = _row_groups(files, schema, filesystem)
+    rows = write_parquet(staged, first.filter(row_groups) if first else row_groups, schema)
+    dropped = first.dropped if first else 0
+    read = sum(footer.num_rows for footer in footers)
+    if rows + dropped != read:
+        raise RowsMiscounted(
+            f"compacting {where}: read {read} rows, wrote {rows} and left out {dropped} copies; the partition was "
+            "left as it was"
+        )
+    return rows, dropped
+
+
 def compact_partition(store: Store, table: str, folder: Path, *, has_copies: bool = False) -> tuple[int, int, int]:
     """Merge ``folder``'s files into one; returns (files merged, rows written, copies dropped). With ``has_copies``
     (spans stored twice, see :mod:`._duplicates`) only the first row of each span is kept, also from a partition of
@@ -253,13 +291,10 @@ def compact_partition(store: Store, table: str, folder: Path, *, has_copies: boo
     files = _data_files(folder)
     if len(files) < (1 if has_copies else 2):
         return 0, 0, 0
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = _schemas.TABLES[table]
     footers = [pq.read_metadata(f) for f in files]
-    if any(set(schema.names) - set(footer.schema.to_arrow_schema().names) for footer in footers):
-        schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    schema = merged_schema(table, footers)
     assert isinstance(store.root, Path)  # a store on object storage is compacted by ._compact_remote
     workspace, beside = _new_workspace(store.root)
     replacement = workspace / REPLACEMENT
@@ -267,16 +302,11 @@ def compact_partition(store: Store, table: str, folder: Path, *, has_copies: boo
     # File names start with their publication time, so rows stay in time order without a global sort,
     # and memory is bounded by a row group, not by the partition.
     staged = replacement / f"{name}{STAGED_SUFFIX}"
-    first = FirstOfEachSpan() if has_copies else None
-    row_groups = _row_groups(files, schema)
-    rows = write_parquet(staged, first.filter(row_groups) if first else row_groups, schema)
-    dropped = first.dropped if first else 0
-    if rows + dropped != sum(footer.num_rows for footer in footers):  # before the swap: nothing changed yet
+    try:
+        rows, dropped = write_merged(staged, files, schema, footers, has_copies=has_copies, where=folder)
+    except RowsMiscounted:  # before the swap: nothing changed yet
         _remove_workspace(workspace)
-        raise RowsMiscounted(
-            f"compacting {folder}: read {sum(f.num_rows for f in footers)} rows, wrote {rows} and left out {dropped} "
-            "copies; the partition was left as it was"
-        )
+        raise
     manifest = _Manifest(table, folder.relative_to(store.root / table).as_posix(), [f.name for f in files], name)
     manifest.save(workspace)
     if beside:  # out of every glob over the store: the merged file may take its final name here
@@ -361,7 +391,7 @@ def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bo
     if isinstance(store.root, RemoteRoot):
         from ._compact_remote import compact_remote
 
-        return compact_remote(store.root, tables or list(TABLE_NAMES))
+        return compact_remote(store.root, tables or list(TABLE_NAMES), drop_span_copies)
     import pyarrow as pa
 
     result = CompactionResult()
@@ -370,7 +400,7 @@ def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bo
         if not root.is_dir():
             continue
         folders = partition_folders(root)
-        with_copies = _folders_with_copies(folders) if table == SPANS and drop_span_copies else set()
+        with_copies = _folders_with_copies(store.root, folders) if table == SPANS and drop_span_copies else set()
         for folder in folders:
             try:
                 merged = compact_partition(store, table, folder, has_copies=folder in with_copies)
@@ -382,26 +412,35 @@ def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bo
     return result
 
 
-def _folders_with_copies(folders: list[Path]) -> set[Path]:
-    """The spans partitions among ``folders`` holding a span stored twice, by one query over the key columns of
-    their files. A file DuckDB cannot read leaves copies where they are: its partition is left as it was anyway,
-    and ``agenteval doctor`` sets the file aside."""
+def _folders_with_copies(root: Path, folders: list[Path]) -> set[Path]:
+    """The spans partitions among ``folders`` (of the store at ``root``) holding a span stored twice."""
+    found = folders_with_copies(root, [str(f.absolute()) for folder in folders for f in _data_files(folder)])
+    return {folder for folder in folders if str(folder.absolute()) in found}
+
+
+def folders_with_copies(root: StoreRoot, files: list[str]) -> set[str]:
+    """The folders (as DuckDB names them: :func:`~agenteval_exporters.storefs.duckdb_path`) of spans ``files``
+    (named so too) that hold a span stored twice, by one query over the files' key columns. A file DuckDB cannot
+    read leaves copies where they are: its partition is left as it was anyway, and ``agenteval doctor`` sets the
+    file aside."""
     import duckdb
 
     from ._database import open_database
     from ._views import sql_string
 
-    files = [f for folder in folders for f in _data_files(folder)]
     if not files:
         return set()
-    read = Store._read_parquet("[" + ", ".join(sql_string(str(f.absolute())) for f in files) + "]", filename=True)
+    read = Store._read_parquet("[" + ", ".join(sql_string(f) for f in files) + "]", filename=True)
     try:
         with contextlib.closing(open_database()) as con:
-            found = duplicated_partitions(con, read)
+            if isinstance(root, RemoteRoot):  # read through the store's file system (fsspec: imported only then)
+                from ._listed_objects import register
+
+                register(con, root)
+            return set(duplicated_partitions(con, read))
     except duckdb.Error as exc:
         logger.warning("agenteval: could not look for spans stored twice: %s", exc)
         return set()
-    return {folder for folder in folders if str(folder.absolute()) in found}
 
 
 # Recovery.

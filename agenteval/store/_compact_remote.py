@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from agenteval_exporters.files import STAGED_SUFFIX, new_file_name, staging_dir, write_parquet
-from agenteval_exporters.storefs import RemoteFile, RemoteRoot
+from agenteval_exporters.files import STAGED_SUFFIX, new_file_name, staging_dir
+from agenteval_exporters.storefs import RemoteFile, RemoteRoot, duckdb_path
 
+from ._duplicates import SPANS
 from ._live import (
     COMPACTED_PREFIX,
     MANIFEST_PREFIX,
@@ -25,22 +26,27 @@ from ._live import (
     table_partitions,
     write_manifest,
 )
-from ._schemas import SCHEMA_FILE_PREFIX, TABLES
+from ._schemas import SCHEMA_FILE_PREFIX
 
 if TYPE_CHECKING:
     from ._compact import CompactionResult
 
 
-def compact_remote(root: RemoteRoot, tables: list[str]) -> CompactionResult:
-    """Compact every partition of ``tables`` holding more than one live file (the caller holds the lease)."""
+def compact_remote(root: RemoteRoot, tables: list[str], drop_span_copies: bool = False) -> CompactionResult:
+    """Compact every partition of ``tables`` holding more than one live file (the caller holds the lease); with
+    ``drop_span_copies``, also spans partitions of one file holding a span stored twice, keeping one row of each
+    (see :func:`._compact.compact`)."""
     from ._compact import CompactionResult
 
     result = CompactionResult()
     for table in tables:
-        for partition in partition_folders(table_partitions(root, table)):
+        partitions = partition_folders(table_partitions(root, table))
+        with_copies = _folders_with_copies(root, partitions) if table == SPANS and drop_span_copies else set()
+        for partition in partitions:
             listed = partition.generation
             try:
-                result.merged(*compact_remote_partition(root, table, partition))
+                merged = compact_remote_partition(root, table, partition, has_copies=partition.folder in with_copies)
+                result.merged(*merged)
             except (pa.ArrowException, OSError) as exc:  # the partition's live set is as it was (see ._live)
                 if _compacted_since(root, partition.folder, listed):
                     result.taken_over(root / partition.folder)
@@ -58,6 +64,22 @@ def partition_folders(partitions: list[Partition]) -> list[Partition]:
     return [p for p in partitions if "/" in p.folder and p.folder not in above]
 
 
+def _folders_with_copies(root: RemoteRoot, partitions: list[Partition]) -> set[str]:
+    """The folders of the spans ``partitions`` holding a span stored twice, by the lookup compaction on disk makes
+    (over the live files, read through this listing)."""
+    from ._compact import folders_with_copies
+    from ._listed_objects import remember
+
+    files = [f for partition in partitions for f in _data_files(partition)]
+    remember(root, files)  # what DuckDB asks of these files is answered from the listing
+    found = folders_with_copies(root, [duckdb_path(root, f.relative) for f in files])
+    return {p.folder for p in partitions if duckdb_path(root, p.folder) in found}
+
+
+def _data_files(partition: Partition) -> list[RemoteFile]:
+    return [f for f in partition.live if not _name(f).startswith(SCHEMA_FILE_PREFIX)]
+
+
 def _compacted_since(root: RemoteRoot, folder: str, generation: int) -> bool:
     """Whether another compaction wrote a newer manifest of the partition than the listed ``generation``: then a
     file this one was merging is gone because that one merged it, or its manifest took this one's place (the
@@ -73,15 +95,20 @@ def _name(file: RemoteFile) -> str:
     return file.relative.rpartition("/")[2]
 
 
-def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition) -> tuple[int, int]:
-    """Merge the partition's live files into one; returns (files merged, rows)."""
-    files = [f for f in partition.live if not _name(f).startswith(SCHEMA_FILE_PREFIX)]
-    if len(files) < 2:
+def compact_remote_partition(
+    root: RemoteRoot, table: str, partition: Partition, *, has_copies: bool = False
+) -> tuple[int, int, int]:
+    """Merge the partition's live files into one; returns (files merged, rows written, copies dropped). With
+    ``has_copies`` only the first row of each span is kept, also from a partition of one file, which is replaced
+    through a manifest as any merge is."""
+    files = _data_files(partition)
+    if len(files) < (1 if has_copies else 2):
         root.delete([f.relative for f in partition.dead])  # leftovers of a compaction killed half way
-        return 0, 0
+        return 0, 0, 0
     import pyarrow.parquet as pq
 
-    from ._compact import _row_groups  # the same reading, conforming and row groups as on disk
+    # The same schema, reading, conforming, row groups and count check as on disk.
+    from ._compact import merged_schema, write_merged
     from ._listed_objects import ListedObjects, remember
 
     keys = [f"{root.path}/{f.relative}" for f in files]
@@ -89,13 +116,13 @@ def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition)
     # each time (the small files are fetched together, once).
     remember(root, files)
     fs = ListedObjects(root.fs)
-    schema = TABLES[table]
-    if any(set(schema.names) - set(pq.read_schema(key, filesystem=fs).names) for key in keys):
-        schema = pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+    footers = [pq.read_metadata(key, filesystem=fs) for key in keys]
+    schema = merged_schema(table, footers)
     name = COMPACTED_PREFIX + new_file_name().removeprefix(PUBLISHED_PREFIX)
     staged = staging_dir(root) / f"{name}{STAGED_SUFFIX}"
     try:
-        rows = write_parquet(staged, _row_groups(keys, schema, fs), schema)
+        where = root / partition.folder
+        rows, dropped = write_merged(staged, keys, schema, footers, has_copies=has_copies, where=where, filesystem=fs)
         relative = f"{partition.folder}/{name}"
         root.put(staged, relative)
         merged_file = RemoteFile(relative, staged.stat().st_size, 0)
@@ -112,4 +139,4 @@ def compact_remote_partition(root: RemoteRoot, table: str, partition: Partition)
         raise
     gone = [f.relative for f in files + partition.dead]
     root.delete(gone + ([older_manifest] if previous else []))
-    return len(files), rows
+    return len(files), rows, dropped
