@@ -3,6 +3,7 @@ exactly; a fixed scorer changes only its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from click.testing import CliRunner
 
+from agenteval.analysis import _experiments as ex
 from agenteval.analysis._experiments import summarize
 from agenteval.cli import main
 from agenteval.dataset import Case, Dataset
@@ -247,3 +249,79 @@ def test_rescore_says_what_to_do_when_a_run_s_scorer_has_no_import_path(tmp_path
     assert "name the scorers to run with --scorer MODULE:ATTR" in text, text
     named = CliRunner().invoke(main, ["rescore", "--scorer", "answer_match", "--store", str(store)])
     assert named.exit_code == 0, named.output
+
+
+LONG_ANSWER_SQL = (
+    "struct_pack(value := CASE WHEN len(c.expected_output) > 3 THEN 1.0 ELSE 0.0 END, passed := NULL, "
+    "reason := len(c.expected_output) || ' characters')"
+)
+
+
+def sql_scorer_run(tmp_path, store, sql: str) -> None:
+    """A script that runs the mock with a ``Scorer(sql=...)`` of its own, in a process of its own."""
+    script = tmp_path / "run_it.py"
+    script.write_text(
+        "from agenteval import evaluate\n"
+        "from agenteval.scorers import Scorer\n\n"
+        f"long_answer = Scorer('long_answer', version='3', continuous=True, sql={sql!r})\n"
+        f"evaluate('mock', 'arithmetic', cases=6, attempts=1, store={str(store)!r}, progress='none',"
+        " scorers=[long_answer])\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, capture_output=True)
+
+
+def test_a_sql_scorer_of_a_script_is_rescored_from_the_run_s_record(tmp_path):
+    # A Scorer(sql=...) has no function to import: the run recorded it by its bare name, and a bare
+    # `agenteval rescore` refused it ("rescore cannot load again"). Its SQL, version and options are recorded
+    # now, and a rescore in another process, given no scorer, judges every trial with it again.
+    store = tmp_path / "s"
+    sql_scorer_run(tmp_path, store, LONG_ANSWER_SQL)
+    rescored = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", "rescore", "--store", str(store), "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert rescored.returncode == 0, rescored.stderr
+    result = json.loads(rescored.stdout)
+    assert "long_answer" in result["scorers"]
+    (experiment_id,) = [row["experiment_id"] for row in Store(store).rows("SELECT experiment_id FROM experiments")]
+    cases = Store(store).rows('SELECT case_id, "case" FROM cases')
+    expected = {row["case_id"]: len(json.loads(row["case"])["expected_output"]) for row in cases}
+    for pass_id in (run_pass_id(Store(store), experiment_id), result["pass_id"]):
+        rows = Store(store).rows(
+            "SELECT case_id, scorer_version, value, passed, reason, error FROM scores "
+            "WHERE pass_id = ? AND scorer = 'long_answer' ORDER BY case_id",
+            [pass_id],
+        )
+        assert len(rows) == 6
+        assert rows == [
+            {
+                "case_id": case_id,
+                "scorer_version": "3",
+                "value": 1.0 if length > 3 else 0.0,
+                "passed": None,
+                "reason": f"{length} characters",
+                "error": None,
+            }
+            for case_id, length in sorted(expected.items())
+        ]
+    assert {length > 3 for length in expected.values()} == {True, False}  # both values were given
+
+
+def test_a_recorded_sql_scorer_reads_no_file(tmp_path):
+    # The store holds a SQL scorer's definition, and rescore runs it: a record written by someone else may not read
+    # this machine's files into the scores' reasons. Its query is refused, and every trial gets an error score.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    store = Store(tmp_path / "s")
+    experiment = evaluate("mock", "arithmetic", cases=2, attempts=1, store=store, progress="none")
+    reading = {
+        "name": "reader",
+        "sql": f"struct_pack(value := 1.0, reason := (SELECT content FROM read_text({str(secret)!r})))",
+    }
+    ex.save(store, dataclasses.replace(experiment, options={**experiment.options, "scorers": [reading]}))
+    result = rescore(store, experiment.id)
+    rows = store.rows("SELECT reason, error FROM scores WHERE pass_id = ? AND scorer = 'reader'", [result.pass_id])
+    assert len(rows) == 2 and all("file system operations are disabled" in row["error"] for row in rows), rows
+    assert not store.rows("SELECT * FROM scores WHERE contains(reason, 'hunter2') OR contains(error, 'hunter2')")

@@ -4,6 +4,7 @@ over the same dataset and corpus, by the same agent. Each test resumes a real ru
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,12 @@ from pathlib import Path
 import model_servers as ms
 import pytest
 
+from agenteval.analysis import _experiments as ex
 from agenteval.dataset import Case, Dataset, load_dataset
 from agenteval.dataset._cases import dataset_hash
 from agenteval.dataset._catalog import RAG_CORPUS, datasets_dir
 from agenteval.run import RunRefused, evaluate
-from agenteval.scorers import rescore, scorer
+from agenteval.scorers import Scorer, rescore, scorer
 from agenteval.store import Store
 
 
@@ -405,3 +407,50 @@ def test_a_run_given_a_function_as_an_agent_option_resumes_with_it_and_refuses_a
     refused = run("shout", experiment_id)
     assert refused.startswith(f"refused: cannot resume {experiment_id} with other options than it ran with: "), refused
     assert "'pick': '__main__:picks.<locals>.<lambda>#" in refused and f"{recorded}'}} in the run" in refused
+
+
+def long_answer(sql_threshold: int) -> Scorer:
+    """A SQL scorer: whether the case's expected answer is longer than ``sql_threshold`` characters."""
+    return Scorer(
+        "long_answer",
+        sql=f"struct_pack(value := (len(c.expected_output) > {sql_threshold})::DOUBLE, passed := NULL, reason := '')",
+        continuous=True,
+    )
+
+
+def test_a_run_s_sql_scorer_is_resumed_from_its_record_and_another_sql_is_refused(tmp_path):
+    """A ``Scorer(sql=...)`` was recorded by its bare name: a resume given no scorers could not load it again, and one
+    given the scorer with other SQL (its version unchanged) judged the resumed trials by the new SQL and the first ones
+    by the old. Now its definition is recorded: a resume rebuilds it, and refuses other SQL."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", scorers=[long_answer(3)], **failing_run(store))
+    assert first.summary.failed > 0
+    assert first.options["scorers"][0]["sql"] == long_answer(3).sql
+    with pytest.raises(RunRefused, match=r"other scorers than it ran with: long_answer \(SQL #\w+\) given"):
+        evaluate(
+            "mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[long_answer(4)], **failing_run(store)
+        )
+    assert Store(store).rows("SELECT count(*) AS n FROM trial_history") == [{"n": 20}]
+    again = evaluate("mock", "arithmetic", resume=first.id, retry_failed="infra", **failing_run(store))
+    assert again.summary.this_run["trials"] == first.summary.failed
+    rows = Store(store).rows(
+        "SELECT s.value, c.case FROM scores s JOIN cases c USING (experiment_id, case_id) "
+        "WHERE s.scorer = 'long_answer' AND s.experiment_id = ?",
+        [first.id],
+    )
+    answered = again.summary.trials - again.summary.failed  # every answered trial, the resumed ones too
+    assert answered > first.summary.trials - first.summary.failed and len(rows) == answered
+    assert all(row["value"] == float(len(json.loads(row["case"])["expected_output"]) > 3) for row in rows)
+
+
+def test_a_sql_scorer_recorded_by_name_before_resumes_given_again(tmp_path):
+    """A run recorded before SQL scorers were recorded by their definition named one by its bare name: given the
+    scorer again, a resume matches it by that name, as it did then."""
+    store = tmp_path / "s"
+    first = evaluate("mock", "arithmetic", scorers=[long_answer(3)], **failing_run(store))
+    older = Store(store)
+    ex.save(older, dataclasses.replace(first, options={**first.options, "scorers": ["long_answer"]}))
+    again = evaluate(
+        "mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[long_answer(3)], **failing_run(store)
+    )
+    assert again.summary.this_run["trials"] == first.summary.failed

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..analysis._experiments import Experiment
     from ..dataset._cases import Dataset
     from ..scorers import Scorer
+    from ..scorers._loading import ScorerSpec
     from ._options import RunOptions
     from ._runner import _Run
     from ._trial import TrialRunner, UserSimulator
@@ -73,7 +74,7 @@ class RunRecipe:
     experiment: Experiment
     options: RunOptions
     agent: str | Callable[..., Any] | None
-    scorers: Sequence[Scorer | str]
+    scorers: Sequence[Scorer | ScorerSpec]
     urls: dict[str, str | None] = dataclasses.field(repr=False)
     """The model URLs as given (a gateway's may carry credentials): sent to the workers, never stored."""
     user_simulator: UserSimulator | None

@@ -51,8 +51,9 @@ class RunOptions:
     cases: int | None = None
     agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     dataset: str = ""
-    scorers: list[str] = dataclasses.field(default_factory=list)
-    """Scorers added to the built-ins (names or MODULE:ATTR), so rescore can load them again."""
+    scorers: list[str | dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Scorers added to the built-ins (names, MODULE:ATTR, or a SQL scorer's definition: see
+    ``agenteval.scorers._loading.scorer_spec``), so rescore and a resume can load them again."""
     model: str | None = None
     """``PROVIDER/MODEL`` of the built-in reference agent (``--model``); None for an agent of one's own."""
     base_url: str | None = None

@@ -19,7 +19,7 @@ from ..dataset._catalog import builtin_names
 from ..dataset._sampling import sample_cases
 from ..errors import AgentevalError, UsageError
 from ..scorers._base import Scorer
-from ..scorers._loading import scorer_specs
+from ..scorers._loading import ScorerSpec, same_specs, scorer_specs, spec_label
 from ._options import (
     CHANGEABLE_ON_RESUME,
     RunOptions,
@@ -156,15 +156,16 @@ def check_same_simulator(previous: ex.Experiment, given: str | None) -> None:
     )
 
 
-def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | str]) -> Sequence[Scorer | str]:
+def resumed_scorers(previous: ex.Experiment, given: Sequence[Scorer | ScorerSpec]) -> Sequence[Scorer | ScorerSpec]:
     """The scorers a resume judges its trials with: the run's own (recorded by ``scorer_specs``), or the same ones
     given again (Scorer objects are then used as given). Others would judge the resumed trials but not the first
-    ones, and the pass rate would mix two definitions of passing."""
+    ones, and the pass rate would mix two definitions of passing (a SQL scorer whose SQL changed is another)."""
     recorded = list(previous.options.get("scorers") or [])
-    if given and sorted(scorer_specs(given)) != sorted(recorded):
+    if given and not same_specs(scorer_specs(given), recorded):
+        named = ", ".join(map(spec_label, scorer_specs(given)))
         raise RunRefused(
             f"cannot resume {previous.experiment_id} with other scorers than it ran with: "
-            f"{', '.join(scorer_specs(given))} given, {', '.join(recorded) or 'the built-ins alone'} in the run; "
+            f"{named} given, {', '.join(map(spec_label, recorded)) or 'the built-ins alone'} in the run; "
             "they would judge only the resumed trials. Leave --scorer out to resume with the run's, then judge "
             f"every trial with another by agenteval rescore {previous.experiment_id} --scorer NAME"
         )

@@ -46,7 +46,7 @@ from ..models._names import recordable_url
 from ..scorers import Scorer, load_scorers
 from ..scorers._engine import JUDGEMENT_SCHEMA, Judgement, ScoringEngine, Verdict, score_table
 from ..scorers._judge import judge_in_charge
-from ..scorers._loading import scorer_specs
+from ..scorers._loading import ScorerSpec, scorer_specs
 from ..store import CASES, Store, StoreNotWritable, compact
 from ..store._database import SMALL_QUERIES
 from ..store._lease import (
@@ -374,7 +374,7 @@ class _Run:
         agent_spec: str | Callable[..., Any] | None,
         dataset_spec: str | Path | Dataset | None,
         given: dict[str, Any],
-        scorers: Sequence[Scorer | str],
+        scorers: Sequence[Scorer | ScorerSpec],
         name: str | None,
         resume: bool | str,
         retry_failed: str | None,

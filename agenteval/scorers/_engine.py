@@ -135,6 +135,11 @@ class ScoredTrial:
     passed: bool
 
 
+LOCKED = {"enable_external_access": False}
+"""A scorer's SQL reads the batch (``f``, ``c``) and nothing else, no file nor URL: it may have been read from the
+store (a run records a SQL scorer's definition, which ``rescore`` runs again), which someone else may have written."""
+
+
 class ScoringEngine:
     """Scores batches of trials with a fixed list of scorers."""
 
@@ -145,7 +150,7 @@ class ScoringEngine:
         if duplicated:
             raise ValueError(f"two scorers share a name: {', '.join(sorted(duplicated))}")
         self.scorers = list(scorers)
-        self.con = open_database(config=config)
+        self.con = open_database(config={**(config or {}), **LOCKED})
         self._applicable: dict[str, tuple[Scorer, ...]] = {}
         self._scorer_sets: dict[tuple[int, ...], tuple[Scorer, ...]] = {}
         self._when_errors: dict[tuple[str, str], str] = {}

@@ -3,12 +3,18 @@
 A name is looked up among the built-ins first, then the ``agenteval.scorers`` plugins, then read as
 ``MODULE:ATTR``. A plugin's name never reaches past a built-in's, and a scorer reached through a plugin's
 name may not be named like a built-in: replacing a built-in takes naming the scorer by ``MODULE:ATTR``.
+
+A run records its own scorers (:func:`scorer_specs`) so ``rescore`` and ``--resume`` load them again: by a name, or,
+for a ``Scorer(sql=...)``, which has no function to import, by its definition (:data:`SQL_SCORER_FIELDS`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from .._plugins import SCORERS, Plugin, find
 from ..errors import UsageError, module_not_found
@@ -16,6 +22,20 @@ from ._base import Scorer
 from ._builtin import BUILTIN_SCORERS
 
 BUILTIN_BY_NAME = {s.name: s for s in BUILTIN_SCORERS}
+
+ScorerSpec = str | dict[str, Any]
+"""A scorer as a run records it: a name (a built-in's, a plugin's, ``MODULE:ATTR``) or a SQL scorer's definition."""
+SQL_SCORER_FIELDS: dict[str, type] = {
+    "name": str,
+    "sql": str,
+    "version": str,
+    "requires": list,
+    "continuous": bool,
+    "needs_content": bool,
+}
+"""The fields, and their types as recorded, that define a ``Scorer(sql=...)`` without a ``when=`` (the others are for
+coroutine scorers): data alone, recorded as it is, so a later process rebuilds it and a changed SQL is another
+scorer."""
 
 
 def plugin_scorers(plugin: Plugin) -> list[Scorer]:
@@ -66,26 +86,69 @@ def _import(spec: str) -> list[Scorer]:
     return list(items)
 
 
-def load_scorers(extra: Sequence[Scorer | str] = (), *, only: bool = False) -> list[Scorer]:
-    """The built-ins plus ``extra`` (Scorer objects, built-in names, plugin names or ``MODULE:ATTR``); an
-    extra Scorer object or ``MODULE:ATTR`` scorer with a built-in's name replaces it. ``only=True``: just the
-    ones named in ``extra``."""
+def load_scorers(extra: Sequence[Scorer | ScorerSpec] = (), *, only: bool = False) -> list[Scorer]:
+    """The built-ins plus ``extra`` (Scorer objects, built-in names, plugin names, ``MODULE:ATTR`` or a recorded
+    SQL scorer's definition); an extra Scorer object or ``MODULE:ATTR`` scorer with a built-in's name replaces it.
+    ``only=True``: just the ones named in ``extra``."""
     chosen: dict[str, Scorer] = {} if only else dict(BUILTIN_BY_NAME)
     for item in extra:
-        for loaded in [item] if isinstance(item, Scorer) else _resolve(item):
+        if isinstance(item, Scorer):
+            found = [item]
+        else:
+            found = [sql_scorer(item)] if isinstance(item, dict) else _resolve(item)
+        for loaded in found:
             chosen[loaded.name] = loaded
     return list(chosen.values())
 
 
-def scorer_specs(extra: Sequence[Scorer | str]) -> list[str]:
-    """How a run's extra scorers are recorded, so ``rescore`` can load them again: a Python or Arrow
-    scorer made with a decorator by ``MODULE:ATTR``, anything else (a built-in's or a plugin's name) by name."""
-    specs = []
-    for item in extra:
-        if isinstance(item, Scorer):
-            function = item.fn or item.arrow
-            module = getattr(function, "__module__", None)
-            specs.append(f"{module}:{function.__name__}" if module and function is not None else item.name)
-        else:
-            specs.append(item)
-    return specs
+def sql_scorer(spec: dict[str, Any]) -> Scorer:
+    """The SQL scorer a run recorded by its definition (:func:`scorer_spec`); a record that is not one (another
+    field, a field of another type: a damaged or hand-edited store) is a :class:`UsageError` naming what is wrong."""
+    wrong = [
+        field
+        for field in sorted(set(spec) | {"name", "sql"})
+        if not isinstance(spec.get(field), SQL_SCORER_FIELDS.get(field, ()))
+    ]
+    try:
+        if not wrong:
+            return Scorer(**{**spec, "requires": tuple(spec.get("requires") or ())})
+    except (ValueError, TypeError) as exc:  # requires a field a case does not give, or not a name
+        wrong = [str(exc)]
+    raise UsageError(f"the recorded SQL scorer {spec_label(spec)} is not one agenteval can load: {', '.join(wrong)}")
+
+
+def scorer_spec(item: Scorer | ScorerSpec) -> ScorerSpec:
+    """How a run records one of its extra scorers, so ``rescore`` and a resume can load it again: a Python or
+    Arrow scorer made with a decorator by ``MODULE:ATTR``; a SQL scorer without a ``when=`` (a function) by its
+    definition; anything else (a built-in's or a plugin's name, a ``Scorer(...)`` of a function) by name."""
+    if not isinstance(item, Scorer):
+        return item
+    if item.sql is not None and item.when is None:
+        return {field: getattr(item, field) for field in SQL_SCORER_FIELDS} | {"requires": list(item.requires)}
+    function = item.fn or item.arrow
+    module = getattr(function, "__module__", None)
+    return f"{module}:{function.__name__}" if module and function is not None else item.name
+
+
+def scorer_specs(extra: Sequence[Scorer | ScorerSpec]) -> list[ScorerSpec]:
+    """How a run records its extra scorers (:func:`scorer_spec`)."""
+    return [scorer_spec(item) for item in extra]
+
+
+def spec_label(spec: ScorerSpec) -> str:
+    """A recorded scorer as a message names it: a SQL scorer by its name and a digest of its definition, so two
+    of one name with other SQL are told apart."""
+    if isinstance(spec, str):
+        return spec
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{spec.get('name')} (SQL #{digest})"
+
+
+def same_specs(given: Sequence[ScorerSpec], recorded: Sequence[ScorerSpec]) -> bool:
+    """Whether the scorers ``given`` to a resume are those a run ``recorded``. A SQL scorer recorded by its bare name
+    (by a run before SQL scorers were recorded by their definition, or one with a ``when=``) is matched by name."""
+    names = {spec for spec in recorded if isinstance(spec, str)}
+    keys = [
+        spec["name"] if isinstance(spec, dict) and spec.get("name") in names else spec_label(spec) for spec in given
+    ]
+    return sorted(keys) == sorted(spec_label(spec) for spec in recorded)

@@ -32,7 +32,7 @@ from ._base import Scorer
 from ._engine import ScoringEngine, score_table
 from ._features import NO_REPLIES, features_sql
 from ._judge import answers_beside_judge, judge_in_charge
-from ._loading import load_scorers
+from ._loading import load_scorers, spec_label
 
 
 @dataclasses.dataclass
@@ -68,17 +68,18 @@ def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
 def _run_scorers(experiment: ex.Experiment) -> list[Scorer]:
     """The built-ins plus the scorers the run recorded; one that cannot be loaded again is named with what to do
     (a scorer defined in the script that called ``evaluate()`` is recorded as ``__main__:NAME``, which no later
-    process can import, and a ``Scorer(sql=...)`` by its bare name)."""
+    process can import, and a ``Scorer(...)`` of a function, or a SQL one with a ``when=``, by its bare name)."""
     loaded: list[Scorer] = []
     for spec in experiment.options.get("scorers", []):
         try:
             loaded.extend(load_scorers([spec], only=True))
         except UsageError as exc:
             raise UsageError(
-                f"experiment {experiment.experiment_id} was scored with {spec}, which rescore cannot load again "
-                f"({exc}); a scorer defined in the script that ran evaluate() or made with Scorer(...) has no import "
-                "path: name the scorers to run with --scorer MODULE:ATTR (a module on PYTHONPATH), or pass the "
-                "Scorer objects to agenteval.scorers.rescore(store, id, scorers=[...]) in Python"
+                f"experiment {experiment.experiment_id} was scored with {spec_label(spec)}, which rescore cannot "
+                f"load again ({exc}); a scorer defined in the script that ran evaluate(), or made with Scorer(...) "
+                "of a function, has no import path: name the scorers to run with --scorer MODULE:ATTR (a module on "
+                "PYTHONPATH), or pass the Scorer objects to agenteval.scorers.rescore(store, id, scorers=[...]) in "
+                "Python"
             ) from exc
     return load_scorers(loaded)
 
