@@ -8,14 +8,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import model_servers as ms
 import pytest
 from click.testing import CliRunner
+from opentelemetry import trace
 from waiting import wait_until
 
 from agenteval import evaluate
@@ -628,3 +631,54 @@ def test_rescore_traces_counts_the_traces_that_ended_in_error_in_words_that_fit_
     produce(store, "shop", "agent", 3)  # ok, handled, tool_error
     code, text = cli(store, "rescore", "--traces")
     assert code == 0 and "; 1 sampled trace ended in error and is counted by type in agenteval report" in text, text
+
+
+def test_sub_millisecond_tool_calls_show_their_duration_in_every_format(tmp_path):
+    """A tool call of 0.25 ms was reported as "0.2 ms", and one of 40 µs as "0.0 ms", as if it took no time. Spans
+    of known durations, through the real SDK and exporter: below 1 ms a duration is shown in µs, in every format."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from agenteval_exporters import ParquetSpanExporter
+    from agenteval_instrumentation import attributes as A
+
+    store = tmp_path / "store"
+    exporter = ParquetSpanExporter(store)
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer(__name__)
+    start = time.time_ns()
+    root = tracer.start_span("agent", start_time=start)
+    for tool, offset, took in (
+        ("lookup", 1_000_000, 250_000),
+        ("ping", 2_000_000, 40_000),
+        ("fetch", 3_000_000, 2_500_000),
+    ):
+        with trace.use_span(root):
+            span = tracer.start_span(
+                f"execute_tool {tool}",
+                start_time=start + offset,
+                attributes={A.GEN_AI_OPERATION_NAME: A.OPERATION_EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: tool},
+            )
+        span.end(end_time=start + offset + took)
+    root.end(end_time=start + 10_000_000)
+    provider.shutdown()
+    rows = Store(store).rows("SELECT tool_name, duration_ms FROM spans WHERE tool_name IS NOT NULL")
+    durations = {row["tool_name"]: row["duration_ms"] for row in rows}
+    assert durations == {"lookup": 0.25, "ping": 0.04, "fetch": 2.5}  # as the spans said, to the nanosecond
+    shown = {"lookup": "250.0 µs", "ping": "40.0 µs", "fetch": "2.5 ms"}
+    page = tmp_path / "traces.html"
+    wide = CliRunner().invoke(main, ["report", "--traces", "--store", str(store)], env={"COLUMNS": "200"})
+    reports = {
+        "text": (wide.exit_code, wide.output),
+        "markdown": cli(store, "report", "--traces", "--format", "markdown"),
+    }
+    reports["html"] = cli(store, "report", "--traces", "--format", "html", "-o", str(page))[0], page.read_text()
+    for fmt, (code, report) in reports.items():
+        assert code == 0, report
+        rows = report.replace("<tr>", "\n<tr>").splitlines()  # a page's table rows, a terminal's or markdown's lines
+        for tool, duration in shown.items():
+            row = next(line for line in rows if tool in line and "execute_tool" not in line)
+            assert row.count(duration) == 2, (fmt, tool, row)  # its p50 and p95
+        assert not re.search(r"(?<![\d,])0\.\d ms", report), fmt

@@ -28,7 +28,7 @@ from ..analysis._compare_figures import DIFFERENCE_HEADER, figure_rows, figures_
 from ..analysis._experiments import find
 from ..analysis._report import build_report
 from ..errors import AgentevalError
-from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, pct, sections
+from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, ms, pct, sections
 from ..render._text_safety import visible
 from ..store import Store
 from ..store._limits import SERVER_MEMORY_LIMIT, SERVER_STATEMENTS
@@ -64,7 +64,7 @@ def _environment() -> Environment:
     env.filters["u"] = lambda value: quote(str(value), safe="")
     env.filters["pct"] = pct
     env.filters["interval"] = interval
-    env.filters["ms"] = lambda v: "–" if v is None else f"{v:,.1f} ms"
+    env.filters["ms"] = ms
     env.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
     env.filters["usd"] = lambda v: "–" if v is None else f"${v:,.4f}"
     env.filters["signed"] = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"

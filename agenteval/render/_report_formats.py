@@ -54,7 +54,13 @@ def attempts_text(case: CaseOutcomes) -> str:
 
 
 def ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.1f} ms"
+    """A duration given in milliseconds, as every report and the dashboard show one: below 1 ms in microseconds, so
+    a tool call of 0.25 ms is ``250.0 µs``, not ``0.2 ms``, and one of 40 µs not ``0.0 ms``."""
+    if value is None:
+        return "–"
+    if abs(round(value * 1000, 1)) < 1000:
+        return f"{value * 1000:.1f} µs"
+    return f"{value:,.1f} ms"
 
 
 def shards_line(shards: Sequence[ShardProgress]) -> str:
@@ -306,8 +312,8 @@ def latency_histogram(sample: list[float], bins: int = 30) -> str:
             f'fill="#8fb98b"><title>{n} trials</title></rect>'
         )
     parts.append(
-        f'<text x="10" y="{height + 16}">{low:,.1f} ms</text>'
-        f'<text x="{width + 10}" y="{height + 16}" text-anchor="end">{high:,.1f} ms</text>'
+        f'<text x="10" y="{height + 16}">{ms(low)}</text>'
+        f'<text x="{width + 10}" y="{height + 16}" text-anchor="end">{ms(high)}</text>'
     )
     return "".join(parts) + "</svg>"
 
