@@ -1092,7 +1092,7 @@ def report(
 
         Console().print(to_terminal(data))
         return
-    text = formats["markdown" if fmt == "table" else fmt](data)
+    text = _plain_tables(to_terminal(data)) if fmt == "table" else formats[fmt](data)
     if output:
         try:
             with open(output, "w", encoding="utf-8") as handle:
@@ -1102,6 +1102,17 @@ def report(
         click.echo(f"wrote {visible(output)}")
     else:
         click.echo(text, nl=False)
+
+
+def _plain_tables(renderable: Any) -> str:
+    """What the terminal shows of ``renderable``, as plain text for a file: no colours or styles, 120 columns."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False, highlight=False)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 @main.command(name="compare")

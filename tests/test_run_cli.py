@@ -79,6 +79,27 @@ def test_the_report_command_a_run_prints_finds_its_store(tmp_path):
     assert default["report"] == f"agenteval report {default['experiment_id']}"
 
 
+def test_a_report_in_tables_written_to_a_file_holds_the_tables_the_terminal_shows(tmp_path):
+    """``report --format text -o FILE`` wrote markdown, not the tables asked for; they are now written as plain text
+    (no colours), for an experiment and for production traces alike."""
+    runner = CliRunner()
+    store = str(tmp_path / "s")
+    runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--cases", "4", "--attempts", "1", "--store", store])
+    for fmt in ("table", "text"):
+        written = tmp_path / f"report-{fmt}.txt"
+        result = runner.invoke(main, ["report", "--format", fmt, "-o", str(written), "--store", store])
+        assert result.exit_code == 0 and result.output == f"wrote {written}\n", result.output
+        text = written.read_text(encoding="utf-8")
+        assert "┃ pass rate ┃" in text or "│ pass rate │" in text, text
+        assert "## " not in text and "| --- |" not in text and "\x1b" not in text  # neither markdown nor colours
+    terminal = runner.invoke(main, ["report", "--store", store])  # the same tables, as a terminal shows them
+    (row,) = [line for line in terminal.output.splitlines() if line.startswith("│ pass rate │")]
+    assert row in text.splitlines()
+    traces = tmp_path / "traces.txt"
+    runner.invoke(main, ["report", "--traces", "--format", "text", "-o", str(traces), "--store", store])
+    assert "│ calls          │ 0 " in traces.read_text(encoding="utf-8")
+
+
 def test_run_usage_errors(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(main, ["run", "--agent", "mock"])
