@@ -4,6 +4,7 @@ an option that cannot work); a traceback only for a bug, or with --debug. Odditi
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 
@@ -180,6 +181,49 @@ def test_a_price_that_is_not_a_finite_non_negative_number_is_one_line_naming_the
     done = agenteval(*run, store=tmp_path, cwd=tmp_path)
     one_line_error(done, 2, "--prices prices.json: 'mock-model' input", f"not {shown}")
     assert not (tmp_path / "experiments").exists()
+
+
+def _address_space_capped() -> None:
+    """Run in the child: past 3 GB an allocation is a MemoryError, so a file read without end fails the test rather
+    than the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 1024**3, 3 * 1024**3))
+
+
+ENDLESS = "a character device, not a regular file"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["validate", "endless.jsonl"], 1, f"endless.jsonl: {ENDLESS}; give the path of a JSONL file"),
+        (["audit", "endless.jsonl"], 1, f"endless.jsonl: {ENDLESS}; give the path of a JSONL file"),
+        (["run", "-d", "endless.jsonl", "--agent", "mock"], 1, f"endless.jsonl: {ENDLESS}"),
+        (["run", "-d", "arithmetic", "-a", "mock", "--prices", "endless.json"], 2, f"--prices endless.json: {ENDLESS}"),
+        (["judge-check", "endless.jsonl", "--judge", "openai/j", "--judge-base-url", "http://127.0.0.1:9"], 1, ENDLESS),
+    ],
+    ids=["validate", "audit", "run", "prices", "judge-check"],
+)
+def test_a_file_that_never_ends_is_refused_before_it_is_read(tmp_path, args, code, message):
+    """A dataset, labels or prices file that is a link to /dev/zero is one line without end: read by lines or whole,
+    it grew until the process was killed (here, a MemoryError traceback). Now it is refused by what it is."""
+    for name in ("endless.jsonl", "endless.json"):
+        os.symlink("/dev/zero", tmp_path / name)
+    env = {**os.environ, "AGENTEVAL_STORE": str(tmp_path / "store")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, preexec_fn=_address_space_capped,
+    )  # fmt: skip
+    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and message in done.stdout + done.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_prices_file_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    # Read with read_text, bytes that are not UTF-8 raised UnicodeDecodeError: a traceback.
+    (tmp_path / "prices.json").write_bytes(b'{"models": {"mock-model": {"input": 1, "output": 2}}, "note": "\xe9"}')
+    run = ["run", "-d", "arithmetic", "--cases", "2", "--agent", "mock", "--prices", "prices.json"]
+    done = agenteval(*run, store=tmp_path / "store", cwd=tmp_path)
+    one_line_error(done, 2, "--prices prices.json: not valid UTF-8 at byte 64; save the file as UTF-8")
 
 
 def test_an_empty_dataset_is_refused_and_a_large_sample_is_said_out_loud(tmp_path):

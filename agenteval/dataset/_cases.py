@@ -18,6 +18,7 @@ from typing import Any
 from agenteval_instrumentation.text import storable_text
 
 from ..errors import SeveralProblems
+from ._file_kinds import NotRegularFile, open_regular
 
 MAX_PROBLEMS = 50
 DEFAULT_MAX_TURNS = 5
@@ -659,7 +660,7 @@ def load_file(path: str | Path, name: str | None = None) -> Dataset:
     digest = hashlib.sha256()
 
     def lines() -> Iterator[bytes]:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             for raw in handle:
                 digest.update(raw)
                 yield raw
@@ -672,6 +673,8 @@ def load_file(path: str | Path, name: str | None = None) -> Dataset:
         raise DatasetError([Problem(str(path), 0, None, "is a folder; give the path of a JSONL file")]) from None
     except PermissionError:
         raise DatasetError([Problem(str(path), 0, None, "cannot be read (permission denied)")]) from None
+    except NotRegularFile as exc:
+        raise DatasetError([Problem(str(path), 0, None, f"{exc.strerror}; give the path of a JSONL file")]) from None
     return Dataset(name or path.stem, str(path), digest.hexdigest(), cases)
 
 

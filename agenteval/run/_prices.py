@@ -8,6 +8,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..dataset._cases import NotUtf8, utf8_text
+from ..dataset._file_kinds import open_regular
 from ..errors import UsageError
 
 Prices = dict[str, dict[str, float]]
@@ -25,8 +27,11 @@ def load_prices(override: str | Path | None = None) -> Prices:
 def price_file(path: str | Path) -> Prices:
     """The entries of a ``--prices`` file, checked."""
     try:
-        data: Any = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        with open_regular(path) as handle:
+            data: Any = json.loads(utf8_text(handle.read(), file_start=True).removeprefix("\ufeff"))
+    except OSError as exc:  # a device such as /dev/zero was read until memory ran out
+        raise UsageError(f"--prices {path}: {exc.strerror or exc}; give a JSON file of prices") from exc
+    except (NotUtf8, json.JSONDecodeError) as exc:  # bytes that are not UTF-8 raised from read_text, a traceback
         raise UsageError(f"--prices {path}: {exc}") from exc
     models = data.get("models", data) if isinstance(data, dict) else None
     if not isinstance(models, dict):

@@ -19,6 +19,7 @@ from agenteval_instrumentation.capture import error_text
 
 from ..analysis._stats import Kappa, cohens_kappa
 from ..dataset._cases import Case, DatasetError, NotUtf8, parse_case, utf8_text
+from ..dataset._file_kinds import open_regular
 from ..errors import AgentevalError
 from ..run._options import DEFAULT_JUDGE_CONCURRENCY
 from ..store import Store
@@ -90,7 +91,7 @@ def _records(path: str | Path) -> Iterator[tuple[int, Any]]:
     """The labels file's JSON values with their line numbers, blank lines skipped; read as the dataset loader
     reads (UTF-8, an optional byte order mark, LF or CRLF), a line that is not one an error naming it."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             raw_lines = handle.read().splitlines()
     except OSError as exc:
         raise LabelsError(f"{path}: {exc.strerror or exc}") from exc
