@@ -1057,6 +1057,8 @@ def report(
     on production traces: calls, failures by type, latency percentiles, tokens and cost by model and by tool."""
     from .render import _report_formats, _traces_report
 
+    if output == "":  # `-o "$OUT"` with OUT unset: not "no -o", which prints the report
+        raise click.UsageError("-o is empty: give the name of a file to write")
     if traces:
         from .analysis._traces import build_traces_report
         from .run._prices import load_prices

@@ -171,6 +171,15 @@ def test_a_report_to_a_file_that_cannot_be_written_is_one_line_naming_it(runs, t
     ]
 
 
+@pytest.mark.parametrize("args", [["--format", "html"], ["--format", "json"], []])
+def test_a_report_to_an_empty_file_name_is_refused_not_printed(runs, args):
+    """``-o "$OUT"`` with the variable unset: the report went to the terminal (as markdown even for the table
+    format) with exit 0, and the file the script then read was never written."""
+    result = CliRunner().invoke(main, ["report", *args, "--store", str(runs["store"]), "-o", ""])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == "Error: -o is empty: give the name of a file to write"
+
+
 def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):
     from agenteval.render import to_html, to_markdown
 
