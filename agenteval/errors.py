@@ -38,6 +38,10 @@ class UsageError(AgentevalError, ValueError):
     exit_code = 2
 
 
+class ExperimentNotFound(AgentevalError, ValueError):
+    """No experiment of the id given in the store (or the store holds none): a mistyped id, or another store."""
+
+
 class OutputNotWritable(AgentevalError, OSError):
     """A file a command was told to write (``-o``) cannot be written: a missing folder, permissions, a full disk."""
 

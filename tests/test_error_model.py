@@ -310,3 +310,33 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path):
         errors = reading.stderr.read().decode()
         code = reading.wait(timeout=120)
     assert errors == "" and code == 1, (code, errors)
+
+
+def test_the_python_api_says_which_argument_is_not_a_number_and_which_experiment_is_missing(tmp_path):
+    """From Python, ``evaluate(attempts="3")`` or ``attempts=2.5`` ended in a TypeError deep in the run, and
+    ``attempts=True`` ran one attempt; ``build_report`` and ``rescore`` of a mistyped id raised a
+    plain ValueError. Each is now an AgentevalError naming the argument or the experiment, and nothing is written."""
+    import numpy as np
+
+    from agenteval.analysis import build_report
+    from agenteval.run import evaluate
+    from agenteval.scorers import rescore
+    from agenteval.store import Store
+
+    store = tmp_path / "s"
+    for argument, value, wanted in [
+        ("attempts", "3", "--attempts (attempts=) must be a whole number, not '3'"),
+        ("attempts", True, "--attempts (attempts=) must be a whole number, not True"),
+        ("attempts", 2.5, "--attempts (attempts=) must be a whole number, not 2.5"),
+        ("concurrency", float("nan"), "--concurrency (concurrency=) must be a whole number, not nan"),
+        ("timeout", "5", "--timeout (timeout=) must be a number, not '5'"),
+    ]:
+        with pytest.raises(UsageError) as refused:
+            evaluate("mock", "arithmetic", cases=2, store=store, progress="none", **{argument: value})
+        assert str(refused.value) == wanted
+    assert not store.exists()
+    ran = evaluate("mock", "arithmetic", cases=2, attempts=np.int64(2), timeout=np.float32(30), store=store)
+    assert ran.summary.trials == 4 and ran.options["attempts"] == 2 and ran.options["timeout"] == 30.0
+    for call in (lambda: build_report(Store(store), "nope"), lambda: rescore(Store(store), "nope")):
+        with pytest.raises(AgentevalError, match="no experiment 'nope' in "):
+            call()

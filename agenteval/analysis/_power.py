@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import ExperimentNotFound, UsageError
 from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
 from ._student_t import NORMAL, t_quantile, t_upper
 
@@ -312,7 +312,7 @@ def _experiment_rates(store: Any, experiment_id: str) -> tuple[list[float], int]
     target = store if isinstance(store, Store) else Store(store)
     found = find(target, experiment_id)
     if found is None:
-        raise ValueError(f"no experiment {experiment_id!r} in {target.root}")
+        raise ExperimentNotFound(f"no experiment {experiment_id!r} in {target.root}")
     rows = case_rates(target, found.experiment_id)
     if len(rows) < 2:
         raise ValueError(f"{found.experiment_id} has trials for {len(rows)} case(s); at least 2 are needed")

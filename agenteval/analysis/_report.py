@@ -13,6 +13,7 @@ import duckdb
 
 from agenteval_instrumentation import attributes as A
 
+from ..errors import ExperimentNotFound
 from ..run._prices import cost
 from ..store import Store
 from ..store._snapshots import judged_connection
@@ -196,7 +197,9 @@ def build_report(
 def _report(store: Store, experiment_id: str | None, opened: duckdb.DuckDBPyConnection) -> Report:
     experiment = ex.find(store, experiment_id, con=opened)
     if experiment is None:
-        raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
+        raise ExperimentNotFound(
+            f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty"
+        )
     eid = experiment.experiment_id
     with judged_connection(store, eid, con=opened) as con:
         cases = ex.fetch(con, PER_CASE)

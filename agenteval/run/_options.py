@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 from ..dataset._limits import MAX_CORPUS_MB
@@ -37,6 +38,19 @@ DEFAULT_MAX_STEPS = 8
 """Model calls the reference agent may make for one user turn (tool rounds included) before it gives up."""
 DEFAULT_JUDGE_CONCURRENCY = 8
 """Judge calls in flight at once while a batch of trials is graded."""
+
+
+WHOLE_NUMBER_OPTIONS = (
+    "attempts",
+    "concurrency",
+    "sample",
+    "sample_seed",
+    "cases",
+    "max_steps",
+    "max_tokens",
+    "simulator_max_tokens",
+)
+NUMBER_OPTIONS = ("timeout", "max_corpus_mb", "temperature")
 
 
 @dataclasses.dataclass
@@ -90,6 +104,7 @@ class RunOptions:
     """``K/N``: this run is the K-th of N disjoint slices of the experiment (see ``agenteval.run._shards``)."""
 
     def __post_init__(self) -> None:
+        self._numbers_as_numbers()
         if self.attempts < 1:
             raise UsageError("--attempts must be at least 1")
         if self.concurrency < 1:
@@ -108,6 +123,23 @@ class RunOptions:
         for option, limit in (("--max-tokens", self.max_tokens), ("--simulator-max-tokens", self.simulator_max_tokens)):
             if limit is not None and limit < 1:
                 raise UsageError(f"{option} must be at least 1, not {limit}")
+
+    def _numbers_as_numbers(self) -> None:
+        """Each number given from Python is one (a ``str``, or ``True`` for 1, was taken as it came: a TypeError
+        deep in the run, or one attempt) and is stored as a plain ``int`` or ``float`` (numpy's would be recorded as
+        text)."""
+        for name in WHOLE_NUMBER_OPTIONS:
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise UsageError(f"{flag(name)} ({name}=) must be a whole number, not {value!r}")
+                setattr(self, name, int(value))
+        for name in NUMBER_OPTIONS:
+            value = getattr(self, name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                    raise UsageError(f"{flag(name)} ({name}=) must be a number, not {value!r}")
+                setattr(self, name, float(value))
 
 
 RECORD_VERSION_KEY = "record_version"

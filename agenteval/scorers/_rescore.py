@@ -21,7 +21,7 @@ from agenteval_exporters import spans_to_table
 from ..analysis import _experiments as ex
 from ..analysis._saved_report import save_report
 from ..dataset._cases import Case, case_from_snapshot
-from ..errors import UsageError
+from ..errors import ExperimentNotFound, UsageError
 from ..run._collect import TrialCollector, collector_for
 from ..run._export import send_pass
 from ..run._options import DEFAULT_RESCORE_BATCH
@@ -108,7 +108,9 @@ def rescore(
     exporter = _otlp_exporter() if otlp else None
     experiment = ex.find(store, experiment_id)
     if experiment is None:
-        raise ValueError(f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty")
+        raise ExperimentNotFound(
+            f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty"
+        )
     chosen = load_scorers(scorers, only=True) if scorers else _run_scorers(experiment)
     grader = _judge(judge, judge_base_url)
     if grader is not None:
