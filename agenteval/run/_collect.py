@@ -2,7 +2,10 @@
 
 The user's own ``@tool`` code knows nothing of trials, so the ids are stamped on every span at its
 start from the trial's context (a context variable the runner sets), never by joining up to a root
-span later. Spans are gathered per trial as they end; the runner takes them when the trial is over.
+span later. A span started where that variable is not set (a thread the agent started) but under a
+span of a trial (the OpenTelemetry context carried over by hand, ``trace.use_span``, an explicit
+parent) takes its parent's ids: it is that trial's work. Spans are gathered per trial as they end;
+the runner takes them when the trial is over.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.trace import get_current_span
 
 from agenteval_exporters.conventions import mark_wrapper
 from agenteval_exporters.storefs import RemoteRoot, as_root, is_remote
@@ -47,6 +51,9 @@ class TrialTag:
         return out
 
 
+TRIAL_KEYS = (A.EXPERIMENT_ID, A.CASE_ID, A.TRIAL_ID, A.TRIAL_ATTEMPT, A.ROLE)
+"""The attributes that tie a span to its trial (and to the side of it, :data:`A.ROLE`, that made it)."""
+
 current_trial: contextvars.ContextVar[tuple[TrialTag, dict[str, Any]] | None] = contextvars.ContextVar(
     "agenteval_current_trial", default=None
 )
@@ -64,12 +71,31 @@ class TrialCollector(SpanProcessor):
         self._lock = threading.Lock()
         self._spans: dict[str, dict[str, list[ReadableSpan]]] = {}  # experiment -> trial -> spans
         self._stores: dict[str, str] = {}  # experiment -> the store its run writes the spans to
+        self.outside_trials = 0
+        """Spans started with no trial and no parent while a run was open: work the agent handed to a thread
+        without its context, which no trial can own (see :meth:`on_start`)."""
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         current = current_trial.get()
         if current is not None:
             span.set_attributes(current[1])
+        else:
+            self._tie_to_parents_trial(span, parent_context)
         mark_wrapper(span, parent_context)  # usage is counted once, on the innermost model call
+
+    def _tie_to_parents_trial(self, span: Span, parent_context: Context | None) -> None:
+        """Stamp ``span`` with its parent's trial ids, if its parent is a trial's span; count it if a run is
+        open and it has no parent at all (a new trace started by a thread that was not given the context)."""
+        parent = get_current_span(parent_context)
+        if not parent.get_span_context().is_valid:
+            if self._spans:
+                with self._lock:
+                    self.outside_trials += 1
+            return
+        # Any: an SDK span's attributes (a remote or non-recording parent has none), read as they were written.
+        attributes: Any = getattr(parent, "attributes", None)
+        if attributes and A.TRIAL_ID in attributes:
+            span.set_attributes({key: attributes[key] for key in TRIAL_KEYS if key in attributes})
 
     def on_end(self, span: ReadableSpan) -> None:
         attributes = span.attributes or {}

@@ -17,6 +17,8 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from agenteval_instrumentation import ContextThreadPoolExecutor
+
 T = TypeVar("T")
 
 CANCEL_GRACE_SECONDS = 5.0
@@ -50,6 +52,9 @@ def run_to_the_end(main: Coroutine[Any, Any, T]) -> T:
     is still pending and close the loop. ``main``'s own task is waited for however long it takes (it saves what
     finished); any other task at most :data:`CANCEL_GRACE_SECONDS`, then it is left behind."""
     runner = asyncio.Runner()
+    # The loop's default executor carries the caller's context into its threads, as asyncio.to_thread does: an
+    # agent's ``loop.run_in_executor(None, tool, ...)`` then runs in its trial, and its spans are that trial's.
+    runner.get_loop().set_default_executor(ContextThreadPoolExecutor(thread_name_prefix="asyncio"))
     tasks: list[asyncio.Task[Any]] = []
 
     async def recorded() -> T:

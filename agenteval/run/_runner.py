@@ -345,6 +345,8 @@ class _Run:
     recorded: bool = False
     """Its running record saved already (a new shard saves it as it joins, see :func:`_joining`)."""
     collector: TrialCollector | None = None
+    _outside_trials_at_open: int = 0
+    """The collector's count of spans outside any trial when the run opened (see :meth:`_say_spans_outside_trials`)."""
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
     pending: list[TrialResult] = dataclasses.field(default_factory=list)
@@ -558,6 +560,7 @@ class _Run:
         otlp = otlp_exporter_from_env()
         self.otlp = OTLPForwarder(otlp) if otlp is not None else None
         collector.open(self.experiment.experiment_id, self.store.root)
+        self._outside_trials_at_open = collector.outside_trials
         self.sink = StoreSink(self.store, keep_trials, commit_check=self.lease.check)
         runner = TrialRunner(
             self.agent,
@@ -651,6 +654,7 @@ class _Run:
                 stop_watching()
                 runner.close()
                 unsaved = await self._close(collector)
+                self._say_spans_outside_trials(collector)
                 await self._close_models()
                 if unsaved is not None:
                     status, failure = ex.FAILED, failure or unsaved
@@ -667,6 +671,20 @@ class _Run:
             compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
         self.experiment.summary = self.summary()
         return self.experiment
+
+    def _say_spans_outside_trials(self, collector: TrialCollector) -> None:
+        """Warn of spans that started outside any trial while the run lasted: the agent's work in a thread it
+        started without the context, which belongs to no trial and is not stored."""
+        outside = collector.outside_trials - self._outside_trials_at_open
+        if outside:
+            warnings.warn(
+                f"{outside} span(s) started outside any trial while the run lasted, with no parent span: work the "
+                "agent handed to a thread (threading.Thread, ThreadPoolExecutor, run_in_executor on a loop of "
+                "its own) runs without the trial's context, so these spans belong to no trial and are not in the "
+                "store. Submit such work with agenteval_instrumentation's ContextThreadPoolExecutor, "
+                "submit_with_context or with_current_context",
+                stacklevel=2,
+            )
 
     def _say_loop_blocked(self, late: float) -> None:
         self.progress.note(
