@@ -259,6 +259,23 @@ def echo_rendered(text: str, fmt: str, end: str = "\n") -> None:
 
 
 @contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a scheduler, ``kill``) stops a run as Ctrl-C does, also before the run takes both signals over and
+    after it hands them back (starting, summing up): by default it would end the process without a word."""
+    import signal
+
+    try:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread: the host's handlers stay
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
     """While the run lasts, what the agent prints (its own code, a child process it starts) goes to stderr:
     with ``--json`` stdout carries the summary alone, for ``jq`` or another program to read."""
@@ -760,21 +777,19 @@ def run(
 ) -> None:
     """Run an agent (or, with --model, the built-in reference agent) over a dataset, several attempts per case,
     into the store."""
-    import json
-
     from .run._memory import system_allocator_for_this_process
 
     system_allocator_for_this_process()  # before pyarrow is imported: see agenteval.run._memory
     from .run._runner import evaluate
-    from .run._trial import StopNow
 
     if resume is None and (not dataset or not (agent_spec or model)):
         raise click.UsageError("--dataset and --agent (or --model) are required (unless resuming with --resume)")
     if retry_failed and resume is None:
         raise click.UsageError("--retry-failed goes with --resume")
-    try:
-        with _stdout_to_stderr() if as_json else contextlib.nullcontext():
-            experiment = evaluate(
+    with _sigterm_as_ctrl_c():
+        _run_and_show(
+            as_json,
+            lambda: evaluate(
                 agent_spec or "",
                 dataset,
                 attempts=attempts,
@@ -809,9 +824,32 @@ def run(
                 experiment_id=experiment_id,
                 executor=executor,
                 ray_address=ray_address,
-            )
+            ),
+        )
+
+
+STOPPED_OUTSIDE_THE_RUN = (
+    "stopped; what finished is saved: agenteval experiments shows how far the run got, and "
+    "agenteval run --resume continues it if it did not complete"
+)
+
+
+def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
+    """Run, then print the run's summary. A Ctrl-C or SIGTERM the run's own handling did not take (before its
+    trials began, or after they were saved) ends it with 130 and a word on what was kept, not click's "Aborted!"."""
+    import json
+
+    from .run._runner import stopped_after_saving
+    from .run._trial import StopNow
+
+    try:
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():
+            experiment = run()
     except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
         click.echo(str(stop), err=True)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:  # while the run started or let go of the store: its record says how far it got
+        click.echo(STOPPED_OUTSIDE_THE_RUN, err=True)
         raise SystemExit(130) from None
     except ValueError as exc:
         if isinstance(exc, AgentevalError) or _debugging():
@@ -819,12 +857,16 @@ def run(
         raise click.ClickException(shown_error(exc)) from exc
     summary = experiment.summary
     assert summary is not None  # a run's own record always has one
-    if as_json:
-        click.echo(json.dumps(summary.to_dict(), indent=2, default=str))
-    else:
-        from .render._console import run_summary
+    try:
+        if as_json:
+            click.echo(json.dumps(summary.to_dict(), indent=2, default=str))
+        else:
+            from .render._console import run_summary
 
-        click.echo(run_summary(summary))
+            click.echo(run_summary(summary))
+    except KeyboardInterrupt:
+        click.echo(stopped_after_saving(experiment.status, summary.resume, summary.report), err=True)
+        raise SystemExit(130) from None
     if experiment.status == "interrupted":
         raise SystemExit(130)
 

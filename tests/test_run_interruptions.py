@@ -3,6 +3,7 @@ finished, and --resume completes the experiment with every trial present exactly
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import IO
 
 import pyarrow.parquet as pq
+import pytest
 from waiting import wait_until
 
 from agenteval.analysis import find
+from agenteval.cli import STOPPED_OUTSIDE_THE_RUN
 from agenteval.dashboard._queries import experiments as dashboard_experiments
 from agenteval.store import Store
 
@@ -238,3 +241,48 @@ def test_a_killed_run_is_shown_interrupted_not_running_and_still_resumes(tmp_pat
     summary = resume(store, "--concurrency", "32")  # the rest at 0.2 s a trial: about 1 s, not 16
     assert summary["experiment_id"] == shown.experiment_id and summary["status"] == "completed"
     assert set(statuses_shown(store).values()) == {"completed"}
+
+
+def blocked_at_its_summary(store: Path, *extra: str) -> subprocess.Popen:
+    """A run whose stdout is a pipe already full: it runs and saves every trial, then blocks writing its summary,
+    past the trials' own signal handling, until the test signals it."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)
+    env = {**os.environ, "AGENTEVAL_STORE": str(store)}
+    command = [*RUN[:8], "--cases", "4", "--attempts", "1", *extra]  # a handful of trials, done at once
+    child = subprocess.Popen(command, env=env, stdout=write_end, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    child.stdout_pipe = read_end  # closed by the test once the child ended
+    return child
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_trials_are_saved_says_so_and_exits_130(tmp_path, sig):
+    # Was click's "Aborted!" with exit 1 for Ctrl-C, and for SIGTERM a silent death (exit -15), when the signal
+    # came after the run's trials were saved: while it compacted, computed or printed its summary.
+    store = tmp_path / "store"
+    child = blocked_at_its_summary(store)
+    wait_until(
+        lambda: (
+            (store / "experiments").exists()
+            and Store(store).rows("SELECT status FROM experiments") == [{"status": "completed"}]
+        ),
+        "the run to record its end",
+    )
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=60)
+    os.close(child.stdout_pipe)
+    assert child.returncode == 130, err
+    (row,) = Store(store).rows("SELECT experiment_id FROM experiments")
+    # Where the signal lands is the scheduler's choice: the summary (said by the run), or letting go of the store.
+    said = err.strip().splitlines()[-1]
+    assert said in (
+        f"stopped; the run completed and every trial is saved: agenteval report {row['experiment_id']}",
+        STOPPED_OUTSIDE_THE_RUN,
+    ), err
+    assert "Aborted" not in err and "Traceback" not in err
+    assert trial_count(store) == 4

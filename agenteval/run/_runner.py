@@ -667,9 +667,14 @@ class _Run:
                     raise _store_write_failed(self.store, self._resume_command(), unsaved, recorded) from unsaved
         if self.stopping_now:
             raise StopNow(self._stopped_at_once())
-        if status == ex.COMPLETED:
-            compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
-        self.experiment.summary = self.summary()
+        try:
+            if status == ex.COMPLETED:
+                compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
+            self.experiment.summary = self.summary()
+        except KeyboardInterrupt:  # the handlers are the caller's again: all is saved, only the summary is lost
+            raise StopNow(
+                stopped_after_saving(self.experiment.status, self._resume_command(), self._report_command())
+            ) from None
         return self.experiment
 
     def _say_spans_outside_trials(self, collector: TrialCollector) -> None:
@@ -923,7 +928,7 @@ class _Run:
                 signal.signal(sig, handler)
 
     def _stopped_at_once(self) -> str:
-        return "stopped at once; what finished is saved; continue with: " + self._resume_command()
+        return stopped_after_saving(ex.INTERRUPTED, self._resume_command(), self._report_command())
 
     def _stop_soon(self) -> None:
         self.stop.set()  # first: once the note is out, another Ctrl-C is a second one
@@ -948,7 +953,7 @@ class _Run:
                 **dict(self.counts),
                 **({"not_run_simulated": len(self.skipped)} if self.skipped else {}),
             },
-            report=f"agenteval report {self.experiment.experiment_id}{self.store.as_option()}",
+            report=self._report_command(),
             resume=self._resume_command() if self.experiment.status == ex.INTERRUPTED else None,
             otlp=None if self.otlp is None else ex.OTLPExport(self.otlp.counts.sent, self.otlp.counts.failed),
             limits=self.limits,
@@ -971,6 +976,17 @@ class _Run:
 
     def _resume_command(self) -> str:
         return resume_command(self.experiment.experiment_id, self.options.shard) + self.store.as_option()
+
+    def _report_command(self) -> str:
+        return f"agenteval report {self.experiment.experiment_id}{self.store.as_option()}"
+
+
+def stopped_after_saving(status: str, resume: str | None, report: str) -> str:
+    """What a run stopped by a signal once its trials were saved and its status recorded (while it compacted,
+    summed up or printed) says: nothing was lost, and where to go on."""
+    if status == ex.INTERRUPTED and resume:
+        return f"stopped at once; what finished is saved; continue with: {resume}"
+    return f"stopped; the run {status} and every trial is saved: {report}"
 
 
 def _refuse_store(store: Store, why: str) -> NoReturn:
