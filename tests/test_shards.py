@@ -94,6 +94,16 @@ def test_a_missing_shard_makes_the_experiment_partial_and_the_gate_refuses(tmp_p
     assert "shard(s) 2/3 (not started), 3/3 (not started) have not completed" in gate.stdout
     report = agenteval(store, "report", "x").stdout
     assert "1/3 completed" in report and "2/3 not started" in report
+    # A shard's summary gives the experiment's figures: its own trials and those of the shards before it. It read
+    # as if they were the shard's own.
+    second = agenteval(
+        store, "run", "--dataset", "arithmetic", "--agent", "mock", *SIZE, "--shard", "2/3", "--experiment", "x"
+    )
+    (trials,) = Store(store).rows(
+        "SELECT count(*) AS n, count(DISTINCT case_id) AS cases FROM trials WHERE experiment_id = 'x'"
+    )
+    wanted = f"over {trials['n']} trials of {trials['cases']} cases (every shard's so far)"
+    assert "experiment x shard 2/3 (" in second.stdout and wanted in second.stdout, second.stdout
 
 
 def test_a_killed_shard_resumes_alone_and_every_trial_is_there_once(tmp_path):

@@ -155,6 +155,8 @@ def run_summary(summary: Summary) -> str:
         interval = summary.pass_rate_ci95
         margin = f" (95% CI {interval[0]:.1%} to {interval[1]:.1%}, clustered by case)" if interval else ""
         over = f"over {counted(summary.trials, 'trial')} of {counted(summary.cases, 'case')}"
+        if summary.shard:  # the experiment's figures, which the shards still running will add to
+            over += " (every shard's so far)"
         lines.append(f"pass rate {summary.pass_rate:.1%}{margin} {over}")
         lines.append(
             f"  passed {summary.passed} · wrong answers {summary.wrong} · failures {summary.failed} "
