@@ -454,3 +454,47 @@ def test_a_sql_scorer_recorded_by_name_before_resumes_given_again(tmp_path):
         "mock", "arithmetic", resume=first.id, retry_failed="infra", scorers=[long_answer(3)], **failing_run(store)
     )
     assert again.summary.this_run["trials"] == first.summary.failed
+
+
+class Threshold:
+    """A callable object whose text says how it is set, the same in every process."""
+
+    def __init__(self, level: float) -> None:
+        self.level = level
+
+    def __repr__(self) -> str:
+        return f"Threshold({self.level})"
+
+    def __call__(self, question: str) -> str:
+        return "ok" if self.level < 1 else "no"
+
+
+def answerer_with(gate):
+    return lambda question: gate(question)
+
+
+def test_a_callable_object_given_as_an_agent_option_is_told_apart_by_how_it_is_set(tmp_path):
+    """A callable given as an agent option was recorded by its name and the hash of its class's code alone, so two
+    callable objects of one class set otherwise (Threshold(0.5), Threshold(0.9)) were recorded alike, and a resume
+    given the other one continued the run. One whose text names no memory address is recorded by that text: the
+    other one is refused, the same one resumes."""
+    cases = [Case(id="one", input="hi", expected_output="ok", category="c")]
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    store = tmp_path / "s"
+
+    def run(level: float, **extra):
+        return evaluate(
+            answerer_with,
+            tiny,
+            attempts=1,
+            agent_options={"gate": Threshold(level)},
+            store=store,
+            progress="none",
+            **extra,
+        )
+
+    first = run(0.5)
+    assert ex.find(Store(store), first.id).options["agent_options"] == {"gate": "Threshold(0.5)"}
+    with pytest.raises(RunRefused, match=r"agent_options \({'gate': 'Threshold\(0\.9\)'} given"):
+        run(0.9, resume=first.id)
+    assert run(0.5, resume=first.id).id == first.id

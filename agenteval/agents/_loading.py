@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import re
 import sys
 import traceback
 import types
@@ -289,11 +290,19 @@ def callable_name(value: Any) -> str:
     return f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}{CODE_MARK}{code_digest(value)}"
 
 
+_MEMORY_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
+"""What the default text of a function, method or object ends with: another address in every process."""
+
+
 def option_text(value: Any) -> str:
-    """An agent option that is not JSON as the version and the run's record give it: a callable by its
-    :func:`callable_name` (its text would name its memory address, another in every process), anything else as
-    ``str``."""
-    return callable_name(value) if callable(value) and not isinstance(value, type) else str(value)
+    """An agent option that is not JSON as the version and the run's record give it: its ``str``, unless that names
+    a memory address (a function, a lambda, a partial, an object without a ``__repr__`` of its own), another in every
+    process: a callable is then named by its :func:`callable_name`. A callable object whose text says how it is set
+    (``Threshold(0.5)``) keeps it: its callable name is its class's, the same for every setting."""
+    text = str(value)
+    if callable(value) and not isinstance(value, type) and _MEMORY_ADDRESS.search(text):
+        return callable_name(value)
+    return text
 
 
 def _hash_code_of(obj: Any, digest: Any, seen: set[int]) -> None:

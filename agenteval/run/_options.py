@@ -165,8 +165,8 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
 
 
 def mask_agent_options(values: Any) -> Any:
-    """An agent's options as recorded: a callable by its name and the hash of its code
-    (:func:`~agenteval.agents._loading.callable_name`), and secrets masked by
+    """An agent's options as recorded: a callable by its name and the hash of its code, or by its text when that
+    names no memory address (:func:`~agenteval.agents._loading.option_text`), and secrets masked by
     :func:`~agenteval_instrumentation.masking.is_secret_option` (a bare ``key`` is a secret there) and in their text,
     at any depth."""
     from agenteval_instrumentation.masking import is_secret_option, mask_setting  # with logging: not at start-up
@@ -175,17 +175,17 @@ def mask_agent_options(values: Any) -> Any:
 
 
 def _callables_named(value: Any) -> Any:
-    """``value`` with each callable in it named as :func:`~agenteval.agents._loading.callable_name` names it: its
-    text would hold its memory address (``<function <lambda> at 0x7f...>``), another in every process, so a run given
-    one could never be resumed."""
+    """``value`` with each callable in it as :func:`~agenteval.agents._loading.option_text` gives it: by its
+    ``callable_name`` where its text would hold its memory address (``<function <lambda> at 0x7f...>``), another in
+    every process, so a run given one could never be resumed; by its text where that says how it is set."""
     if isinstance(value, dict):
         return {key: _callables_named(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_callables_named(item) for item in value]
     if callable(value) and not isinstance(value, type):
-        from ..agents._loading import callable_name  # inspect and hashlib: not for the command line's start
+        from ..agents._loading import option_text  # inspect and hashlib: not for the command line's start
 
-        return callable_name(value)
+        return option_text(value)
     return value
 
 
