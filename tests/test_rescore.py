@@ -10,6 +10,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from click.testing import CliRunner
 
 from agenteval.analysis import _experiments as ex
@@ -257,25 +258,27 @@ LONG_ANSWER_SQL = (
 )
 
 
-def sql_scorer_run(tmp_path, store, sql: str) -> None:
+def sql_scorer_run(tmp_path, store, sql: str, version: object = "3") -> None:
     """A script that runs the mock with a ``Scorer(sql=...)`` of its own, in a process of its own."""
     script = tmp_path / "run_it.py"
     script.write_text(
         "from agenteval import evaluate\n"
         "from agenteval.scorers import Scorer\n\n"
-        f"long_answer = Scorer('long_answer', version='3', continuous=True, sql={sql!r})\n"
+        f"long_answer = Scorer('long_answer', version={version!r}, continuous=True, sql={sql!r})\n"
         f"evaluate('mock', 'arithmetic', cases=6, attempts=1, store={str(store)!r}, progress='none',"
         " scorers=[long_answer])\n"
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path, capture_output=True)
 
 
-def test_a_sql_scorer_of_a_script_is_rescored_from_the_run_s_record(tmp_path):
+@pytest.mark.parametrize("version", ["3", 3])
+def test_a_sql_scorer_of_a_script_is_rescored_from_the_run_s_record(tmp_path, version):
     # A Scorer(sql=...) has no function to import: the run recorded it by its bare name, and a bare
     # `agenteval rescore` refused it ("rescore cannot load again"). Its SQL, version and options are recorded
-    # now, and a rescore in another process, given no scorer, judges every trial with it again.
+    # now, and a rescore in another process, given no scorer, judges every trial with it again. A version given
+    # as a number is recorded as the text its scores store.
     store = tmp_path / "s"
-    sql_scorer_run(tmp_path, store, LONG_ANSWER_SQL)
+    sql_scorer_run(tmp_path, store, LONG_ANSWER_SQL, version)
     rescored = subprocess.run(
         [sys.executable, "-m", "agenteval.cli", "rescore", "--store", str(store), "--json"],
         cwd=tmp_path,

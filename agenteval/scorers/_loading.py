@@ -124,7 +124,9 @@ def scorer_spec(item: Scorer | ScorerSpec) -> ScorerSpec:
     if not isinstance(item, Scorer):
         return item
     if item.sql is not None and item.when is None:
-        return {field: getattr(item, field) for field in SQL_SCORER_FIELDS} | {"requires": list(item.requires)}
+        # The version as text, as the scores store it: a Scorer(version=2) is loaded again with "2".
+        fields = {field: getattr(item, field) for field in SQL_SCORER_FIELDS}
+        return fields | {"requires": list(item.requires), "version": str(item.version)}
     function = item.fn or item.arrow
     module = getattr(function, "__module__", None)
     return f"{module}:{function.__name__}" if module and function is not None else item.name
