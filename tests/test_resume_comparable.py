@@ -498,3 +498,30 @@ def test_a_callable_object_given_as_an_agent_option_is_told_apart_by_how_it_is_s
     with pytest.raises(RunRefused, match=r"agent_options \({'gate': 'Threshold\(0\.9\)'} given"):
         run(0.9, resume=first.id)
     assert run(0.5, resume=first.id).id == first.id
+
+
+@dataclasses.dataclass
+class Gate:
+    level: float
+
+    def __call__(self, question: str) -> str:
+        return "ok"
+
+
+def test_a_dataclass_given_as_an_agent_option_resumes_with_it(tmp_path):
+    """A dataclass among the agent's options was recorded as a dict (``dataclasses.asdict`` of the run's options
+    reached into them), which the same object given to a resume never equalled: such a run could never be resumed.
+    It is recorded by its text, as the agent's version hashes it."""
+    cases = [Case(id="one", input="hi", expected_output="ok", category="c")]
+    tiny = Dataset("tiny", "tiny(test)", dataset_hash(cases), cases)
+    store = tmp_path / "s"
+
+    def run(level: float, **extra):
+        options = {"gate": Gate(level)}
+        return evaluate(answerer_with, tiny, attempts=1, agent_options=options, store=store, progress="none", **extra)
+
+    first = run(0.5)
+    assert ex.find(Store(store), first.id).options["agent_options"] == {"gate": "Gate(level=0.5)"}
+    assert run(0.5, resume=first.id).id == first.id
+    with pytest.raises(RunRefused, match=r"agent_options \({'gate': 'Gate\(level=0\.9\)'} given"):
+        run(0.9, resume=first.id)

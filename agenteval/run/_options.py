@@ -158,35 +158,38 @@ def recorded_options(options: RunOptions) -> dict[str, Any]:
     """``options`` as the experiment stores them: the agent's options with their secrets masked (an
     ``--agent-option api_key=...`` is used, never stored), so a resume is given those again; and the form they are
     recorded in (:data:`RECORD_VERSION`)."""
-    recorded = dataclasses.asdict(options)
-    recorded["agent_options"] = mask_agent_options(recorded["agent_options"])
+    # Not asdict's copy of the agent's options: it turns a dataclass among them into a dict, which the same object
+    # given to a resume never equals.
+    recorded = dataclasses.asdict(dataclasses.replace(options, agent_options={}))
+    recorded["agent_options"] = mask_agent_options(options.agent_options)
     recorded[RECORD_VERSION_KEY] = RECORD_VERSION
     return recorded
 
 
 def mask_agent_options(values: Any) -> Any:
-    """An agent's options as recorded: a callable by its name and the hash of its code, or by its text when that
-    names no memory address (:func:`~agenteval.agents._loading.option_text`), and secrets masked by
+    """An agent's options as recorded: a value JSON has no form of by its text, or a function by its name and the
+    hash of its code (:func:`_as_recorded`), and secrets masked by
     :func:`~agenteval_instrumentation.masking.is_secret_option` (a bare ``key`` is a secret there) and in their text,
     at any depth."""
     from agenteval_instrumentation.masking import is_secret_option, mask_setting  # with logging: not at start-up
 
-    return mask_setting("agent_options", _callables_named(values), is_secret_option)
+    return mask_setting("agent_options", _as_recorded(values), is_secret_option)
 
 
-def _callables_named(value: Any) -> Any:
-    """``value`` with each callable in it as :func:`~agenteval.agents._loading.option_text` gives it: by its
-    ``callable_name`` where its text would hold its memory address (``<function <lambda> at 0x7f...>``), another in
-    every process, so a run given one could never be resumed; by its text where that says how it is set."""
+def _as_recorded(value: Any) -> Any:
+    """``value`` with each value in it that JSON has no form of as :func:`~agenteval.agents._loading.option_text`
+    gives it, as the agent's version hashes it: a function by its ``callable_name`` (its text would hold its memory
+    address, another in every process, so a run given one could never be resumed), anything else (a dataclass, a
+    callable object that says how it is set) by its text."""
     if isinstance(value, dict):
-        return {key: _callables_named(item) for key, item in value.items()}
+        return {key: _as_recorded(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_callables_named(item) for item in value]
-    if callable(value) and not isinstance(value, type):
-        from ..agents._loading import option_text  # inspect and hashlib: not for the command line's start
+        return [_as_recorded(item) for item in value]
+    if value is None or isinstance(value, str | int | float):
+        return value
+    from ..agents._loading import option_text  # inspect and hashlib: not for the command line's start
 
-        return option_text(value)
-    return value
+    return option_text(value)
 
 
 def _compared(options: dict[str, Any]) -> dict[str, Any]:
