@@ -23,7 +23,7 @@ from .collect._settings import (
     ENV_TOKEN,
 )
 from .dataset._limits import MAX_CORPUS_MB, MAX_TOTAL_MB
-from .errors import AgentevalError, OutputNotWritable
+from .errors import AgentevalError
 from .render._tables import FORMATS
 from .render._text_safety import visible
 from .run._options import (
@@ -521,9 +521,9 @@ def generate(
     """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
     (relevant_docs links them), about --unanswerable of them unanswerable; a question whose answer is not in
     its passage is dropped. Writes the cases and the corpus for the search tool."""
+    from ._output_files import check_writable, write_jsonl_files
     from .dataset._generate import check_outputs, dropped_counts, nothing_kept
     from .dataset._generate import generate as draft
-    from .dataset._jsonl_output import check_writable, write_jsonl_files
     from .models._model import Model
 
     def progress(done: int, total: int) -> None:
@@ -1080,7 +1080,12 @@ def judge_check_command(labels: str, judge: str, judge_base_url: str | None, sto
     show_default=True,
     help="table (or text): tables for the terminal; markdown, json, or html (one self-contained page).",
 )
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to a file instead of the terminal.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write to a file instead of the terminal (replaced whole, or left as it was); - is the terminal.",
+)
 @click.option("--traces", is_flag=True, help="Report on production traces (spans outside any experiment) instead.")
 @trace_window_options
 @click.option("--prices", type=click.Path(dir_okay=False, exists=True), help="With --traces: a JSON file of prices.")
@@ -1101,6 +1106,8 @@ def report(
 
     if output == "":  # `-o "$OUT"` with OUT unset: not "no -o", which prints the report
         raise click.UsageError("-o is empty: give the name of a file to write")
+    if output == "-":  # the usual name of standard output, not a file called "-"
+        output = None
     if traces:
         from .analysis._traces import build_traces_report
         from .run._prices import load_prices
@@ -1138,11 +1145,9 @@ def report(
         return
     text = _plain_tables(to_terminal(data)) if fmt == "table" else formats[fmt](data)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError as exc:
-            raise OutputNotWritable.at("-o", output, exc) from exc
+        from ._output_files import write_text
+
+        write_text("-o", output, text)
         click.echo(f"wrote {visible(output)}")
     else:
         click.echo(text, nl=False)

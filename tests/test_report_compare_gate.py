@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
+import subprocess
+import sys
+import threading
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_store_writes_fail import _without_root_powers
 
 from agenteval.analysis import NotComparable, Report, build_report, compare, gate
 from agenteval.cli import main
@@ -178,6 +185,90 @@ def test_a_report_to_an_empty_file_name_is_refused_not_printed(runs, args):
     result = CliRunner().invoke(main, ["report", *args, "--store", str(runs["store"]), "-o", ""])
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1] == "Error: -o is empty: give the name of a file to write"
+
+
+# The command under a file-size limit far below a report's size: a write past it fails with EFBIG, as one on a full
+# disk fails with ENOSPC (SIGXFSZ, which would kill the process instead, is ignored).
+SMALL_FILES_ONLY = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2_000, 2_000))
+from agenteval.cli import main
+sys.argv = ["agenteval", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_report_that_fails_half_way_leaves_the_old_one_as_it_was(runs, tmp_path):
+    """`report -o FILE` truncated the file, then wrote: a write that failed half way (here past a file-size
+    limit, as on a full disk) left a piece of the new report where the old one had been."""
+    target = tmp_path / "report.html"
+    target.write_text("the report of last week")
+    args = ["report", runs["flooded"], "--store", str(runs["store"]), "--format", "html", "-o", str(target)]
+    done = subprocess.run([sys.executable, "-c", SMALL_FILES_ONLY, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"Error: -o {target}: cannot be written (File too large); check that its folder exists and can be "
+        "written, or choose another file"
+    )
+    assert target.read_text() == "the report of last week"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # nothing staged left behind
+
+
+def test_a_report_written_over_keeps_the_files_permissions_and_a_link_stays_a_link(runs, tmp_path):
+    private, real = tmp_path / "private.md", tmp_path / "real.md"
+    for path in (private, real):
+        path.write_text("old")
+    private.chmod(0o600)
+    link = tmp_path / "link.md"
+    link.symlink_to(real)
+    for path in (private, link, Path(os.devnull)):
+        result = CliRunner().invoke(
+            main, ["report", "--store", str(runs["store"]), "--format", "markdown", "-o", str(path)]
+        )
+        assert result.exit_code == 0, result.output
+    assert private.stat().st_mode & 0o777 == 0o600 and "Pass rate" in private.read_text()
+    assert link.is_symlink() and "Pass rate" in real.read_text()
+    assert Path(os.devnull).is_char_device()  # written to as a stream, not replaced
+
+
+def test_a_report_into_a_pipe_is_streamed_to_its_reader(runs, tmp_path):
+    fifo = tmp_path / "report.pipe"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    result = CliRunner().invoke(main, ["report", "--store", str(runs["store"]), "--format", "json", "-o", str(fifo)])
+    reader.join()
+    assert result.exit_code == 0, result.output
+    assert json.loads(read[0])["experiment"]["id"] == runs["small"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_read_only_report_is_not_replaced(runs, tmp_path):
+    """A rename needs only the folder's permission: a report kept read-only would have been replaced."""
+    target = tmp_path / "kept.md"
+    target.write_text("kept")
+    target.chmod(0o444)
+    args = ["report", "--store", str(runs["store"]), "--format", "markdown", "-o", str(target)]
+    done = subprocess.run(
+        [sys.executable, "-m", "agenteval.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_without_root_powers,
+    )
+    assert done.returncode == 1 and "cannot be written (Permission denied)" in done.stderr, done.stderr
+    assert target.read_text() == "kept"
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_a_report_to_dash_goes_to_standard_output(runs, tmp_path, monkeypatch, fmt):
+    """`-o -` wrote a file named "-"; it is standard output, as for most commands."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["report", "--store", str(runs["store"]), "--format", fmt, "-o", "-"])
+    assert result.exit_code == 0, result.output
+    assert "Pass rate" in result.output and "wrote" not in result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_untrusted_text_is_escaped_in_html_and_markdown(tmp_path):

@@ -11,11 +11,11 @@ from typing import Any
 
 import duckdb
 
+from .._output_files import refuse_existing, write_jsonl
 from ..errors import AgentevalError, UsageError
 from ..store import Store
 from ..store._store import NotReadOnly
 from ._cases import parse_case
-from ._jsonl_output import refuse_existing, write_jsonl
 
 WHERE_OPTION = "--where"
 

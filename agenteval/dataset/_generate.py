@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._output_files import refuse_existing
 from ..errors import SeveralProblems, UsageError
 from ..models._types import CONTENT_FILTER, LENGTH
 from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
 from ._file_kinds import not_regular
-from ._jsonl_output import refuse_existing
 from ._limits import MAX_DOCUMENT_BYTES, MAX_TOTAL_MB
 
 if TYPE_CHECKING:

@@ -1,7 +1,10 @@
-"""JSONL files a command was told to write (``-o``): never written over one that exists unless ``--force``, and
-written whole (staged beside it, then renamed over it), so a full disk or a Ctrl-C leaves no half file and the
-old one as it was. Files that belong together (``generate``'s cases and the corpus their ``relevant_docs`` name)
-are all staged first, then put in place; a failure puts back the ones already in place."""
+"""Files a command was told to write (``-o``), written whole: staged beside the target, then renamed over it, so a
+full disk, an error half way or a Ctrl-C leaves no half file and the old one as it was.
+
+JSONL files (``generate``, ``cases-from-traces``) are never written over one that exists unless ``--force``; files
+that belong together (``generate``'s cases and the corpus their ``relevant_docs`` name) are all staged first, then
+put in place, and a failure puts back the ones already in place. A report (:func:`write_text`) is derived, so it
+replaces the file there, keeping its permissions, and goes to a pipe or a device as a stream."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import OutputNotWritable, UsageError
-from ._file_kinds import not_regular
+from .dataset._file_kinds import not_regular
+from .errors import OutputNotWritable, UsageError
 
 Records = Iterable[dict[str, Any]]
 TOGETHER = "the files are written together or not at all"
@@ -65,13 +68,17 @@ class _Output:
     placed: bool = False
 
 
-def _stage(output: _Output, records: Records) -> None:
-    output.staged = _hidden_beside(output.target, "partial")
-    with open(output.staged, "x", encoding="utf-8") as handle:  # "x": never through a file or link there
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+def _write_staged(staged: Path, chunks: Iterable[str]) -> None:
+    with open(staged, "x", encoding="utf-8") as handle:  # "x": never through a file or link there
+        for chunk in chunks:
+            handle.write(chunk)
         handle.flush()
         os.fsync(handle.fileno())  # on disk before the rename makes it the file, not after a crash
+
+
+def _stage(output: _Output, records: Records) -> None:
+    output.staged = _hidden_beside(output.target, "partial")
+    _write_staged(output.staged, (json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
 
 def _set_aside(output: _Output) -> None:
@@ -189,3 +196,37 @@ def write_jsonl(option: str, path: str | os.PathLike[str], records: Records, *, 
     """``records`` as JSON lines at ``path``, whole or not at all; a failure is :class:`OutputNotWritable` naming
     ``option``."""
     write_jsonl_files([(option, path, records)], force=force)
+
+
+def write_text(option: str, path: str | os.PathLike[str], text: str) -> None:
+    """``text`` at ``path``, replacing what it held: whole or not at all for a regular file (or none yet), which
+    keeps its permissions; through a link, to the file it names, the link left a link; to a pipe or a device
+    (``/dev/stdout``, ``/dev/null``) written as a stream, which no rename could replace. A failure is
+    :class:`OutputNotWritable` naming ``option``."""
+    target = Path(os.path.realpath(path))
+    try:
+        try:
+            mode: int | None = os.stat(target).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not_regular(mode) is not None and not stat.S_ISDIR(mode):
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return
+        if mode is not None and not os.access(target, os.W_OK):  # a rename would replace a file kept read-only
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+        _replace_whole(target, text, None if mode is None else stat.S_IMODE(mode))
+    except OSError as exc:
+        raise OutputNotWritable.at(option, path, exc) from exc
+
+
+def _replace_whole(target: Path, text: str, mode: int | None) -> None:
+    staged = _hidden_beside(target, "partial")
+    try:
+        _write_staged(staged, [text])
+        if mode is not None:  # a private (0600) or group-shared file stays so
+            os.chmod(staged, mode)
+        os.replace(staged, target)
+    finally:
+        with contextlib.suppress(OSError):  # renamed into place, or never made
+            staged.unlink()
