@@ -425,6 +425,13 @@ def test_gate_refuses_nan_for_its_limits_instead_of_letting_a_regression_through
         assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
 
 
+def test_a_max_drop_of_minus_zero_reads_as_0(runs):
+    args = ["gate", "--baseline", runs["worse"], "--candidate", runs["good"], "--store", str(runs["store"])]
+    result = CliRunner().invoke(main, [*args, "--max-drop", "-0"])
+    assert result.exit_code == 0 and "the drop is within 0%" in result.output, result.output
+    assert "-0%" not in result.output
+
+
 def test_the_gate_from_python_refuses_limits_that_are_not_shares(runs):
     store = Store(runs["store"])
     for limits in ({"max_drop": float("nan")}, {"alpha": float("nan")}, {"max_infra": float("nan")}, {"alpha": 2.0}):

@@ -619,8 +619,9 @@ def _rescore(experiment: ex.Experiment, figures: dict[str, Any], store_option: s
 
 def _share(limit: float) -> str:
     """A limit as the percentage given: rounded to whole points, --max-drop 0.019 read 'the drop exceeds 2%' of a
-    2.0% drop, and 0.025 'within 2%' of a 2.2% one."""
-    return f"{limit * 100:g}%"
+    2.0% drop, and 0.025 'within 2%' of a 2.2% one. Adding 0.0 makes -0.0 (``--max-drop -0``) 0.0: it read
+    'within -0%'."""
+    return f"{limit * 100 + 0.0:g}%"
 
 
 def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecision:
