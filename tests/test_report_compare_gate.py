@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -430,6 +431,22 @@ def test_a_max_drop_of_minus_zero_reads_as_0(runs):
     result = CliRunner().invoke(main, [*args, "--max-drop", "-0"])
     assert result.exit_code == 0 and "the drop is within 0%" in result.output, result.output
     assert "-0%" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("alpha", "interval"), [("1e-6", "99.9998% CI"), ("2.87e-7", "99.99994% CI"), ("1e-300", "level 1 - 2e-300 CI")]
+)
+def test_a_tiny_alpha_gets_figures_a_pass_rate_can_have(runs, alpha, interval):
+    """--alpha 1e-300 printed a '100% CI' and a smallest detectable drop of 1638174160.3%; 1e-6 a '100% CI' too,
+    a certainty no interval has."""
+    args = ["gate", "--baseline", runs["good"], "--candidate", runs["worse"], "--store", str(runs["store"])]
+    result = CliRunner().invoke(main, [*args, "--alpha", alpha])
+    line = " ".join(result.output.split())
+    assert f"({interval} " in line and "100% CI" not in line, line
+    assert max(float(figure) for figure in re.findall(r"(\d+(?:\.\d+)?)%", line)) <= 100, line
+    if alpha == "1e-300":
+        assert result.exit_code == 0 and "detects no drop a pass rate can have" in line, line
+        assert "p = 0.000" not in line  # a p below 0.0005 is in exponent form, beside the alpha it is held to
 
 
 def test_the_gate_from_python_refuses_limits_that_are_not_shares(runs):

@@ -5,6 +5,7 @@ an agent that follows a schedule written in its cases, into a real store, throug
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,19 @@ def test_runs_where_every_case_passes_are_not_reported_as_certain(tmp_path):
     assert "detects drops of 32.8% with 80% power" in table and "the spread is unknown" in table, table
     gate = CliRunner().invoke(main, ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store])
     line = " ".join(gate.output.split())
-    assert gate.exit_code == 0 and "80% power: 32.8% (no case's pass rate moved" in line, line
+    assert gate.exit_code == 0 and "detects drops of 32.8% with 80% power (no case's pass rate moved" in line, line
+
+
+def test_a_gate_too_weak_to_see_any_drop_says_so_not_a_drop_past_100_points(tmp_path):
+    """10 cases, 3 lost and 3 gained: a standard error of 26 points with 9 degrees of freedom, and at alpha 0.001
+    the gate read "smallest drop this comparison detects with 80% power: 134.0%", a drop no pass rate can take.
+    (compare tests at 0.05, where 10 cases, the fewest it compares, detect at worst a drop of 90.5%.)"""
+    store, baseline, candidate = pair(tmp_path, [(3, "P/F", None), (3, "F/P", None), (4, "P/P", None)], attempts=1)
+    args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--alpha", "0.001"]
+    line = " ".join(CliRunner().invoke(main, args).output.split())
+    assert "detects no drop a pass rate can have (at most 100 points) with 80% power" in line, line
+    assert "could not reliably see any drop a pass rate can have (underpowered)" in line, line
+    assert max(float(figure) for figure in re.findall(r"(\d+(?:\.\d+)?)%", line)) <= 100, line
 
 
 def test_every_rate_the_report_prints_has_its_interval(tmp_path):

@@ -30,7 +30,14 @@ from ._compare_figures import (
 )
 from ._quantiles import RunQuantile
 from ._report_data import ScorerFigures, ScorerVersion, versions_text
-from ._stats import PairedDifference, no_spread_note, paired_difference
+from ._stats import (
+    PairedDifference,
+    detectable_drops,
+    no_spread_note,
+    one_sided_interval_label,
+    paired_difference,
+    shown_p,
+)
 
 MIN_SHARED_CASES = 10
 """Fewer shared cases than this and a comparison says nothing worth acting on."""
@@ -631,14 +638,13 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
     mde = overall.minimum_detectable_drop(alpha)
     # The interval whose upper end is below 0 exactly when the one-sided test at alpha rejects "no drop" (90% at
     # alpha 0.05): beside a 95% one, "significant" was printed next to an interval that held 0.
-    level = 1 - 2 * alpha
     low, high = overall.test_interval(alpha)
     numbers = (
         f"baseline {overall.baseline:.1%}, candidate {overall.candidate:.1%} over {overall.cases} shared cases; "
-        f"difference {overall.difference:+.1%} ({level * 100:.4g}% CI {low:+.1%} to {high:+.1%}), "
-        f"one-sided p = {p_value:.3f}"
+        f"difference {overall.difference:+.1%} ({one_sided_interval_label(alpha)} {low:+.1%} to {high:+.1%}), "
+        f"one-sided p = {shown_p(p_value)}"
     )
-    power_note = f"smallest drop this comparison detects with 80% power: {mde:.1%}"
+    power_note = f"this comparison detects {detectable_drops(mde)} with 80% power"
     if overall.no_spread:
         power_note += f" ({no_spread_note(overall.cases)})"
     # The difference is a mean of float rates (0.6 - 0.8 is -0.20000000000000007), so a drop of exactly max_drop
@@ -656,7 +662,8 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
     # Whichever way the runs moved: a change of +0.0% on too few cases is as blind to a drop of max_drop as a small
     # drop is (its interval reaches as far below 0), and read "the drop is within 2%" with nothing more.
     if mde > max(max_drop, 0.0):
-        why += f"; this comparison could not reliably see drops under {mde:.1%} (underpowered)"
+        blind = f"drops under {mde:.1%}" if mde <= 1 else "any drop a pass rate can have"
+        why += f"; this comparison could not reliably see {blind} (underpowered)"
     return GateDecision(PASS, "no regression", [numbers, why, power_note], comparison)
 
 

@@ -217,6 +217,31 @@ def paired_difference(
     )
 
 
+def detectable_drops(mde: float) -> str:
+    """What a comparison whose smallest detectable drop is ``mde`` catches, in words: a pass rate drops at most 100
+    points, and few cases (or a tiny alpha) gave figures beyond that, '416%' at ``--alpha 1e-300``."""
+    if mde > 1:
+        return "no drop a pass rate can have (at most 100 points)"
+    return f"drops of {mde:.1%}"
+
+
+def one_sided_interval_label(alpha: float) -> str:
+    """The 1 - 2 alpha interval's name (``90% CI`` at 0.05) with the digits its level needs: ``.4g`` read '100% CI'
+    at --alpha 1e-6, a certainty no interval has. A level floats cannot tell from 100% is written from alpha."""
+    level = 100 * (1 - 2 * alpha)
+    for decimals in range(13):
+        shown = f"{level:.{decimals}f}"
+        if float(shown) not in (0, 100) and abs(float(shown) - level) <= 0.05 * min(level, 100 - level):
+            return f"{shown}% CI"
+    return f"level 1 - {2 * alpha:g} CI"
+
+
+def shown_p(p: float) -> str:
+    """A p-value to three decimals, or in exponent form below 0.0005, where 'p = 0.000' sat beside 'not significant
+    at alpha 1e-06'."""
+    return f"{p:.3f}" if p == 0 or p >= 0.0005 else f"{p:.1e}"
+
+
 def no_spread_note(cases: int) -> str:
     """What a comparison whose cases show no spread says of its interval and detectable drop."""
     return (

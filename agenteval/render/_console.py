@@ -210,7 +210,7 @@ def run_summary(summary: Summary) -> str:
 def comparison_view(comparison: dict) -> RenderableType:
     """``agenteval compare``: the paired difference with its interval, per category, what moved and changed."""
     from ..analysis._compare_figures import DIFFERENCE_HEADER, figure_rows, figures_note
-    from ..analysis._stats import no_spread_note
+    from ..analysis._stats import detectable_drops, no_spread_note, shown_p
     from ._report_formats import pct
 
     overall = comparison["overall"]
@@ -219,8 +219,8 @@ def comparison_view(comparison: dict) -> RenderableType:
         Text(
             f"pass rate {pct(overall['baseline'])} -> {pct(overall['candidate'])}: difference "
             f"{overall['difference']:+.1%} (95% CI {overall['ci95'][0]:+.1%} to {overall['ci95'][1]:+.1%}, paired by "
-            f"case over {overall['cases']} shared cases); one-sided p of a drop {overall['p_drop']:.3f}; this "
-            f"comparison detects drops of {overall['minimum_detectable_drop']:.1%} with 80% power"
+            f"case over {overall['cases']} shared cases); one-sided p of a drop {shown_p(overall['p_drop'])}; this "
+            f"comparison detects {detectable_drops(overall['minimum_detectable_drop'])} with 80% power"
         ),
         *([Text(f"note: {no_spread_note(overall['cases'])}")] if overall.get("no_spread") else []),
         *(Text(visible(f"warning: {w['message']}"), style="yellow") for w in comparison["warnings"]),
