@@ -47,9 +47,39 @@ if TYPE_CHECKING:  # the collector is imported when the command runs
     from .collect import CollectStats
 
 
-class FloatRange(click.FloatRange):
-    """click's FloatRange without NaN, which compares false with both bounds and so passed every range check:
-    the gate's limits then passed every test (``--max-drop nan`` let a significant drop through as exit 0)."""
+def refuse_other_digits(
+    kind: click.ParamType, value: Any, param: click.Parameter | None, ctx: click.Context | None
+) -> None:
+    """Fail unless a number given as text is written in ASCII: Python's ``float`` and ``int``, which click's number
+    types call, read other scripts' digits (``--alpha ٣`` was 3.0, ``３`` too), so a look-alike pasted from
+    elsewhere became a figure nobody meant."""
+    if isinstance(value, str) and not value.isascii():
+        kind.fail(f"{value!r} is not a number written with the digits 0-9", param, ctx)
+
+
+class AsciiNumber(click.ParamType):
+    """A number option's type (mixed in before click's): :func:`refuse_other_digits`, then click's conversion."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        refuse_other_digits(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class Int(AsciiNumber, click.types.IntParamType):
+    """click's INT, in ASCII digits."""
+
+
+class Float(AsciiNumber, click.types.FloatParamType):
+    """click's FLOAT, in ASCII digits."""
+
+
+class IntRange(AsciiNumber, click.IntRange):
+    """click's IntRange, in ASCII digits."""
+
+
+class FloatRange(AsciiNumber, click.FloatRange):
+    """click's FloatRange in ASCII digits, and without NaN, which compares false with both bounds and so passed every
+    range check: the gate's limits then passed every test (``--max-drop nan`` let a significant drop through)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
@@ -66,6 +96,7 @@ class MemorySize(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, int):
             return value
+        refuse_other_digits(self, value, param, ctx)
         from .store._limits import parse_size
 
         try:
@@ -138,11 +169,11 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             help="Where --model is served: vLLM, Ollama, llama.cpp, LM Studio, a gateway "
             "[default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's].",
         ),
-        click.option("--temperature", type=float, help="The model's sampling temperature."),
-        click.option("--max-tokens", type=click.IntRange(min=1), help="The most tokens one model reply may have."),
+        click.option("--temperature", type=Float(), help="The model's sampling temperature."),
+        click.option("--max-tokens", type=IntRange(min=1), help="The most tokens one model reply may have."),
         click.option(
             "--max-steps",
-            type=click.IntRange(min=1),
+            type=IntRange(min=1),
             show_default=str(DEFAULT_MAX_STEPS),
             help="Model calls the reference agent may make per user turn before max_steps_exceeded.",
         ),
@@ -166,7 +197,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--simulator-base-url", metavar="URL", help="Where --simulate-users is served."),
         click.option(
             "--simulator-max-tokens",
-            type=click.IntRange(min=1),
+            type=IntRange(min=1),
             help="The most tokens one simulated user's message may have (a message cut there is a simulator_error).",
         ),
         click.option(
@@ -219,7 +250,7 @@ def trace_policy_options(given_with: str) -> Callable[[Callable[..., Any]], Call
         )(fn)
         fn = click.option(
             "--max-tool-calls",
-            type=click.IntRange(min=0),
+            type=IntRange(min=0),
             help=f"With {given_with}: the tool-call budget of step_efficiency.",
         )(fn)
         return click.option(
@@ -483,7 +514,7 @@ def validate(file: str) -> None:
 
 @main.command()
 @click.argument("documents", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("-n", "count", type=click.IntRange(min=1), default=50, show_default=True, help="Questions to ask for.")
+@click.option("-n", "count", type=IntRange(min=1), default=50, show_default=True, help="Questions to ask for.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The cases file (JSONL).")
 @click.option(
     "--corpus-out", required=True, type=click.Path(dir_okay=False), help="The corpus file for the search tool."
@@ -497,7 +528,7 @@ def validate(file: str) -> None:
 )
 @click.option("--model", required=True, metavar="PROVIDER/MODEL", help="The model that drafts the questions.")
 @click.option("--base-url", metavar="URL", help="Where the model is served (an OpenAI-compatible server).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Which passages are chosen.")
+@click.option("--seed", type=Int(), default=0, show_default=True, help="Which passages are chosen.")
 @click.option(
     "--max-total-mb",
     type=FloatRange(min=0, min_open=True),
@@ -594,7 +625,7 @@ def datasets(as_json: bool) -> None:
 @click.argument("dataset")
 @click.option(
     "--min-per-category",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=MIN_CASES_PER_CATEGORY,
     show_default=True,
     help="Categories with fewer cases are reported as too thin to measure.",
@@ -663,22 +694,22 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
 # No click defaults for what a run stores: on --resume an option left out means "as the run was".
 @click.option(
     "--attempts",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     show_default=str(DEFAULT_ATTEMPTS),
     help="Trials per case; odd numbers avoid ties.",
 )
-@click.option("--concurrency", "-j", type=click.IntRange(min=1), show_default=str(DEFAULT_CONCURRENCY))
+@click.option("--concurrency", "-j", type=IntRange(min=1), show_default=str(DEFAULT_CONCURRENCY))
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),  # NaN too is refused by the run's options, naming what it needs
+    type=Float(),  # its range, and NaN, are checked by the run's options, which say what they need
     show_default=str(DEFAULT_TIMEOUT),
     help="Seconds per trial.",
 )
-@click.option("--sample", type=click.IntRange(min=1), help="Run N cases spread across categories.")
-@click.option("--sample-seed", type=int, show_default="0")
+@click.option("--sample", type=IntRange(min=1), help="Run N cases spread across categories.")
+@click.option("--sample-seed", type=Int(), show_default="0")
 @click.option(
     "--cases",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     help="How many cases the generated dataset (arithmetic) has; for another dataset use --sample.",
 )
 @click.option("--name", help="A name for the experiment (with --shard, the shards' shared id is derived from it).")
@@ -882,7 +913,7 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=DEFAULT_RESCORE_BATCH,
     show_default=True,
     help="Trials scored at a time; memory is bounded by this.",
@@ -1268,10 +1299,8 @@ def gate_command(
     default=None,
     help=f"The baseline pass rate [default: {DEFAULT_PASS_RATE}, or the --from experiment's].",
 )
-@click.option(
-    "--attempts", type=click.IntRange(min=1), default=None, help=f"[default: {DEFAULT_ATTEMPTS}, or --from's]"
-)
-@click.option("--cases", "cases_list", type=click.IntRange(min=2), multiple=True, help="Case counts to tabulate.")
+@click.option("--attempts", type=IntRange(min=1), default=None, help=f"[default: {DEFAULT_ATTEMPTS}, or --from's]")
+@click.option("--cases", "cases_list", type=IntRange(min=2), multiple=True, help="Case counts to tabulate.")
 @click.option("--drop", "drops", type=FloatRange(0, 1, min_open=True), multiple=True, help="Drops to tabulate.")
 @alpha_option
 @click.option(
@@ -1348,7 +1377,7 @@ def power(
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on; off loopback needs --token."
 )
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
+@click.option("--port", type=IntRange(0, 65535), default=8765, show_default=True, help="Port (0: any free one).")
 @click.option(
     "--token",
     envvar="AGENTEVAL_DASHBOARD_TOKEN",
@@ -1364,7 +1393,7 @@ def power(
 @click.option(
     "--sql-timeout",
     "sql_seconds",
-    type=click.FloatRange(0, min_open=True),
+    type=FloatRange(0, min_open=True),
     default=30.0,
     show_default=True,
     help="Seconds a statement of the SQL page may run before it is stopped.",
@@ -1376,7 +1405,7 @@ def power(
 )
 @click.option(
     "--sql-workers",
-    type=click.IntRange(1),
+    type=IntRange(1),
     default=SERVER_STATEMENTS,
     show_default=True,
     help="Statements of the SQL page or its downloads that may run at once; more are refused with a 503.",
@@ -1606,14 +1635,14 @@ def _say_span_copies(copies: dict[str, int] | None) -> None:
 )
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
+    type=IntRange(0, 65535),
     default=DEFAULT_HTTP_PORT,
     show_default=True,
     help=f"OTLP/HTTP port, POST /v1/traces (0: any free port; behind a Collector: {BEHIND_COLLECTOR_PORT}).",
 )
 @click.option(
     "--grpc-port",
-    type=click.IntRange(0, 65535),
+    type=IntRange(0, 65535),
     default=DEFAULT_GRPC_PORT,
     show_default=True,
     help="OTLP/gRPC port (0: any free port).",
@@ -1627,7 +1656,7 @@ def _say_span_copies(copies: dict[str, int] | None) -> None:
 )
 @click.option(
     "--max-body",
-    type=click.IntRange(min=1024),
+    type=IntRange(min=1024),
     default=DEFAULT_MAX_BODY_BYTES,
     show_default=True,
     help="Largest request in bytes, compressed or not (413 past it); a process holds twice this of request bodies "
@@ -1659,7 +1688,7 @@ def _say_span_copies(copies: dict[str, int] | None) -> None:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=1,
     show_default=True,
     help="Processes that receive OTLP/HTTP, each decoding and writing on a core of its own (one process "

@@ -340,3 +340,61 @@ def test_the_python_api_says_which_argument_is_not_a_number_and_which_experiment
     for call in (lambda: build_report(Store(store), "nope"), lambda: rescore(Store(store), "nope")):
         with pytest.raises(AgentevalError, match="no experiment 'nope' in "):
             call()
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["power", "--json", "--alpha"], "--alpha", "٠.٠٥"),  # Arabic-Indic 0.05: FloatRange
+        (["power", "--json", "--cases"], "--cases", "５５"),  # full-width 55: IntRange
+        (["sql", "SELECT 1", "--memory-limit"], "--memory-limit", "٣GB"),  # a size
+        (["generate", "doc.txt", "-o", "c.jsonl", "--corpus-out", "k.jsonl", "--seed"], "--seed", "٧"),  # INT
+    ],
+    ids=["float-range", "int-range", "size", "int"],
+)
+def test_a_number_in_other_digits_is_refused_naming_the_option(tmp_path, monkeypatch, args, option, value):
+    """Python's float() and int() read any script's digits, so `--alpha ٣` was 3.0 and `--memory-limit ٣GB` 3GB:
+    a look-alike pasted from elsewhere was taken as a figure nobody meant."""
+    from click.testing import CliRunner
+
+    from agenteval.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "doc.txt").write_text("a passage")
+    result = CliRunner().invoke(main, [*args, value])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: Invalid value for '{option}': {value!r} is not a number written with the digits 0-9"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.txt"]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"), [(["prune", "--older-than"], "--older-than"), (["report", "--traces", "--since"], "--since")]
+)
+def test_an_age_in_other_digits_is_refused_naming_the_option(tmp_path, args, option):
+    done = agenteval(*args, "٣d", store=tmp_path)
+    one_line_error(done, 2, f"{option} '٣d': give ")
+
+
+def test_every_number_option_refuses_other_digits():
+    """Each number option's type is one of the CLI's own, which refuse other scripts' digits; one declared with
+    click's own (type=float, click.IntRange) would take them again."""
+    import click
+
+    from agenteval.cli import AsciiNumber, main
+
+    def commands(group: click.Group):
+        for command in group.commands.values():
+            yield command
+            if isinstance(command, click.Group):
+                yield from commands(command)
+
+    numbers = [
+        (f"{command.name} {param.name}", param.type)
+        for command in commands(main)
+        for param in command.params
+        if isinstance(param.type, click.types._NumberParamTypeBase)
+    ]
+    assert len(numbers) > 20
+    assert [name for name, kind in numbers if not isinstance(kind, AsciiNumber)] == []

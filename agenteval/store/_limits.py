@@ -38,7 +38,7 @@ UNITS = {
 }
 """The units of a size, as DuckDB's ``memory_limit`` takes them (KB is 1000 bytes, KiB 1024)."""
 
-SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE | re.ASCII)  # ASCII: \d is 0-9, not also ٣
 
 
 class StatementOutOfMemory(AgentevalError, MemoryError):

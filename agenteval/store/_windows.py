@@ -8,7 +8,7 @@ import re
 from ..errors import UsageError
 
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$")
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mhdw])\s*$", re.ASCII)  # ASCII: \d is 0-9, not also ٣
 AGE_HINT = "an age such as 30d, 12h, 90m or 2w"
 
 
