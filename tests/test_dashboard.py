@@ -29,6 +29,7 @@ from waiting import wait_until
 
 from agenteval import evaluate
 from agenteval.analysis import build_report, compare
+from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
 from agenteval.dashboard._queries import case_page
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
@@ -137,6 +138,7 @@ def test_the_comparison_page_gives_the_paired_difference_and_the_gates_decision(
     comparison = compare(Store(runs["store"]), a, b)
     text = get(site, f"/compare/{a}/{b}").text
     assert f"{comparison.overall.difference:+.1%}" in text
+    assert f"one-sided p = {shown_p(comparison.overall.p_drop())}" in text  # as compare prints it
     assert "Gate: regression" in text
     for moved in comparison.newly_failing:
         assert f"/compare/{a}/{b}/cases/{quote(moved['case_id'], safe='')}" in text
@@ -851,3 +853,13 @@ def test_a_case_without_an_id_is_reviewed_by_its_line_number(tmp_path):
     assert [json.loads(line) for line in found.accepted_jsonl().splitlines()] == [
         {"id": "2", "input": "b?", "expected_output": "b"}
     ]
+
+
+def test_the_comparison_page_prints_a_tiny_p_as_compare_does():
+    """The page printed p with three decimals, so a gate run at a tiny alpha showed "p = 0.000" beside "not
+    significant"; it uses compare's own form."""
+    from agenteval.dashboard._app import _environment
+
+    page = _environment().from_string("p = {{ p|p }}")
+    assert page.render(p=2e-7) == f"p = {shown_p(2e-7)}" == "p = 2.0e-07"
+    assert page.render(p=0.0123) == "p = 0.012"

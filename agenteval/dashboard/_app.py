@@ -27,6 +27,7 @@ from ..analysis._compare import gate
 from ..analysis._compare_figures import DIFFERENCE_HEADER, figure_rows, figures_note
 from ..analysis._experiments import find
 from ..analysis._report import build_report
+from ..analysis._stats import shown_p
 from ..errors import AgentevalError
 from ..render._report_formats import category_plot, failure_plot, interval, latency_histogram, ms, pct, sections
 from ..render._text_safety import visible
@@ -63,6 +64,7 @@ def _environment() -> Environment:
     )
     env.filters["u"] = lambda value: quote(str(value), safe="")
     env.filters["pct"] = pct
+    env.filters["p"] = shown_p
     env.filters["interval"] = interval
     env.filters["ms"] = ms
     env.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
