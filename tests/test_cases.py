@@ -80,6 +80,20 @@ def test_optional_fields_for_curators_are_carried_through(tmp_path):
     assert case.to_dict()["metadata"] == metadata
 
 
+@pytest.mark.parametrize("field", ["notes", "owner", "last_reviewed"])
+def test_a_curators_own_field_is_refused_saying_it_belongs_in_metadata(tmp_path, field):
+    """A field of a curator's own (notes, an owner, a review date, as other case formats have) was refused with only
+    the list of known fields, leaving the curator to guess that ``metadata`` is where such data is carried."""
+    path = write(tmp_path, lines({"input": "q", "expected_output": "a", field: "x"}))
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    (problem,) = info.value.problems
+    assert problem.field == field and "unknown field" in problem.message
+    assert f'put it in metadata instead: "metadata": {{"{field}": ...}}' in problem.message
+    moved = write(tmp_path, lines({"input": "q", "expected_output": "a", "metadata": {field: "x"}}), "moved.jsonl")
+    assert load_file(moved).cases[0].metadata == {field: "x"}
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

@@ -356,15 +356,23 @@ def gives(case: Case, field: str) -> bool:
     return value is not None if field in _GIVEN_WHEN_EMPTY else bool(value)
 
 
+def _unknown_field_hint(key: str) -> str:
+    """A misspelt field gets its likely name; any other is a curator's own (notes, an owner), which ``metadata``
+    carries untouched, so the hint says to move it there."""
+    close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    moved = f'"metadata": {{{json.dumps(key)}: ...}}'
+    return f"; known fields: {', '.join(FIELDS)}; if it is data of your own, put it in metadata instead: {moved}"
+
+
 def parse_case(record: Any, line: int) -> Case:
     """A validated :class:`Case` from one decoded JSON line; raises ``_Invalid`` on the first bad field."""
     if not isinstance(record, dict):
         raise _Invalid("", f"each line must be a JSON object, not {_json_type(record)}")
     for key in record:
         if key not in FIELDS:
-            close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(FIELDS)}"
-            raise _Invalid(key, f"unknown field{hint}")
+            raise _Invalid(key, f"unknown field{_unknown_field_hint(key)}")
     unstorable = _lone_surrogate_field(record)
     if unstorable is not None:
         raise _Invalid(
