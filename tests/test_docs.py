@@ -421,3 +421,18 @@ def test_the_docs_name_every_environment_variable_agenteval_reads_and_no_other()
     documented = {name for text in pages for name in pattern.findall(text)}
     assert read - documented == set(), "read by agenteval, named in no page"
     assert documented - read_anywhere == set(), "named in the docs, read by nothing"
+
+
+def test_the_failure_table_lists_every_type_and_the_readme_names_each_infrastructure_one():
+    """The README's concepts named rate limits, quotas, the simulator's and the scorer's failures as infrastructure,
+    but not a provider's 5xx or connection error (``llm_error``), which the runner has counted as infrastructure
+    from the start and the gate's ``--max-infra`` counts: a reader would expect such a run to be judged."""
+    from agenteval.run._failures import FAILURE_TYPES
+
+    rows = markdown_table(section((DOCS / "run.md").read_text(), "## Failures and wrong answers"))
+    assert {re.fullmatch(r"`(\w+)`", row[0]).group(1) for row in rows} == set(FAILURE_TYPES)
+    infrastructure = {re.fullmatch(r"`(\w+)`", row[0]).group(1) for row in rows if row[2] == "yes"}
+    concepts = section(README, "## Concepts")
+    bullet = next(b for b in concepts.split("\n- ") if b.startswith("**Failure or wrong answer.**"))
+    said = bullet[bullet.index("*infrastructure*") :]
+    assert {name for name in infrastructure if name not in said} == set()
