@@ -871,12 +871,13 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
     import json
 
     from .run._runner import stopped_after_saving
+    from .run._starting import StoppedStarting
     from .run._trial import StopNow
 
     try:
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             experiment = run()
-    except StopNow as stop:  # a second Ctrl-C: no summary, but where to pick up
+    except (StopNow, StoppedStarting) as stop:  # a second Ctrl-C, or one before any trial: no summary, but what next
         click.echo(str(stop), err=True)
         raise SystemExit(130) from None
     except KeyboardInterrupt:  # while the run started or let go of the store: its record says how far it got

@@ -19,6 +19,7 @@ from waiting import wait_until
 from agenteval.analysis import find
 from agenteval.cli import STOPPED_OUTSIDE_THE_RUN
 from agenteval.dashboard._queries import experiments as dashboard_experiments
+from agenteval.run._starting import STOPPED_STARTING
 from agenteval.store import Store
 
 CASES, ATTEMPTS = 60, 3
@@ -286,3 +287,56 @@ def test_a_signal_after_the_trials_are_saved_says_so_and_exits_130(tmp_path, sig
     ), err
     assert "Aborted" not in err and "Traceback" not in err
     assert trial_count(store) == 4
+
+
+SLOW_TO_START = '''
+import pathlib
+import time
+
+
+def starting():
+    """The test's cue: the run is loading the agent (a heavy import or model load would take its time here)."""
+    pathlib.Path(__file__).with_name("starting").write_text("")
+    time.sleep(600)
+
+
+def answer(message):
+    return "4"
+
+
+def make(**options):
+    starting()
+    return answer
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("slow", ["import", "factory"])
+def test_a_signal_while_the_run_starts_stops_it_at_once(tmp_path, sig, slow):
+    # A Ctrl-C during a slow import of the agent (or a slow factory) waited for the import to end, then ran the
+    # trials: asyncio's own handler only asked the run's task to cancel, which took effect at its first await.
+    # SIGTERM stopped at once, but said "what finished is saved" and pointed to --resume, with nothing to resume.
+    agent = tmp_path / "slow_agent.py"
+    agent.write_text(SLOW_TO_START + ("starting()\n" if slow == "import" else ""))
+    spec = ["--agent", f"{agent}:answer"] if slow == "import" else ["--agent", f"{agent}:make", "--agent-option", "x=1"]
+    store = tmp_path / "store"
+    child = subprocess.Popen(
+        [*RUN[:6], "--cases", "2", *spec],
+        env={**os.environ, "AGENTEVAL_STORE": str(store)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until((tmp_path / "starting").exists, "the run to start loading its agent")
+        child.send_signal(sig)
+        _, err = child.communicate(timeout=30)  # the agent would hold it for 600 s
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 130, err
+    assert err.strip().splitlines()[-1] == STOPPED_STARTING, err
+    assert "Traceback" not in err
+    assert trial_count(store) == 0
+    assert not (store / "experiments").exists()  # nothing to resume

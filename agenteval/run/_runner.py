@@ -92,6 +92,7 @@ from ._progress import Progress
 from ._scheduler import run_all
 from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
+from ._starting import stoppable_start
 from ._store_mark import has_mark
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
@@ -226,27 +227,29 @@ async def evaluate_async(
     # The URLs as given (a gateway's may carry credentials): used for the calls, recorded without them.
     urls = {"model": base_url, "judge": judge_base_url, "simulator": simulator_base_url}
     with arrow_on_system_allocator():
-        # Plugins that cannot be loaded are said before anything is written.
-        register_plugins()
-        chosen_executor = executor_for(executor, ray_address)
+        with stoppable_start():
+            # Plugins that cannot be loaded are said before anything is written.
+            register_plugins()
+            chosen_executor = executor_for(executor, ray_address)
         shipped = {"the agent": agent, "the user simulator": user_simulator, "a scorer": scorers}
         with chosen_executor.ready(shipped):
-            run = _Run.prepare(
-                target,
-                agent,
-                dataset,
-                given,
-                scorers,
-                name,
-                resume,
-                retry_failed,
-                user_simulator,
-                prices,
-                progress,
-                urls,
-                None if experiment_id is None else checked_experiment_id(experiment_id),
-                chosen_executor,
-            )
+            with stoppable_start():
+                run = _Run.prepare(
+                    target,
+                    agent,
+                    dataset,
+                    given,
+                    scorers,
+                    name,
+                    resume,
+                    retry_failed,
+                    user_simulator,
+                    prices,
+                    progress,
+                    urls,
+                    None if experiment_id is None else checked_experiment_id(experiment_id),
+                    chosen_executor,
+                )
             try:
                 with run.lease:
                     return await run.execute()
