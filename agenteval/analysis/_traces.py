@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import datetime
 import math
-from typing import Any
+from typing import Any, overload
 
 import duckdb
 
@@ -213,6 +213,10 @@ class TracesReport:
         return dataclasses.asdict(self)
 
 
+@overload
+def _utc(value: datetime.datetime) -> datetime.datetime: ...
+@overload
+def _utc(value: None) -> None: ...
 def _utc(value: datetime.datetime | None) -> datetime.datetime | None:
     """A time from DuckDB in UTC: it gives ``TIMESTAMPTZ`` values in the machine's zone, and a report mixing them
     with ``since`` (UTC) showed two offsets for one clock."""
