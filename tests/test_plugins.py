@@ -453,3 +453,89 @@ def test_a_name_two_distributions_give_is_refused_and_each_is_reachable_by_its_t
         PLUGIN: "another distribution has this name too: use --agent agenteval_demo_plugin:make_agent",
         "agenteval-echo-twin": "another distribution has this name too: use --agent agenteval_echo_twin:agent",
     }
+
+
+FAULTY_MATCHERS_PYPROJECT = """
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "agenteval-faulty-matchers"
+version = "0.1"
+
+[project.entry-points."agenteval.failures"]
+a_raises = "agenteval_faulty_matchers:raises"
+a_garbage = "agenteval_faulty_matchers:garbage"
+a_made_up = "agenteval_faulty_matchers:made_up"
+
+[tool.hatch.build.targets.wheel]
+packages = ["agenteval_faulty_matchers"]
+"""
+
+FAULTY_MATCHERS = """
+from agenteval.run import ProviderError
+
+
+def raises(exc):
+    raise RuntimeError("a bug in the matcher")
+
+
+def garbage(exc):
+    return "llm_error"
+
+
+def made_up(exc):
+    return ProviderError("disk_full", infrastructure="yes", retry_after=float("nan"))
+"""
+
+
+def test_a_failure_matcher_that_raises_or_answers_garbage_costs_the_typing_of_a_failure_not_the_run(
+    sites, cases, tmp_path
+):
+    site = tmp_path / "site-faulty"
+    _build_and_install(
+        tmp_path / "faulty", FAULTY_MATCHERS_PYPROJECT, "agenteval_faulty_matchers", FAULTY_MATCHERS, site
+    )
+    store = tmp_path / "store"
+    path = [sites["demo"], site]
+    run = agenteval(
+        "run",
+        *("-d", str(cases), "-a", "echo", "--agent-option", "fail_on=outage", "--attempts", "2"),
+        *("--store", str(store), "--json"),
+        sites=path,
+        cwd=tmp_path,
+    )
+    # Each faulty matcher is asked, passed over and warned of once; the run ends, every trial saved.
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert (summary["status"], summary["passed"], summary["wrong"], summary["failed"]) == ("completed", 4, 0, 2)
+    faults = [
+        "the failure matcher plugin a_garbage (agenteval.failures, from agenteval-faulty-matchers 0.1, "
+        "agenteval_faulty_matchers:garbage), which returned a str, not an agenteval.run.ProviderError or None",
+        "the failure matcher plugin a_made_up (agenteval.failures, from agenteval-faulty-matchers 0.1, "
+        "agenteval_faulty_matchers:made_up), which returned the type 'disk_full', not one of agent_error, "
+        "empty_output, invalid_model_output, llm_error, max_steps_exceeded, output_truncated, quota_exhausted, "
+        "rate_limited, simulator_error, timeout, timeout_after_rate_limit, tool_error",
+        "the failure matcher plugin a_raises (agenteval.failures, from agenteval-faulty-matchers 0.1, "
+        "agenteval_faulty_matchers:raises), which raised RuntimeError: a bug in the matcher",
+    ]
+    warned = [line for line in run.stderr.splitlines() if line.startswith("warning: the failure matcher")]
+    assert warned == [
+        f"warning: {fault.replace(', which', '')}; the failures it is asked about are typed without it"
+        for fault in faults
+    ]
+    # The demo's own matcher, asked after them, still types its backend's outage.
+    failed = sql(
+        "SELECT case_id, failure_type, infrastructure, error_message FROM trials WHERE outcome = 'failed'",
+        store,
+        path,
+        tmp_path,
+    )
+    typed = {
+        "case_id": "down",
+        "failure_type": "quota_exhausted",
+        "infrastructure": True,
+        "error_message": f"BackendDown: the demo backend is down (typed without {'; '.join(faults)})",
+    }
+    assert failed == [typed, typed]

@@ -14,6 +14,8 @@ import dataclasses
 import datetime
 import email.utils
 import math
+import reprlib
+import warnings
 from collections.abc import Callable
 
 from agenteval_instrumentation.capture import error_text
@@ -124,6 +126,8 @@ class ProviderError:
 
 Matcher = Callable[[BaseException], ProviderError | None]
 _matchers: list[Matcher] = []
+_plugin_names: dict[int, str] = {}
+"""What each registered plugin's matcher is called in messages (by ``id``: the list above keeps it alive)."""
 
 
 def register(matcher: Matcher) -> Matcher:
@@ -149,8 +153,8 @@ def register_plugins() -> None:
     registers none: a run must not type its failures without a matcher the user installed."""
     global _plugins_registered
     if not _plugins_registered:
-        for matcher in [plugin_matcher(plugin) for plugin in plugins(FAILURES)]:
-            register(matcher)
+        for plugin, matcher in [(plugin, plugin_matcher(plugin)) for plugin in plugins(FAILURES)]:
+            _plugin_names[id(register(matcher))] = plugin.describe()
         _plugins_registered = True
 
 
@@ -274,11 +278,65 @@ def _connection(exc: BaseException) -> ProviderError | None:
 
 def provider_error(exc: BaseException) -> ProviderError | None:
     """What the registry makes of ``exc``, or None when no matcher recognises it."""
-    for matcher in _matchers:
-        found = matcher(exc)
-        if found is not None:
-            return found
+    return _matched(exc)[0]
+
+
+def _matched(exc: BaseException) -> tuple[ProviderError | None, list[str]]:
+    """What the first matcher that recognises ``exc`` makes of it, and what went wrong with the matchers asked
+    before it. A matcher is the user's or a plugin's code: one that raises or answers something unusable is
+    passed over for this exception (and warned of once), so it costs the typing of one failure, never the run."""
+    faults = []
+    for matcher in list(_matchers):
+        try:
+            found = matcher(exc)
+        except (Exception, SystemExit) as error:  # not a KeyboardInterrupt: that may be the user's Ctrl-C
+            faults.append(_fault(matcher, f"raised {error_text(error)}"))
+            continue
+        problem = _unusable(found)
+        if problem is not None:
+            faults.append(_fault(matcher, problem))
+        elif found is not None:
+            return found, faults
+    return None, faults
+
+
+_MATCHABLE = frozenset(FAILURE_TYPES) - {SCORER_ERROR} | {RATE_LIMITED}
+"""The types a matcher may give: a trial's failure types and ``rate_limited`` (a scorer_error is never a trial's)."""
+
+
+def _unusable(found: object) -> str | None:
+    """What is wrong with a matcher's answer, or None when it is one (a usable ProviderError, or None)."""
+    if found is None:
+        return None
+    if not isinstance(found, ProviderError):
+        return f"returned a {type(found).__name__}, not an agenteval.run.ProviderError or None"
+    if found.type not in _MATCHABLE:
+        return f"returned the type {reprlib.repr(found.type)}, not one of {', '.join(sorted(_MATCHABLE))}"
+    if not isinstance(found.infrastructure, bool):
+        return f"returned infrastructure={reprlib.repr(found.infrastructure)}, not True or False"
+    wait = found.retry_after
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < math.inf):
+        return f"returned retry_after={reprlib.repr(wait)}, not None or a number of seconds (0 or more)"
     return None
+
+
+_warned: set[str] = set()
+
+
+def _fault(matcher: Matcher, problem: str) -> str:
+    """A matcher's fault as the failure's message tells it; warned of once per matcher and process."""
+    name = _plugin_names.get(id(matcher)) or f"{getattr(matcher, '__module__', '?')}.{_named(matcher)}"
+    problem = " ".join(problem.split())  # one line, whatever the matcher's message holds
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"the failure matcher {name} {problem}; the failures it is asked about are typed without it", stacklevel=2
+        )
+    return f"the failure matcher {name}, which {problem}"
+
+
+def _named(matcher: Matcher) -> str:
+    return str(getattr(matcher, "__qualname__", None) or type(matcher).__qualname__)
 
 
 TRUNCATED = ("length", "max_tokens")
@@ -318,7 +376,9 @@ def classify(
             return Failure(INVALID_MODEL_OUTPUT, False, message)
         if raised_in == "execute_tool":
             return Failure(TOOL_ERROR, False, message)
-        found = provider_error(exc)
+        found, faults = _matched(exc)
+        if faults:  # the message says the type may not be what the matcher would have said
+            message = f"{message} (typed without {'; '.join(faults)})"
         if found is not None:
             kind = TIMEOUT_AFTER_RATE_LIMIT if found.type == RATE_LIMITED else found.type
             return Failure(kind, found.infrastructure, message)
