@@ -62,7 +62,7 @@ def make_agent(shout="no", fail_on=None):
 
 
 def backend_matcher(exc):
-    if isinstance(exc, BackendDown):
+    if type(exc).__name__ == "BackendDown":  # by name, as for an SDK's: a production trace's error is a stand-in
         return ProviderError("quota_exhausted", infrastructure=True)
     return None
 '''
@@ -539,3 +539,54 @@ def test_a_failure_matcher_that_raises_or_answers_garbage_costs_the_typing_of_a_
         "error_message": f"BackendDown: the demo backend is down (typed without {'; '.join(faults)})",
     }
     assert failed == [typed, typed]
+
+
+PRODUCTION_AGENT = """
+import sys
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import set_tracer_provider
+
+from agenteval_exporters import ParquetSpanExporter
+from agenteval_instrumentation import agent
+
+
+class BackendDown(Exception):
+    pass
+
+
+provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+provider.add_span_processor(SimpleSpanProcessor(ParquetSpanExporter(sys.argv[1])))
+set_tracer_provider(provider)
+
+
+@agent(name="shop")
+def answer(question):
+    raise BackendDown("the demo backend is down")
+
+
+try:
+    answer("capital of Peru?")
+except BackendDown:
+    pass
+provider.shutdown()
+"""
+
+
+def test_the_report_on_production_traces_types_their_errors_with_the_failure_plugins_too(sites, tmp_path):
+    store = tmp_path / "store"
+    script = tmp_path / "production.py"
+    script.write_text(PRODUCTION_AGENT)
+    path = os.pathsep.join([str(ROOT), str(ROOT / "instrumentation/src"), str(ROOT / "exporters/src")])
+    env = {**os.environ, "PYTHONPATH": path}
+    subprocess.run([sys.executable, str(script), str(store)], env=env, check=True, timeout=120)
+    typed = {}
+    for plugins in ([], [sites["demo"]]):
+        done = agenteval("report", "--traces", "--store", str(store), "--format", "json", sites=plugins, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        typed[len(plugins)] = (report["failures_by_type"], report["failures"]["infrastructure"])
+    # The demo's matcher types the trace's recorded BackendDown as it types a trial's.
+    assert typed == {0: ({"agent_error": 1}, 0), 1: ({"quota_exhausted": 1}, 1)}

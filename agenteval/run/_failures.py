@@ -426,6 +426,7 @@ def classify_recorded(
     """The failure of a run of an agent known from its spans (a production trace), by :func:`classify`: its root's
     status, error type and message, the operation of the span that raised, and its last finish reason and reply.
     A trace with no recorded reply (content capture off, or no conversation) is judged by its status alone."""
+    register_plugins()  # the same matchers as a run's: a trace's error is typed as a trial's would be
     exc = recorded_exception(error_type, message, http_status) if status == "ERROR" else None
     if exc is None and reply is None and finish_reason not in TRUNCATED:
         return None
