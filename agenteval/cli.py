@@ -986,15 +986,16 @@ def rescore(
 
     target = Store(store)
     try:
-        result = rescore_experiment(
-            target,
-            experiment,
-            list(scorers),
-            batch_size=batch_size,
-            judge=judge,
-            judge_base_url=judge_base_url,
-            otlp=otlp,
-        )
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # a plugin scorer's prints
+            result = rescore_experiment(
+                target,
+                experiment,
+                list(scorers),
+                batch_size=batch_size,
+                judge=judge,
+                judge_base_url=judge_base_url,
+                otlp=otlp,
+            )
     except ValueError as exc:
         _raise_as_one_line(exc)
     figures = summarize(target, result.experiment_id)
@@ -1053,17 +1054,18 @@ def _rescore_traces(
         raise click.UsageError("give an EXPERIMENT or --traces, not both")
     if otlp:
         raise click.UsageError("--otlp sends an experiment's scores; it does not go with --traces")
-    result = score_traces(
-        existing_store(store),
-        scorers=list(scorers),
-        since=None if since is None else parse_since(since),
-        service=service,
-        policy=TracePolicy(max_tool_calls, tuple(forbidden), rubric),
-        sample=sample,
-        judge=judge,
-        judge_base_url=judge_base_url,
-        batch_size=batch_size,
-    )
+    with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # a plugin scorer's prints
+        result = score_traces(
+            existing_store(store),
+            scorers=list(scorers),
+            since=None if since is None else parse_since(since),
+            service=service,
+            policy=TracePolicy(max_tool_calls, tuple(forbidden), rubric),
+            sample=sample,
+            judge=judge,
+            judge_base_url=judge_base_url,
+            batch_size=batch_size,
+        )
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(result), indent=2))
         return
@@ -1147,12 +1149,13 @@ def report(
 
         if experiment is not None:
             raise click.UsageError("give an EXPERIMENT or --traces, not both")
-        data: Any = build_traces_report(
-            existing_store(store),
-            since=None if since is None else parse_since(since),
-            service=service,
-            prices=load_prices(prices),
-        )
+        with _stdout_to_stderr():  # a failure plugin's prints, as it is imported or asked: stdout is the report's
+            data: Any = build_traces_report(
+                existing_store(store),
+                since=None if since is None else parse_since(since),
+                service=service,
+                prices=load_prices(prices),
+            )
         formats: Any = _traces_report.FORMATS
         to_terminal: Any = _traces_report.to_terminal
     else:
@@ -1470,7 +1473,8 @@ def plugins_command(fmt: str) -> None:
 
     from ._plugins import PluginStatus, check_plugins
 
-    rows = check_plugins()
+    with _stdout_to_stderr():  # what a plugin prints as it is imported: stdout is the table's
+        rows = check_plugins()
     columns = [field.name for field in dataclasses.fields(PluginStatus)]
     echo_table(pa.table({name: [getattr(row, name) for row in rows] for name in columns}), fmt)
     if not rows:  # on stderr: the table stays a table for whatever reads it

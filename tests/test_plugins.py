@@ -575,13 +575,17 @@ provider.shutdown()
 """
 
 
-def test_the_report_on_production_traces_types_their_errors_with_the_failure_plugins_too(sites, tmp_path):
-    store = tmp_path / "store"
+def _record_production_outage(store: Path, tmp_path: Path) -> None:
+    """One production trace in ``store``, its agent having raised a BackendDown, recorded by a process of its own."""
     script = tmp_path / "production.py"
     script.write_text(PRODUCTION_AGENT)
     path = os.pathsep.join([str(ROOT), str(ROOT / "instrumentation/src"), str(ROOT / "exporters/src")])
-    env = {**os.environ, "PYTHONPATH": path}
-    subprocess.run([sys.executable, str(script), str(store)], env=env, check=True, timeout=120)
+    subprocess.run([sys.executable, str(script), str(store)], env={**os.environ, "PYTHONPATH": path}, check=True)
+
+
+def test_the_report_on_production_traces_types_their_errors_with_the_failure_plugins_too(sites, tmp_path):
+    store = tmp_path / "store"
+    _record_production_outage(store, tmp_path)
     typed = {}
     for plugins in ([], [sites["demo"]]):
         done = agenteval("report", "--traces", "--store", str(store), "--format", "json", sites=plugins, cwd=tmp_path)
@@ -590,3 +594,69 @@ def test_the_report_on_production_traces_types_their_errors_with_the_failure_plu
         typed[len(plugins)] = (report["failures_by_type"], report["failures"]["infrastructure"])
     # The demo's matcher types the trace's recorded BackendDown as it types a trial's.
     assert typed == {0: ({"agent_error": 1}, 0), 1: ({"quota_exhausted": 1}, 1)}
+
+
+LOUD_PYPROJECT = """
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "agenteval-loud"
+version = "1.0"
+
+[project.entry-points."agenteval.scorers"]
+loud = "agenteval_loud:loud"
+
+[project.entry-points."agenteval.failures"]
+a_loud = "agenteval_loud:matcher"
+
+[tool.hatch.build.targets.wheel]
+packages = ["agenteval_loud"]
+"""
+
+LOUD = """
+print("LOUD as it is imported")
+
+from agenteval.scorers import scorer
+
+
+@scorer(version="1")
+def loud(case, trial):
+    print("LOUD as it scores")
+    return True, "heard"
+
+
+def matcher(exc):
+    print("LOUD as it matches")
+    return None
+"""
+
+
+def test_what_a_plugin_prints_goes_to_stderr_when_stdout_is_a_table_or_json(sites, cases, tmp_path):
+    site = tmp_path / "site-loud"
+    _build_and_install(tmp_path / "loud", LOUD_PYPROJECT, "agenteval_loud", LOUD, site)
+    store = tmp_path / "store"
+    _record_production_outage(store, tmp_path)
+    path = [sites["demo"], site]
+    run = ("run", "-d", str(cases), "-a", "echo", "--agent-option", "fail_on=outage", "--scorer", "loud", "--json")
+    commands = {
+        "run": (*run, "--attempts", "1", "--store", str(store)),
+        "rescore": ("rescore", "--scorer", "loud", "--store", str(store), "--json"),
+        "rescore --traces": ("rescore", "--traces", "--scorer", "loud", "--store", str(store), "--json"),
+        "report --traces": ("report", "--traces", "--store", str(store), "--format", "json"),
+        "plugins": ("plugins", "--format", "json"),
+    }
+    heard = {}
+    for command, args in commands.items():
+        done = agenteval(*args, sites=path, cwd=tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        json.loads(done.stdout)  # the JSON alone
+        heard[command] = sorted({line for line in done.stderr.splitlines() if line.startswith("LOUD")})
+    assert heard == {
+        "run": ["LOUD as it is imported", "LOUD as it matches", "LOUD as it scores"],
+        "rescore": ["LOUD as it is imported", "LOUD as it scores"],
+        "rescore --traces": ["LOUD as it is imported"],  # the one trace ended in error: nothing to score
+        "report --traces": ["LOUD as it is imported", "LOUD as it matches"],
+        "plugins": ["LOUD as it is imported"],
+    }
