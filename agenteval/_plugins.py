@@ -95,8 +95,10 @@ def _load(plugin: Plugin) -> Any:
     if plugin not in _outcomes:
         try:
             _outcomes[plugin] = (True, plugin.entry_point.load())
-        except (Exception, SystemExit) as exc:  # a plugin's import-time code is not ours: whatever it raises
-            _outcomes[plugin] = (False, exc)
+        except KeyboardInterrupt:  # the user's Ctrl-C during a slow import: it goes on
+            raise
+        except BaseException as exc:  # a plugin's import-time code is not ours: whatever it raises, even its own
+            _outcomes[plugin] = (False, exc)  # BaseException subclass or a GeneratorExit
     loaded, value = _outcomes[plugin]
     if not loaded:
         # One line, whatever the plugin's message holds.

@@ -165,12 +165,19 @@ def sites(tmp_path_factory) -> dict[str, Path]:
     twin = TWIN_PYPROJECT, "agenteval_echo_twin", "def agent(message):\n    return 'twin'\n"
     _build_and_install(root / "twin", *twin, root / "site-twin")
     missing = "import agenteval_no_such_dependency  # not installed\n\nthing = None\n"
-    for name, group in (("broken-scorer", "agenteval.scorers"), ("broken-matcher", "agenteval.failures")):
+    # Not an Exception: what a plugin's import-time code may raise all the same.
+    odd = "class Odd(BaseException):\n    pass\n\n\nraise Odd('raised as it is imported')\n"
+    broken = (
+        ("broken-scorer", "agenteval.scorers", missing),
+        ("broken-matcher", "agenteval.failures", missing),
+        ("odd-agent", "agenteval.providers", odd),
+    )
+    for name, group, module in broken:
         package = f"agenteval_{name.replace('-', '_')}"
-        _build_and_install(root / name, _broken_pyproject(name, group), package, missing, root / f"site-{name}")
+        _build_and_install(root / name, _broken_pyproject(name, group), package, module, root / f"site-{name}")
     return {
         "demo": root / "site",
-        **{name: root / f"site-{name}" for name in ("twin", "broken-scorer", "broken-matcher")},
+        **{name: root / f"site-{name}" for name in ("twin", "broken-scorer", "broken-matcher", "odd-agent")},
     }
 
 
@@ -434,6 +441,21 @@ def test_a_failure_matcher_that_cannot_be_imported_stops_runs_only(sites, cases,
         assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
     listing = agenteval("plugins", sites=path, cwd=tmp_path)
     assert listing.returncode == 0 and f"warning: {problem}" in listing.stderr.splitlines()
+
+
+def test_a_plugin_whose_import_raises_a_base_exception_is_one_line_too(sites, cases, tmp_path):
+    path = [sites["odd-agent"]]
+    problem = (
+        "plugin odd_agent (agenteval.providers, from agenteval-odd-agent 1.0, agenteval_odd_agent:thing): "
+        "cannot be loaded: Odd: raised as it is imported; fix or uninstall agenteval-odd-agent"
+    )
+    listing = agenteval("plugins", "--format", "json", sites=path, cwd=tmp_path)
+    assert (listing.returncode, listing.stderr) == (0, f"warning: {problem}\n")
+    assert [row["note"] for row in json.loads(listing.stdout)] == [problem]
+    store = tmp_path / "store"
+    run = agenteval("run", "-d", str(cases), "-a", "odd_agent", "--store", str(store), sites=path, cwd=tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (1, "", f"Error: {problem}\n")
+    assert not store.exists()
 
 
 def test_a_name_two_distributions_give_is_refused_and_each_is_reachable_by_its_target(sites, cases, tmp_path):
