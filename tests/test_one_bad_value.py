@@ -183,6 +183,51 @@ def test_an_exception_whose_message_raises_is_still_a_typed_failure(tmp_path):
     assert sum(r["outcome"] == "passed" for r in rows) == 8
 
 
+class _BrokenResponse(Exception):
+    """An SDK-shaped error whose lazily built ``response`` breaks as it is read."""
+
+    @property
+    def response(self) -> object:
+        raise RuntimeError("the response could not be built")
+
+
+class _BrokenStatus(Exception):
+    @property
+    def status_code(self) -> int:
+        raise ZeroDivisionError("no status")
+
+
+class _BrokenHeaders(Exception):
+    """A 429 whose headers' lookup breaks: still a rate limit, with no Retry-After said."""
+
+    status_code = 429
+
+    class headers:  # lower-case: an attribute, as an SDK response has it
+        @staticmethod
+        def get(name: str) -> str:
+            raise KeyError(name)
+
+
+def test_an_exception_whose_sdk_attributes_raise_is_still_a_typed_failure_of_that_trial(tmp_path):
+    raised = {"1 +": _BrokenResponse("down"), "2 +": _BrokenStatus("odd"), "3 +": _BrokenHeaders("slow")}
+
+    def agent(question: str) -> str:
+        for part, error in raised.items():
+            if part in question:
+                raise error
+        return correct(question)
+
+    experiment = evaluate(agent, DATASET, attempts=1, concurrency=1, timeout=1, store=tmp_path / "s", progress="none")
+    typed = {r["case_id"]: (r["failure_type"], r["error_message"]) for r in trial_rows(tmp_path / "s", experiment.id)}
+    assert typed == {
+        "q1": ("agent_error", "_BrokenResponse: down"),
+        "q2": ("agent_error", "_BrokenStatus: odd"),
+        "q3": ("timeout_after_rate_limit", typed["q3"][1]),  # waited 1, 2 s... until the trial's second ran out
+        "q4": (None, None),
+        "q5": (None, None),
+    }
+
+
 def test_validate_rejects_unstorable_values_with_line_and_field(tmp_path):
     path = tmp_path / "cases.jsonl"
     path.write_text(

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 
 from agenteval_instrumentation.capture import error_text
+from agenteval_instrumentation.text import exception_message
 
 from .._plugins import FAILURES, Plugin, plugins
 from ..store._views import SCORER_ERROR  # typed by the store's definition of outcomes, from the current scores
@@ -158,11 +159,28 @@ def register_plugins() -> None:
         _plugins_registered = True
 
 
+def _read(holder: object, name: str) -> object:
+    """``holder.name``, or None when it has none or reading it raises: an exception is the agent's object, and an
+    SDK's property (a ``response`` built lazily) that breaks is no status to read, never a failure of the run's."""
+    try:
+        return getattr(holder, name, None)
+    except Exception:
+        return None
+
+
+def _text(value: object) -> str:
+    """``str(value)``, or "" when its ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception:
+        return ""
+
+
 def status_code(exc: BaseException) -> int | None:
     """The HTTP status an SDK exception carries (``status_code``, ``status``, ``response.status_code``)."""
-    for holder in (exc, getattr(exc, "response", None)):
+    for holder in (exc, _read(exc, "response")):
         for name in ("status_code", "status", "http_status"):
-            value = getattr(holder, name, None)
+            value = _read(holder, name)
             if isinstance(value, int) and 100 <= value < 600:
                 return value
     return None
@@ -170,33 +188,35 @@ def status_code(exc: BaseException) -> int | None:
 
 def _error_fields(exc: BaseException) -> dict[str, object]:
     """The provider's error object: OpenAI's body is it; Anthropic's wraps it as ``{"type": "error", "error": ...}``."""
-    body = getattr(exc, "body", None)
+    body = _read(exc, "body")
     if not isinstance(body, dict):
         return {}
-    error = body.get("error", body)
+    error = dict.get(body, "error", body)  # dict's own get: a subclass's is the agent's code
     return error if isinstance(error, dict) else {}
 
 
 def _error_code(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
+    code = _read(exc, "code")
     if code is None:
         error = _error_fields(exc)
-        code = error.get("code") or error.get("type")
-    return str(code or "").lower()
+        code = dict.get(error, "code") or dict.get(error, "type")
+    return _text(code or "").lower()
 
 
 def _error_message(exc: BaseException) -> str:
-    message = _error_fields(exc).get("message")
-    return (message if isinstance(message, str) else str(exc)).lower()
+    message = dict.get(_error_fields(exc), "message")
+    return (message if isinstance(message, str) else exception_message(exc)).lower()
 
 
 def _header(exc: BaseException, name: str) -> str | None:
-    for holder in (exc, getattr(exc, "response", None)):
-        headers = getattr(holder, "headers", None)
-        if headers is not None and hasattr(headers, "get"):
-            value = headers.get(name)
-            if value is not None:
-                return str(value)
+    for holder in (exc, _read(exc, "response")):
+        get = _read(_read(holder, "headers"), "get")
+        try:
+            value = get(name) if callable(get) else None
+        except Exception:  # headers of the agent's own making, whose lookup breaks: none said
+            value = None
+        if value is not None:
+            return _text(value)
     return None
 
 
