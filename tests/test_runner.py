@@ -174,6 +174,7 @@ def run_agent(tmp_path, fn, *cases, timeout=5.0, **kwargs):
         (lambda message: truncated_model(message), "output_truncated", False),
         (lambda message: "", "empty_output", False),
         (lambda message: None, "empty_output", False),
+        (lambda message: " \u200b\u00a0\ufeff\u200d ", "empty_output", False),  # zero-width: str.strip leaves them
         (lambda message: (_ for _ in ()).throw(MaxStepsExceeded("10 steps")), "max_steps_exceeded", False),
         (lambda message: (_ for _ in ()).throw(InvalidModelOutput("not JSON")), "invalid_model_output", False),
         (lambda message: 1 / 0, "agent_error", False),

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import email.utils
 import math
+import re
 import reprlib
 import warnings
 from collections.abc import Callable
@@ -359,6 +360,10 @@ def _named(matcher: Matcher) -> str:
     return str(getattr(matcher, "__qualname__", None) or type(matcher).__qualname__)
 
 
+_BLANK = re.compile(r"[\s\u200b\u200c\u200d\u2060\ufeff]*")
+"""A reply with nothing to read: whitespace, and the zero-width characters ``str.strip`` leaves (a reply of
+zero-width spaces scored as a wrong answer)."""
+
 TRUNCATED = ("length", "max_tokens")
 """Finish reasons that say the model stopped at its token limit."""
 
@@ -407,7 +412,7 @@ def classify(
         return Failure(AGENT_ERROR, False, message)
     if last_finish_reason in TRUNCATED:
         return Failure(OUTPUT_TRUNCATED, False, "the model's last output stopped at its token limit")
-    if not reply or not reply.strip():
+    if not reply or _BLANK.fullmatch(reply):
         return Failure(EMPTY_OUTPUT, False, "the agent returned an empty reply")
     return None
 
