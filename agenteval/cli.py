@@ -649,20 +649,15 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool,
     from .dataset._audit import audit as audit_dataset
     from .dataset._cases import DatasetError
     from .dataset._catalog import load_dataset
-    from .run._progress import progress_output
+    from .run._progress import following, progress_output
 
     try:
         loaded = load_dataset(dataset)
         long = len(loaded.cases) >= PROGRESS_FROM_CASES
         output = progress_output("none" if quiet or as_json or not long else "auto")
-
-        def compared(done: int, total: int) -> None:
-            if done == 0:
-                output.start(f"looking for near-duplicates among {total} distinct inputs", total, "inputs")
-            output.update(done, "")
-            if done == total:
-                output.finish(done, "")
-
+        compared = following(
+            output, lambda total: f"looking for near-duplicates among {total} distinct inputs", "inputs"
+        )
         report = audit_dataset(loaded, min_per_category=min_per_category, similarity=similarity, on_progress=compared)
     except DatasetError as exc:
         # The problems quote the file (its field names, its ids): shown as validate shows them, escapes visible.
@@ -933,6 +928,7 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
 @click.option("--rubric", help="With --traces and --judge: what the judge grades replies against.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def rescore(
     experiment: str | None,
     scorers: tuple[str, ...],
@@ -949,6 +945,7 @@ def rescore(
     rubric: str | None,
     store: str | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Score EXPERIMENT (default: the newest) again from its stored spans, without calling the agent; with
     --judge, grade its stored replies with an LLM judge. With --traces, score production traces with reference-free
@@ -973,6 +970,7 @@ def rescore(
             rubric,
             store,
             as_json,
+            quiet,
         )
         return
     if since or service or sample != 1.0 or max_tool_calls is not None or forbidden or rubric:
@@ -980,11 +978,21 @@ def rescore(
             "--since, --service, --sample, --max-tool-calls, --must-not-contain and --rubric go with --traces"
         )
     from .analysis._experiments import summarize
+    from .render._counted import counted
     from .render._text_safety import visible
+    from .run._progress import following
     from .scorers._rescore import rescore as rescore_experiment
     from .store import Store
 
     target = Store(store)
+    output = _rescore_progress(quiet or as_json)
+    scored = following(output, lambda total: f"rescoring {counted(total, 'trial')}", "trials", batch_size + 1)
+
+    def batch_done(done: int, total: int) -> None:
+        scored(done, total)
+        if done == total > batch_size:  # what follows the last batch takes a while too
+            output.note(("sending the scores over OTLP, then " if otlp else "") + "saving the figures for reports")
+
     try:
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # a plugin scorer's prints
             result = rescore_experiment(
@@ -992,6 +1000,7 @@ def rescore(
                 experiment,
                 list(scorers),
                 batch_size=batch_size,
+                on_batch=batch_done,
                 judge=judge,
                 judge_base_url=judge_base_url,
                 otlp=otlp,
@@ -1027,6 +1036,14 @@ def rescore(
         )
 
 
+def _rescore_progress(quiet: bool) -> Any:
+    """Where a rescore shows its batches: as ``run`` shows its trials, and not with ``--quiet`` or ``--json``. It
+    shows work of more than one batch: one (50,000 trials by default) is scored in a second or two."""
+    from .run._progress import progress_output
+
+    return progress_output("none" if quiet else "auto")
+
+
 def _rescore_traces(
     experiment: str | None,
     scorers: tuple[str, ...],
@@ -1042,11 +1059,14 @@ def _rescore_traces(
     rubric: str | None,
     store: str | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """``rescore --traces``: online evaluation of production traces."""
     import dataclasses
     import json
 
+    from .render._counted import counted
+    from .run._progress import following
     from .scorers._traces import TracePolicy, score_traces
     from .store._windows import parse_since
 
@@ -1065,6 +1085,12 @@ def _rescore_traces(
             judge=judge,
             judge_base_url=judge_base_url,
             batch_size=batch_size,
+            on_batch=following(
+                _rescore_progress(quiet or as_json),
+                lambda total: f"scoring {counted(total, 'production trace')}",
+                "traces",
+                batch_size + 1,
+            ),
         )
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(result), indent=2))

@@ -53,6 +53,27 @@ def progress_output(mode: str = "auto") -> Output:
     return Bar()
 
 
+def following(
+    output: Output, heading: Callable[[int], str], unit: str, from_total: int = 0
+) -> Callable[[int, int], None]:
+    """An ``on_progress(done, total)`` callback that shows the work on ``output``: started by its first call
+    (``heading(total)`` says what the work is), finished when ``done`` reaches ``total``; work of fewer than
+    ``from_total`` units ends too soon to need showing, and is not shown."""
+    shown: Output | None = None
+
+    def follow(done: int, total: int) -> None:
+        nonlocal shown
+        if shown is None:
+            shown = output if total >= from_total else Output()
+            shown.start(heading(total), total, unit)
+        if done >= total:
+            shown.finish(done, "")
+        else:
+            shown.update(done, "")
+
+    return follow
+
+
 class Lines(Output):
     """A line every few seconds on stderr, for logs and CI."""
 

@@ -128,6 +128,7 @@ def rescore(
     done = scores = rescored = 0
     not_scored: Counter[str] = Counter()
     without_case: Counter[str] = Counter()
+    on_batch(0, total_trials)  # the work is known: a display can start before the first batch ends
     for low, high, count in bounds:
         features = _features(store, experiment.experiment_id, low, high)
         case_ids = features.column("case_id").to_pylist()

@@ -218,6 +218,7 @@ class TraceScorer:
             ids = [
                 row[0] for row in con.execute("SELECT trace_id FROM in_scope ORDER BY started_at, trace_id").fetchall()
             ]
+            on_batch(0, len(ids))  # the work is known: a display can start before the first batch ends
             for start in range(0, len(ids), batch_size):
                 part = self._score(con, ids[start : start + batch_size], pass_id)
                 total.traces += part.traces
@@ -313,11 +314,13 @@ def score_traces(
     judge: str | None = None,
     judge_base_url: str | None = None,
     batch_size: int = DEFAULT_BATCH,
+    on_batch: Callable[[int, int], None] = lambda done, total: None,
 ) -> TraceScoreResult:
     """Score production traces with reference-free scorers and append the scores as one pass: the traces named
     by ``trace_ids``, or else every trace started since ``since`` of ``service``; ``sample`` of them (by trace
-    id). See :class:`TraceScorer` for a scorer kept across calls (a collector scoring traces as they arrive)."""
+    id), ``on_batch(done, total)`` told of the traces as the batches go. See :class:`TraceScorer` for a scorer
+    kept across calls (a collector scoring traces as they arrive)."""
     scorer = TraceScorer(store, scorers, policy=policy, sample=sample, judge=judge, judge_base_url=judge_base_url)
     if trace_ids is not None:
         return scorer.score(trace_ids)
-    return scorer.score_window(since=since, service=service, batch_size=batch_size)
+    return scorer.score_window(since=since, service=service, batch_size=batch_size, on_batch=on_batch)
