@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -358,6 +358,7 @@ def compact(
     skip_if_busy: bool = False,
     save_missing_figures: bool = False,
     drop_span_copies: bool = False,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> CompactionResult:
     """Compact every partition of ``tables`` (all tables by default) holding more than one file, then save
     again the figures of experiments that had them saved, so reports keep reading those; with
@@ -370,13 +371,14 @@ def compact(
     One compaction at a time per store: when another holds the store's lock, this one waits up to
     ``wait`` seconds and then raises :class:`StoreBusy`, or, with ``skip_if_busy`` (a run's own
     compaction at its end), returns at once with ``skipped`` set. A store folder that is not there raises
-    :class:`NoStore`: compaction never creates one.
+    :class:`NoStore`: compaction never creates one. ``on_progress(done, total)`` is told of the partitions gone
+    through, on disk.
     """
     store.require()
     try:
         with compaction_lock(store.root, wait=0 if skip_if_busy else wait):
             _recover_locked(store.root)
-            result = _compact_locked(store, tables, drop_span_copies)
+            result = _compact_locked(store, tables, drop_span_copies, on_progress)
             if result.partitions or save_missing_figures:
                 result.figures_refreshed = refresh_figures(store, missing=save_missing_figures)
             return result
@@ -387,7 +389,12 @@ def compact(
         return CompactionResult(skipped=True)
 
 
-def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bool = False) -> CompactionResult:
+def _compact_locked(
+    store: Store,
+    tables: list[str] | None,
+    drop_span_copies: bool = False,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> CompactionResult:
     if isinstance(store.root, RemoteRoot):
         from ._compact_remote import compact_remote
 
@@ -395,11 +402,15 @@ def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bo
     import pyarrow as pa
 
     result = CompactionResult()
-    for table in tables or list(TABLE_NAMES):
-        root = store.root / table
-        if not root.is_dir():
-            continue
-        folders = partition_folders(root)
+    assert isinstance(store.root, Path)
+    listed = [
+        (table, partition_folders(store.root / table))
+        for table in tables or list(TABLE_NAMES)
+        if (store.root / table).is_dir()
+    ]
+    total, done = sum(len(folders) for _, folders in listed), 0
+    on_progress(done, total)
+    for table, folders in listed:
         with_copies = _folders_with_copies(store.root, folders) if table == SPANS and drop_span_copies else set()
         for folder in folders:
             try:
@@ -407,8 +418,10 @@ def _compact_locked(store: Store, tables: list[str] | None, drop_span_copies: bo
             except (pa.ArrowException, OSError) as exc:
                 result.left_unreadable(folder, exc, store.root)
                 _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
-                continue
-            result.merged(*merged)
+            else:
+                result.merged(*merged)
+            done += 1
+            on_progress(done, total)
     return result
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,26 +100,35 @@ def damaged_store_message(error: BaseException | None) -> str | None:
     return None
 
 
-def doctor(store: Store, *, dry_run: bool = False, wait: float = COMPACT_WAIT_SECONDS) -> DoctorReport:
+def doctor(
+    store: Store,
+    *,
+    dry_run: bool = False,
+    wait: float = COMPACT_WAIT_SECONDS,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> DoctorReport:
     """Read every data file of the store; move unreadable ones to the quarantine (not with ``dry_run``).
     Holds the compaction lock meanwhile, so no compaction merges a file while it is examined. A store folder that is
-    not there raises :class:`NoStore`."""
+    not there raises :class:`NoStore`. ``on_progress(done, total)`` is told of the files read, on disk."""
     store.require()
     with compaction_lock(store.root, wait=wait, only_reading=dry_run):
         if not dry_run:
             finish_earlier_prunes(store.root)  # a killed prune: the files its journal names still go
         checked, unreadable = 0, []
-        for table in TABLES:
-            if isinstance(store.root, RemoteRoot):
+        if isinstance(store.root, RemoteRoot):
+            for table in TABLES:
                 found = _check_remote(store.root, table, dry_run)
                 checked += found[0]
                 unreadable += found[1]
-                continue
-            for path in sorted((store.root / table).rglob("*.parquet")):
+        else:
+            files = [(table, path) for table in TABLES for path in sorted((store.root / table).rglob("*.parquet"))]
+            on_progress(0, len(files))
+            for table, path in files:
                 checked += 1
                 problem = _check(table, path)
                 if problem is not None:
                     unreadable.append(problem if dry_run else _quarantine(store.root, problem))
+                on_progress(checked, len(files))
         damaged = [folder for folder in snapshot_folders(store) if not _readable(folder)]
         if not dry_run:
             for folder in damaged:
