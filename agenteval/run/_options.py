@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 from ..dataset._limits import MAX_CORPUS_MB
@@ -128,18 +129,17 @@ class RunOptions:
         """Each number given from Python is one (a ``str``, or ``True`` for 1, was taken as it came: a TypeError
         deep in the run, or one attempt) and is stored as a plain ``int`` or ``float`` (numpy's would be recorded as
         text)."""
-        for name in WHOLE_NUMBER_OPTIONS:
-            value = getattr(self, name)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                    raise UsageError(f"{flag(name)} ({name}=) must be a whole number, not {value!r}")
-                setattr(self, name, int(value))
-        for name in NUMBER_OPTIONS:
-            value = getattr(self, name)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                    raise UsageError(f"{flag(name)} ({name}=) must be a number, not {value!r}")
-                setattr(self, name, float(value))
+        kinds: tuple[tuple[tuple[str, ...], type, Callable[[Any], Any], str], ...] = (
+            (WHOLE_NUMBER_OPTIONS, numbers.Integral, int, "a whole number"),
+            (NUMBER_OPTIONS, numbers.Real, float, "a number"),
+        )
+        for names, kind, plain, said in kinds:
+            for name in names:
+                value = getattr(self, name)
+                if value is not None:
+                    if isinstance(value, bool) or not isinstance(value, kind):
+                        raise UsageError(f"{flag(name)} ({name}=) must be {said}, not {value!r}")
+                    setattr(self, name, plain(value))
 
 
 RECORD_VERSION_KEY = "record_version"
