@@ -92,7 +92,7 @@ from ._progress import Progress
 from ._scheduler import run_all
 from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
-from ._starting import stoppable_start
+from ._starting import stoppable_start, stopped_by_signals
 from ._store_mark import has_mark
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
@@ -670,14 +670,15 @@ class _Run:
                     raise _store_write_failed(self.store, self._resume_command(), unsaved, recorded) from unsaved
         if self.stopping_now:
             raise StopNow(self._stopped_at_once())
+        # The run's handlers are the caller's again: a signal now loses only the summary, all is saved.
+        saved = StopNow(stopped_after_saving(self.experiment.status, self._resume_command(), self._report_command()))
         try:
-            if status == ex.COMPLETED:
-                compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
-            self.experiment.summary = self.summary()
-        except KeyboardInterrupt:  # the handlers are the caller's again: all is saved, only the summary is lost
-            raise StopNow(
-                stopped_after_saving(self.experiment.status, self._resume_command(), self._report_command())
-            ) from None
+            with stopped_by_signals(lambda: saved):
+                if status == ex.COMPLETED:
+                    compact(self.store, skip_if_busy=True)  # another compaction running will merge these files later
+                self.experiment.summary = self.summary()
+        except KeyboardInterrupt:  # off the main thread, the caller's own handler's
+            raise saved from None
         return self.experiment
 
     def _say_spans_outside_trials(self, collector: TrialCollector) -> None:
