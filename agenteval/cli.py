@@ -362,8 +362,15 @@ def _stop_quietly_if_reader_gone(exc: BaseException) -> None:
     """A reader that took what it wanted and closed the pipe is no error to report: exit 1 without a word, with
     stdout pointed at devnull so that Python's flush at exit raises nothing more (Python's own advice)."""
     if isinstance(exc, BrokenPipeError) and _stdout_reader_gone():
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_unwritten_output()
         sys.exit(1)
+
+
+def _drop_unwritten_output() -> None:
+    """Point stdout at devnull: what is left in its buffer is never written, so Python's flush at exit neither
+    raises (a reader gone) nor waits forever (a reader that stopped reading, its pipe full)."""
+    with contextlib.suppress(OSError, ValueError):  # no file behind stdout (a test's capture)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _raise_as_one_line(exc: Exception) -> NoReturn:
@@ -891,8 +898,9 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
             from .render._console import run_summary
 
             click.echo(run_summary(summary))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # stopped while the summary was written (to a pipe no one reads, perhaps): left out
         click.echo(stopped_after_saving(experiment.status, summary.resume, summary.report), err=True)
+        _drop_unwritten_output()
         raise SystemExit(130) from None
     if experiment.status == "interrupted":
         raise SystemExit(130)
