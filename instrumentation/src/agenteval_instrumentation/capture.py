@@ -212,13 +212,16 @@ def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
 
 def _mapping(items: Any, size: int, depth: int, max_string: int, max_items: int) -> dict[str, Any]:
     kept = list(itertools.islice(items, max_items + 1))  # one past the cap, to know that more were left out
-    strings = {key for key, _ in kept[:max_items] if isinstance(key, str)}
+    strings: set[str] | None = None  # the string keys, gathered at the first key that is not one (most have none)
     out: dict[str, Any] = {}
     for i, (key, item) in enumerate(kept):
         if i >= max_items:
             out["…"] = f"{size - max_items} more entries"
             break
-        key = key if isinstance(key, str) else _key_text(key, out, strings)
+        if not isinstance(key, str):
+            if strings is None:
+                strings = {other for other, _ in kept[:max_items] if isinstance(other, str)}
+            key = _key_text(key, out, strings)
         if config.mask_secrets and is_secret_key(key):
             out[key] = MASK
         else:
