@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from agenteval_instrumentation import retriever, tool
 
-from ..dataset._file_kinds import not_regular
+from ..dataset._file_kinds import NotRegularFile, open_regular
 from ..dataset._limits import MAX_CORPUS_MB, MAX_PASSAGE_CHARS
 from ..errors import UsageError
 from ..render._text_safety import visible
@@ -78,10 +78,9 @@ def _open_corpus(path: str | os.PathLike[str], max_mb: float) -> BinaryIO:
     """The corpus file at ``path`` opened, or a :class:`UsageError`: not a regular file (a pipe would be waited on),
     larger than ``max_mb`` (said before it is read, with the option that raises the limit), not readable."""
     try:
-        kind = not_regular(os.stat(path).st_mode)
-        if kind is not None:
-            raise UsageError(f"--corpus {path}: {kind}, not a regular file; give a corpus JSONL file")
-        handle = open(path, "rb")  # closed by the caller's with
+        handle = open_regular(path)  # closed by the caller's with
+    except NotRegularFile as exc:
+        raise UsageError(f"--corpus {path}: {exc.strerror}; give a corpus JSONL file") from exc
     except OSError as exc:
         raise UsageError(f"--corpus {path}: {exc.strerror or exc}") from exc
     size = os.fstat(handle.fileno()).st_size
