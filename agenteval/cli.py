@@ -1171,6 +1171,7 @@ def report(
     """Report on EXPERIMENT (default: the newest): pass rates with intervals, failures, latency, cost. With --traces,
     on production traces: calls, failures by type, latency percentiles, tokens and cost by model and by tool."""
     from .render import _report_formats, _traces_report
+    from .render._tables import plain_text
 
     if output == "":  # `-o "$OUT"` with OUT unset: not "no -o", which prints the report
         raise click.UsageError("-o is empty: give the name of a file to write")
@@ -1212,7 +1213,7 @@ def report(
 
         Console().print(to_terminal(data))
         return
-    text = _plain_tables(to_terminal(data)) if fmt == "table" else formats[fmt](data)
+    text = plain_text(to_terminal(data)) if fmt == "table" else formats[fmt](data)
     if output:
         from ._output_files import write_text
 
@@ -1220,17 +1221,6 @@ def report(
         click.echo(f"wrote {visible(output)}")
     else:
         click.echo(text, nl=False)
-
-
-def _plain_tables(renderable: Any) -> str:
-    """What the terminal shows of ``renderable``, as plain text for a file: no colours or styles, 120 columns."""
-    import io
-
-    from rich.console import Console
-
-    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False, highlight=False)
-    console.print(renderable)
-    return console.file.getvalue()  # type: ignore[attr-defined]
 
 
 @main.command(name="compare")
@@ -1522,6 +1512,12 @@ def plugins_command(fmt: str) -> None:
             click.echo(f"warning: {visible(row.note or '')}", err=True)
 
 
+DOCTOR_SHOWS_FROM = 500
+"""Files from which the doctor shows its reading (a few milliseconds a file: 6,000 files took 30 s unseen)."""
+COMPACT_SHOWS_FROM = 50
+"""Partitions from which compact shows its progress (6,000 small files took 22 s unseen)."""
+
+
 @main.command()
 @store_option
 @click.option(
@@ -1542,7 +1538,9 @@ def compact(store: str | None, wait: float | None) -> None:
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
     target = Store(store)
-    shown = following(progress_output(), lambda total: f"compacting {counted(total, 'partition')}", "partitions", 50)
+    shown = following(
+        progress_output(), lambda total: f"compacting {counted(total, 'partition')}", "partitions", COMPACT_SHOWS_FROM
+    )
     result = compact_store(target, **given, save_missing_figures=True, drop_span_copies=True, on_progress=shown)
     save_reports(target, result.figures_refreshed)
     click.echo(
@@ -1625,10 +1623,6 @@ def prune(older_than: str, service: str | None, dry_run: bool, store: str | None
             "prune without --service removes them",
             err=True,
         )
-
-
-DOCTOR_SHOWS_FROM = 500
-"""Files from which the doctor shows its reading (a few milliseconds a file: 6,000 files took 30 s unseen)."""
 
 
 @main.command()

@@ -294,12 +294,18 @@ def _highest_level(full: list[int], least: list[int], room: int) -> int:
 def rich_table_text(names: list[str], rows: list[list[str]], total: int | None = None) -> str:
     """``rows`` drawn as a table, then how many there are; ``total``: how many the result had, when ``rows`` are
     only its first."""
-    from rich.console import Console
-
-    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
-    console.print(rich_table(names, rows))
     if total is not None and total > len(rows):
         count = f"{len(rows):,} of {total:,} rows shown: --format csv or json gives them all"
     else:
         count = f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
-    return console.export_text().rstrip("\n") + "\n" + count
+    return plain_text(rich_table(names, rows), width=200).rstrip("\n") + "\n" + count
+
+
+def plain_text(renderable: Any, width: int = 120) -> str:
+    """What a terminal ``width`` columns wide shows of ``renderable`` (rich tables), as plain text: no colours or
+    styles, for a file or a pipe."""
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None, force_terminal=False, highlight=False)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined]
