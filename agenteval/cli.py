@@ -504,7 +504,9 @@ def sql(query: str, store: str | None, fmt: str, memory_limit: int) -> None:
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
-    """Check a dataset FILE: every bad line is listed with its field. Exit 1 if any, or if it has no case."""
+    """Check a dataset FILE (and its card, if it has one): every bad line is listed with its field. Exit 1 if any,
+    or if it has no case."""
+    from .dataset._card import card_path, read_card
     from .dataset._cases import DatasetError, load_file
     from .render._counted import counted
 
@@ -516,7 +518,17 @@ def validate(file: str) -> None:
         click.echo(visible(f"{file}: {count} problem{'s' if count != 1 else ''}"), err=True)
         raise SystemExit(1) from None
     categories = counted(len(dataset.categories()), "category", "categories")
+    try:
+        card = read_card(file)
+    except DatasetError as exc:  # the cases are valid; the card beside them is not
+        click.echo(visible(f"{file}: {counted(len(dataset), 'case')} in {categories}, all valid"))
+        click.echo(shown_error(exc), err=True)
+        count = len(exc.problems)
+        click.echo(visible(f"{card_path(file)}: {count} problem{'s' if count != 1 else ''}"), err=True)
+        raise SystemExit(1) from None
     click.echo(visible(f"{file}: {counted(len(dataset), 'case')} in {categories}, all valid"))
+    if card is not None:
+        click.echo(visible(f"{card_path(file)}: valid, version {card.version}, kept by {card.owner}"))
 
 
 @main.command()
@@ -671,13 +683,67 @@ def audit(dataset: str, min_per_category: int, similarity: float, as_json: bool,
         message = f"the dataset has problems; run agenteval validate first\n{shown_error(exc)}"
         raise click.ClickException(message) from exc
     if as_json:
-        click.echo(json.dumps(dataclasses.asdict(report), indent=2))
+        record = dataclasses.asdict(report)
+        record["review"] = None if report.review is None else report.review.to_dict()
+        click.echo(json.dumps(record, indent=2))
         return
     from rich.console import Console
 
     from .render._console import audit_view
 
     Console().print(audit_view(report))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--owner", help="Who keeps the dataset (a person or team); needed for its first review.")
+@click.option("--every", "every", type=IntRange(1, 1_000_000), help="Days between reviews (default 90; kept after).")
+@click.option("--description", help="What the dataset is for, in a line.")
+@click.option("--check", is_flag=True, help="Record nothing: exit 1 if a review is due or the cases changed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the card and its status as JSON.")
+def review(
+    file: str, owner: str | None, every: int | None, description: str | None, check: bool, as_json: bool
+) -> None:
+    """Record that the cases of dataset FILE were reviewed today, in its card (FILE's name with .card.json). The
+    version goes up when the cases changed since the last review. With --check, say whether a review is due."""
+    import datetime
+    import json
+
+    from .dataset._card import card_path, read_card, review_dataset, review_status
+    from .dataset._cases import DatasetError, Problem, load_file
+    from .errors import UsageError
+
+    if check and (owner is not None or every is not None or description is not None):
+        raise UsageError("--check records nothing: give --owner, --every and --description without it")
+    try:
+        if check:
+            card = read_card(file)
+            if card is None:
+                raise DatasetError([Problem(str(card_path(file)), 0, None, _NO_CARD.format(file=file))])
+            status = review_status(card, load_file(file).hash)
+        else:
+            card = review_dataset(file, owner=owner, review_every_days=every, description=description)
+            status = review_status(card, card.reviewed_sha256 or "")
+    except DatasetError as exc:
+        raise click.ClickException(f"{shown_error(exc)}") from exc
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
+    elif check:
+        said = "the review is current" if status.current else "a review is needed: " + "; ".join(status.reasons())
+        click.echo(visible(f"{file}: version {card.version}, kept by {card.owner}; {said}"))
+    else:
+        due = card.last_reviewed + datetime.timedelta(days=card.review_every_days)
+        click.echo(
+            visible(
+                f"{file}: reviewed {card.last_reviewed.isoformat()}, version {card.version}, kept by {card.owner}; "
+                f"the next review is due by {due.isoformat()} ({card_path(file)})"
+            )
+        )
+    if check and not status.current:
+        raise SystemExit(1)
+
+
+_NO_CARD = "no card: record the first review with agenteval review {file} --owner NAME"
 
 
 def _agent_options(values: tuple[str, ...]) -> dict[str, str]:

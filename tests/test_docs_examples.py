@@ -223,10 +223,26 @@ def test_validate_of_an_empty_file_prints_what_the_guide_shows(tmp_path, monkeyp
 
 
 def test_the_dataset_loading_example_runs(capsys):
-    (code,) = [b for b in blocks(page("datasets.md"), "python") if "load_dataset" in b]
+    (code,) = [b for b in blocks(page("datasets.md"), "python") if "sample_cases" in b]
     scope: dict = {}
     exec(compile(code, "docs/datasets.md", "exec"), scope)
     assert len(scope["subset"]) == 20 and len(capsys.readouterr().out.splitlines()) == len(scope["hard"])
+
+
+def test_the_dataset_card_example_reviews_a_dataset(tmp_path, monkeypatch, capsys):
+    (code,) = [b for b in blocks(page("datasets.md"), "python") if "review_dataset" in b]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "support.jsonl").write_text('{"input": "Refund window?", "expected_output": "30 days"}\n')
+    (tmp_path / "support.card.json").write_text(
+        '{"owner": "support-evals team", "created": "2025-01-02", "last_reviewed": "2025-01-02"}'
+    )
+    scope: dict = {}
+    exec(compile(code, "docs/datasets.md", "exec"), scope)
+    assert capsys.readouterr().out.startswith("support-evals team: last reviewed ")
+    assert scope["status"].due and scope["status"].changed_since_review is None
+    from agenteval.dataset import read_card
+
+    assert read_card("support.jsonl").reviewed_sha256 is not None  # the review was recorded
 
 
 README = (DOCS.parent / "README.md").read_text()
@@ -345,7 +361,7 @@ EXAMPLES_WITH_A_TEST_OF_THEIR_OWN = {
     "docs/instrument.md": ["client.chat.completions.create"],
     "docs/scoring.md": ["batch_scorer"],
     "docs/reports.md": ["build_report(Store"],
-    "docs/datasets.md": ["load_dataset"],
+    "docs/datasets.md": ["sample_cases", "review_dataset"],
     "docs/run.md": ['evaluate("my_agent.py:answer"'],
     "docs/models.md": ["Model("],
     "docs/export.md": ["setup_tracing("],

@@ -8,10 +8,13 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ..errors import UsageError
 from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
+from ._card import ReviewStatus, card_path, read_card, review_status
 from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
+from ._catalog import datasets_dir
 from ._similarity_join import similar_pairs
 
 _TOKEN = re.compile(r"\w+|[-+*/^%=<>×÷]")
@@ -87,6 +90,12 @@ class AuditReport:
     """groups of case ids whose inputs have the same words, each as many times, in another order (see
     :func:`reordered_groups`)"""
     min_per_category: int = MIN_CASES_PER_CATEGORY
+    path: str = ""
+    """The dataset's file (or how it was generated)."""
+    card: str | None = None
+    """Where the dataset's card is or would be (``NAME.card.json``); None for a built-in or generated dataset."""
+    review: ReviewStatus | None = None
+    """Where the dataset stands against its card; None without one."""
 
 
 def audit(
@@ -109,6 +118,8 @@ def audit(
     used = Counter(
         name for case in cases for name, default in OPTIONAL_DEFAULTS.items() if getattr(case, name) != default
     )
+    card = _user_card(dataset)
+    review = None if card is None else _review(dataset)  # before the long part: a bad card fails at once
     alike = near_duplicates(cases, similarity, on_progress=on_progress)
     return AuditReport(
         dataset=dataset.name,
@@ -124,7 +135,24 @@ def audit(
         near_duplicate_groups=alike.groups,
         reordered=reordered_groups(cases),
         min_per_category=min_per_category,
+        path=dataset.path,
+        card=None if card is None else str(card),
+        review=review,
     )
+
+
+def _user_card(dataset: Dataset) -> Path | None:
+    """Where the card of a user's dataset file is; None for a built-in (kept by agenteval's maintainers, not
+    reviewed by its users) or a generated one."""
+    path = Path(dataset.path)
+    if not path.is_file() or path.resolve().parent == datasets_dir().resolve():
+        return None
+    return card_path(path)
+
+
+def _review(dataset: Dataset) -> ReviewStatus | None:
+    read = read_card(dataset.path)
+    return None if read is None else review_status(read, dataset.hash)
 
 
 def duplicate_groups(cases: Sequence[Case]) -> list[list[str]]:

@@ -37,6 +37,7 @@ def audit_view(report: AuditReport) -> RenderableType:
     ]
     parts: list[RenderableType] = [
         Text(f"{visible(report.dataset)}: {report.cases} cases in {len(report.categories)} categories", style="bold"),
+        *_card_view(report),
         rich_table(["category", "cases", *difficulty_names], rows, title="Cases per category and difficulty"),
         rich_table(["field", "cases using it"], [[f, str(n)] for f, n in report.fields.items()], title="Fields used"),
     ]
@@ -106,6 +107,36 @@ def _near_duplicates_view(report: AuditReport) -> list[RenderableType]:
     if more > 0:
         listed = len(report.near_duplicates)
         parts.append(Text(f"... and {more:,} more near-duplicate pairs (agenteval audit --json lists {listed:,})"))
+    return parts
+
+
+def _card_view(report: AuditReport) -> list[RenderableType]:
+    if report.card is None:  # built-in or generated: no card to keep
+        return []
+    review = report.review
+    dataset = visible(report.path)
+    if review is None:
+        return [
+            Text(
+                f"No card ({visible(report.card)}): agenteval review {dataset} --owner NAME records who keeps the "
+                "dataset and when its cases were reviewed, so that a review falls due.",
+                style="dim",
+            )
+        ]
+    card = review.card
+    ago = "today" if review.days_since_review == 0 else f"{counted(review.days_since_review, 'day')} ago"
+    said = (
+        f"Card: kept by {visible(card.owner)}, version {card.version}, created {card.created.isoformat()}, last "
+        f"reviewed {card.last_reviewed.isoformat()} ({ago}; reviewed every {card.review_every_days} days)."
+    )
+    parts: list[RenderableType] = [Text(said)]
+    if review.current:
+        unknown = review.changed_since_review is None
+        note = " The card does not say which cases were reviewed; agenteval review records it." if unknown else ""
+        parts.append(Text(f"The review is current.{note}", style="green"))
+    else:
+        reasons = "; ".join(review.reasons())
+        parts.append(Text(f"Review due: {reasons}. Review the cases, then: agenteval review {dataset}", style="yellow"))
     return parts
 
 

@@ -1,0 +1,255 @@
+"""A dataset's card: who owns it, which reviewed revision it is, and when it was last reviewed, kept beside the
+cases as ``NAME.card.json``. Datasets rot when the agent changes and they do not; the card is how ``audit`` and
+``review --check`` tell that a review is due, or that the cases changed since the last one."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .._output_files import write_text
+from ..errors import UsageError
+from ._cases import DatasetError, Problem, load_file
+from ._file_kinds import NotRegularFile, open_regular
+
+CARD_SUFFIX = ".card.json"
+REVIEW_EVERY_DAYS = 90
+"""How often a dataset is due for review unless its card says otherwise: a quarter."""
+MAX_CARD_BYTES = 1 << 20
+"""A card is a few lines; a larger file is not one (and is not read whole into memory)."""
+_TEXT_FIELDS = ("owner", "description")
+_DATE_FIELDS = ("created", "last_reviewed")
+_FIELDS = ("owner", "description", "created", "last_reviewed", "version", "review_every_days", "reviewed_sha256")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetCard:
+    """Who owns a dataset and when it was last reviewed (``NAME.card.json`` beside ``NAME.jsonl``)."""
+
+    owner: str
+    created: datetime.date
+    last_reviewed: datetime.date
+    version: int = 1
+    """The reviewed revision: 1 at the first review, one more at each review of changed cases."""
+    review_every_days: int = REVIEW_EVERY_DAYS
+    reviewed_sha256: str | None = None
+    """The SHA-256 of the dataset file as it was reviewed (``agenteval review`` records it); None in a card
+    written by hand, whose changes since cannot be told."""
+    description: str = ""
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def days_since_review(self, today: datetime.date | None = None) -> int:
+        """Whole days from the last review to ``today`` (the local date by default)."""
+        return ((today or datetime.date.today()) - self.last_reviewed).days
+
+    def needs_review(self, today: datetime.date | None = None) -> bool:
+        """True once more than ``review_every_days`` have passed since the last review."""
+        return self.days_since_review(today) > self.review_every_days
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "owner": self.owner,
+            "description": self.description,
+            "created": self.created.isoformat(),
+            "last_reviewed": self.last_reviewed.isoformat(),
+            "version": self.version,
+            "review_every_days": self.review_every_days,
+            "reviewed_sha256": self.reviewed_sha256,
+            "metadata": self.metadata,
+        }
+        if not self.description:
+            del record["description"]
+        if not self.metadata:
+            del record["metadata"]
+        return record
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewStatus:
+    """Where a dataset stands against its card: what ``audit`` shows and ``review --check`` checks."""
+
+    card: DatasetCard
+    days_since_review: int
+    due: bool
+    """More than the card's ``review_every_days`` since the last review."""
+    changed_since_review: bool | None
+    """The cases differ from those reviewed; None when the card does not say what was reviewed."""
+
+    @property
+    def current(self) -> bool:
+        """Reviewed within its interval, and the cases are the ones reviewed (or the card cannot tell)."""
+        return not self.due and not self.changed_since_review
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card's fields, then the status: for ``audit --json`` and ``review --check --json``."""
+        return {
+            **self.card.to_dict(),
+            "days_since_review": self.days_since_review,
+            "due": self.due,
+            "changed_since_review": self.changed_since_review,
+            "current": self.current,
+            "reasons": self.reasons(),
+        }
+
+    def reasons(self) -> list[str]:
+        """Why a review is needed, in words; empty when :attr:`current`."""
+        reasons = []
+        if self.due:
+            reasons.append(
+                f"last reviewed {self.days_since_review} days ago ({self.card.last_reviewed.isoformat()}), "
+                f"and it is reviewed every {self.card.review_every_days} days"
+            )
+        if self.changed_since_review:
+            reasons.append(f"the cases changed since the last review ({self.card.last_reviewed.isoformat()})")
+        return reasons
+
+
+def card_path(dataset_path: str | os.PathLike[str]) -> Path:
+    """Where the card of the dataset at ``dataset_path`` is: ``cases.jsonl`` -> ``cases.card.json``."""
+    path = Path(dataset_path)
+    return path.with_name(path.name.removesuffix(".jsonl") + CARD_SUFFIX)
+
+
+def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
+    """The card beside the dataset at ``dataset_path``, or None when it has none. A card that is not valid raises
+    :class:`DatasetError` naming the card's file and each bad field."""
+    path = card_path(dataset_path)
+    try:
+        with open_regular(path) as handle:
+            data = handle.read(MAX_CARD_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except (NotRegularFile, IsADirectoryError, PermissionError) as exc:
+        message = f"cannot be read as a card ({exc.strerror or exc})"
+        raise DatasetError([Problem(str(path), 0, None, message)]) from None
+    if len(data) > MAX_CARD_BYTES:
+        raise DatasetError([Problem(str(path), 0, None, "is over 1 MiB: not a dataset card")])
+    return parse_card(data, str(path))
+
+
+def parse_card(data: bytes, where: str) -> DatasetCard:
+    """A card from its JSON text; :class:`DatasetError` listing every bad field, ``where`` naming the file."""
+    try:
+        record = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise DatasetError([Problem(where, 0, None, "is not UTF-8 text")]) from None
+    except json.JSONDecodeError as exc:
+        problem = Problem(where, exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
+        raise DatasetError([problem]) from None
+    if not isinstance(record, dict):
+        raise DatasetError([Problem(where, 0, None, "must be a JSON object of the card's fields")])
+    problems: list[Problem] = []
+    values: dict[str, Any] = {}
+
+    def bad(field: str, message: str) -> None:
+        problems.append(Problem(where, 0, field, message))
+
+    for key in record:
+        if key not in (*_FIELDS, "metadata"):
+            bad(key, f"unknown field; a card has {', '.join(_FIELDS)} and metadata (anything else goes there)")
+    for field in _TEXT_FIELDS:
+        value = record.get(field, "")
+        if not isinstance(value, str) or (field == "owner" and not value.strip()):
+            bad(field, "must be a non-empty string" if field == "owner" else "must be a string")
+        else:
+            values[field] = value
+    for field in _DATE_FIELDS:
+        values[field] = _date(record, field, bad)
+    for field, default in (("version", 1), ("review_every_days", REVIEW_EVERY_DAYS)):
+        value = record.get(field, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+            bad(field, "must be a whole number from 1 to 1,000,000")
+        values[field] = value
+    sha = record.get("reviewed_sha256")
+    if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        bad("reviewed_sha256", "must be 64 lower-case hex digits (agenteval review writes it), or null")
+    metadata = record.get("metadata", {})
+    if not isinstance(metadata, dict):
+        bad("metadata", "must be a JSON object")
+    created, reviewed = values["created"], values["last_reviewed"]
+    if created and reviewed and reviewed < created:
+        bad("last_reviewed", f"{reviewed.isoformat()} is before created ({created.isoformat()})")
+    if problems:
+        raise DatasetError(problems)
+    return DatasetCard(
+        owner=values["owner"],
+        description=values["description"],
+        created=created,
+        last_reviewed=reviewed,
+        version=values["version"],
+        review_every_days=values["review_every_days"],
+        reviewed_sha256=sha,
+        metadata=metadata,
+    )
+
+
+def _date(record: dict[str, Any], field: str, bad: Any) -> datetime.date | None:
+    value = record.get(field)
+    if value is None:
+        bad(field, "is required: a date as YYYY-MM-DD")
+        return None
+    try:
+        when = datetime.date.fromisoformat(value) if isinstance(value, str) and len(value) == 10 else None
+        if when is None and isinstance(value, str):
+            when = datetime.datetime.fromisoformat(value).date()
+    except ValueError:
+        when = None
+    if when is None:
+        bad(field, f"{json.dumps(value)[:40]} is not a date; write it as YYYY-MM-DD")
+        return None
+    if when > datetime.date.today():
+        bad(field, f"{when.isoformat()} is after today; write the day it happened")
+        return None
+    return when
+
+
+def review_status(card: DatasetCard, dataset_sha256: str, today: datetime.date | None = None) -> ReviewStatus:
+    """Where a dataset whose file hashes to ``dataset_sha256`` stands against ``card``."""
+    changed = None if card.reviewed_sha256 is None else card.reviewed_sha256 != dataset_sha256
+    return ReviewStatus(card, card.days_since_review(today), card.needs_review(today), changed)
+
+
+def review_dataset(
+    dataset_path: str | os.PathLike[str],
+    *,
+    owner: str | None = None,
+    review_every_days: int | None = None,
+    description: str | None = None,
+    today: datetime.date | None = None,
+) -> DatasetCard:
+    """Record a review of the dataset at ``dataset_path`` in its card, making one if it has none (``owner`` is then
+    required): the review's date and the cases reviewed. The version goes up by one when the cases changed since
+    the last review. The dataset must be valid; an invalid card is an error, never written over."""
+    path = Path(dataset_path)
+    dataset = load_file(path)  # a review of cases that do not load would record nothing useful
+    today = today or datetime.date.today()
+    card = read_card(path)
+    if card is None:
+        if owner is None or not owner.strip():
+            raise UsageError(
+                f"{path} has no card yet ({card_path(path)}): give --owner, the person or team who keeps the dataset"
+            )
+        card = DatasetCard(owner=owner, created=today, last_reviewed=today)
+        version = 1
+    else:
+        changed = card.reviewed_sha256 != dataset.hash
+        version = card.version + 1 if changed and card.reviewed_sha256 is not None else card.version
+    if owner is not None and not owner.strip():
+        raise UsageError("--owner: must not be empty")
+    if review_every_days is not None and not 1 <= review_every_days <= 1_000_000:
+        raise UsageError("--every: must be a whole number of days from 1 to 1,000,000")
+    reviewed = dataclasses.replace(
+        card,
+        owner=owner or card.owner,
+        description=card.description if description is None else description,
+        last_reviewed=today,
+        version=version,
+        review_every_days=review_every_days or card.review_every_days,
+        reviewed_sha256=dataset.hash,
+    )
+    write_text("card", card_path(path), json.dumps(reviewed.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    return reviewed

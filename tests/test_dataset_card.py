@@ -1,0 +1,153 @@
+"""A dataset's card: who keeps it and when its cases were last reviewed, so that a review falls due."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from agenteval.cli import main
+from agenteval.dataset import DatasetCard, card_path, load_dataset, read_card, review_dataset
+from agenteval.dataset._card import REVIEW_EVERY_DAYS
+from agenteval.errors import UsageError
+
+CASES = '{"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}\n'
+TODAY = datetime.date.today()
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "400"})
+
+
+def shown(result) -> str:
+    return " ".join(result.output.split())
+
+
+@pytest.fixture
+def cases(tmp_path):
+    path = tmp_path / "support.jsonl"
+    path.write_text(CASES)
+    return path
+
+
+def write_card(cases, **fields):
+    record = {"owner": "evals team", "created": "2026-01-05", "last_reviewed": "2026-01-05", **fields}
+    card_path(cases).write_text(json.dumps(record))
+
+
+def test_the_first_review_makes_the_card_and_a_change_to_the_cases_makes_the_next_one_a_new_version(cases):
+    assert cli("review", str(cases), "--check").exit_code == 1  # no card yet: never reviewed
+    done = cli("review", str(cases), "--owner", "evals team")
+    assert done.exit_code == 0, done.output
+    card = read_card(cases)
+    assert card == DatasetCard(
+        owner="evals team",
+        created=TODAY,
+        last_reviewed=TODAY,
+        version=1,
+        review_every_days=REVIEW_EVERY_DAYS,
+        reviewed_sha256=load_dataset(str(cases)).hash,
+    )
+    assert cli("review", str(cases), "--check").exit_code == 0
+
+    with cases.open("a") as handle:
+        handle.write('{"id": "b", "input": "What is 3 + 3?", "expected_output": "6"}\n')
+    check = cli("review", str(cases), "--check")
+    assert check.exit_code == 1
+    assert "the cases changed since the last review" in shown(check)
+
+    assert cli("review", str(cases)).exit_code == 0  # the owner is kept
+    again = read_card(cases)
+    assert (again.version, again.owner, again.reviewed_sha256) == (2, "evals team", load_dataset(str(cases)).hash)
+    assert cli("review", str(cases)).exit_code == 0  # reviewed again, unchanged: the same version
+    assert read_card(cases).version == 2
+
+
+def test_a_review_falls_due_after_its_interval_and_not_on_its_last_day(cases):
+    card = DatasetCard(owner="o", created=TODAY, last_reviewed=TODAY)
+    assert not card.needs_review(TODAY + datetime.timedelta(days=REVIEW_EVERY_DAYS))
+    assert card.needs_review(TODAY + datetime.timedelta(days=REVIEW_EVERY_DAYS + 1))
+
+    long_ago = (TODAY - datetime.timedelta(days=100)).isoformat()
+    write_card(cases, created=long_ago, last_reviewed=long_ago)
+    check = cli("review", str(cases), "--check")
+    assert check.exit_code == 1
+    assert f"last reviewed 100 days ago ({long_ago}), and it is reviewed every 90 days" in shown(check)
+    # A card written by hand does not say which cases were reviewed: only the date can make a review due.
+    status = json.loads(cli("review", str(cases), "--check", "--json").output)
+    assert (status["due"], status["changed_since_review"], status["current"]) == (True, None, False)
+
+    audited = shown(cli("audit", str(cases)))
+    assert "Card: kept by evals team, version 1" in audited
+    assert f"Review due: last reviewed 100 days ago ({long_ago})" in audited
+    assert f"agenteval review {cases}" in audited
+    assert json.loads(cli("audit", str(cases), "--json").output)["review"]["days_since_review"] == 100
+
+    write_card(cases, created=long_ago, last_reviewed=long_ago, review_every_days=365)
+    assert cli("review", str(cases), "--check").exit_code == 0
+
+
+def test_a_bad_card_is_named_field_by_field_and_never_written_over(cases):
+    bad = {"owner": "", "created": "last spring", "last_reviewed": "2999-01-01", "version": 0, "notes": "x"}
+    card_path(cases).write_text(json.dumps(bad))
+    before = card_path(cases).read_text()
+
+    validated = cli("validate", str(cases))
+    assert validated.exit_code == 1
+    said = validated.output
+    card = str(card_path(cases))
+    assert f"{card}: notes: unknown field" in said
+    assert f"{card}: owner: must be a non-empty string" in said
+    assert f'{card}: created: "last spring" is not a date; write it as YYYY-MM-DD' in said
+    assert f"{card}: last_reviewed: 2999-01-01 is after today" in said
+    assert f"{card}: version: must be a whole number from 1 to 1,000,000" in said
+    assert f"{card}: 5 problems" in said
+
+    refused = cli("review", str(cases), "--owner", "someone")
+    assert refused.exit_code == 1
+    assert "notes: unknown field" in refused.output
+    assert card_path(cases).read_text() == before
+    assert "notes: unknown field" in cli("audit", str(cases)).output
+
+    card_path(cases).write_text("{not json")
+    assert f"{card}:1: invalid JSON at column 2" in cli("validate", str(cases)).output
+
+
+def test_a_first_review_needs_an_owner_and_the_cases_must_be_valid(cases, tmp_path):
+    with pytest.raises(UsageError, match="give --owner"):
+        review_dataset(cases)
+    assert not card_path(cases).exists()
+    no_owner = cli("review", str(cases))
+    assert no_owner.exit_code == 2
+    assert "has no card yet" in no_owner.output
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"input": "no expected output"}\n')
+    refused = cli("review", str(broken), "--owner", "o")
+    assert refused.exit_code == 1
+    assert "broken.jsonl:1: expected_output" in refused.output
+    assert not card_path(broken).exists()
+
+
+def test_audit_of_a_file_without_a_card_says_how_to_make_one_and_a_builtin_has_none(cases):
+    audited = shown(cli("audit", str(cases)))
+    assert f"No card ({card_path(cases)}): agenteval review {cases} --owner NAME" in audited
+    assert json.loads(cli("audit", str(cases), "--json").output)["review"] is None
+    builtin = cli("audit", "hard")
+    assert "card" not in builtin.output.lower()
+    assert json.loads(cli("audit", "hard", "--json").output)["card"] is None
+
+
+def test_an_owner_holding_control_characters_is_shown_escaped(cases):
+    assert cli("review", str(cases), "--owner", "evil\x1b[2Jteam").exit_code == 0
+    for result in (cli("review", str(cases), "--check"), cli("audit", str(cases))):
+        assert "\x1b" not in result.output
+        assert "evil\\x1b[2Jteam" in result.output
+
+
+def test_the_card_sits_beside_the_cases_named_after_them(tmp_path):
+    assert card_path(tmp_path / "support.jsonl") == tmp_path / "support.card.json"
+    assert card_path(tmp_path / "v1.cases.jsonl") == tmp_path / "v1.cases.card.json"
+    assert card_path(tmp_path / "cases") == tmp_path / "cases.card.json"
