@@ -151,3 +151,38 @@ def test_the_card_sits_beside_the_cases_named_after_them(tmp_path):
     assert card_path(tmp_path / "support.jsonl") == tmp_path / "support.card.json"
     assert card_path(tmp_path / "v1.cases.jsonl") == tmp_path / "v1.cases.card.json"
     assert card_path(tmp_path / "cases") == tmp_path / "cases.card.json"
+
+
+def test_a_run_records_its_datasets_card_and_the_report_says_where_its_review_stood(cases, tmp_path):
+    from agenteval.analysis import build_report
+    from agenteval.render import to_json, to_markdown
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    store = Store(tmp_path / "store")
+    assert cli("review", str(cases), "--owner", "evals team").exit_code == 0
+    reviewed = evaluate("mock", str(cases), attempts=1, store=store, progress="none")
+    with cases.open("a") as handle:
+        handle.write('{"id": "b", "input": "What is 3 + 3?", "expected_output": "6"}\n')
+    changed = evaluate("mock", str(cases), attempts=1, store=store, progress="none")
+
+    first = build_report(store, reviewed.experiment_id)
+    assert first.experiment.dataset_card == {
+        "version": 1,
+        "owner": "evals team",
+        "last_reviewed": TODAY.isoformat(),
+        "review_due": False,
+        "changed_since_review": False,
+    }
+    said = to_markdown(first)
+    assert f"card version 1, reviewed {TODAY.isoformat()})" in said
+    later = to_markdown(build_report(store, changed.experiment_id))
+    assert f"card version 1, reviewed {TODAY.isoformat()}, its cases changed since)" in later
+    assert json.loads(to_json(first))["experiment"]["dataset_card"]["version"] == 1
+
+    # A card that cannot be read stops no run: it is warned of and not recorded.
+    card_path(cases).write_text('{"owner": ""}')
+    with pytest.warns(UserWarning, match="the dataset's card is not recorded with the experiment: .*owner"):
+        unread = evaluate("mock", str(cases), attempts=1, store=store, progress="none")
+    assert unread.status == "completed"
+    assert build_report(store, unread.experiment_id).experiment.dataset_card is None

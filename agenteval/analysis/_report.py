@@ -166,6 +166,7 @@ def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:
         started_at=experiment.started_at,
         ended_at=experiment.ended_at,
         environment={key: experiment.environment.get(key) for key in ("python", "platform", "git")},
+        dataset_card=experiment.environment.get("dataset_card"),
     )
 
 

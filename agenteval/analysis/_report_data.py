@@ -234,6 +234,9 @@ class ReportedExperiment:
     ended_at: int | None
     environment: dict[str, Any]
     """``python``, ``platform`` and ``git`` (commit and dirty flag) of the run."""
+    dataset_card: dict[str, Any] | None = None
+    """The dataset's card as the run found it (``version``, ``owner``, ``last_reviewed``, ``review_due``,
+    ``changed_since_review``); None when the dataset had none."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,12 +8,13 @@ import dataclasses
 import datetime
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .._output_files import write_text
 from ..errors import UsageError
-from ._cases import DatasetError, Problem, load_file
+from ._cases import Dataset, DatasetError, Problem, load_file
 from ._file_kinds import NotRegularFile, open_regular
 
 CARD_SUFFIX = ".card.json"
@@ -211,6 +212,30 @@ def review_status(card: DatasetCard, dataset_sha256: str, today: datetime.date |
     """Where a dataset whose file hashes to ``dataset_sha256`` stands against ``card``."""
     changed = None if card.reviewed_sha256 is None else card.reviewed_sha256 != dataset_sha256
     return ReviewStatus(card, card.days_since_review(today), card.needs_review(today), changed)
+
+
+def card_record(dataset: Dataset) -> dict[str, Any] | None:
+    """What a run records of its dataset's card (in the experiment's ``environment``, as ``dataset_card``): the
+    reviewed version and where the review stood that day. None without a card (built-in and generated datasets have
+    none). An invalid card is warned of and not recorded: it says nothing about the agent, so it stops no run."""
+    path = Path(dataset.path)
+    if not path.is_file():
+        return None
+    try:
+        card = read_card(path)
+    except DatasetError as exc:
+        warnings.warn(f"the dataset's card is not recorded with the experiment: {exc.lines()[0]}", stacklevel=2)
+        return None
+    if card is None:
+        return None
+    status = review_status(card, dataset.hash)
+    return {
+        "version": card.version,
+        "owner": card.owner,
+        "last_reviewed": card.last_reviewed.isoformat(),
+        "review_due": status.due,
+        "changed_since_review": status.changed_since_review,
+    }
 
 
 def review_dataset(

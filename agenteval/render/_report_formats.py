@@ -98,6 +98,18 @@ def warning_section(warnings: list[str]) -> list[Section]:
     return [("Warnings", ["warning"], [[w] for w in warnings])] if warnings else []
 
 
+def _card_note(card: dict[str, Any] | None) -> str:
+    """The dataset's card as the run found it: its reviewed version, and whether a review was due."""
+    if not card:
+        return ""
+    note = f" · card version {card.get('version')}, reviewed {card.get('last_reviewed')}"
+    if card.get("changed_since_review"):
+        note += ", its cases changed since"
+    if card.get("review_due"):
+        note += ", a review was due"
+    return visible(note)
+
+
 def sections(report: Report) -> list[Section]:
     """The report as titled tables of text: what every format but JSON renders."""
     e, o = report.experiment, report.outcomes
@@ -106,7 +118,7 @@ def sections(report: Report) -> list[Section]:
     # escape, where a cell's own line breaks (an error's) are kept: a case id "a\nb" in the flaky list read as two.
     about = [
         ["experiment", e.id + (f" ({visible(e.name)})" if e.name else "")],
-        ["dataset", f"{visible(e.dataset)} (content {e.dataset_hash})"],
+        ["dataset", f"{visible(e.dataset)} (content {e.dataset_hash}{_card_note(e.dataset_card)})"],
         ["agent", f"{visible(e.agent)} · version {e.version}"],
         ["status", f"{e.status} · {report.trials} trials of {report.cases} cases"],
         *([["shards", shards_line(report.shards)]] if report.shards else []),

@@ -37,6 +37,7 @@ from agenteval_instrumentation import capture
 from ..agents._loading import LoadedAgent
 from ..analysis import _experiments as ex
 from ..analysis._saved_report import save_report
+from ..dataset._card import card_record
 from ..dataset._cases import Case, Dataset
 from ..dataset._catalog import load_dataset
 from ..errors import UsageError
@@ -461,7 +462,11 @@ class _Run:
                     options=recorded_options(options),
                     status=ex.RUNNING,
                     started_at=time.time_ns(),
-                    environment={**environment(agent.source_file), "agent": agent.provenance},
+                    environment={
+                        **environment(agent.source_file),
+                        "agent": agent.provenance,
+                        **({"dataset_card": card} if (card := card_record(dataset)) else {}),
+                    },
                     prices=prices,
                 )
                 store.ensure()  # everything checked; a store that cannot be written is said before anything runs
