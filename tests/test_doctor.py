@@ -228,6 +228,33 @@ def test_compaction_of_spans_without_copies_keeps_every_row(tmp_path):
     assert span_rows(store) == (spans, spans)
 
 
+def test_compact_keeps_the_first_row_of_each_span_in_the_order_of_its_files_and_rows(tmp_path):
+    """Which copy is kept: the first in the partition's files by name (their publication time), then by row in a
+    file; the copies here differ in name only, to tell them apart."""
+    store = tmp_path / "store"
+    start = 1_700_000_000_000_000_000
+
+    def span(span_id: str, name: str) -> dict:
+        return {
+            "trace_id": "t" * 32,
+            "span_id": span_id,
+            "name": name,
+            "kind": "INTERNAL",
+            "start_time": start,
+            "end_time": start + 1,
+            "duration_ms": 0.0,
+            "status_code": "UNSET",
+            "service_name": "shop",
+        }
+
+    Store(store).write("spans", [span("s1", "first"), span("s1", "second"), span("s2", "first")])
+    Store(store).write("spans", [span("s3", "first"), span("s2", "second"), span("s1", "third")])
+    result = compact(Store(store), ["spans"], drop_span_copies=True)
+    assert (result.rows, result.copies_dropped) == (3, 3)
+    kept = Store(store).rows("SELECT span_id, name FROM spans ORDER BY span_id")
+    assert kept == [{"span_id": f"s{n}", "name": "first"} for n in (1, 2, 3)]
+
+
 def test_doctor_and_compact_of_many_files_show_their_progress_on_stderr(tmp_path):
     """Both went through thousands of small files without a word (6,000 files: 30 s and 22 s). Past a few hundred
     files (the doctor) or a few dozen partitions (compact) each says what it reads, on stderr, as a run does; what

@@ -72,7 +72,7 @@ def _folders_with_copies(root: RemoteRoot, partitions: list[Partition]) -> set[s
 
     files = [f for partition in partitions for f in _data_files(partition)]
     remember(root, files)  # what DuckDB asks of these files is answered from the listing
-    found = folders_with_copies(root, [duckdb_path(root, f.relative) for f in files])
+    found = folders_with_copies(root, [duckdb_path(root, f.relative) for f in files], staging_dir(root))
     return {p.folder for p in partitions if duckdb_path(root, p.folder) in found}
 
 
@@ -108,7 +108,7 @@ def compact_remote_partition(
     import pyarrow.parquet as pq
 
     # The same schema, reading, conforming, row groups and count check as on disk.
-    from ._compact import merged_schema, write_merged
+    from ._compact import merged_schema, span_copies, write_merged
     from ._listed_objects import ListedObjects, remember
 
     keys = [f"{root.path}/{f.relative}" for f in files]
@@ -122,7 +122,9 @@ def compact_remote_partition(
     staged = staging_dir(root) / f"{name}{STAGED_SUFFIX}"
     try:
         where = root / partition.folder
-        rows, dropped = write_merged(staged, keys, schema, footers, has_copies=has_copies, where=where, filesystem=fs)
+        named = [duckdb_path(root, f.relative) for f in files]
+        copies = span_copies(root, named, staged.parent) if has_copies else None
+        rows, dropped = write_merged(staged, keys, schema, footers, copies=copies, where=where, filesystem=fs)
         relative = f"{partition.folder}/{name}"
         root.put(staged, relative)
         merged_file = RemoteFile(relative, staged.stat().st_size, 0)

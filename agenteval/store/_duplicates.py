@@ -5,17 +5,17 @@ the same store sends each span both ways, and each way stores it (see docs/expor
 trace in OpenTelemetry, so two rows with the same pair are one span recorded twice, and every count over traces
 doubles. Both ways put a span in the same partition (its experiment, or its day and service), so a partition's own
 files hold all its copies: ``agenteval doctor`` counts them with :func:`duplicated_partitions`, and compaction keeps
-the first of each (:class:`FirstOfEachSpan`).
+the first of each (:class:`SpanCopies`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import duckdb
+    import numpy
     import pyarrow as pa
 
 SPANS = "spans"
@@ -44,26 +44,50 @@ def duplicated_partitions(con: duckdb.DuckDBPyConnection, read_parquet: str) -> 
     return {folder: copies for folder, copies in con.execute(duplicates_sql(read_parquet)).fetchall()}
 
 
+def copy_rows_sql(read_parquet: str) -> str:
+    """The query giving every row of the files ``read_parquet`` reads (a ``read_parquet(..., filename = true,
+    file_row_number = true)`` call) that repeats an earlier row's span, as ``file`` (its file's place in the list
+    ``$files``, from 0) and ``row`` (its place in that file, from 0). Earlier: in the order of ``$files``, then of the
+    rows in a file, the order compaction writes them in; so the first row of each span is kept."""
+    key = ", ".join(SPAN_KEY)
+    place = "list_position($files, filename)"
+    return f"""
+SELECT {place} - 1 AS file, file_row_number AS row
+FROM {read_parquet}
+QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {place}, file_row_number) > 1
+"""
+
+
 @dataclasses.dataclass
-class FirstOfEachSpan:
-    """A stream of row groups of one partition's spans with every row after the first of its ``(trace_id,
-    span_id)`` left out, counting them in ``dropped``. Holds the keys seen, so it is used only for partitions that
-    :func:`duplicated_partitions` found copies in."""
+class SpanCopies:
+    """The rows to leave out of a partition's files: every row after the first of its ``(trace_id, span_id)``
+    (:func:`copy_rows_sql`), by file; ``dropped`` counts those left out so far. The spans are grouped by DuckDB,
+    within a memory limit, spilling to disk past it (``COPIES_MEMORY_LIMIT``): held in Python, a partition's keys took
+    about 290 bytes a span (2,000,000 spans: 590 MB). Here a copy costs 8 bytes, and a span without one nothing."""
 
+    rows: dict[int, numpy.ndarray]
     dropped: int = 0
-    _seen: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
-    def filter(self, row_groups: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection, read_parquet: str, files: list[str]) -> SpanCopies:
+        """The copies among ``files`` (as ``read_parquet``, over those files in that order, names them)."""
+        import numpy
+
+        found = con.execute(copy_rows_sql(read_parquet), {"files": files}).fetchnumpy()
+        by_file, rows = found["file"], found["row"]
+        if len(by_file) and numpy.ma.is_masked(by_file):  # a file DuckDB names otherwise: a bug, not a copy
+            raise ValueError(f"the lookup of spans stored twice named a file other than {files}")
+        return cls({int(f): rows[by_file == f] for f in numpy.unique(by_file)})
+
+    def leave_out(self, file: int, rows: pa.Table) -> pa.Table:
+        """``rows``, all of the ``file``-th file's, without its copies."""
+        copies = self.rows.get(file)
+        if copies is None:
+            return rows
+        import numpy
         import pyarrow as pa
 
-        for rows in row_groups:
-            keep = [self._first(key) for key in zip(*(rows.column(c).to_pylist() for c in SPAN_KEY), strict=True)]
-            kept = keep.count(True)
-            self.dropped += len(keep) - kept
-            yield rows if kept == len(keep) else rows.filter(pa.array(keep, pa.bool_()))
-
-    def _first(self, key: tuple[str, str]) -> bool:
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
+        keep = numpy.ones(rows.num_rows, dtype=bool)
+        keep[copies] = False
+        self.dropped += len(copies)
+        return rows.filter(pa.array(keep, pa.bool_()))

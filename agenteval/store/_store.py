@@ -382,10 +382,12 @@ class Store:
         return self._read_parquet(self._sources(table) or "[]")
 
     @staticmethod
-    def _read_parquet(sources: str, *, filename: bool = False) -> str:
-        """``read_parquet`` over ``sources``; ``filename`` adds each row's file as a column ``filename``."""
+    def _read_parquet(sources: str, *, filename: bool = False, row_numbers: bool = False) -> str:
+        """``read_parquet`` over ``sources``; ``filename`` adds each row's file as a column ``filename``, and
+        ``row_numbers`` its place in that file (from 0) as ``file_row_number``."""
         named = ", filename = true" if filename else ""
-        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false{named})"
+        numbered = ", file_row_number = true" if row_numbers else ""
+        return f"read_parquet({sources}, union_by_name = true, hive_partitioning = false{named}{numbered})"
 
     def _sources(self, table: str) -> str | None:
         """What ``read_parquet`` reads for ``table``, or None when it has no file."""
