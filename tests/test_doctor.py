@@ -255,6 +255,63 @@ def test_compact_keeps_the_first_row_of_each_span_in_the_order_of_its_files_and_
     assert kept == [{"span_id": f"s{n}", "name": "first"} for n in (1, 2, 3)]
 
 
+SENDS_BOTH_WAYS = """
+import sys
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from agenteval_exporters import ParquetSpanExporter
+
+store, batches = sys.argv[1], int(sys.argv[2])
+made = InMemorySpanExporter()
+provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+provider.add_span_processor(SimpleSpanProcessor(made))
+tracer = provider.get_tracer("test.twice")
+direct, collected = ParquetSpanExporter(store), ParquetSpanExporter(store)
+print("ready", flush=True)
+sent = 0
+for n in range(batches):
+    for _ in range(5):
+        with tracer.start_as_current_span(f"invoke_agent {n}"):
+            with tracer.start_as_current_span("chat"):
+                pass
+    spans = made.get_finished_spans()
+    made.clear()
+    direct.export(spans)  # the copy written into the store directly, then the one that came through collect
+    collected.export(spans)
+    sent += len(spans)
+direct.shutdown()
+collected.shutdown()
+print(sent, flush=True)
+"""
+
+
+def test_copies_arriving_while_compact_drops_copies_are_all_kept_once_by_the_next_compact(tmp_path):
+    """Spans stored twice keep arriving (both copies, one file each) while compactions that drop copies run from
+    another process: no span is lost, and once the writer is done one more agenteval compact leaves each span
+    stored once."""
+    store = tmp_path / "store"
+    first = spans_sent_both_ways(store, 20)  # copies already there, so every compaction has some to drop
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SENDS_BOTH_WAYS, str(store), "150"], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout.readline().strip() == "ready"
+    dropped = []
+    while writer.poll() is None:
+        result = compact(Store(store), ["spans"], drop_span_copies=True)
+        dropped.append(result.copies_dropped)
+        rows, spans = span_rows(store)
+        assert spans >= first and rows >= spans  # never a span lost on the way
+    out, _ = writer.communicate(timeout=120)
+    sent = first + int(out.split()[-1])
+    assert writer.returncode == 0 and len(dropped) > 1 and sum(dropped) > 0
+    assert span_rows(store)[1] == sent
+    compacted = agenteval(store, "compact")
+    assert compacted.returncode == 0, compacted.stderr
+    assert span_rows(store) == (sent, sent)
+
+
 def test_doctor_and_compact_of_many_files_show_their_progress_on_stderr(tmp_path):
     """Both went through thousands of small files without a word (6,000 files: 30 s and 22 s). Past a few hundred
     files (the doctor) or a few dozen partitions (compact) each says what it reads, on stderr, as a run does; what
