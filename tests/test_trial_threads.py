@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,8 @@ from opentelemetry import context, trace
 
 from agenteval import agent, llm_call, set_llm_response, tool
 from agenteval.dataset import Case, Dataset
-from agenteval.run import evaluate
+from agenteval.run import evaluate, evaluate_async
+from agenteval.run._collect import current_trial
 from agenteval.store import Store
 from agenteval_instrumentation import ContextThreadPoolExecutor
 
@@ -94,13 +96,6 @@ def every_way(question: str) -> str:
     return chat(question)
 
 
-@agent
-def plain_pool(question: str) -> str:
-    with ThreadPoolExecutor(TOOL_CALLS) as pool:
-        list(pool.map(lookup, [question] * TOOL_CALLS, range(TOOL_CALLS)))
-    return chat(question)
-
-
 def run(tmp_path, fn, cases: int = CASES, concurrency: int = 8):
     dataset = Dataset(
         "threads",
@@ -173,12 +168,182 @@ def test_trials_whose_threads_interleave_keep_each_span_apart(tmp_path):
     assert chats[0]["n"] == cases * ATTEMPTS  # each model call once
 
 
-def test_spans_a_thread_started_without_the_trials_context_are_said_lost(tmp_path):
-    with pytest.warns(UserWarning, match=rf"^{CASES * ATTEMPTS * TOOL_CALLS} span\(s\) started outside any trial"):
-        store, experiment = run(tmp_path, plain_pool)
-    assert {len(spans) for spans in tool_spans_per_trial(store, experiment.id).values()} == {0}
+# Threads an agent starts on its own, with no helper: while a run is open, one started (or a task submitted) inside a
+# trial carries the trial's context (agenteval.run._threads).
+
+MANY_CASES = 40
+POOL_BEFORE_THE_RUN = ThreadPoolExecutor(4, thread_name_prefix="before-the-run")
+"""Created, and its workers started, outside any run: tasks submitted to it from a trial must still carry it."""
+POOL_BEFORE_THE_RUN.submit(lambda: None).result()
+
+
+class OwnRun(threading.Thread):
+    """A subclass whose run() never calls Thread.run (as threading.Timer's does not)."""
+
+    def __init__(self, question: str, i: int) -> None:
+        super().__init__()
+        self.question, self.i = question, i
+
+    def run(self) -> None:
+        lookup(self.question, self.i)
+
+
+def started_and_joined(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def nested(question: str, i: int) -> None:
+    started_and_joined([threading.Thread(target=lookup, args=(question, i))])
+
+
+def every_plain_way(question: str) -> None:
+    """Work in threads started every plain way, each kind calling ``lookup`` :data:`TOOL_CALLS` times."""
+    # The run's own worker thread (a sync agent's) is the run's: it serves every trial and carries none.
+    assert "run" not in threading.current_thread().__dict__
+    started_and_joined([threading.Thread(target=lookup, args=(question, i)) for i in range(TOOL_CALLS)])
+    started_and_joined([threading.Thread(target=nested, args=(question, i)) for i in range(TOOL_CALLS)])
+    started_and_joined([OwnRun(question, i) for i in range(TOOL_CALLS)])
+    started_and_joined([threading.Timer(0, lookup, args=(question, i)) for i in range(TOOL_CALLS)])
+    with ThreadPoolExecutor(TOOL_CALLS) as pool:
+        list(pool.map(lookup, [question] * TOOL_CALLS, range(TOOL_CALLS)))
+    for future in [POOL_BEFORE_THE_RUN.submit(lookup, question, i) for i in range(TOOL_CALLS)]:
+        future.result()
+
+
+PLAIN_WAYS = 6
+
+
+@agent
+def plain_threads(question: str) -> str:
+    every_plain_way(question)
+    return chat(question)
+
+
+@agent
+async def async_plain_threads(question: str) -> str:
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(TOOL_CALLS) as pool:  # the agent's own pool, through the loop
+        await asyncio.gather(*(loop.run_in_executor(pool, lookup, question, i) for i in range(TOOL_CALLS)))
+    await asyncio.gather(*(asyncio.wrap_future(POOL_BEFORE_THE_RUN.submit(lookup, question, i)) for i in range(2)))
+    thread = threading.Thread(target=nested, args=(question, 0))
+    thread.start()
+    await loop.run_in_executor(POOL_BEFORE_THE_RUN, thread.join)
+    return chat(question)
+
+
+def test_spans_of_threads_an_agent_starts_itself_are_its_trials(tmp_path):
+    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no span outside a trial: nothing to say
+        store, experiment = run(tmp_path, plain_threads, cases=MANY_CASES, concurrency=32)
+    assert_every_tool_span_is_its_trials(store, experiment.id, MANY_CASES, PLAIN_WAYS * TOOL_CALLS)
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+
+
+def test_spans_of_threads_an_async_agent_starts_itself_are_its_trials(tmp_path):
+    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store, experiment = run(tmp_path, async_plain_threads, cases=MANY_CASES, concurrency=32)
+    assert_every_tool_span_is_its_trials(store, experiment.id, MANY_CASES, TOOL_CALLS + 3)
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+
+
+@tool
+def fetch(question: str) -> str:
+    return question
+
+
+SHARED: dict[str, ThreadPoolExecutor] = {}
+HANDED_OVER: queue.SimpleQueue[tuple[str, queue.SimpleQueue[object]]] = queue.SimpleQueue()
+SEEN_BY_HANDED_OVER: list[object] = []
+
+
+def shared_pool() -> ThreadPoolExecutor:
+    """One worker, started by the first trial that submits to it: every later task runs on that thread."""
+    return SHARED.setdefault("pool", ThreadPoolExecutor(1, thread_name_prefix="lazy"))
+
+
+def handed_over(question: str) -> str:
+    SEEN_BY_HANDED_OVER.append(current_trial.get())
+    return fetch(question)
+
+
+def dispatcher() -> None:
+    """A long-lived worker started before the run, taking work from a queue: outside every trial."""
+    while (item := HANDED_OVER.get()) is not None:
+        question, reply = item
+        reply.put(shared_pool().submit(handed_over, question).result())
+
+
+@agent
+def through_a_queue(question: str) -> str:
+    shared_pool().submit(lookup, question, 0).result()  # inside the trial: carried
+    reply: queue.SimpleQueue[object] = queue.SimpleQueue()
+    HANDED_OVER.put((question, reply))
+    reply.get()
+    return chat(question)
+
+
+def test_a_task_submitted_outside_the_trials_runs_in_none_even_on_a_worker_a_trial_started(tmp_path):
+    SEEN_BY_HANDED_OVER.clear()
+    thread = threading.Thread(target=dispatcher, daemon=True)
+    thread.start()
+    try:
+        handed = CASES * ATTEMPTS
+        with pytest.warns(UserWarning, match=rf"^{handed} span\(s\) started outside any trial"):
+            store, experiment = run(tmp_path, through_a_queue, concurrency=32)
+    finally:
+        HANDED_OVER.put(None)
+        thread.join()
+    assert_every_tool_span_is_its_trials(store, experiment.id, CASES, 1)
+    assert SEEN_BY_HANDED_OVER == [None] * handed
+    (stored,) = store.rows("SELECT count(*) AS n FROM spans WHERE name = 'execute_tool fetch'")
+    assert stored["n"] == 0
+    # After the run too, the pool's worker (started inside a trial) runs a task in no trial's context.
+    task = shared_pool().submit(lambda: (current_trial.get(), trace.get_current_span().get_span_context().is_valid))
+    assert task.result() == (None, False)
+    SHARED.pop("pool").shutdown()
+
+
+def test_overlapping_runs_keep_the_threads_carried_until_the_last_one_ends(tmp_path):
+    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    dataset = Dataset(
+        "threads",
+        "threads(test)",
+        "hash-overlap",
+        [Case(id=f"c{n}", input=f"q{n}", expected_output="ok") for n in range(CASES)],
+    )
+
+    async def both() -> tuple:
+        first_over = asyncio.Event()
+
+        @agent
+        async def after_the_first(question: str) -> str:
+            await first_over.wait()  # the first run has ended: the wrappers must still be in place
+            await asyncio.to_thread(started_and_joined, [threading.Thread(target=lookup, args=(question, 0))])
+            return chat(question)
+
+        @agent
+        def first(question: str) -> str:
+            started_and_joined([threading.Thread(target=lookup, args=(question, 0))])
+            return chat(question)
+
+        async def first_run():
+            try:
+                return await evaluate_async(first, dataset, attempts=ATTEMPTS, store=tmp_path / "a", progress="none")
+            finally:
+                first_over.set()
+
+        second = evaluate_async(after_the_first, dataset, attempts=ATTEMPTS, store=tmp_path / "b", progress="none")
+        return await asyncio.gather(first_run(), second)
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # carried over: nothing to say
-        store, experiment = run(tmp_path / "carried", every_way)
-    assert_every_tool_span_is_its_trials(store, experiment.id, CASES, 3 * TOOL_CALLS)
+        warnings.simplefilter("error")
+        a, b = asyncio.run(both())
+    assert_every_tool_span_is_its_trials(Store(tmp_path / "a"), a.id, CASES, 1)
+    assert_every_tool_span_is_its_trials(Store(tmp_path / "b"), b.id, CASES, 1)
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals

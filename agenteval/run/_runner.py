@@ -95,6 +95,7 @@ from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
 from ._starting import stoppable_start, stopped_by_signals
 from ._store_mark import has_mark
+from ._threads import carried_into_threads
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
 RUN_DATABASE = {"threads": 1, **SMALL_QUERIES}
@@ -597,12 +598,13 @@ class _Run:
         """In a cluster's worker: run :attr:`plans`, publish their spans and scores, and return their trial rows
         (for the driver to publish: its writing them is their commit) and the model calls the cache answered."""
         collector, runner = self._open(keep_trials=True)
-        try:
-            await self.run_trials(runner)
-        finally:
-            runner.close()
-            unsaved = await self._close(collector)
-            await self._close_models()
+        with carried_into_threads():
+            try:
+                await self.run_trials(runner)
+            finally:
+                runner.close()
+                unsaved = await self._close(collector)
+                await self._close_models()
         if unsaved is not None:
             raise unsaved
         assert self.sink is not None
@@ -641,7 +643,7 @@ class _Run:
         stop_watching = watch_waiting(waiting)
         status = ex.COMPLETED
         failure: BaseException | None = None
-        with self._signals(), _long_lived_objects_frozen():
+        with self._signals(), _long_lived_objects_frozen(), carried_into_threads():
             try:
                 await self.executor.run(self, runner)
             except asyncio.CancelledError:  # stopped at once: what finished can resume
@@ -687,16 +689,17 @@ class _Run:
         return self.experiment
 
     def _say_spans_outside_trials(self, collector: TrialCollector) -> None:
-        """Warn of spans that started outside any trial while the run lasted: the agent's work in a thread it
-        started without the context, which belongs to no trial and is not stored."""
+        """Warn of spans that started outside any trial while the run lasted: work that reached a thread started
+        outside the trials (threads and pool tasks started inside one carry it, see :mod:`._threads`), which belongs
+        to no trial and is not stored."""
         outside = collector.outside_trials - self._outside_trials_at_open
         if outside:
             warnings.warn(
-                f"{outside} span(s) started outside any trial while the run lasted, with no parent span: work the "
-                "agent handed to a thread (threading.Thread, ThreadPoolExecutor, run_in_executor on a loop of "
-                "its own) runs without the trial's context, so these spans belong to no trial and are not in the "
-                "store. Submit such work with agenteval_instrumentation's ContextThreadPoolExecutor, "
-                "submit_with_context or with_current_context",
+                f"{outside} span(s) started outside any trial while the run lasted, with no parent span: work "
+                "reached a thread started outside the trials (a worker started before the run that takes its work "
+                "from a queue) without the trial's context, so these spans belong to no trial and are not in the "
+                "store. Hand such work over as agenteval_instrumentation's with_current_context(fn), which carries "
+                "the context with it",
                 stacklevel=2,
             )
 

@@ -58,7 +58,10 @@ class SyncWorkers:
                 self._idle -= 1
         self._jobs.put((loop, future, contextvars.copy_context(), fn, args, kwargs))
         if start:
-            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+            # Started in an empty context: the worker is the run's and serves every trial, never the one whose
+            # call started it (see ``._threads``); each call runs in its caller's context.
+            worker = threading.Thread(target=self._work, name=self._name, daemon=True)
+            contextvars.Context().run(worker.start)
         return future
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,129 @@
+"""While a run lasts, threads and thread-pool tasks started inside a trial run in that trial's context.
+
+A thread starts with an empty context (before Python 3.14, and on 3.14 unless ``sys.flags.thread_inherit_context``),
+so the spans of a sync agent's tools called in a ``threading.Thread`` or a ``ThreadPoolExecutor`` of its own would
+belong to no trial and be lost. As ``opentelemetry-instrumentation-threading`` does, ``Thread.start`` and
+``ThreadPoolExecutor.submit`` are wrapped, here only while a run is open and only for calls made inside a trial:
+
+- a thread started inside a trial runs its ``run()`` in a copy of the starter's context. The copy is put on the
+  instance as its ``run`` rather than by wrapping ``Thread.run``, so a subclass that overrides ``run()`` without
+  calling ``super().run()`` (``threading.Timer``) is carried too; a thread given its own ``context=`` (3.14) keeps it.
+- a task submitted inside a trial runs in a copy of the submitter's context, taken at each submit: a pool's worker
+  threads are shared by whoever submits, so its own worker threads are started in an empty context, and a task
+  submitted later from outside any trial runs in none.
+
+Work handed over any other way (a queue read by a thread started outside the trials, another process) is not
+carried: nothing in a queue says which trial put the item there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ._collect import current_trial
+
+_lock = threading.Lock()
+_runs = 0
+"""Runs open in this process: the wrappers are installed by the first and removed by the last."""
+_originals: dict[tuple[type, str], Callable[..., Any]] = {}
+"""What each wrapper replaced, called through by it (kept after the last run: a wrapper someone held on to still
+calls through)."""
+_left_under: set[tuple[type, str]] = set()
+"""Wrappers left in place under another library's wrapper of the same method (see :func:`_remove`)."""
+
+
+@contextlib.contextmanager
+def carried_into_threads() -> Iterator[None]:
+    """For the length of a run: threads and pool tasks started inside a trial carry its context."""
+    global _runs
+    with _lock:
+        _runs += 1
+        if _runs == 1:
+            _install(threading.Thread, "start", _start)
+            _install(ThreadPoolExecutor, "submit", _submit)
+    try:
+        yield
+    finally:
+        with _lock:
+            _runs -= 1
+            if _runs == 0:
+                _remove(threading.Thread, "start", _start)
+                _remove(ThreadPoolExecutor, "submit", _submit)
+
+
+def _install(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
+    if (cls, name) in _left_under:  # still in place under another library's wrapper since the last run
+        return
+    _originals[cls, name] = cls.__dict__[name]
+    setattr(cls, name, wrapper)
+
+
+def _remove(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
+    if cls.__dict__.get(name) is wrapper:
+        setattr(cls, name, _originals[cls, name])
+    else:
+        # Another library wrapped ours meanwhile (an instrumentor installed during the run): putting the original
+        # back would drop its wrapper, so ours stays under it, passing every call through while no run is open.
+        _left_under.add((cls, name))
+
+
+def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
+    original = _originals[threading.Thread, "start"]
+    # A thread given a context of its own (Python 3.14's ``context=``) runs in it, as its starter asked.
+    if not _runs or current_trial.get() is None or getattr(self, "_context", None) is not None:
+        return original(self, *args, **kwargs)
+    restore = _run_in(self, contextvars.copy_context())
+    try:
+        return original(self, *args, **kwargs)
+    except BaseException:  # never started: it is as it was
+        restore()
+        raise
+
+
+_NOTHING = object()
+
+
+def _run_in(thread: threading.Thread, context: contextvars.Context) -> Callable[[], None]:
+    """Make ``thread``'s ``run()`` (whichever class defines it) run in ``context``; the function that undoes it."""
+    run = thread.run
+    before = thread.__dict__.get("run", _NOTHING)
+
+    def restore() -> None:
+        # Also breaks the cycle thread -> this closure -> its bound run -> thread, as Thread.run drops its target.
+        if thread.__dict__.get("run") is run_in_context:
+            if before is _NOTHING:
+                del thread.__dict__["run"]
+            else:
+                thread.__dict__["run"] = before
+
+    def run_in_context() -> None:
+        try:
+            context.run(run)
+        finally:
+            restore()
+
+    thread.__dict__["run"] = run_in_context
+    return restore
+
+
+def _submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+    original = _originals[ThreadPoolExecutor, "submit"]
+    if not _runs or current_trial.get() is None or _ships_its_tasks(self):
+        return original(self, fn, *args, **kwargs)
+    task = contextvars.copy_context()
+    # Submitted in an empty context: a worker thread this submit starts is the pool's, no trial's (see above).
+    return contextvars.Context().run(original, self, task.run, fn, *args, **kwargs)
+
+
+def _ships_its_tasks(executor: ThreadPoolExecutor) -> bool:
+    """Whether ``executor`` sends its tasks elsewhere (3.14's InterpreterPoolExecutor pickles them to another
+    interpreter, where a Context cannot go)."""
+    module = sys.modules.get("concurrent.futures.interpreter")
+    pool = getattr(module, "InterpreterPoolExecutor", None)
+    return pool is not None and isinstance(executor, pool)
