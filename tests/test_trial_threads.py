@@ -347,3 +347,40 @@ def test_overlapping_runs_keep_the_threads_carried_until_the_last_one_ends(tmp_p
     assert_every_tool_span_is_its_trials(Store(tmp_path / "a"), a.id, CASES, 1)
     assert_every_tool_span_is_its_trials(Store(tmp_path / "b"), b.id, CASES, 1)
     assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+
+
+LAZY: dict[str, threading.Thread] = {}
+LAZY_WORK: queue.SimpleQueue[tuple[str, queue.SimpleQueue[object]]] = queue.SimpleQueue()
+
+
+def lazy_worker() -> None:
+    while True:
+        question, reply = LAZY_WORK.get()
+        reply.put(fetch(question))
+
+
+@agent
+def through_a_worker_started_on_first_call(question: str) -> str:
+    if "worker" not in LAZY:  # started by the first trial, kept for every later one
+        LAZY["worker"] = threading.Thread(target=lazy_worker, daemon=True)
+        LAZY["worker"].start()
+    reply: queue.SimpleQueue[object] = queue.SimpleQueue()
+    LAZY_WORK.put((question, reply))
+    reply.get()
+    return chat(question)
+
+
+def test_a_worker_a_trial_starts_and_keeps_lends_no_later_trial_its_context(tmp_path):
+    # The worker carries the first trial's context for its life: what it does for later trials, after the first
+    # has ended, would be stored as that first trial's late spans. It is no trial's, and said so.
+    later = CASES * ATTEMPTS - 1
+    with pytest.warns(UserWarning, match=rf"^{later} span\(s\) started in a thread a trial had started, after"):
+        store, experiment = run(tmp_path, through_a_worker_started_on_first_call, concurrency=1)
+    rows = store.rows(
+        "SELECT t.trial_id, count(s.span_id) AS n FROM trials t LEFT JOIN spans s ON s.trial_id = t.trial_id "
+        "AND s.name = 'execute_tool fetch' WHERE t.experiment_id = ? GROUP BY 1",
+        [experiment.id],
+    )
+    assert sorted(row["n"] for row in rows) == [0] * later + [1]  # the first trial's own call, only
+    (stored,) = store.rows("SELECT count(*) AS n FROM spans WHERE name = 'execute_tool fetch'")
+    assert stored["n"] == 1

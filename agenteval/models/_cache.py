@@ -41,7 +41,7 @@ class ResponseCache:
         """The key of ``request`` asked of ``base_url`` (as ``_names.recordable_url`` gives it: never a secret) by the
         current trial."""
         current = current_trial.get()
-        tag = current[0] if current is not None else None
+        tag = current.tag if current is not None else None
         asking = None if tag is None else {"case": tag.case_id, "attempt": tag.attempt, "role": tag.role}
         fields = {"provider": provider, "base_url": base_url, "request": request.cache_fields(), "trial": asking}
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()

@@ -54,14 +54,26 @@ class TrialTag:
 TRIAL_KEYS = (A.EXPERIMENT_ID, A.CASE_ID, A.TRIAL_ID, A.TRIAL_ATTEMPT, A.ROLE)
 """The attributes that tie a span to its trial (and to the side of it, :data:`A.ROLE`, that made it)."""
 
-current_trial: contextvars.ContextVar[tuple[TrialTag, dict[str, Any]] | None] = contextvars.ContextVar(
+
+@dataclasses.dataclass(eq=False, slots=True)
+class TrialScope:
+    """The current trial as a context holds it: its tag, the attributes stamped from it (built once, not per span),
+    and whether it has ended. A thread the trial started carries a copy of its context and may outlive it (a worker
+    started lazily by the first trial, serving later ones): a span started there after the end is no trial's."""
+
+    tag: TrialTag
+    attributes: dict[str, Any]
+    ended: bool = False
+
+
+current_trial: contextvars.ContextVar[TrialScope | None] = contextvars.ContextVar(
     "agenteval_current_trial", default=None
 )
 
 
-def trial_context(tag: TrialTag) -> contextvars.Token[tuple[TrialTag, dict[str, Any]] | None]:
-    """Make ``tag`` the current trial (its attributes are built once, not per span)."""
-    return current_trial.set((tag, tag.attributes()))
+def trial_context(tag: TrialTag) -> contextvars.Token[TrialScope | None]:
+    """Make ``tag`` the current trial."""
+    return current_trial.set(TrialScope(tag, tag.attributes()))
 
 
 class TrialCollector(SpanProcessor):
@@ -74,13 +86,18 @@ class TrialCollector(SpanProcessor):
         self.outside_trials = 0
         """Spans started with no trial and no parent while a run was open: work the agent handed to a thread
         without its context, which no trial can own (see :meth:`on_start`)."""
+        self.after_trials = 0
+        """Spans started in the context of a trial that had ended: in a thread it started that outlived it."""
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         current = current_trial.get()
-        if current is not None:
-            span.set_attributes(current[1])
-        else:
+        if current is None:
             self._tie_to_parents_trial(span, parent_context)
+        elif not current.ended:
+            span.set_attributes(current.attributes)
+        else:  # stamped, it would be stored as a late span of a trial whose work it is not
+            with self._lock:
+                self.after_trials += 1
         mark_wrapper(span, parent_context)  # usage is counted once, on the innermost model call
 
     def _tie_to_parents_trial(self, span: Span, parent_context: Context | None) -> None:

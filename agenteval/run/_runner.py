@@ -351,6 +351,7 @@ class _Run:
     """Its running record saved already (a new shard saves it as it joins, see :func:`_joining`)."""
     collector: TrialCollector | None = None
     _outside_trials_at_open: int = 0
+    _after_trials_at_open: int = 0
     """The collector's count of spans outside any trial when the run opened (see :meth:`_say_spans_outside_trials`)."""
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -570,6 +571,7 @@ class _Run:
         self.otlp = OTLPForwarder(otlp) if otlp is not None else None
         collector.open(self.experiment.experiment_id, self.store.root)
         self._outside_trials_at_open = collector.outside_trials
+        self._after_trials_at_open = collector.after_trials
         self.sink = StoreSink(self.store, keep_trials, commit_check=self.lease.check)
         runner = TrialRunner(
             self.agent,
@@ -700,6 +702,16 @@ class _Run:
                 "from a queue) without the trial's context, so these spans belong to no trial and are not in the "
                 "store. Hand such work over as agenteval_instrumentation's with_current_context(fn), which carries "
                 "the context with it",
+                stacklevel=2,
+            )
+        after = collector.after_trials - self._after_trials_at_open
+        if after:
+            warnings.warn(
+                f"{after} span(s) started in a thread a trial had started, after that trial had ended: a worker "
+                "thread or pool a trial starts and keeps (started lazily on the first call, then fed by later "
+                "trials) carries the first trial's context, so these spans are no trial's and are not in the store. "
+                "Start such a worker before the run and hand it work as agenteval_instrumentation's "
+                "with_current_context(fn)",
                 stacklevel=2,
             )
 

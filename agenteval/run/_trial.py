@@ -25,7 +25,7 @@ from agenteval_instrumentation.text import storable_text
 
 from ..agents._loading import LoadedAgent, accepts_messages, is_async
 from ..dataset._cases import Case
-from ._collect import TrialCollector, TrialTag, current_trial, trial_context
+from ._collect import TrialCollector, TrialScope, TrialTag, current_trial, trial_context
 from ._failures import RATE_LIMITED, TIMEOUT, Failure, classify, mark_raised_by_simulator, provider_error, retried
 from ._forks import RunProcess
 from ._loop import CANCEL_GRACE_SECONDS
@@ -113,6 +113,8 @@ class _Running:
     task: asyncio.Task[Any] | None
     started_ns: int
     overdue_at: float
+    scope: TrialScope | None = None
+    """The trial's context value, ended with the trial."""
     root: Any = None
     trace_id: str | None = None
     replies: list[str] = dataclasses.field(default_factory=list)
@@ -169,7 +171,7 @@ class TrialRunner:
         tag = TrialTag(self.experiment_id, plan.case.id, plan.trial_id, plan.attempt)
         token = trial_context(tag)
         deadline = time.monotonic() + self.timeout
-        running = _Running(plan, asyncio.current_task(), time.time_ns(), deadline + self.grace)
+        running = _Running(plan, asyncio.current_task(), time.time_ns(), deadline + self.grace, current_trial.get())
         self._running[plan.trial_id] = running
         exc: BaseException | None
         timed_out: bool | str
@@ -221,6 +223,8 @@ class TrialRunner:
 
     def _finished(self, running: _Running, exc: BaseException | None, timed_out: bool | str) -> TrialResult:
         """The result of a trial that is over (or given up on), with the spans gathered for it."""
+        if running.scope is not None:
+            running.scope.ended = True  # what its threads start from now on is no trial's
         spans = self.collector.take(self.experiment_id, running.plan.trial_id)
         return self._result(running, exc, timed_out, spans)
 
@@ -315,7 +319,7 @@ class TrialRunner:
         current = current_trial.get()
         assert current is not None and self.user_simulator is not None
         # The simulator's spans are marked, so its calls never count as the agent's tokens or cost.
-        token = trial_context(dataclasses.replace(current[0], role=SIMULATED_USER))
+        token = trial_context(dataclasses.replace(current.tag, role=SIMULATED_USER))
         try:
             with (
                 self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}),
@@ -332,7 +336,7 @@ class TrialRunner:
             mark_raised_by_simulator(exc)
             raise
         except asyncio.CancelledError:
-            running = self._running.get(current[0].trial_id)
+            running = self._running.get(current.tag.trial_id)
             if running is not None:
                 running.cut_off_in_simulator = True
             raise
