@@ -4,7 +4,8 @@ full disk, an error half way or a Ctrl-C leaves no half file and the old one as 
 JSONL files (``generate``, ``cases-from-traces``) are never written over one that exists unless ``--force``; files
 that belong together (``generate``'s cases and the corpus their ``relevant_docs`` name) are all staged first, then
 put in place, and a failure puts back the ones already in place. A report (:func:`write_text`) is derived, so it
-replaces the file there, keeping its permissions, and goes to a pipe or a device as a stream."""
+replaces the file there, keeping its permissions, and goes to a pipe or a device as a stream. Every output given
+as a link is written to the file the link names, and the link stays a link (:func:`written_through`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def refuse_existing(option: str, path: str | os.PathLike[str], *, force: bool, h
         raise UsageError(f"{option} {path}: the file exists ({holds}); choose another or give --force")
 
 
+def written_through(path: str | os.PathLike[str]) -> Path:
+    """The file writing to ``path`` changes: through a link, the file it names, so a rename replaces that file and
+    the link stays a link (as ``cp`` and editors that save atomically do); the staged file goes beside it, on the
+    filesystem the rename stays on. Each writer here resolves its path with this, once."""
+    return Path(os.path.realpath(path))
+
+
 def _hidden_beside(target: Path, kind: str) -> Path:
     """A new name in ``target``'s folder: unique, so two runs writing one file never share a staged file, and a
     leftover (or a link planted) at a fixed name is never written through."""
@@ -49,7 +57,7 @@ def _hidden_beside(target: Path, kind: str) -> Path:
 def check_writable(option: str, path: str | os.PathLike[str]) -> None:
     """:class:`OutputNotWritable` unless a file can be made where ``path`` will be written (a staged name, made
     and removed): said before paid work (model calls) rather than after it."""
-    staged = _hidden_beside(Path(path), "partial")
+    staged = _hidden_beside(written_through(path), "partial")
     try:
         with open(staged, "x", encoding="utf-8"):
             pass
@@ -61,7 +69,10 @@ def check_writable(option: str, path: str | os.PathLike[str]) -> None:
 @dataclasses.dataclass
 class _Output:
     option: str
+    given: str | os.PathLike[str]
+    """The path as the user gave it, which messages name."""
     target: Path
+    """The file written (:func:`written_through`)."""
     staged: Path | None = None
     replaced: Path | None = None
     """The file ``target`` held, under a second name until every output is in place (to put it back)."""
@@ -141,22 +152,22 @@ def _put_back(output: _Output) -> str | None:
     except OSError as exc:
         kept = f"; the file it held is {output.replaced}" if output.replaced is not None else ""
         output.replaced = None  # the user's to keep: never removed
-        return f"{output.option} {output.target} could not be put back ({exc.strerror or exc}){kept}"
+        return f"{output.option} {output.given} could not be put back ({exc.strerror or exc}){kept}"
 
 
 def _where_now(output: _Output) -> str:
     if os.path.lexists(output.target):
-        return f"{output.option} {output.target} was left as it was"
-    return f"{output.option} {output.target} was not written either"
+        return f"{output.option} {output.given} was left as it was"
+    return f"{output.option} {output.given} was not written either"
 
 
 def _failure(output: _Output, exc: OSError, *, force: bool) -> OutputNotWritable:
     if isinstance(exc, FileExistsError) and not force and exc.filename == str(output.target):
         return OutputNotWritable(
-            f"{output.option} {output.target}: a file appeared there while this command ran and was not written "
+            f"{output.option} {output.given}: a file appeared there while this command ran and was not written "
             "over; choose another or give --force"
         )
-    return OutputNotWritable.at(output.option, output.target, exc)
+    return OutputNotWritable.at(output.option, output.given, exc)
 
 
 def write_jsonl_files(outputs: Sequence[tuple[str, str | os.PathLike[str], Records]], *, force: bool) -> None:
@@ -164,7 +175,7 @@ def write_jsonl_files(outputs: Sequence[tuple[str, str | os.PathLike[str], Recor
     filesystem allows: each rename is atomic, a set of them is not). A failure is :class:`OutputNotWritable`
     naming the option that failed and where the others' files are; without ``force``, a file that appeared at a
     path since :func:`refuse_existing` looked is not written over."""
-    written = [_Output(option, Path(path)) for option, path, _ in outputs]
+    written = [_Output(option, path, written_through(path)) for option, path, _ in outputs]
     current = written[0]
     try:
         for current, (_, _, records) in zip(written, outputs, strict=True):
@@ -203,7 +214,7 @@ def write_text(option: str, path: str | os.PathLike[str], text: str) -> None:
     keeps its permissions; through a link, to the file it names, the link left a link; to a pipe or a device
     (``/dev/stdout``, ``/dev/null``) written as a stream, which no rename could replace. A failure is
     :class:`OutputNotWritable` naming ``option``."""
-    target = Path(os.path.realpath(path))
+    target = written_through(path)
     try:
         try:
             mode: int | None = os.stat(target).st_mode

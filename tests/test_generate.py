@@ -556,3 +556,22 @@ def test_a_paragraph_longer_than_a_passage_is_cut_so_no_prompt_or_search_result_
     text = "\n".join(p.text for p in passages)
     assert text.split("\n")[: len(lines)] == lines and text.endswith(unbroken[-10:])  # nothing lost or cut in a line
     assert "".join(p.text for p in passages[-3:]).endswith(unbroken)
+
+
+def test_force_onto_a_link_writes_the_file_it_names_and_leaves_the_link(model_server, tmp_path):
+    """--force renamed the new file over the link itself: a dataset kept elsewhere and linked in (a shared folder,
+    a dotfiles repository) stayed old while the link became a copy. ``report -o`` writes through a link; now so do
+    the JSONL outputs, the way ``cp`` and editors that save atomically do."""
+    write_documents(tmp_path / "docs")
+    model_server.responder = generator
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for name in ("cases.jsonl", "corpus.jsonl"):
+        (kept / name).write_text('{"id": "old", "input": "q", "expected_output": "a"}\n')
+        (tmp_path / name).symlink_to(kept / name)
+    done = generate(model_server, tmp_path, "--force")
+    assert done.returncode == 0, done.stderr
+    for name in ("cases.jsonl", "corpus.jsonl"):
+        assert (tmp_path / name).is_symlink() and os.readlink(tmp_path / name) == str(kept / name)
+        assert '"old"' not in (kept / name).read_text() and (kept / name).read_text().strip()
+    assert sorted(p.name for p in kept.iterdir()) == ["cases.jsonl", "corpus.jsonl"]  # nothing staged left
