@@ -226,12 +226,15 @@ def write_text(option: str, path: str | os.PathLike[str], text: str) -> None:
             return
         if mode is not None and not os.access(target, os.W_OK):  # a rename would replace a file kept read-only
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
-        _replace_whole(target, text, None if mode is None else stat.S_IMODE(mode))
+        replace_whole(target, text, None if mode is None else stat.S_IMODE(mode))
     except OSError as exc:
         raise OutputNotWritable.at(option, path, exc) from exc
 
 
-def _replace_whole(target: Path, text: str, mode: int | None) -> None:
+def replace_whole(target: Path, text: str, mode: int | None = None) -> None:
+    """``text`` as the regular file ``target`` (any file there replaced, a link too), whole or not at all: staged
+    beside it, fsynced, renamed over it; ``mode`` gives the new file a file's permissions. The one atomic write of
+    a text file, for the commands' outputs and for files agenteval keeps for itself (saved reports)."""
     staged = _hidden_beside(target, "partial")
     try:
         _write_staged(staged, [text])

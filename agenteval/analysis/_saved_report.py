@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import re
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from agenteval_exporters.partitions import store_path
 from agenteval_instrumentation.masking import masked_logger
 
 from .. import __version__
+from .._output_files import replace_whole
 from ..store._fingerprints import SNAPSHOTS, files_fingerprint
 from ._report_data import Report, report_from_dict
 from ._statuses import RUNNING
@@ -145,9 +145,4 @@ def _report_path(root: Path, experiment_id: str) -> Path:
 
 def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}-{uuid.uuid4().hex[:8]}")
-    try:
-        staged.write_text(text)
-        os.replace(staged, path)
-    finally:
-        staged.unlink(missing_ok=True)
+    replace_whole(path, text)
