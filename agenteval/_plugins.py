@@ -15,7 +15,7 @@ from typing import Any
 
 from agenteval_instrumentation.text import exception_text
 
-from .errors import PluginError
+from .errors import AgentevalError, PluginError
 
 SCORERS = "agenteval.scorers"
 """A :class:`~agenteval.scorers.Scorer` or a list or tuple of them, chosen by ``--scorer NAME``."""
@@ -47,9 +47,12 @@ class Plugin:
         that fails to import raises :class:`PluginError` every time it is used."""
         return _load(self)
 
-    def error(self, problem: str, remedy: str | None = None) -> PluginError:
-        """A one-line error about this plugin that says what to do."""
-        return PluginError(f"{self.describe()}: {problem}; {remedy or f'fix or uninstall {self.distribution}'}")
+    def error(
+        self, problem: str, remedy: str | None = None, kind: type[AgentevalError] = PluginError
+    ) -> AgentevalError:
+        """A one-line error about this plugin that says what to do; ``kind`` for an error that has a class of its
+        own whatever gave the failing code (an agent's factory: :class:`AgentLoadError`)."""
+        return kind(f"{self.describe()}: {problem}; {remedy or f'fix or uninstall {self.distribution}'}")
 
 
 @functools.cache

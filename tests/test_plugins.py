@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,9 @@ tool_use_again = Scorer("tool_use", version="plugin-2", sql="struct_pack(value :
 
 
 def make_agent(shout="no", fail_on=None):
+    if shout not in ("yes", "no"):
+        raise ValueError(f"shout={shout!r}: say yes or no")
+
     def agent(message):
         if fail_on and fail_on in message:
             raise BackendDown("the demo backend is down")
@@ -455,6 +459,26 @@ def test_a_plugin_whose_import_raises_a_base_exception_is_one_line_too(sites, ca
     store = tmp_path / "store"
     run = agenteval("run", "-d", str(cases), "-a", "odd_agent", "--store", str(store), sites=path, cwd=tmp_path)
     assert (run.returncode, run.stdout, run.stderr) == (1, "", f"Error: {problem}\n")
+    assert not store.exists()
+
+
+def test_a_plugin_agent_factory_that_raises_is_one_line_naming_the_plugin_and_its_distribution(sites, cases, tmp_path):
+    """The factory's error said ``--agent echo: building the agent raised ...``: nothing named the distribution
+    that registered ``echo`` (the name alone does not say which package to look at, fix or uninstall)."""
+    store = tmp_path / "store"
+    args = ("run", "-d", str(cases), "-a", "echo", "--agent-option", "shout=maybe", "--store", str(store))
+    run = agenteval(*args, sites=[sites["demo"]], cwd=tmp_path)
+    source = sites["demo"] / "agenteval_demo_plugin" / "__init__.py"
+    assert (run.returncode, run.stdout) == (1, ""), run.stderr
+    assert re.fullmatch(
+        re.escape(
+            f"Error: plugin echo (agenteval.providers, from {PLUGIN} 0.3.1, agenteval_demo_plugin:make_agent): "
+            f"building the agent raised ValueError: shout='maybe': say yes or no (at {source}:"
+        )
+        + r"\d+\)"
+        + re.escape(f"; check its --agent-option values, or fix or uninstall {PLUGIN}\n"),
+        run.stderr,
+    ), run.stderr
     assert not store.exists()
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from agenteval_instrumentation.text import exception_text
 
 from .._plugins import PROVIDERS, Plugin, find
-from ..errors import AgentLoadError, UsageError, module_not_found
+from ..errors import AgentevalError, AgentLoadError, UsageError, module_not_found
 
 MOCK = "mock"
 
@@ -151,7 +151,7 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
         target, name, source, imported = _import(spec)
         spec_text = spec
     try:
-        agent = _built(spec_text, target, options)
+        agent = _built(spec_text, target, options, plugin)
     except BaseException:
         if imported is not None:
             imported.undo()
@@ -160,10 +160,10 @@ def load_agent(spec: str | Callable[..., Any], options: dict[str, Any] | None = 
     return LoadedAgent(agent, spec_text, name, source, options, shipped, imported)
 
 
-def _built(spec_text: str, target: Any, options: dict[str, Any]) -> Callable[..., Any]:
-    """The agent by the factory rule (see the module's documentation)."""
+def _built(spec_text: str, target: Any, options: dict[str, Any], plugin: Plugin | None) -> Callable[..., Any]:
+    """The agent by the factory rule (see the module's documentation); ``plugin``: the one that named ``target``."""
     agent = (
-        _guarded(spec_text, "building the agent", lambda: target(**options))
+        _guarded(spec_text, "building the agent", lambda: target(**options), plugin)
         if options or inspect.isclass(target)
         else target
     )
@@ -229,18 +229,30 @@ def _import(spec: str) -> tuple[Any, str, str | None, FileImport | None]:
     return target, attr, getattr(module, "__file__", None), imported
 
 
-def _guarded(spec: str, doing: str, step: Callable[[], Any]) -> Any:
+def _guarded(spec: str, doing: str, step: Callable[[], Any], plugin: Plugin | None = None) -> Any:
     """``step()``; whatever the user's code raises, even ``sys.exit()`` or its own ``BaseException`` subclass,
     becomes one line naming the file and line where it was raised. A KeyboardInterrupt goes on: it may be
     the user's Ctrl-C during a slow import."""
     try:
         return step()
-    except SyntaxError as exc:
-        raise AgentLoadError(f"--agent {spec}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        raise AgentLoadError(f"--agent {spec}: {doing} raised {exception_text(exc)}{_where(exc)}") from exc
+        raise _load_failed(spec, _problem(doing, exc), plugin) from exc
+
+
+def _problem(doing: str, exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{exc.filename}:{exc.lineno}: syntax error: {exc.msg}"
+    return f"{doing} raised {exception_text(exc)}{_where(exc)}"
+
+
+def _load_failed(spec: str, problem: str, plugin: Plugin | None) -> AgentevalError:
+    if plugin is None:
+        return AgentLoadError(f"--agent {spec}: {problem}")
+    # As the other plugin errors: the name alone says neither which package registered it nor what to do.
+    remedy = f"check its --agent-option values, or fix or uninstall {plugin.distribution}"
+    return plugin.error(problem, remedy, kind=AgentLoadError)
 
 
 def _where(exc: BaseException) -> str:
