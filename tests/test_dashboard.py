@@ -863,3 +863,14 @@ def test_the_comparison_page_prints_a_tiny_p_as_compare_does():
     page = _environment().from_string("p = {{ p|p }}")
     assert page.render(p=2e-7) == f"p = {shown_p(2e-7)}" == "p = 2.0e-07"
     assert page.render(p=0.0123) == "p = 0.012"
+
+
+def test_the_sql_page_shows_times_in_utc_whatever_the_machines_time_zone(runs, monkeypatch):
+    """As ``agenteval sql``: the page showed TIMESTAMPTZ values in the server's zone, the other pages in UTC."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # the dashboard's process, and its SQL workers, inherit it
+    statement = "SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' AS t"
+    with dashboard_process(runs["store"]) as (site, _):
+        page = get(site, "/sql", params={"q": statement}, timeout=120)
+        download = get(site, "/sql.csv", params={"q": statement}, timeout=120)
+    assert page.status_code == 200 and "<td>2024-01-01 00:00:00+00:00</td>" in page.text, page.text
+    assert download.status_code == 200 and download.text.splitlines() == ["t", "2024-01-01T00:00:00+00:00"]

@@ -7,6 +7,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -437,3 +438,22 @@ def test_a_read_only_statement_past_its_memory_never_spills_to_disk(store, tmp_p
     finally:
         con.close()
     assert list(tmp_path.iterdir()) == []
+
+
+# An instant and how it reads in UTC; in Tokyo (no daylight saving time) it read 2024-01-01T09:00:00+09:00.
+INSTANT = "SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' AS t, (SELECT min(started_at) FROM experiments) AS first_run"
+IN_UTC = "2024-01-01T00:00:00+00:00"
+
+
+def test_sql_shows_times_in_utc_whatever_the_machines_time_zone(store):
+    """``agenteval sql`` showed TIMESTAMPTZ values in the machine's zone, the report and everything else in UTC:
+    one instant read two ways. The read-only connection's zone is UTC; ``AT TIME ZONE`` still gives another."""
+    env = {**os.environ, "TZ": "Asia/Tokyo"}
+    command = [sys.executable, "-m", "agenteval.cli", "sql", "--store", str(store), "--format", "csv"]
+    shown = subprocess.run([*command, INSTANT], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    rows = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert rows[0]["t"] == IN_UTC and rows[0]["first_run"].endswith("+00:00"), shown.stdout
+    local = "SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' AT TIME ZONE 'Asia/Tokyo' AS t"
+    tokyo = subprocess.run([*command, local], capture_output=True, text=True, env=env, timeout=120)
+    assert tokyo.returncode == 0 and tokyo.stdout.splitlines()[1] == "2024-01-01T09:00:00", tokyo.stdout

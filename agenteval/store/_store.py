@@ -81,9 +81,16 @@ REFUSED_AS = {
 }
 """How a refusal names a statement whose DuckDB type is not the word the user wrote."""
 
+SHOWN_TIME_ZONE = "UTC"
+"""The zone a read-only connection (people's own statements) shows TIMESTAMPTZ values in."""
+
 LOCKED_SETTINGS = (
     "SET autoinstall_known_extensions = false",
     "SET autoload_known_extensions = false",
+    # TIMESTAMPTZ values shown as reports show them, in UTC, not the machine's zone: one instant reads the same in
+    # `agenteval sql`, the dashboard's SQL page and everywhere else. ICU's setting; DuckDB's wheels link ICU in (a
+    # build without it fails here, after autoloading is off, rather than fetch it). `AT TIME ZONE` gives another.
+    f"SET TimeZone = '{SHOWN_TIME_ZONE}'",
     "SET enable_external_access = false",  # after allowed_directories: only the store stays reachable
     "SET lock_configuration = true",  # last: no statement can undo the others
 )
