@@ -180,6 +180,27 @@ def test_a_stream_dropped_half_way_is_a_transient_infrastructure_failure(model_s
     assert complete(model(model_server, api, stream=True)).text == "whole"  # and it is retried
 
 
+STREAMS_CUT_IN_THEIR_FIRST_EVENT = {
+    ms.ANTHROPIC: 'event: message_start\ndata: {"type": "message_start", "message": {"id": "m',
+    ms.OPENAI: 'data: {"id": "chatcmpl-1", "object": "chat.completion.chu',
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_whose_body_ends_inside_its_first_event_is_a_transient_infrastructure_failure(model_server, api):
+    """A body that ends (its length reached, or its connection closed) before its first event is whole: the SDKs drop
+    the part-event and assert on the final message that never came, an AssertionError typed as the agent's bug."""
+    body = STREAMS_CUT_IN_THEIR_FIRST_EVENT[api]
+    model_server.script(ms.Reply(body=body, content_type="text/event-stream"))
+    exc = raised(model(model_server, api, stream=True, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    assert "ended before" in str(exc)
+    model_server.script(ms.Reply(body=body, content_type="text/event-stream"), ms.text("whole"))
+    response = complete(model(model_server, api, stream=True))
+    assert response.text == "whole" and response.retries == 1
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_a_refused_connection_is_an_infrastructure_failure(api):
     url = f"http://127.0.0.1:{ms.refused_port()}" + ("/v1" if api == ms.OPENAI else "")

@@ -147,15 +147,19 @@ SAMPLING = frozenset({"temperature", "top_p", "top_k"})
 
 
 async def send(api: Any, request: ModelRequest, heard: Callable[[], None]) -> Any:
-    """The SDK's ``Message`` (streamed: the SDK's own final message, folded from the events; ``heard`` is called on
-    each event, which its ``ping`` keep-alives are not)."""
+    """The SDK's ``Message`` (streamed: the SDK's own final message, folded from the events, or None when the stream
+    held no event; ``heard`` is called on each event, which its ``ping`` keep-alives are not)."""
     kwargs = _fitted(api, arguments(request))
     if not request.stream:
         return await api.messages.create(**kwargs)
     async with api.messages.stream(**kwargs) as stream:
+        events = 0
         async for _ in stream:
             heard()
-        return await stream.get_final_message()
+            events += 1
+        # A body that ended inside its first event (or held none) leaves the SDK no message to fold, and it asserts
+        # on it: no answer, which the caller reads as a stream that ended early.
+        return await stream.get_final_message() if events else None
 
 
 def finished(raw: Any) -> bool:

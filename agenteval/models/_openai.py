@@ -53,15 +53,19 @@ def arguments(request: ModelRequest) -> dict[str, Any]:
 
 
 async def send(api: Any, request: ModelRequest, heard: Callable[[], None]) -> Any:
-    """The SDK's ``ChatCompletion`` (streamed: the SDK's own final completion, folded from the chunks; ``heard`` is
-    called on each of the stream's events)."""
+    """The SDK's ``ChatCompletion`` (streamed: the SDK's own final completion, folded from the chunks, or None when
+    the stream held no chunk; ``heard`` is called on each of the stream's events)."""
     kwargs = arguments(request)
     if not request.stream:
         return await api.chat.completions.create(**kwargs)
     async with api.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as stream:
+        events = 0
         async for _ in stream:
             heard()
-        return await stream.get_final_completion()
+            events += 1
+        # A body that ended inside its first event (or held none) leaves the SDK no message to fold, and it asserts
+        # on it: no answer, which the caller reads as a stream that ended early.
+        return await stream.get_final_completion() if events else None
 
 
 def finished(raw: Any) -> bool:
