@@ -180,6 +180,29 @@ def test_a_stream_dropped_half_way_is_a_transient_infrastructure_failure(model_s
     assert complete(model(model_server, api, stream=True)).text == "whole"  # and it is retried
 
 
+STREAM_ERROR_EVENTS = {
+    # What each API sends when it fails after the stream began (its status already 200): Anthropic documents an
+    # overloaded_error event (a 529 had it not streamed); OpenAI-compatible servers send an error object as data.
+    ms.ANTHROPIC: "event: error\ndata: "
+    + json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ms.OPENAI: "data: " + json.dumps({"error": {"message": "The server had an error.", "type": "server_error"}}),
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_provider_error_sent_inside_a_stream_is_a_transient_infrastructure_failure(model_server, api):
+    """The SDKs raise such an event as an APIError with no status (OpenAI) or the stream's 200 (Anthropic): it was
+    recognised by no matcher, so the trial was an agent_error, the agent's own bug, and was never retried."""
+    body = STREAM_ERROR_EVENTS[api] + "\n\n"
+    model_server.script(ms.Reply(body=body, content_type="text/event-stream"))
+    exc = raised(model(model_server, api, stream=True, retry=RetryPolicy(max_retries=0)))
+    failure = classify(exc, raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("llm_error", True), repr(exc)
+    model_server.script(ms.Reply(body=body, content_type="text/event-stream"), ms.text("whole"))
+    response = complete(model(model_server, api, stream=True))
+    assert response.text == "whole" and response.retries == 1
+
+
 STREAMS_CUT_IN_THEIR_FIRST_EVENT = {
     ms.ANTHROPIC: 'event: message_start\ndata: {"type": "message_start", "message": {"id": "m',
     ms.OPENAI: 'data: {"id": "chatcmpl-1", "object": "chat.completion.chu',

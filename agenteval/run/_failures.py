@@ -250,6 +250,9 @@ def _finite_wait(seconds: float) -> float | None:
     return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
+SERVER_ERROR_CODES = frozenset({"overloaded_error", "api_error", "server_error"})
+"""The error types of a provider's own failure, as an error event inside a stream carries them (Anthropic's
+``overloaded_error``, which a 529 would be unstreamed, and ``api_error``; OpenAI's ``server_error``)."""
 QUOTA_CODES = ("insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "resource_exhausted_quota")
 QUOTA_MESSAGES = ("exceeded your current quota", "credit balance is too low", "billing_hard_limit")
 """How providers word an exhausted quota or credit: OpenAI's 429 ``insufficient_quota``, Anthropic's 400
@@ -275,6 +278,8 @@ def _http_status(exc: BaseException) -> ProviderError | None:
         return ProviderError(LLM_ERROR, infrastructure=True, retry_after=retry_after(exc))
     if status is not None and 400 <= status < 500:
         return ProviderError(LLM_ERROR, infrastructure=False)  # a bad request is the agent's doing
+    if code in SERVER_ERROR_CODES:  # sent inside a stream, whose status (if any) was the 200 it began with
+        return ProviderError(LLM_ERROR, infrastructure=True, retry_after=retry_after(exc))
     return None
 
 
