@@ -673,9 +673,19 @@ def test_the_model_s_own_empty_reply_stays_its_empty_output(model_server, conten
     assert classify(None, reply=response.text).type == "empty_output"
 
 
-@pytest.mark.parametrize("content", ["4", ["4"], [{"text": "4"}]], ids=["a string", "strings", "blocks of no type"])
+NO_CONTENT = object()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["4", ["4"], [{"text": "4"}], None, NO_CONTENT],
+    ids=["a string", "strings", "blocks of no type", "null", "none at all"],
+)
 def test_anthropic_content_of_the_wrong_shape_is_an_infrastructure_failure_and_is_retried(model_server, content):
     """Content that is not a list of typed blocks read as an empty reply (a string's characters were skipped as blocks
-    of no type): the trial was empty_output, the agent's failure, and was never retried."""
+    of no type; a message with null or no content, which the API always sends as a list, read as one with none): the
+    trial was empty_output, the agent's failure, and was never retried."""
     message = {"id": "x", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn"}
-    assert_unreadable_and_retried(model_server, ms.ANTHROPIC, json.dumps({**message, "content": content}))
+    if content is not NO_CONTENT:
+        message["content"] = content
+    assert_unreadable_and_retried(model_server, ms.ANTHROPIC, json.dumps(message))

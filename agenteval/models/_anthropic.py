@@ -168,9 +168,11 @@ def finished(raw: Any) -> bool:
 
 def read(raw: Any) -> dict[str, Any]:
     texts, calls = [], []
-    if raw.content is not None and not isinstance(raw.content, list):  # a string would read as blocks of no type
+    # A string would read as blocks of no type, and null (or no content) as the model's empty reply: the API always
+    # sends a list, empty when the model said nothing.
+    if not isinstance(raw.content, list):
         raise TypeError(f"the message's content is {type(raw.content).__name__}, not a list of blocks")
-    for block in raw.content or []:
+    for block in raw.content:
         kind = getattr(block, "type", None)
         if not isinstance(kind, str):
             raise TypeError("a content block has no type")
