@@ -353,6 +353,42 @@ def test_the_cache_answers_the_same_attempt_again_but_never_another_attempt(mode
     assert not changed.cache_hit  # parameters are part of the key
 
 
+def _unfinished(api: str, stored: dict) -> dict:
+    """A cached answer with no finished reply: no choices (OpenAI), no stop reason (Anthropic)."""
+    response = dict(stored["response"])
+    if api == ms.OPENAI:
+        response["choices"] = []
+    else:
+        response["stop_reason"] = None
+    return {**stored, "response": response}
+
+
+SPOILT_CACHE_FILES = {
+    "cut": lambda api, stored: json.dumps(stored)[:40],
+    "not an object": lambda api, stored: "[1, 2]",
+    "no response": lambda api, stored: json.dumps({"provider": api}),
+    "another shape": lambda api, stored: json.dumps({**stored, "response": {"id": 1}}),
+    "unfinished": lambda api, stored: json.dumps(_unfinished(api, stored)),
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("spoil", list(SPOILT_CACHE_FILES.values()), ids=list(SPOILT_CACHE_FILES))
+def test_a_cache_file_that_holds_no_usable_answer_is_a_miss_answered_anew(model_server, api, tmp_path, spoil):
+    """A cached answer with no finished reply (an edited or older file) was given as a hit, an empty reply that no
+    model made; and any file that could not be used was counted as a hit though the model was asked again."""
+    cache = ResponseCache(tmp_path / "cache")
+    model_server.responder = lambda request: ms.text(f"answer {len(model_server.requests)}")
+    assert _in_trial(model(model_server, api, cache=cache), "case-1", 1).text == "answer 1"
+    (path,) = (tmp_path / "cache").rglob("*.json")
+    path.write_text(spoil(api, json.loads(path.read_text())))
+    cache.hits = cache.misses = 0
+    again = _in_trial(model(model_server, api, cache=cache), "case-1", 1)
+    assert (again.text, again.cache_hit, cache.hits, cache.misses) == ("answer 2", False, 0, 1)
+    assert _in_trial(model(model_server, api, cache=cache), "case-1", 1).text == "answer 2"  # written anew
+    assert cache.hits == 1
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_base_urls_differing_in_their_query_are_asked_and_cached_apart_and_no_key_is_kept(model_server, api, tmp_path):
     """Two deployments behind one address, told apart by ``?api-version=`` (Azure's style): the SDK got the query

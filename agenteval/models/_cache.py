@@ -50,14 +50,20 @@ class ResponseCache:
         return self.folder / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored response's JSON, or None (also for a file that cannot be read: it is answered anew)."""
+        """The stored JSON object, or None (also for a file that cannot be read: it is answered anew). Whether it
+        holds a usable answer is the model's to say, which counts the hit or miss (:meth:`counted`)."""
         try:
             data = json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            self.misses += 1
             return None
-        self.hits += 1
         return data if isinstance(data, dict) else None
+
+    def counted(self, hit: bool) -> None:
+        """Count a request the cache answered (``hit``) or did not."""
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
 
     def put(self, key: str, response: dict[str, Any]) -> None:
         path = self._path(key)

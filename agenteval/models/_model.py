@@ -207,8 +207,8 @@ class Model:
             call.cache_hit = True
             span.set_attribute(A.CACHE_HIT, True)
             set_llm_response(input_tokens=0, output_tokens=0)  # nothing was spent
-            call.read = self.adapter.read(cached[1])
-            return cached[1]
+            raw, call.read = cached
+            return raw
         while True:
             sent = await self._attempt(request, call, span)
             if not isinstance(sent, Retry):
@@ -300,17 +300,26 @@ class Model:
             )
         return f"{self.name}: no whole answer within {self.timeout:g} s; Model(timeout=...) sets how long it may take"
 
-    def _cached(self, request: ModelRequest) -> tuple[str, Any] | None:
+    def _cached(self, request: ModelRequest) -> tuple[Any, dict[str, Any]] | None:
+        """The cached SDK response and its reading, or None (a miss) when the cache holds no usable answer."""
         if self.cache is None:
             return None
-        key = cached_key(self, request)
-        data = self.cache.get(key)
+        found = self._usable(self.cache.get(cached_key(self, request)))
+        self.cache.counted(found is not None)
+        return found
+
+    def _usable(self, data: dict[str, Any] | None) -> tuple[Any, dict[str, Any]] | None:
+        """A cached answer revived and read as a fresh one is (:meth:`_read`); None for one of another provider, of
+        another SDK version's shape, or with no finished reply (an edited file): it is answered anew, never given
+        as an empty reply no model made."""
         if data is None or data.get("provider") != self.name.provider:
             return None
         try:
-            return key, self.adapter.revive(self._sdk, data["response"])
-        except Exception:  # a file of another SDK version: answered anew
+            raw = self.adapter.revive(self._sdk, data["response"])
+            read = self._read(raw)
+        except Exception:
             return None
+        return None if read is None else (raw, read)
 
 
 def _mask_key(exc: BaseException, key: str) -> None:
