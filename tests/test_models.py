@@ -141,6 +141,16 @@ def test_the_wait_a_429_asks_for_is_read_from_either_header(model_server, api, h
     assert provider_error(exc).retry_after == seconds
 
 
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("header", [{"retry-after": "-5"}, {"retry-after-ms": "-250"}], ids=["seconds", "ms"])
+def test_a_negative_wait_is_no_wait_the_provider_asked_for(model_server, api, header):
+    """A delay below zero is no delay (RFC 9110's delay-seconds are digits): it was read as "send again at once",
+    so every retry went out with no wait at all, recorded as the wait the provider asked for; the backoff applies."""
+    model_server.script(ms.Reply(status=429, error={"kind": "rate_limit"}, headers=header))
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0)))
+    assert provider_error(exc).retry_after is None
+
+
 def _http_date(form: str, seconds_from_now: float) -> str:
     """An HTTP date in one of the three forms RFC 9110 says a recipient must read: IMF-fixdate, RFC 850, asctime
     (and RFC 2822's "-0000" zone, which Python reads as a time without a zone)."""

@@ -227,14 +227,16 @@ def retry_after(exc: BaseException) -> float | None:
     millis = _header(exc, "retry-after-ms")
     if millis is not None:
         try:
-            return _finite_wait(float(millis) / 1000)
+            found = _delay(float(millis) / 1000)
         except ValueError:
-            pass
+            found = None
+        if found is not None:
+            return found
     value = _header(exc, "retry-after") or _header(exc, "Retry-After")
     if value is None:
         return None
     try:
-        return _finite_wait(float(value))
+        return _delay(float(value))
     except ValueError:
         pass
     try:
@@ -247,7 +249,14 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 def _finite_wait(seconds: float) -> float | None:
+    """A date's wait: one gone by is none (send again at once)."""
     return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def _delay(seconds: float) -> float | None:
+    """A delay's wait: one below zero is no delay the provider meant (RFC 9110's are digits), so none was said, and
+    the backoff applies rather than retries sent with no wait at all."""
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 SERVER_ERROR_CODES = frozenset({"overloaded_error", "api_error", "server_error"})
