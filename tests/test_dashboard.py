@@ -32,6 +32,7 @@ from agenteval.analysis import build_report, compare
 from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
 from agenteval.dashboard._queries import case_page
+from agenteval.dashboard._review import REVIEWS_SHOWN
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
 from agenteval.render._tables import render
@@ -294,6 +295,36 @@ def test_a_verdict_is_recorded_in_the_store_and_exported_as_judge_check_labels(r
         handle.write(labels)
     (item,) = read_labels(path, store)  # what judge-check reads
     assert item.trial_id == trial["trial_id"] and item.human is True
+
+
+def test_the_review_page_lists_the_newest_verdicts_and_the_labels_file_has_every_one(tmp_path):
+    """Found by a store of many verdicts: the review page listed every one (joined to the trials view) in one page,
+    growing without bound; now the newest REVIEWS_SHOWN, with how many there are."""
+    store_path = tmp_path / "store"
+    eid = evaluate("mock", "arithmetic", cases=2, attempts=1, store=store_path, progress="none").id
+    store = Store(store_path)
+    many = REVIEWS_SHOWN + 7
+    rows = [
+        {
+            "experiment_id": eid,
+            "trial_id": f"t{n:05d}",
+            "case_id": f"c{n}",
+            "verdict": "pass",
+            "note": None,
+            "reviewer": "bulk",
+            "reviewed_at": 1_700_000_000_000_000_000 + n,
+        }
+        for n in range(many)
+    ]
+    store.write("reviews", rows)
+    with dashboard(str(store_path)) as address:
+        for query in ({}, {"experiment": eid}):
+            page = get(address, "/review", params=query).text
+            listed = re.findall(r'/trials/(t\d{5})"', page)
+            assert listed == [f"t{n:05d}" for n in reversed(range(7, many))]  # the newest, newest first
+            assert f"The newest {REVIEWS_SHOWN} of {many} verdicts" in page
+            labels = get(address, "/review/labels.jsonl", params=query).text
+            assert len(labels.splitlines()) == many
 
 
 @pytest.mark.parametrize("target", ["/\\evil.example/", "/\t/evil.example/", "/\n/evil.example/", "\\\\evil.example"])

@@ -266,10 +266,12 @@ class Dashboard:
 
     def review(self, request: Request) -> Response:
         eid = request.query_params.get("experiment") or None
+        shown, total = review.newest_reviews(self.store, eid)
         return self.page(
             request,
             "review.html",
-            reviews=review.reviews(self.store, eid),
+            reviews=shown,
+            total=total,
             experiment=eid,
             case_files=list(enumerate(self.case_files)),
         )

@@ -24,6 +24,8 @@ VERDICTS = ("pass", "fail")
 DECISIONS = ("accept", "reject")
 NOTE_CHARS = 2000
 """A note longer than this is cut: it is a remark, not a document."""
+REVIEWS_SHOWN = 500
+"""The newest verdicts the review page lists; the labels file and the ``reviews`` view give every one."""
 
 
 class ReviewError(AgentevalError, ValueError):
@@ -59,17 +61,28 @@ def record_verdict(
 
 LATEST_REVIEWS = """
 SELECT r.*, t.outcome AS scorers_outcome, t.failure_type
-FROM reviews r LEFT JOIN trials t USING (experiment_id, trial_id)
-WHERE (? IS NULL OR r.experiment_id = ?)
+FROM (SELECT * FROM reviews WHERE (? IS NULL OR experiment_id = ?) ORDER BY reviewed_at DESC LIMIT ?) r
+LEFT JOIN trials t USING (experiment_id, trial_id)
 ORDER BY r.reviewed_at DESC
 """
-"""Each reviewed trial's newest verdict beside the outcome the scorers give it now."""
+"""Each reviewed trial's newest verdict beside the outcome the scorers give it now, the newest ``LIMIT`` of them."""
+
+REVIEW_COUNT = "SELECT count(*) FROM reviews WHERE (? IS NULL OR experiment_id = ?)"
 
 
-def reviews(store: Store, experiment_id: str | None = None) -> list[dict[str, Any]]:
-    """The current verdicts (newest first), each with the trial's outcome by its current scores."""
+def reviews(store: Store, experiment_id: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """The current verdicts (newest first, the first ``limit`` of them, or all), each with the trial's outcome by
+    its current scores."""
     with contextlib.closing(store.connect(read_only=True)) as con:
-        return fetch(con, LATEST_REVIEWS, [experiment_id, experiment_id])
+        return fetch(con, LATEST_REVIEWS, [experiment_id, experiment_id, limit])
+
+
+def newest_reviews(store: Store, experiment_id: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """What the review page lists: the newest :data:`REVIEWS_SHOWN` current verdicts, and how many there are."""
+    with contextlib.closing(store.connect(read_only=True)) as con:
+        shown = fetch(con, LATEST_REVIEWS, [experiment_id, experiment_id, REVIEWS_SHOWN])
+        total = con.execute(REVIEW_COUNT, [experiment_id, experiment_id]).fetchall()[0][0]
+    return shown, int(total)
 
 
 def labels_jsonl(store: Store, experiment_id: str | None = None) -> str:
