@@ -31,6 +31,7 @@ from agenteval import evaluate
 from agenteval.analysis import build_report, compare
 from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
+from agenteval.dashboard._app import MOVED_SHOWN
 from agenteval.dashboard._queries import case_page
 from agenteval.dashboard._review import REVIEWS_SHOWN
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
@@ -148,6 +149,28 @@ def test_the_comparison_page_gives_the_paired_difference_and_the_gates_decision(
     case = comparison.newly_failing[0]["case_id"]
     side = get(site, f"/compare/{a}/{b}/cases/{quote(case, safe='')}").text
     assert side.count('class="trial"') == 4  # two attempts on each side
+
+
+def test_a_comparison_lists_the_first_newly_failing_cases_and_says_how_many_there_are(tmp_path):
+    """Found comparing two runs of 20,000 cases: the page listed all 9,987 newly failing cases (2.2 MB), and
+    would list 100,000 of a run ten times that; now the first MOVED_SHOWN, with the count and where the rest are."""
+    store = tmp_path / "store"
+    cases = MOVED_SHOWN + 30
+
+    def mock(wrong_rate: float) -> str:
+        options = {"wrong_rate": str(wrong_rate), "seed": "1"}
+        return evaluate(
+            "mock", "arithmetic", cases=cases, attempts=1, store=store, progress="none", agent_options=options
+        ).id
+
+    baseline, candidate = mock(0.0), mock(1.0)  # every case newly fails
+    with dashboard(str(store)) as address:
+        page = get(address, f"/compare/{baseline}/{candidate}").text
+    failing = page.split('id="newly-failing"')[1].split("</table>")[0]
+    assert f"Newly failing ({cases})" in failing
+    assert failing.count("both trials side by side") == MOVED_SHOWN
+    assert f"The first {MOVED_SHOWN} of {cases}:" in page
+    assert f"agenteval compare {baseline} {candidate} --store {store} --json" in page
 
 
 def test_a_comparison_with_an_experiment_that_does_not_exist_is_a_404(runs, site):

@@ -45,6 +45,8 @@ HERE = Path(__file__).parent
 RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 """The header of a statement refused because every SQL worker is busy (a 503)."""
 REFRESH_SECONDS = 5
+MOVED_SHOWN = 200
+"""The newly failing (and newly passing) cases a comparison's page lists; ``agenteval compare --json`` gives all."""
 """A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
 
 
@@ -206,6 +208,7 @@ class Dashboard:
             figure_header=DIFFERENCE_HEADER,
             figure_rows=figure_rows(shown) if shown else [],
             figures_note=figures_note(shown) if shown else "",
+            moved_shown=MOVED_SHOWN,
         )
 
     def case_pair(self, request: Request) -> Response:
