@@ -140,6 +140,19 @@ def test_student_t_quantiles_are_scipys(df, level, quantile):
     assert t_cdf(-9, 9) == pytest.approx(4.269025611583141e-06, rel=1e-9)  # the p of a drop of 9 standard errors
 
 
+@pytest.mark.parametrize("df", [3, 9, 10, 12, 40])
+@pytest.mark.parametrize("tail", [1e-200, 1e-300, 5e-324])
+def test_student_t_quantiles_far_out_are_the_tails_power_law(df, tail):
+    """Far out, P(T > x) is c x^-df, c = G((df + 1) / 2) / (G(df / 2) sqrt(df pi)) df^((df - 1) / 2) (the density
+    c df x^-(df + 1), integrated), to a share of about df / x², which at these tails is below 1e-12. At 1e-300 for
+    3 to 12 degrees of freedom the density underflowed and t_upper divided by 0: power --alpha 1e-300 --cases 10
+    printed a traceback. (scipy's isf(1e-200, 3) is 2x too small, so the law, not scipy, is the reference.)"""
+    from agenteval.analysis._student_t import t_upper
+
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi) + (df - 1) / 2 * math.log(df)
+    assert t_upper(tail, df) == pytest.approx(math.exp((log_c - math.log(tail)) / df), rel=1e-10)
+
+
 def test_the_gates_interval_and_its_p_value_agree_over_few_cases():
     """The gate's 1 - 2 alpha interval lies below 0 exactly when its one-sided p is under alpha: both t's."""
     rng = np.random.default_rng(3)

@@ -159,6 +159,9 @@ def test_a_tiny_alpha_the_options_accept_is_judged_not_an_internal_error(tmp_pat
     args = ["gate", "--baseline", baseline, "--candidate", candidate, "--store", store, "--alpha", "1e-17"]
     gate = CliRunner().invoke(main, args)
     assert gate.exit_code == 1 and "significant at alpha 1e-17" in gate.output, gate.output
+    # At 1e-300 and 10 cases t's density at the critical value is below the smallest float: a ZeroDivisionError.
+    tiniest = CliRunner().invoke(main, ["power", "--alpha", "1e-300", "--cases", "10", "--drop", "0.5", "--json"])
+    assert tiniest.exit_code == 0 and strict_json(tiniest.output)["paired"][0][0] < 1e-6, tiniest.output
 
 
 def test_power_says_a_drop_is_too_small_to_size_instead_of_a_traceback():

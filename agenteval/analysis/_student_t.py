@@ -56,20 +56,33 @@ def t_upper(tail: float, df: float) -> float:
     x = _cornish_fisher(-NORMAL.inv_cdf(tail), df)
     if df >= EXPANDED_DF:
         return x
-    # Newton's method on the log of the tail, which falls smoothly even where the tail is tiny.
-    x = max(x, 1e-3)
+    # Newton's method on the log of the tail against the log of x, every factor in logs: at a tail of 1e-300 and
+    # 10 degrees of freedom the density is below the smallest float, and dividing by it raised (power --alpha 1e-300
+    # --cases 10: a traceback). Far out the tail is a power of x, a straight line in these logs, so few steps.
+    log_x, log_tail = math.log(max(x, 1e-3)), math.log(tail)
     for _ in range(100):
-        upper = _upper_tail(x, df)
-        step = (math.log(upper) - math.log(tail)) * upper / _t_pdf(x, df)
-        x = max(x + step, x / 2)
-        if abs(step) <= 1e-14 * x:
+        x = math.exp(log_x)
+        log_upper = _log_upper_tail(x, df)
+        slope = math.exp(log_x + _log_t_pdf(x, df) - log_upper)  # -d log(tail) / d log(x)
+        step = min(max((log_upper - log_tail) / slope, -5.0), 5.0)
+        log_x += step
+        if abs(step) <= 1e-14:
             break
-    return x
+    return math.exp(log_x)
 
 
 def _upper_tail(x: float, df: float) -> float:
     """P(T > x) for x >= 0."""
     return 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + x * x))
+
+
+def _log_upper_tail(x: float, df: float) -> float:
+    """log P(T > x) for x > 0, kept where the tail itself is below the smallest float: far out, the tail is the
+    incomplete beta function's leading factor times its continued fraction, taken in logs."""
+    a, b, y = df / 2, 0.5, df / (df + x * x)
+    if y >= (a + 1) / (a + b + 2):  # near the centre: the tail is large, nothing to lose
+        return math.log(_upper_tail(x, df))
+    return math.log(0.5) + _log_beta_front(a, b, y) + math.log(_beta_fraction(a, b, y) / a)
 
 
 def _cornish_fisher(z: float, df: float) -> float:
@@ -81,14 +94,13 @@ def _cornish_fisher(z: float, df: float) -> float:
     return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
 
 
-def _t_pdf(x: float, df: float) -> float:
-    log_density = (
+def _log_t_pdf(x: float, df: float) -> float:
+    return (
         math.lgamma((df + 1) / 2)
         - math.lgamma(df / 2)
         - 0.5 * math.log(df * math.pi)
         - (df + 1) / 2 * math.log1p(x * x / df)
     )
-    return math.exp(log_density)
 
 
 def _incomplete_beta(a: float, b: float, x: float) -> float:
@@ -97,10 +109,15 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(_log_beta_front(a, b, x))
     if x < (a + 1) / (a + b + 2):  # where the continued fraction converges fast; else by symmetry
         return front * _beta_fraction(a, b, x) / a
     return 1.0 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def _log_beta_front(a: float, b: float, x: float) -> float:
+    """log of x^a (1 - x)^b / B(a, b), the factor before the incomplete beta function's continued fraction."""
+    return math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
 
 
 def _beta_fraction(a: float, b: float, x: float) -> float:
