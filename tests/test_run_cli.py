@@ -202,3 +202,13 @@ def test_a_progress_output_that_goes_away_does_not_stop_the_run(tmp_path):
     rows = Store(store).rows("SELECT status FROM experiments")
     assert [row["status"] for row in rows] == ["completed"]
     assert Store(store).rows("SELECT count(*) AS n FROM trials")[0]["n"] == 20
+
+
+def test_python_dash_m_agenteval_is_the_command(tmp_path):
+    """For an environment whose scripts are not on PATH: the same command, its name and exit codes."""
+    helped = subprocess.run([sys.executable, "-m", "agenteval", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("Usage: agenteval [OPTIONS] COMMAND")
+    missing = subprocess.run(
+        [sys.executable, "-m", "agenteval", "validate", str(tmp_path / "none.jsonl")], capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and "none.jsonl: no such file" in missing.stderr
