@@ -15,15 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
+
+from ._while_runs import WhileAnyRun
 
 CHOSEN = "ARROW_DEFAULT_MEMORY_POOL"
 """pyarrow's own variable: when it is set (by the user, or by our command), its pool stays the run's."""
 
-_lock = threading.Lock()
-_runs = 0
 _previous: Any = None
 
 
@@ -34,27 +33,32 @@ def system_allocator_for_this_process() -> None:
         os.environ.setdefault(CHOSEN, "system")
 
 
+def _to_system_allocator() -> None:
+    global _previous
+    import pyarrow as pa
+
+    _previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _back_to_previous() -> None:
+    global _previous
+    import pyarrow as pa
+
+    pa.set_memory_pool(_previous)
+    _previous = None
+
+
+_while_runs = WhileAnyRun(_to_system_allocator, _back_to_previous)
+
+
 @contextlib.contextmanager
 def arrow_on_system_allocator() -> Iterator[None]:
     """For the run's duration (runs at once in one process counted), pyarrow's pool is the system allocator;
     the pool before is put back after the last run. Buffers remember their pool, so one made before or
     during the run is freed where it came from."""
-    global _runs, _previous
     if os.environ.get(CHOSEN):
         yield
         return
-    import pyarrow as pa
-
-    with _lock:
-        if _runs == 0:
-            _previous = pa.default_memory_pool()
-            pa.set_memory_pool(pa.system_memory_pool())
-        _runs += 1
-    try:
+    with _while_runs():
         yield
-    finally:
-        with _lock:
-            _runs -= 1
-            if _runs == 0:
-                pa.set_memory_pool(_previous)
-                _previous = None

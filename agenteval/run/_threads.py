@@ -18,19 +18,16 @@ carried: nothing in a queue says which trial put the item there.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ._collect import current_trial
+from ._while_runs import WhileAnyRun
 
-_lock = threading.Lock()
-_runs = 0
-"""Runs open in this process: the wrappers are installed by the first and removed by the last."""
 _originals: dict[tuple[type, str], Callable[..., Any]] = {}
 """What each wrapper replaced, called through by it (kept after the last run: a wrapper someone held on to still
 calls through)."""
@@ -38,23 +35,19 @@ _left_under: set[tuple[type, str]] = set()
 """Wrappers left in place under another library's wrapper of the same method (see :func:`_remove`)."""
 
 
-@contextlib.contextmanager
-def carried_into_threads() -> Iterator[None]:
-    """For the length of a run: threads and pool tasks started inside a trial carry its context."""
-    global _runs
-    with _lock:
-        _runs += 1
-        if _runs == 1:
-            _install(threading.Thread, "start", _start)
-            _install(ThreadPoolExecutor, "submit", _submit)
-    try:
-        yield
-    finally:
-        with _lock:
-            _runs -= 1
-            if _runs == 0:
-                _remove(threading.Thread, "start", _start)
-                _remove(ThreadPoolExecutor, "submit", _submit)
+def _install_wrappers() -> None:
+    _install(threading.Thread, "start", _start)
+    _install(ThreadPoolExecutor, "submit", _submit)
+
+
+def _remove_wrappers() -> None:
+    _remove(threading.Thread, "start", _start)
+    _remove(ThreadPoolExecutor, "submit", _submit)
+
+
+carried_into_threads = WhileAnyRun(_install_wrappers, _remove_wrappers)
+"""For the length of a run (``with carried_into_threads():``): threads and pool tasks started inside a trial carry
+its context."""
 
 
 def _install(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
@@ -76,7 +69,7 @@ def _remove(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
 def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
     original = _originals[threading.Thread, "start"]
     # A thread given a context of its own (Python 3.14's ``context=``) runs in it, as its starter asked.
-    if not _runs or current_trial.get() is None or getattr(self, "_context", None) is not None:
+    if not carried_into_threads.active or current_trial.get() is None or getattr(self, "_context", None) is not None:
         return original(self, *args, **kwargs)
     restore = _run_in(self, contextvars.copy_context())
     try:
@@ -114,7 +107,7 @@ def _run_in(thread: threading.Thread, context: contextvars.Context) -> Callable[
 
 def _submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
     original = _originals[ThreadPoolExecutor, "submit"]
-    if not _runs or current_trial.get() is None or _ships_its_tasks(self):
+    if not carried_into_threads.active or current_trial.get() is None or _ships_its_tasks(self):
         return original(self, fn, *args, **kwargs)
     task = contextvars.copy_context()
     # Submitted in an empty context: a worker thread this submit starts is the pool's, no trial's (see above).
