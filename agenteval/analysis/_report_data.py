@@ -77,7 +77,8 @@ class ScorerFigures:
     errors: int
     ci95: tuple[float, float] | None = None
     """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
-    traces): Wilson's at the effective number of scores (:func:`._stats.rate_interval95`). None under 2 of them."""
+    traces): a pass rate's is Wilson's at the effective number of scores (:func:`._stats.rate_interval95`), a mean's
+    the t interval of its observed spread (:func:`._stats.mean_interval95`). None without scores."""
     versions: list[ScorerVersion] = dataclasses.field(default_factory=list)
     """The versions that gave the current scores, most scores first: more than one and the figure mixes scorers
     (some trials judged by one judge, some by another), which :func:`mixed_versions` warns of."""
@@ -85,14 +86,16 @@ class ScorerFigures:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ScorerFigures:
         """From a row of :func:`agenteval.store._snapshots.scorer_figures_sql`."""
-        from ._stats import clustered_standard_error, known_interval, rate_interval95
+        from ._stats import clustered_standard_error, known_interval, mean_interval95, rate_interval95
 
         kind = "valued" if row["continuous"] else "judged"
         figure = row["mean"] if row["continuous"] else row["pass_rate"]
         units, count = row[f"{kind}_units"], row[kind]
         spread = row["value_spread" if row["continuous"] else "pass_spread"]
         standard_error = clustered_standard_error(spread, units, count)
-        interval = None if figure is None else rate_interval95(figure, standard_error, count, units)
+        # A pass rate's values are 0 or 1, whose variance p(1 - p) its Wilson interval assumes; a mean's are not.
+        estimate = mean_interval95 if row["continuous"] else rate_interval95
+        interval = None if figure is None else estimate(figure, standard_error, count, units)
         return cls(
             scorer=row["scorer"],
             continuous=row["continuous"],

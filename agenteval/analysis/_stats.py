@@ -77,11 +77,35 @@ def rate_interval95(rate: float, standard_error: float, trials: int, cases: int)
         return math.nan, math.nan
     spread = rate * (1 - rate)
     measured = not math.isnan(standard_error) and standard_error > 0 and spread > 0 and cases >= 2
-    if measured:
-        effective = min(trials, spread / standard_error**2) * (Z95 / t_quantile(0.975, cases - 1)) ** 2
-    else:
-        effective = cases
+    if not measured:
+        return unmeasured_interval95(rate, cases)
+    effective = min(trials, spread / standard_error**2) * (Z95 / t_quantile(0.975, cases - 1)) ** 2
     return _wilson(rate, max(effective, 1))
+
+
+def mean_interval95(mean: float, standard_error: float, values: int, cases: int) -> tuple[float, float]:
+    """The 95% interval of a mean of ``values`` scores in [0, 1] (a continuous scorer's) clustered in ``cases``:
+    the mean ± t·SE, SE clustered by case (:func:`clustered_standard_error`) and t Student's with ``cases`` - 1
+    degrees of freedom, as a paired difference's, clipped to [0, 1].
+
+    Not a pass rate's Wilson: its width comes from p(1 - p), the most a mean p of values in [0, 1] can vary, which
+    only the all-or-nothing values of a pass/fail scorer reach. Read that way, a continuous scorer's interval was
+    Wilson's at up to the number of scores whatever they showed: a mean of 0.286 with a standard deviation of 0.033
+    over 54 cases (a custom scorer on the mock agent's hard run) read 22.1% to 36.2%, its spread 27.7% to 29.5%.
+    Where the cases show no spread (each case's mean the same) or there is one case, the spread says nothing and the
+    interval is the pass rate's (:func:`unmeasured_interval95`). NaN where there is no mean."""
+    if math.isnan(mean) or values <= 0:
+        return math.nan, math.nan
+    if math.isnan(standard_error) or standard_error <= 0 or cases < 2:
+        return unmeasured_interval95(mean, cases)
+    half = t_quantile(0.975, cases - 1) * standard_error
+    return max(0.0, mean - half), min(1.0, mean + half)
+
+
+def unmeasured_interval95(rate: float, cases: int) -> tuple[float, float]:
+    """The interval of a rate or mean whose cases show no spread to measure (:func:`rate_interval95`): Wilson's at
+    the number of cases, since attempts of one case may agree only because they are alike; at one case, at one."""
+    return _wilson(rate, max(cases, 1))
 
 
 def known_interval(interval: tuple[float, float] | None) -> tuple[float, float] | None:
