@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import random
 import sys
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -211,6 +212,63 @@ def test_a_provider_error_sent_inside_a_stream_is_a_transient_infrastructure_fai
     model_server.script(ms.Reply(body=body, content_type="text/event-stream"), ms.text("whole"))
     response = complete(model(model_server, api, stream=True))
     assert response.text == "whole" and response.retries == 1
+
+
+STREAMED_ERRORS = [
+    # (API, the error object, the status the API sends it with unstreamed)
+    (ms.ANTHROPIC, {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your limit"}, 429),
+    (ms.ANTHROPIC, {"type": "invalid_request_error", "message": "prompt is too long"}, 400),
+    (ms.ANTHROPIC, {"type": "authentication_error", "message": "invalid x-api-key"}, 401),
+    (ms.ANTHROPIC, {"type": "permission_error", "message": "not allowed"}, 403),
+    (ms.ANTHROPIC, {"type": "not_found_error", "message": "model: test-model"}, 404),
+    (ms.ANTHROPIC, {"type": "request_too_large", "message": "Request exceeds the maximum size"}, 413),
+    (ms.ANTHROPIC, {"type": "api_error", "message": "Internal server error"}, 500),
+    (ms.ANTHROPIC, {"type": "overloaded_error", "message": "Overloaded"}, 529),
+    (ms.OPENAI, {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}, 429),
+    (ms.OPENAI, {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": None}, 429),
+    (ms.OPENAI, {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}, 400),
+    (ms.OPENAI, {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}, 401),
+    (ms.OPENAI, {"message": "The server had an error.", "type": "server_error", "code": None}, 500),
+    (ms.OPENAI, {"message": "Input too long", "type": "BadRequestError", "code": 400}, 400),  # vLLM's
+]
+
+
+def _error_replies(api: str, error: dict, status: int) -> tuple[ms.Reply, ms.Reply]:
+    """The error unstreamed (with its status), and sent as each API sends it inside a stream (after its 200)."""
+    body = {"type": "error", "error": error} if api == ms.ANTHROPIC else {"error": error}
+    event = ("event: error\n" if api == ms.ANTHROPIC else "") + f"data: {json.dumps(body)}\n\n"
+    return ms.Reply(status=status, body=json.dumps(body)), ms.Reply(body=event, content_type="text/event-stream")
+
+
+def _typed(exc: BaseException) -> tuple:
+    """All that is made of a failure: the registry's reading, the trial's type, and whether it is retried."""
+    failure = classify(exc)
+    return provider_error(exc), failure.type, failure.infrastructure, FAST.decide(exc, 0, random.Random(0)) is None
+
+
+@pytest.mark.parametrize(
+    ("api", "error", "status"),
+    STREAMED_ERRORS,
+    ids=[f"{api}-{error.get('code') or error['type']}" for api, error, _ in STREAMED_ERRORS],
+)
+def test_an_error_sent_inside_a_stream_is_typed_as_the_same_error_unstreamed(model_server, api, error, status):
+    """Only overloaded_error, api_error and server_error were read inside a stream: an invalid_request_error or a
+    context_length_exceeded sent there (with the stream's 200, or no status) was recognised by no matcher, an
+    agent_error wherever no chat span raised it; and a retried one was waited on as a 200 or a lost connection."""
+    unstreamed, streamed = _error_replies(api, error, status)
+    once = RetryPolicy(max_retries=0)
+    model_server.script(unstreamed)
+    plain = raised(model(model_server, api, retry=once))
+    model_server.script(streamed)
+    inside = raised(model(model_server, api, stream=True, retry=once))
+    assert provider_error(plain) is not None and _typed(inside) == _typed(plain), (repr(plain), repr(inside))
+    if FAST.decide(plain, 0, random.Random(0)) is not None:  # retried: waited on for the same reason and status
+        model_server.script(unstreamed, ms.text("whole"))
+        waited = complete(model(model_server, api)).waits
+        model_server.script(streamed, ms.text("whole"))
+        response = complete(model(model_server, api, stream=True))
+        assert response.text == "whole" and response.retries == 1
+        assert (response.waits[0].reason, response.waits[0].status) == (waited[0].reason, waited[0].status)
 
 
 STREAMS_CUT_IN_THEIR_FIRST_EVENT = {

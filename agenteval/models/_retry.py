@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from ..run._failures import LLM_ERROR, QUOTA_EXHAUSTED, RATE_LIMITED, ProviderError, provider_error, status_code
+from ..run._failures import LLM_ERROR, QUOTA_EXHAUSTED, RATE_LIMITED, ProviderError, failure_status, provider_error
 from ._types import CONNECTION, RATE_LIMIT, SERVER_ERROR
 
 DEFAULT_MAX_RETRIES = 5
@@ -28,13 +28,16 @@ class RetryPolicy:
         found = provider_error(exc)
         if found is None or not _transient(found) or retries >= self.max_retries:
             return None
-        reason = RATE_LIMIT if found.type == RATE_LIMITED else SERVER_ERROR if status_code(exc) else CONNECTION
+        # An error sent inside a stream is waited on as the status it stands for (a stream's overloaded_error as a
+        # 529), not as the 200 the stream began with or as a failed connection.
+        status = failure_status(exc)
+        reason = RATE_LIMIT if found.type == RATE_LIMITED else SERVER_ERROR if status else CONNECTION
         if found.retry_after is not None:
             # The provider's own figure, with a little jitter so that callers told the same do not return at once.
             seconds = min(found.retry_after, self.max_delay) * (1 + 0.1 * rng.random())
-            return Retry(seconds, reason, status_code(exc), True)
+            return Retry(seconds, reason, status, True)
         backoff = min(self.max_delay, self.base_delay * 2**retries)
-        return Retry(backoff * (0.5 + 0.5 * rng.random()), reason, status_code(exc), False)
+        return Retry(backoff * (0.5 + 0.5 * rng.random()), reason, status, False)
 
 
 @dataclasses.dataclass(frozen=True)

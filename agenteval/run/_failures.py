@@ -259,9 +259,30 @@ def _delay(seconds: float) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-SERVER_ERROR_CODES = frozenset({"overloaded_error", "api_error", "server_error"})
-"""The error types of a provider's own failure, as an error event inside a stream carries them (Anthropic's
-``overloaded_error``, which a 529 would be unstreamed, and ``api_error``; OpenAI's ``server_error``)."""
+STREAMED_ERROR_STATUS = {
+    # Anthropic's error types, each with the status it comes with unstreamed (docs.anthropic.com/en/api/errors)
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+    # OpenAI's error codes, then its types (a code not named here is read by its type)
+    "invalid_api_key": 401,
+    "model_not_found": 404,
+    "context_length_exceeded": 400,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+}
+"""The HTTP status each error type or code stands for, as an error event sent inside a stream carries it: the
+stream began with a 200, so the SDKs raise it with that status (Anthropic) or none (OpenAI), and it is typed as
+the status the same failure has unstreamed. OpenAI-compatible servers (vLLM, LiteLLM) put the status itself in the
+error's ``code``."""
 QUOTA_CODES = ("insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "resource_exhausted_quota")
 QUOTA_MESSAGES = ("exceeded your current quota", "credit balance is too low", "billing_hard_limit")
 """How providers word an exhausted quota or credit: OpenAI's 429 ``insufficient_quota``, Anthropic's 400
@@ -273,12 +294,28 @@ def _quota(exc: BaseException, code: str) -> bool:
     return any(q in code for q in QUOTA_CODES) or any(q in message for q in QUOTA_MESSAGES)
 
 
+def failure_status(exc: BaseException) -> int | None:
+    """The HTTP status of the provider's failure: the response's error status, or for an error sent inside a stream
+    (whose response was a 200, or is not on the exception) the status the same error has unstreamed."""
+    status = status_code(exc)
+    if status is not None and status >= 400:
+        return status
+    error = _error_fields(exc)
+    for value in (_read(exc, "code"), dict.get(error, "code"), dict.get(error, "type")):
+        text = _text(value if value is not None else "").lower()
+        if text.isascii() and text.isdigit() and 400 <= int(text) < 600:  # a compatible server's status as the code
+            return int(text)
+        if text in STREAMED_ERROR_STATUS:
+            return STREAMED_ERROR_STATUS[text]
+    return None
+
+
 @register
 def _http_status(exc: BaseException) -> ProviderError | None:
-    status = status_code(exc)
     code = _error_code(exc)
-    if status is None and not code:
+    if status_code(exc) is None and not code:
         return None
+    status = failure_status(exc)
     if _quota(exc, code):
         return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
     if status == 429 or "rate_limit" in code:
@@ -287,8 +324,6 @@ def _http_status(exc: BaseException) -> ProviderError | None:
         return ProviderError(LLM_ERROR, infrastructure=True, retry_after=retry_after(exc))
     if status is not None and 400 <= status < 500:
         return ProviderError(LLM_ERROR, infrastructure=False)  # a bad request is the agent's doing
-    if code in SERVER_ERROR_CODES:  # sent inside a stream, whose status (if any) was the 200 it began with
-        return ProviderError(LLM_ERROR, infrastructure=True, retry_after=retry_after(exc))
     return None
 
 
