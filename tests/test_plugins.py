@@ -52,9 +52,11 @@ lenient_answer = Scorer("lenient_answer", version="9", sql="struct_pack(value :=
 tool_use_again = Scorer("tool_use", version="plugin-2", sql="struct_pack(value := 0.5, passed := NULL, reason := 'y')")
 
 
-def make_agent(shout="no", fail_on=None):
+def make_agent(shout="no", fail_on=None, forget=False):
     if shout not in ("yes", "no"):
         raise ValueError(f"shout={shout!r}: say yes or no")
+    if forget:  # a factory that forgot to return its agent
+        return None
 
     def agent(message):
         if fail_on and fail_on in message:
@@ -479,6 +481,23 @@ def test_a_plugin_agent_factory_that_raises_is_one_line_naming_the_plugin_and_it
         + re.escape(f"; check its --agent-option values, or fix or uninstall {PLUGIN}\n"),
         run.stderr,
     ), run.stderr
+    assert not store.exists()
+
+
+def test_a_plugin_agent_factory_that_returns_no_agent_is_one_line_naming_the_plugin_and_its_distribution(
+    sites, cases, tmp_path
+):
+    """It said ``--agent echo: NoneType is not callable``, naming neither the distribution that registered ``echo``
+    nor what to do, as the factory that raises once did."""
+    store = tmp_path / "store"
+    args = ("run", "-d", str(cases), "-a", "echo", "--agent-option", "forget=true", "--store", str(store))
+    run = agenteval(*args, sites=[sites["demo"]], cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (1, ""), run.stderr
+    assert run.stderr == (
+        f"Error: plugin echo (agenteval.providers, from {PLUGIN} 0.3.1, agenteval_demo_plugin:make_agent): "
+        "building the agent returned a NoneType, which is not callable (an agent); "
+        f"check its --agent-option values, or fix or uninstall {PLUGIN}\n"
+    )
     assert not store.exists()
 
 

@@ -168,6 +168,9 @@ def _built(spec_text: str, target: Any, options: dict[str, Any], plugin: Plugin 
         else target
     )
     if not callable(agent):
+        if plugin is not None:  # its factory's doing, as when it raises: the error names the distribution
+            problem = f"building the agent returned a {type(agent).__name__}, which is not callable (an agent)"
+            raise _load_failed(spec_text, problem, plugin)
         raise UsageError(f"--agent {spec_text}: {type(agent).__name__} is not callable")
     return agent
 
