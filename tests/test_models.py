@@ -126,7 +126,9 @@ FAILURES = [
 )
 def test_each_failure_of_either_provider_is_typed(model_server, api, reply, expected, infrastructure, registry):
     model_server.script(reply())
-    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0), timeout=0.5))
+    # Well under the slow reply's 10 s, and well over what a quick reply takes on a loaded machine (at 0.5 s, a quota
+    # reply was once a timeout under the full suite).
+    exc = raised(model(model_server, api, retry=RetryPolicy(max_retries=0), timeout=3))
     failure = classify(exc, raised_in="chat")
     assert (failure.type, failure.infrastructure) == (expected, infrastructure), repr(exc)
     assert provider_error(exc).type == registry
@@ -230,7 +232,18 @@ STREAMED_ERRORS = [
     (ms.OPENAI, {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}, 401),
     (ms.OPENAI, {"message": "The server had an error.", "type": "server_error", "code": None}, 500),
     (ms.OPENAI, {"message": "Input too long", "type": "BadRequestError", "code": 400}, 400),  # vLLM's
+    (ms.ANTHROPIC, {"type": "billing_error", "message": "Your account has a billing issue"}, 402),
 ]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_payment_required_answer_is_an_exhausted_quota_not_the_agents_bad_request(model_server, api):
+    """A 402 (Anthropic's billing_error, a gateway whose credits ran out) was a 4xx, read as the agent's own bad
+    request: a failure of the agent on a day the account could not pay."""
+    body = {"type": "error", "error": {"type": "billing_error", "message": "Your account has a billing issue"}}
+    model_server.script(ms.Reply(status=402, body=json.dumps(body)))
+    failure = classify(raised(model(model_server, api, retry=RetryPolicy(max_retries=0))), raised_in="chat")
+    assert (failure.type, failure.infrastructure) == ("quota_exhausted", True)
 
 
 def _error_replies(api: str, error: dict, status: int) -> tuple[ms.Reply, ms.Reply]:

@@ -283,14 +283,25 @@ STREAMED_ERROR_STATUS = {
 stream began with a 200, so the SDKs raise it with that status (Anthropic) or none (OpenAI), and it is typed as
 the status the same failure has unstreamed. OpenAI-compatible servers (vLLM, LiteLLM) put the status itself in the
 error's ``code``."""
-QUOTA_CODES = ("insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "resource_exhausted_quota")
+QUOTA_CODES = (
+    "insufficient_quota",
+    "quota_exceeded",
+    "billing_hard_limit_reached",
+    "resource_exhausted_quota",
+    "billing_error",
+)
 QUOTA_MESSAGES = ("exceeded your current quota", "credit balance is too low", "billing_hard_limit")
 """How providers word an exhausted quota or credit: OpenAI's 429 ``insufficient_quota``, Anthropic's 400
-"Your credit balance is too low to access the Anthropic API"."""
+"Your credit balance is too low to access the Anthropic API" and 402 ``billing_error``."""
+PAYMENT_REQUIRED = 402
+"""An account that cannot pay (Anthropic's ``billing_error``, a gateway's credits run out): the day's quota, never
+the agent's doing."""
 
 
 def _quota(exc: BaseException, code: str) -> bool:
     message = _error_message(exc)
+    if failure_status(exc) == PAYMENT_REQUIRED:
+        return True
     return any(q in code for q in QUOTA_CODES) or any(q in message for q in QUOTA_MESSAGES)
 
 
