@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -421,6 +422,17 @@ def _infrastructure_count(figures: dict[str, Any]) -> str:
     return f"had {infra} infrastructure {failures} of {trials} trials ({infra / trials:.1%}: {types})"
 
 
+def category_differences(
+    a: Mapping[str, dict[str, Any]], b: Mapping[str, dict[str, Any]], shared: list[str]
+) -> dict[str, PairedDifference]:
+    """The paired difference within each category of the shared cases (by the baseline's category), by name."""
+    categories: dict[str, PairedDifference] = {}
+    for category in sorted({a[c]["category"] or "uncategorized" for c in shared}):
+        members = [c for c in shared if (a[c]["category"] or "uncategorized") == category]
+        categories[category] = paired_difference({c: a[c]["rate"] for c in members}, {c: b[c]["rate"] for c in members})
+    return categories
+
+
 def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int = MIN_SHARED_CASES) -> Comparison:
     """Pair the two experiments' trials by case and compare them."""
     baseline, candidate = _experiment(store, baseline_id), _experiment(store, candidate_id)
@@ -450,10 +462,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
             *(w.message for w in warnings if w.kind not in ABOUT_THE_FIGURES),
         )
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
-    categories: dict[str, PairedDifference] = {}
-    for category in sorted({a[c]["category"] or "uncategorized" for c in shared}):
-        members = [c for c in shared if (a[c]["category"] or "uncategorized") == category]
-        categories[category] = paired_difference({c: a[c]["rate"] for c in members}, {c: b[c]["rate"] for c in members})
+    categories = category_differences(a, b, shared)
 
     def moved(c: str) -> dict[str, Any]:
         return {"case_id": c, "category": a[c]["category"], "baseline": a[c]["rate"], "candidate": b[c]["rate"]}
