@@ -426,11 +426,13 @@ def category_differences(
     a: Mapping[str, dict[str, Any]], b: Mapping[str, dict[str, Any]], shared: list[str]
 ) -> dict[str, PairedDifference]:
     """The paired difference within each category of the shared cases (by the baseline's category), by name."""
-    categories: dict[str, PairedDifference] = {}
-    for category in sorted({a[c]["category"] or "uncategorized" for c in shared}):
-        members = [c for c in shared if (a[c]["category"] or "uncategorized") == category]
-        categories[category] = paired_difference({c: a[c]["rate"] for c in members}, {c: b[c]["rate"] for c in members})
-    return categories
+    # Grouped in one pass: scanning every case once per category cost cases squared where each case has its own.
+    members: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+    for c in shared:
+        rates = a[c]
+        base, cand = members.setdefault(rates["category"] or "uncategorized", ({}, {}))
+        base[c], cand[c] = rates["rate"], b[c]["rate"]
+    return {category: paired_difference(*members[category]) for category in sorted(members)}
 
 
 def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int = MIN_SHARED_CASES) -> Comparison:
