@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from urllib.parse import quote
 
 import duckdb
@@ -32,7 +33,7 @@ from agenteval.analysis import build_report, compare
 from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
 from agenteval.dashboard._app import MOVED_SHOWN
-from agenteval.dashboard._queries import case_page
+from agenteval.dashboard._queries import EXPERIMENTS_PAGE, case_page
 from agenteval.dashboard._review import REVIEWS_SHOWN
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
@@ -74,6 +75,36 @@ def test_the_experiments_page_lists_every_run_with_the_reports_figures(runs, sit
         assert f"{report.outcomes.failed} ({report.outcomes.infrastructure_failures})" in row
     only = get(site, "/", params={"dataset": "injected"}).text
     assert runs["injected"] in only and runs["baseline"] not in only
+
+
+def test_the_experiments_page_lists_a_page_of_experiments_and_says_how_many_there_are(tmp_path):
+    """Found by a hostile check: the experiments page listed every experiment in one page and opened a judged
+    connection (the experiment's figures, read or computed) for each, so at 2,000 experiments one view of / read
+    2,000 experiments' figures. Now a page of EXPERIMENTS_PAGE, newest first, cut in SQL, with the count."""
+    store_path = tmp_path / "store"
+    run = evaluate("mock", "arithmetic", cases=2, attempts=1, store=store_path, progress="none")
+    store = Store(store_path)
+    record = store.rows(f"SELECT * FROM experiments WHERE experiment_id = '{run.id}'")[0]
+    many = EXPERIMENTS_PAGE + 7  # the run and the records of runs that recorded no trial
+    copies = [
+        {**record, "experiment_id": f"e{n:04d}", "name": None, "started_at": record["started_at"] - timedelta(hours=n)}
+        for n in range(1, many)
+    ]
+    store.write("experiments", copies)
+    newest_first = [run.id, *(f"e{n:04d}" for n in range(1, many))]
+    with dashboard(str(store_path)) as address:
+        # The records have no saved figures, so each listed one has them computed: a bound on a wait, not on speed.
+        first, second, past = (get(address, "/", params={"page": page}, timeout=300).text for page in (1, 2, 99))
+        filtered = get(address, "/", params={"status": record["status"], "page": 2}, timeout=300).text
+    listed = re.findall(r'name="pick" value="([^"]+)"', first)
+    assert listed == newest_first[:EXPERIMENTS_PAGE]
+    assert f"Experiments 1 to {EXPERIMENTS_PAGE} of {many}, newest first" in first
+    assert f"agenteval experiments --store {store_path}</code> lists every one" in first
+    assert 'rel="next"' in first and "page 1 of 2" in first
+    for later in (second, past, filtered):  # past the last page is the last page
+        assert re.findall(r'name="pick" value="([^"]+)"', later) == newest_first[EXPERIMENTS_PAGE:]
+        assert f"Experiments {EXPERIMENTS_PAGE + 1} to {many} of {many}" in later
+    assert len(first.encode()) < 1_000 * EXPERIMENTS_PAGE + 10_000  # bounded by the page, not by the store
 
 
 def test_the_experiment_page_shows_the_report_plots_and_a_page_of_cases(runs, site):

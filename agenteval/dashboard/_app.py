@@ -105,25 +105,30 @@ class Dashboard:
 
     # --- pages ---------------------------------------------------------------------------------
 
-    def experiments(self, request: Request) -> Response:
+    def experiments(self, request: Request, status_code: int = 200, message: str | None = None) -> Response:
         params = request.query_params
         filters = {key: params.get(key) or None for key in ("dataset", "status", "text")}
-        rows = q.experiments(self.store, **filters)
-        return self.page(request, "experiments.html", rows=rows, filters=filters, choices=q.filter_choices(self.store))
+        page = _int(params.get("page"), 1)
+        listed = q.experiments(self.store, filters["dataset"], filters["status"], filters["text"], page=page)
+
+        def link(page: int) -> str:
+            return "?" + urlencode({k: v for k, v in {**filters, "page": page}.items() if v not in (None, "")})
+
+        return self.page(
+            request,
+            "experiments.html",
+            status_code,
+            listed=listed,
+            filters=filters,
+            choices=q.filter_choices(self.store),
+            link=link,
+            message=message,
+        )
 
     def pick(self, request: Request) -> Response:
         picked = request.query_params.getlist("pick")
         if len(picked) != 2:
-            rows = q.experiments(self.store)
-            return self.page(
-                request,
-                "experiments.html",
-                400,
-                rows=rows,
-                filters={},
-                choices=q.filter_choices(self.store),
-                message=f"pick exactly two experiments to compare ({len(picked)} picked)",
-            )
+            return self.experiments(request, 400, f"pick exactly two experiments to compare ({len(picked)} picked)")
         started = {r["experiment_id"]: str(r["started_at"]) for r in self.store.rows(q.STARTED)}
         older, newer = sorted(picked, key=lambda eid: (started.get(eid, ""), eid))  # the older is the baseline
         return RedirectResponse(f"/compare/{quote(older, safe='')}/{quote(newer, safe='')}", status_code=303)

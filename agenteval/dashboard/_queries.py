@@ -19,6 +19,7 @@ from agenteval_instrumentation import attributes as A
 
 from ..analysis._experiments import fetch, status_now
 from ..analysis._stats import clustered_rate, known_interval
+from ..analysis._statuses import INTERRUPTED, RUNNING
 from ..store import Store
 from ..store._snapshots import judged_connection
 from ..store._views import current_scores, current_trials, judged_trials, sql_string
@@ -65,15 +66,27 @@ class ExperimentRow:
     cost_usd: float | None
 
 
+EXPERIMENTS_PAGE = 50
+"""Experiments per page of the experiments page; ``agenteval experiments`` lists every one."""
+
 EXPERIMENTS = """
-SELECT e.experiment_id, e.name, e.dataset_name, e.version, e.agent, e.status, e.started_at, e.options,
-       (SELECT count(*) FROM cases c WHERE c.experiment_id = e.experiment_id) AS planned_cases
-FROM experiments e
-WHERE (? IS NULL OR e.dataset_name = ?)
-  AND (? IS NULL OR contains(lower(coalesce(e.name, '') || ' ' || e.experiment_id), lower(?)))
-ORDER BY e.started_at DESC
+WITH listed AS (
+    SELECT e.experiment_id, e.name, e.dataset_name, e.version, e.agent, e.status, e.started_at, e.options,
+           count(*) OVER () AS matching
+    FROM experiments e
+    WHERE (? IS NULL OR e.dataset_name = ?)
+      AND (? IS NULL OR contains(lower(coalesce(e.name, '') || ' ' || e.experiment_id), lower(?)))
+      AND (? IS NULL OR e.status IN (?, ?))
+    ORDER BY e.started_at DESC, e.experiment_id LIMIT ? OFFSET ?
+)
+SELECT l.*, (SELECT count(*) FROM cases c WHERE c.experiment_id = l.experiment_id) AS planned_cases
+FROM listed l ORDER BY l.started_at DESC, l.experiment_id
 """
-"""The status is filtered on once it is known as it is now (see ``status_now``), not as recorded."""
+"""A page of the experiments, newest first, and how many match; the cases are counted for the page's only.
+
+A status is filtered on as it is now (see ``status_now``), not as recorded: a run recorded ``running`` that no
+process holds is ``interrupted``. So the recorded status filters in SQL (also ``running`` for those two), and their
+rows are then told apart and paged here; the others are paged in SQL."""
 
 STARTED = "SELECT experiment_id, started_at FROM experiments"
 
@@ -88,50 +101,98 @@ FROM judged GROUP BY ALL
 saved: five times faster than the view at 100,000 trials); the pass rate's interval is clustered by case."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ExperimentPage:
+    """One page of the experiments page, and how many experiments match the filters."""
+
+    rows: list[ExperimentRow]
+    total: int
+    page: int
+    pages: int
+    size: int
+
+
 def experiments(
-    store: Store, dataset: str | None = None, status: str | None = None, text: str | None = None
-) -> list[ExperimentRow]:
-    """The store's experiments, newest first, with their figures; filtered by dataset, status and name or id."""
+    store: Store,
+    dataset: str | None = None,
+    status: str | None = None,
+    text: str | None = None,
+    *,
+    page: int = 1,
+    size: int = EXPERIMENTS_PAGE,
+) -> ExperimentPage:
+    """A page of the store's experiments, newest first, with their figures; filtered by dataset, status and name
+    or id. Only the page's experiments have their figures read (a judged connection each)."""
     by_case: dict[str, list[dict[str, Any]]] = {}
+    page = min(max(page, 1), MAX_OFFSET // size)
     # Not read-only: an experiment without saved figures (a running one) has them computed into a temporary
     # folder, as a report does.
     with contextlib.closing(store.connect()) as opened:
-        listed = fetch(opened, EXPERIMENTS, [dataset, dataset, text, text])
-        for row in listed:
-            shard = json.loads(row["options"] or "{}").get("shard")
-            row["status"] = status_now(store, row["experiment_id"], row["status"], shard)
-        listed = [row for row in listed if status is None or row["status"] == status]
+        listed, total, page = _listed(store, opened, dataset, status, text, page, size)
         for row in listed:
             with judged_connection(store, row["experiment_id"], con=opened) as con:
                 by_case[row["experiment_id"]] = fetch(con, FIGURES_BY_CASE)
-    out = []
-    for row in listed:
-        cases = by_case.get(row["experiment_id"], [])
-        mean, se, interval = clustered_rate([(c["attempts"], c["passes"]) for c in cases])
-        attempts = json.loads(row["options"] or "{}").get("attempts")
-        out.append(
-            ExperimentRow(
-                experiment_id=row["experiment_id"],
-                name=row["name"],
-                dataset=row["dataset_name"],
-                version=row["version"],
-                agent=row["agent"],
-                status=row["status"],
-                started_at=row["started_at"],
-                trials=sum(c["attempts"] for c in cases),
-                planned=row["planned_cases"] * attempts if isinstance(attempts, int) else None,
-                passed=sum(c["passes"] for c in cases),
-                wrong=sum(c["wrong"] for c in cases),
-                failed=sum(c["failed"] for c in cases),
-                infrastructure_failures=sum(c["infrastructure"] for c in cases),
-                pass_rate=None if math.isnan(mean) else mean,
-                ci95=known_interval(interval),
-                input_tokens=_total(c["input_tokens"] for c in cases),
-                output_tokens=_total(c["output_tokens"] for c in cases),
-                cost_usd=_total(c["cost"] for c in cases),
-            )
-        )
-    return out
+    rows = [_experiment_row(row, by_case.get(row["experiment_id"], [])) for row in listed]
+    return ExperimentPage(rows, total, page, max(1, math.ceil(total / size)), size)
+
+
+def _listed(
+    store: Store,
+    con: duckdb.DuckDBPyConnection,
+    dataset: str | None,
+    status: str | None,
+    text: str | None,
+    page: int,
+    size: int,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The page's experiment records with their status as it is now, how many match, and the page (the last one
+    when ``page`` is past it)."""
+    told_apart = status in (RUNNING, INTERRUPTED)  # which recorded running still run is known only here: page here
+    also = RUNNING if told_apart else status
+
+    def read(limit: int | None, offset: int) -> list[dict[str, Any]]:
+        rows = fetch(con, EXPERIMENTS, [dataset, dataset, text, text, status, status, also, limit, offset])
+        for row in rows:
+            shard = json.loads(row["options"] or "{}").get("shard")
+            row["status"] = status_now(store, row["experiment_id"], row["status"], shard)
+        return [row for row in rows if status is None or row["status"] == status]
+
+    if told_apart:
+        every = read(None, 0)
+        page = min(page, max(1, math.ceil(len(every) / size)))
+        return every[(page - 1) * size : page * size], len(every), page
+    rows = read(size, (page - 1) * size)
+    if not rows and page > 1:  # past the last page (a stale link): the last page, with the true count
+        first = read(1, 0)
+        page = math.ceil(first[0]["matching"] / size) if first else 1
+        rows = read(size, (page - 1) * size) if first else []
+    return rows, rows[0]["matching"] if rows else 0, page
+
+
+def _experiment_row(row: dict[str, Any], cases: list[dict[str, Any]]) -> ExperimentRow:
+    """An experiment's line, from its record and its per-case figures."""
+    mean, se, interval = clustered_rate([(c["attempts"], c["passes"]) for c in cases])
+    attempts = json.loads(row["options"] or "{}").get("attempts")
+    return ExperimentRow(
+        experiment_id=row["experiment_id"],
+        name=row["name"],
+        dataset=row["dataset_name"],
+        version=row["version"],
+        agent=row["agent"],
+        status=row["status"],
+        started_at=row["started_at"],
+        trials=sum(c["attempts"] for c in cases),
+        planned=row["planned_cases"] * attempts if isinstance(attempts, int) else None,
+        passed=sum(c["passes"] for c in cases),
+        wrong=sum(c["wrong"] for c in cases),
+        failed=sum(c["failed"] for c in cases),
+        infrastructure_failures=sum(c["infrastructure"] for c in cases),
+        pass_rate=None if math.isnan(mean) else mean,
+        ci95=known_interval(interval),
+        input_tokens=_total(c["input_tokens"] for c in cases),
+        output_tokens=_total(c["output_tokens"] for c in cases),
+        cost_usd=_total(c["cost"] for c in cases),
+    )
 
 
 def _total(values: Any) -> Any:
