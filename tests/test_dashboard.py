@@ -33,7 +33,7 @@ from agenteval.analysis import build_report, compare
 from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
 from agenteval.dashboard._app import MOVED_SHOWN
-from agenteval.dashboard._queries import EXPERIMENTS_PAGE, case_page
+from agenteval.dashboard._queries import EXPERIMENTS_PAGE, SPANS_SHOWN, case_page
 from agenteval.dashboard._review import REVIEWS_SHOWN
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
@@ -246,6 +246,31 @@ def test_a_trials_spans_written_twice_are_shown_once(tmp_path):
     with dashboard(str(store)) as site:
         page = get(site, f"/experiments/{experiment}/trials/{trial}")
     assert page.status_code == 200 and page.text.count("<details") == len(spans)
+
+
+def test_a_trials_page_shows_its_first_spans_and_says_how_many_there_are(tmp_path):
+    """Found by a hostile check: a trial's page drew every span with every attribute, so an agent calling a @tool
+    in a loop (10,000 calls in one trial) made a page that grew with the calls. Now the first SPANS_SHOWN by start
+    time, cut in SQL, with the count and where every one is."""
+    calls = SPANS_SHOWN + 40
+    agent = tmp_path / "looping_agent.py"
+    agent.write_text(
+        "from agenteval import tool\n\n\n@tool\ndef step(n: int) -> int:\n    return n\n\n\n"
+        f"async def answer(question: str) -> str:\n    return str(sum(step(n) for n in range({calls})))\n"
+    )
+    dataset = tmp_path / "loop.jsonl"
+    dataset.write_text(json.dumps({"id": "loop", "input": "count", "expected_output": str(sum(range(calls)))}) + "\n")
+    store = tmp_path / "store"
+    experiment = evaluate(f"{agent}:answer", dataset, attempts=1, store=store, progress="none").id
+    (trial,) = Store(store).rows("SELECT trial_id FROM trials WHERE experiment_id = ?", [experiment])
+    (total,) = Store(store).rows("SELECT count(*) AS n FROM spans WHERE trial_id = ?", [trial["trial_id"]])
+    assert total["n"] > calls  # the trial's root and each tool call
+    with dashboard(str(store)) as site:
+        page = get(site, f"/experiments/{experiment}/trials/{trial['trial_id']}").text
+    assert page.count("<details") == SPANS_SHOWN
+    assert f"The first {SPANS_SHOWN} of {total['n']} spans, by start time" in page
+    assert f"agenteval sql --store {store}</code> gives every one" in page
+    assert len(page.encode()) < 3_000 * SPANS_SHOWN  # bounded by the spans shown, not by the trial's calls
 
 
 def _depths(spans: list[dict]) -> dict[str, int]:

@@ -344,6 +344,22 @@ class TrialView:
     scores: list[dict[str, Any]]
     spans: list[SpanNode]
     reviews: list[dict[str, Any]]
+    spans_total: int
+    """How many spans the trial has (each written once or more counted once); ``spans`` holds the first
+    :data:`SPANS_SHOWN` of them."""
+
+
+SPANS_SHOWN = 500
+"""The spans a trial's page shows, the first by start time; the SQL page (the ``spans`` view) gives every one."""
+
+TRIAL_SPANS = """
+SELECT * FROM spans WHERE experiment_id = ? AND trial_id = ?
+QUALIFY row_number() OVER (PARTITION BY span_id ORDER BY start_time) = 1
+ORDER BY start_time, span_id LIMIT ?
+"""
+"""A trial's first spans by start time (a parent starts before its children), a span written twice once."""
+
+SPAN_COUNT = "SELECT count(DISTINCT span_id) FROM spans WHERE experiment_id = ? AND trial_id = ?"
 
 
 def _one_trial(experiment_id: str, trial_id: str) -> str:
@@ -375,18 +391,16 @@ def trial(store: Store, experiment_id: str, trial_id: str) -> TrialView | None:
         )
         for score in scores:
             score["current"] = (score["scorer"], score["pass_id"]) in current
-        spans = fetch(
-            con,
-            "SELECT * FROM spans WHERE experiment_id = ? AND trial_id = ? ORDER BY start_time, span_id",
-            [experiment_id, trial_id],
-        )
+        spans = fetch(con, TRIAL_SPANS, [experiment_id, trial_id, SPANS_SHOWN])
+        span_count = con.execute(SPAN_COUNT, [experiment_id, trial_id]).fetchone()
         reviews = fetch(
             con,
             "SELECT * FROM review_history WHERE experiment_id = ? AND trial_id = ? ORDER BY reviewed_at DESC",
             [experiment_id, trial_id],
         )
     case = cases[0] if cases else None
-    return TrialView(row, case, _conversation(row, case, spans), scores, span_tree(spans), reviews)
+    spans_total = span_count[0] if span_count else 0
+    return TrialView(row, case, _conversation(row, case, spans), scores, span_tree(spans), reviews, spans_total)
 
 
 def _texts(messages: Any) -> list[tuple[str, str]]:
