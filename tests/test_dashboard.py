@@ -33,7 +33,7 @@ from agenteval.analysis import build_report, compare
 from agenteval.analysis._stats import shown_p
 from agenteval.cli import main
 from agenteval.dashboard._app import MOVED_SHOWN
-from agenteval.dashboard._queries import EXPERIMENTS_PAGE, SPANS_SHOWN, case_page
+from agenteval.dashboard._queries import CATEGORIES_SHOWN, EXPERIMENTS_PAGE, SPANS_SHOWN, case_page
 from agenteval.dashboard._review import REVIEWS_SHOWN
 from agenteval.dashboard._sql import SQL_CELL_CHARS, SQL_PAGE_CHARS, Cell, run_sql
 from agenteval.render._report_formats import interval, pct
@@ -202,6 +202,42 @@ def test_a_comparison_lists_the_first_newly_failing_cases_and_says_how_many_ther
     assert failing.count("both trials side by side") == MOVED_SHOWN
     assert f"The first {MOVED_SHOWN} of {cases}:" in page
     assert f"agenteval compare {baseline} {candidate} --store {store} --json" in page
+
+
+def test_pages_list_the_first_categories_and_say_how_many_there_are(tmp_path):
+    """Found by a hostile check: an experiment's page drew every category in its plot, report table and category
+    filter, and a comparison's page compared every one, so a dataset whose cases each have their own category
+    made pages that grew with the cases. Now the first CATEGORIES_SHOWN by name, with the count."""
+    many = CATEGORIES_SHOWN + 12
+    names = [f"cat{n:03d}" for n in range(many)]
+    dataset = tmp_path / "own_categories.jsonl"
+    rows = [
+        {"id": f"q{n:03d}", "input": f"{n} + 1", "expected_output": str(n + 1), "category": names[n]}
+        for n in range(many)
+    ]
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    store = tmp_path / "store"
+
+    def mock(wrong_rate: float) -> str:
+        options = {"wrong_rate": str(wrong_rate), "seed": "1"}
+        return evaluate("mock", dataset, attempts=1, store=store, progress="none", agent_options=options).id
+
+    baseline, candidate = mock(0.1), mock(0.4)
+    with dashboard(str(store)) as address:
+        experiment = get(address, f"/experiments/{candidate}").text
+        comparison = get(address, f"/compare/{baseline}/{candidate}").text
+    shown, hidden = names[:CATEGORIES_SHOWN], names[CATEGORIES_SHOWN:]
+    plot = experiment.split('aria-label="pass rate by category')[1].split("</svg>")[0]
+    choices = experiment.split('name="category"')[1].split("</select>")[0]
+    for name in shown:
+        assert f">{name}</text>" in plot and f'value="{name}"' in choices and f"<td>{name}</td>" in experiment
+    assert not any(name in experiment for name in hidden)
+    assert f"The first {CATEGORIES_SHOWN} of {many} categories by name" in experiment
+    assert f"agenteval report {candidate} --store {store} --format json</code> gives every one" in experiment
+    by_category = comparison.split("<h2>By category</h2>")[1].split("</table>")[0]
+    assert [row.split("</td>")[0] for row in by_category.split("<tr><td>")[1:]] == shown
+    assert f"The first {CATEGORIES_SHOWN} of {many} categories by name" in comparison
+    assert f"agenteval compare {baseline} {candidate} --store {store} --json</code> gives every one" in comparison
 
 
 def test_a_comparison_with_an_experiment_that_does_not_exist_is_a_404(runs, site):

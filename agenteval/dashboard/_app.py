@@ -7,6 +7,7 @@ from :mod:`agenteval.analysis` (the report, the comparison, the gate) or :mod:`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,9 +46,9 @@ HERE = Path(__file__).parent
 RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 """The header of a statement refused because every SQL worker is busy (a 503)."""
 REFRESH_SECONDS = 5
+"""A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
 MOVED_SHOWN = 200
 """The newly failing (and newly passing) cases a comparison's page lists; ``agenteval compare --json`` gives all."""
-"""A running experiment's page reloads itself this often (a meta refresh: no script needed)."""
 
 
 def _shown(value: Any) -> Any:
@@ -164,8 +165,10 @@ class Dashboard:
             merged = {"sort": sort, "order": "desc" if descending else "asc", **filters, "page": page.page, **changes}
             return "?" + urlencode({k: v for k, v in merged.items() if v not in (None, "")})
 
+        # The report holds every category (its JSON gives them all); the page draws the first few.
+        shown = dataclasses.replace(report, categories=report.categories[: q.CATEGORIES_SHOWN])
         plots = {
-            "category": Markup(category_plot(report.categories)),
+            "category": Markup(category_plot(shown.categories)),
             "latency": Markup(latency_histogram(report.latency.trial_sample_ms)),
             "failures": Markup(failure_plot(report.outcomes)),
         }
@@ -173,7 +176,9 @@ class Dashboard:
             request,
             "experiment.html",
             report=report,
-            sections=sections(report),
+            sections=sections(shown),
+            categories_total=len(report.categories),
+            categories_shown=q.CATEGORIES_SHOWN,
             plots=plots,
             cases=page,
             filters=filters,
@@ -214,6 +219,7 @@ class Dashboard:
             figure_rows=figure_rows(shown) if shown else [],
             figures_note=figures_note(shown) if shown else "",
             moved_shown=MOVED_SHOWN,
+            categories_shown=q.CATEGORIES_SHOWN,
         )
 
     def case_pair(self, request: Request) -> Response:

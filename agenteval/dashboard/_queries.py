@@ -221,6 +221,19 @@ class CasePage:
     pages: int
     categories: list[str]
     scorers: list[str]
+    categories_total: int
+    """How many categories the experiment's cases have; ``categories`` holds the first :data:`CATEGORIES_SHOWN`."""
+
+
+CATEGORIES_SHOWN = 50
+"""The categories an experiment's page lists (its plot, report table and category filter) and a comparison's page
+compares, the first by name; ``agenteval report --format json`` and ``agenteval compare --json`` give every one."""
+
+CATEGORY_CHOICES = """
+SELECT category, count(*) OVER () AS categories
+FROM (SELECT DISTINCT coalesce(category, 'uncategorized') AS category FROM cases WHERE experiment_id = ?)
+ORDER BY 1 LIMIT ?
+"""
 
 
 CASE_TABLE = """
@@ -310,16 +323,12 @@ def _case_page(
             first = fetch(con, sql, [*params, 1, 0])
             page = math.ceil(first[0]["matching"] / size) if first else 1
             rows = fetch(con, sql, [*params, size, (page - 1) * size]) if first else []
-        categories = [
-            r[0]
-            for r in con.execute(
-                "SELECT DISTINCT coalesce(category, 'uncategorized') FROM cases WHERE experiment_id = ? ORDER BY 1",
-                [experiment_id],
-            ).fetchall()
-        ]
+        listed = con.execute(CATEGORY_CHOICES, [experiment_id, CATEGORIES_SHOWN]).fetchall()
         scorers = [r[0] for r in con.execute("SELECT scorer FROM scorer_figures").fetchall()]
     total = rows[0]["matching"] if rows else 0
-    return CasePage(rows, total, page, max(1, math.ceil(total / size)), categories, scorers)
+    categories = [r[0] for r in listed]
+    categories_total = listed[0][1] if listed else 0
+    return CasePage(rows, total, page, max(1, math.ceil(total / size)), categories, scorers, categories_total)
 
 
 @dataclasses.dataclass(frozen=True)
