@@ -6,10 +6,12 @@ Real runs into a real store, concurrent trials, spans counted back with DuckDB.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import queue
 import threading
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -384,3 +386,69 @@ def test_a_worker_a_trial_starts_and_keeps_lends_no_later_trial_its_context(tmp_
     assert sorted(row["n"] for row in rows) == [0] * later + [1]  # the first trial's own call, only
     (stored,) = store.rows("SELECT count(*) AS n FROM spans WHERE name = 'execute_tool fetch'")
     assert stored["n"] == 1
+
+
+# Another library (an OpenTelemetry instrumentor, a hand-written wrapper) wrapping the same methods as the run does,
+# and unwrapping them later by putting back what it wrapped.
+WRAPPED = ((threading.Thread, "start"), (ThreadPoolExecutor, "submit"))
+
+
+UNDER_THE_OTHER_LIBRARY: dict[tuple[type, str], object] = {}
+
+
+def wrap_as_another_library() -> None:
+    for cls, name in WRAPPED:
+        method = UNDER_THE_OTHER_LIBRARY[cls, name] = cls.__dict__[name]
+
+        @functools.wraps(method)
+        def passing_through(*args, __method=method, **kwargs):
+            return __method(*args, **kwargs)
+
+        setattr(cls, name, passing_through)
+
+
+def unwrap_as_another_library() -> None:
+    for cls, name in WRAPPED:
+        setattr(cls, name, UNDER_THE_OTHER_LIBRARY.pop((cls, name)))
+
+
+@agent
+def a_thread_and_a_task(question: str) -> str:
+    started_and_joined([threading.Thread(target=lookup, args=(question, 0))])
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lookup, question, 1).result()
+    if question == "q0" and WRAP_DURING_THE_RUN:
+        WRAP_DURING_THE_RUN.pop()()
+    return chat(question)
+
+
+WRAP_DURING_THE_RUN: list[Callable[[], None]] = []
+
+
+def run_carrying_a_thread_and_a_task(tmp_path, name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # each span in its trial
+        store, experiment = run(tmp_path / name, a_thread_and_a_task, concurrency=1)
+    assert_every_tool_span_is_its_trials(store, experiment.id, CASES, 2)
+
+
+def test_every_run_carries_threads_after_another_library_wrapped_ours_during_a_run_and_unwrapped_it(tmp_path):
+    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    WRAP_DURING_THE_RUN.append(wrap_as_another_library)
+    run_carrying_a_thread_and_a_task(tmp_path, "wrapped during")
+    unwrap_as_another_library()  # its wrapper off: ours is left as the method, passing through
+    run_carrying_a_thread_and_a_task(tmp_path, "second")
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+    run_carrying_a_thread_and_a_task(tmp_path, "third")  # the one that found the wrappers missing
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+
+
+def test_every_run_carries_threads_after_another_library_unwrapped_its_own_during_a_run(tmp_path):
+    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    wrap_as_another_library()
+    WRAP_DURING_THE_RUN.append(unwrap_as_another_library)  # under the run's, which it drops with its own
+    with pytest.warns(UserWarning, match="outside any trial"):  # the trials after that carry nothing
+        run(tmp_path / "unwrapped during", a_thread_and_a_task, concurrency=1)
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+    run_carrying_a_thread_and_a_task(tmp_path, "second")
+    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals

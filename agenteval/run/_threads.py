@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -51,8 +51,10 @@ its context."""
 
 
 def _install(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
-    if (cls, name) in _left_under:  # still in place under another library's wrapper since the last run
-        return
+    if (cls, name) in _left_under:
+        if _still_under(cls, name, wrapper):  # in place under another library's wrapper since the last run
+            return
+        _left_under.discard((cls, name))  # that library put back what it wrapped: ours is gone
     _originals[cls, name] = cls.__dict__[name]
     setattr(cls, name, wrapper)
 
@@ -60,10 +62,35 @@ def _install(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
 def _remove(cls: type, name: str, wrapper: Callable[..., Any]) -> None:
     if cls.__dict__.get(name) is wrapper:
         setattr(cls, name, _originals[cls, name])
-    else:
+        _left_under.discard((cls, name))  # the library that wrapped ours has unwrapped it since
+    elif _still_under(cls, name, wrapper):
         # Another library wrapped ours meanwhile (an instrumentor installed during the run): putting the original
         # back would drop its wrapper, so ours stays under it, passing every call through while no run is open.
         _left_under.add((cls, name))
+    else:  # another library put back the method ours replaced (undoing its own wrapper from before the run)
+        _left_under.discard((cls, name))
+
+
+def _still_under(cls: type, name: str, wrapper: Callable[..., Any]) -> bool:
+    """Whether ``cls.name`` still calls ``wrapper``: found down the ``__wrapped__`` chain of the wrappers over it (as
+    wrapt and functools.wraps leave), not if that chain reaches what ``wrapper`` replaced (put back by whoever had
+    wrapped it before the run), and taken to be under a wrapper that does not say what it wraps."""
+    replaced = list(_wrapped_chain(_originals.get((cls, name))))
+    for current in _wrapped_chain(cls.__dict__.get(name)):
+        if current is wrapper:
+            return True
+        if any(current is method for method in replaced):
+            return False
+    return cls.__dict__.get(name) is not None
+
+
+def _wrapped_chain(method: Any) -> Iterator[Any]:
+    """``method``, what it wraps, what that wraps... (a chain that loops back on itself is not followed for ever)."""
+    for _ in range(100):
+        if method is None:
+            return
+        yield method
+        method = getattr(method, "__wrapped__", None)
 
 
 def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
