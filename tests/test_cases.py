@@ -369,3 +369,22 @@ def test_deep_json_is_refused_at_a_fixed_depth_so_validate_and_run_agree(tmp_pat
     path.write_text(lines(shallow))
     (case,) = load_file(path)
     assert json.dumps(case.metadata) == '{"m": ' + nested(98) + "}"
+
+
+def test_a_whole_number_too_long_for_python_to_read_is_a_problem_of_its_line_not_a_traceback(tmp_path):
+    """Python refuses to read an integer of more than 4,300 digits (a ValueError that is not a JSON error): a case
+    line holding one made `validate`, `run` and `audit` end in a traceback. Found by a hostile check of cards."""
+    huge = "1" * 5000
+    path = write(
+        tmp_path,
+        lines(
+            '{"id": "fine", "input": "a", "expected_output": ""}',
+            '{"id": "huge", "input": "b", "expected_output": "", "metadata": {"n": ' + huge + "}}",
+        ),
+    )
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and isinstance(done.exception, SystemExit), done.exception
+    assert done.output.splitlines() == [
+        f"{path}:2: a whole number of more than 4,300 digits, more than Python reads; write it as a string",
+        f"{path}: 1 problem",
+    ], done.output

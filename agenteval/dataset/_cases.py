@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,12 @@ def _replaced(value: Any, stand_in: Any) -> Any:
     if isinstance(value, list):
         return [_replaced(item, stand_in) for item in value]
     return value
+
+
+TOO_LONG_NUMBER = (
+    f"a whole number of more than {sys.get_int_max_str_digits():,} digits, more than Python reads; write it as a string"
+)
+"""The problem of JSON holding an integer too long for ``int`` (json raises ValueError, not a JSON error)."""
 
 
 MAX_NESTING = 100
@@ -631,6 +638,9 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             found = _non_finite_at(record) if non_finite and deep is None else None
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{_cr_line_ends(text, exc)}")
+            continue
+        except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
+            report(number, None, TOO_LONG_NUMBER)
             continue
         except _DuplicateKey as exc:
             report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
