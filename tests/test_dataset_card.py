@@ -186,3 +186,29 @@ def test_a_run_records_its_datasets_card_and_the_report_says_where_its_review_st
         unread = evaluate("mock", str(cases), attempts=1, store=store, progress="none")
     assert unread.status == "completed"
     assert build_report(store, unread.experiment_id).experiment.dataset_card is None
+
+
+@pytest.mark.parametrize(
+    ("tail", "said"),
+    [
+        ('"owner": "someone else"', "owner: is given twice in one object; JSON keeps only the last, so say it once"),
+        ('"metadata": {"x": NaN}', "metadata.x: NaN is not a number JSON allows"),
+        ('"metadata": {"x": 1e999}', "metadata.x: 1e999 is not a number JSON allows"),
+        ('"version": ' + "1" * 5000, "a whole number of more than 4,300 digits, more than Python reads"),
+        ('"metadata": ' + "[" * 5000 + "]" * 5000, "JSON nested too deeply (more than 100 levels)"),
+        ('"metadata": {"m": ' + "[" * 150 + "]" * 150 + "}", "metadata: JSON nested too deeply (more than 100"),
+    ],
+)
+def test_a_card_is_read_as_strictly_as_a_case_line(cases, tail, said):
+    """The case format refuses a key given twice, NaN, infinities, integers Python cannot read and deep nesting;
+    the card took the last of two owners silently, carried NaN into the card it wrote back (JSON strict readers
+    refuse), and ended validate in a traceback for the rest. Found by a hostile check of cards."""
+    card_path(cases).write_text(
+        '{"owner": "evals team", "created": "2026-01-05", "last_reviewed": "2026-01-05", ' + tail + "}"
+    )
+    before = card_path(cases).read_text()
+    for command in ("validate", "review"):
+        done = cli(command, str(cases))
+        assert done.exit_code == 1 and isinstance(done.exception, SystemExit), (command, done.exception)
+        assert f"{card_path(cases)}: {said}" in done.output, done.output
+    assert card_path(cases).read_text() == before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -14,7 +15,19 @@ from typing import Any
 
 from .._output_files import write_text
 from ..errors import UsageError
-from ._cases import Dataset, DatasetError, Problem, load_file
+from ._cases import (
+    MAX_NESTING,
+    TOO_LONG_NUMBER,
+    Dataset,
+    DatasetError,
+    Problem,
+    _DuplicateKey,
+    _non_finite_at,
+    _NonFinite,
+    _object_without_duplicate_keys,
+    _too_deep,
+    load_file,
+)
 from ._file_kinds import NotRegularFile, open_regular
 
 CARD_SUFFIX = ".card.json"
@@ -134,13 +147,7 @@ def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
 
 def parse_card(data: bytes, where: str) -> DatasetCard:
     """A card from its JSON text; :class:`DatasetError` listing every bad field, ``where`` naming the file."""
-    try:
-        record = json.loads(data.decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise DatasetError([Problem(where, 0, None, "is not UTF-8 text")]) from None
-    except json.JSONDecodeError as exc:
-        problem = Problem(where, exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}")
-        raise DatasetError([problem]) from None
+    record = _card_json(data, where)
     if not isinstance(record, dict):
         raise DatasetError([Problem(where, 0, None, "must be a JSON object of the card's fields")])
     problems: list[Problem] = []
@@ -186,6 +193,47 @@ def parse_card(data: bytes, where: str) -> DatasetCard:
         reviewed_sha256=sha,
         metadata=metadata,
     )
+
+
+def _card_json(data: bytes, where: str) -> Any:
+    """The card's JSON, read by the case format's rules: a key given twice, a NaN or an infinity, an integer too long
+    for Python and nesting past :data:`MAX_NESTING` are refused (json would keep the last key, and write the NaN
+    back into the card, where strict readers refuse it), each a :class:`DatasetError` naming the card."""
+    markers: list[_NonFinite] = []
+
+    def marker(text: str) -> _NonFinite:
+        markers.append(_NonFinite(text))
+        return markers[-1]
+
+    def finite(text: str) -> float | _NonFinite:
+        value = float(text)
+        return value if math.isfinite(value) else marker(text)
+
+    def refused(line: int, field: str | None, message: str) -> DatasetError:
+        return DatasetError([Problem(where, line, field, message)])
+
+    try:
+        text = data.decode("utf-8-sig")
+        record = json.loads(
+            text, object_pairs_hook=_object_without_duplicate_keys, parse_constant=marker, parse_float=finite
+        )
+    except UnicodeDecodeError:
+        raise refused(0, None, "is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise refused(exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
+        raise refused(0, None, TOO_LONG_NUMBER) from None
+    except _DuplicateKey as exc:
+        raise refused(0, exc.key, "is given twice in one object; JSON keeps only the last, so say it once") from None
+    except RecursionError:
+        raise refused(0, None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it") from None
+    deep = _too_deep(record)
+    if deep is not None:
+        raise refused(0, deep or None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it")
+    found = _non_finite_at(record) if markers else None
+    if found is not None:
+        raise refused(0, found[0] or None, f"{found[1]} is not a number JSON allows; write a finite number or a string")
+    return record
 
 
 def _date(record: dict[str, Any], field: str, bad: Any) -> datetime.date | None:
