@@ -212,3 +212,53 @@ def test_a_card_is_read_as_strictly_as_a_case_line(cases, tail, said):
         assert done.exit_code == 1 and isinstance(done.exception, SystemExit), (command, done.exception)
         assert f"{card_path(cases)}: {said}" in done.output, done.output
     assert card_path(cases).read_text() == before
+
+
+@pytest.fixture
+def machine_far_behind(monkeypatch):
+    """The machine's clock in UTC-12, the last zone to reach a date: elsewhere it is always a day or two later."""
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT+12")
+    time.tzset()
+    yield datetime.date.today()
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_card_reviewed_today_where_the_date_is_already_tomorrow_is_not_refused_as_in_the_future(
+    cases, machine_far_behind
+):
+    """A colleague in Auckland reviews the dataset on their today, the machine's tomorrow: the card was refused as
+    "after today", so validate, audit and review all failed and runs recorded no card. Dates are calendar days as
+    written; a date is in the future only once no place on Earth has reached it. Found by a hostile check of
+    cards."""
+    today = machine_far_behind
+    ahead = (today + datetime.timedelta(days=1)).isoformat()
+    write_card(cases, created=ahead, last_reviewed=ahead)
+    assert cli("validate", str(cases)).exit_code == 0
+    status = json.loads(cli("review", str(cases), "--check", "--json").output)
+    assert (status["days_since_review"], status["due"]) == (0, False)  # reviewed today, not -1 days ago
+    assert "reviewed every 90 days" in shown(cli("audit", str(cases)))
+
+    beyond = (today + datetime.timedelta(days=3)).isoformat()  # no zone is 3 days ahead of UTC-12
+    write_card(cases, created=beyond, last_reviewed=beyond)
+    refused = cli("validate", str(cases))
+    assert refused.exit_code == 1
+    assert f"created: {beyond} is after today everywhere on Earth; write the day it happened" in refused.output
+
+
+@pytest.mark.parametrize("written", ["20260105", "2026-W02-1", "2026-01-05 ", "+2026-01-05"])
+def test_a_card_date_is_written_as_the_docs_say(cases, written):
+    """The docs say YYYY-MM-DD (a date and time is taken at the date it names), but Python read "20260105" and the
+    ISO week date "2026-W02-1" as dates too, which no other reader of the card would: found by a hostile check."""
+    write_card(cases, created=written)
+    refused = cli("validate", str(cases))
+    assert refused.exit_code == 1
+    assert f"created: {json.dumps(written)} is not a date; write it as YYYY-MM-DD" in refused.output
+
+
+def test_a_date_and_time_in_another_zone_is_taken_at_the_date_it_names(cases):
+    write_card(cases, created="2026-01-05T23:30:00-12:00", last_reviewed="2026-01-06T00:30:00+14:00")
+    card = read_card(cases)
+    assert (card.created, card.last_reviewed) == (datetime.date(2026, 1, 5), datetime.date(2026, 1, 6))

@@ -4,11 +4,13 @@ cases as ``NAME.card.json``. Datasets rot when the agent changes and they do not
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,8 @@ class DatasetCard:
 
     def days_since_review(self, today: datetime.date | None = None) -> int:
         """Whole days from the last review to ``today`` (the local date by default)."""
-        return ((today or datetime.date.today()) - self.last_reviewed).days
+        # 0 for a review dated tomorrow: written where the date is already tomorrow (see latest_date_on_earth)
+        return max(0, ((today or datetime.date.today()) - self.last_reviewed).days)
 
     def needs_review(self, today: datetime.date | None = None) -> bool:
         """True once more than ``review_every_days`` have passed since the last review."""
@@ -236,22 +239,33 @@ def _card_json(data: bytes, where: str) -> Any:
     return record
 
 
+_WRITTEN_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T.+)?", re.ASCII)
+"""A date as the docs give it, YYYY-MM-DD, or a date and time (ISO 8601) taken at the date it names: Python reads
+more (``20260105``, the week date ``2026-W02-1``), which no other reader of the card would."""
+_LAST_ZONE_AHEAD = datetime.timezone(datetime.timedelta(hours=14))
+"""The zone furthest ahead (Kiribati, UTC+14): the first place to reach a date."""
+
+
+def latest_date_on_earth() -> datetime.date:
+    """The latest calendar date anywhere now. A card's dates are the days its writers saw: one reviewed "today"
+    where it is already tomorrow is not in the future, and only a date no place has reached is."""
+    return datetime.datetime.now(_LAST_ZONE_AHEAD).date()
+
+
 def _date(record: dict[str, Any], field: str, bad: Any) -> datetime.date | None:
     value = record.get(field)
     if value is None:
         bad(field, "is required: a date as YYYY-MM-DD")
         return None
-    try:
-        when = datetime.date.fromisoformat(value) if isinstance(value, str) and len(value) == 10 else None
-        if when is None and isinstance(value, str):
+    when = None
+    if isinstance(value, str) and _WRITTEN_DATE.fullmatch(value):
+        with contextlib.suppress(ValueError):  # 2026-02-30 or a time that is none
             when = datetime.datetime.fromisoformat(value).date()
-    except ValueError:
-        when = None
     if when is None:
         bad(field, f"{json.dumps(value)[:40]} is not a date; write it as YYYY-MM-DD")
         return None
-    if when > datetime.date.today():
-        bad(field, f"{when.isoformat()} is after today; write the day it happened")
+    if when > latest_date_on_earth():
+        bad(field, f"{when.isoformat()} is after today everywhere on Earth; write the day it happened")
         return None
     return when
 
