@@ -709,18 +709,16 @@ def review(
     import datetime
     import json
 
-    from .dataset._card import card_path, read_card, review_dataset, review_status
-    from .dataset._cases import DatasetError, Problem, load_file
+    from .dataset._card import card_path, check_review, review_dataset, review_status
+    from .dataset._cases import DatasetError
     from .errors import UsageError
 
     if check and (owner is not None or every is not None or description is not None):
         raise UsageError("--check records nothing: give --owner, --every and --description without it")
     try:
         if check:
-            card = read_card(file)
-            if card is None:
-                raise DatasetError([Problem(str(card_path(file)), 0, None, _NO_CARD.format(file=file))])
-            status = review_status(card, load_file(file).hash)
+            status = check_review(file)
+            card = status.card
         else:
             card = review_dataset(file, owner=owner, review_every_days=every, description=description)
             status = review_status(card, card.reviewed_sha256 or "")
@@ -741,9 +739,6 @@ def review(
         )
     if check and not status.current:
         raise SystemExit(1)
-
-
-_NO_CARD = "no card: record the first review with agenteval review {file} --owner NAME"
 
 
 def _agent_options(values: tuple[str, ...]) -> dict[str, str]:

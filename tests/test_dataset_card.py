@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.dataset import DatasetCard, card_path, load_dataset, read_card, review_dataset
-from agenteval.dataset._card import REVIEW_EVERY_DAYS
+from agenteval.dataset._card import REVIEW_EVERY_DAYS, card_record
 from agenteval.errors import UsageError
 
 CASES = '{"id": "a", "input": "What is 2 + 2?", "expected_output": "4"}\n'
@@ -262,3 +262,35 @@ def test_a_date_and_time_in_another_zone_is_taken_at_the_date_it_names(cases):
     write_card(cases, created="2026-01-05T23:30:00-12:00", last_reviewed="2026-01-06T00:30:00+14:00")
     card = read_card(cases)
     assert (card.created, card.last_reviewed) == (datetime.date(2026, 1, 5), datetime.date(2026, 1, 6))
+
+
+def test_a_check_of_a_file_that_is_not_there_says_so_and_a_builtin_name_is_told_it_has_no_card(tmp_path, monkeypatch):
+    """`review --check missing.jsonl` said "no card: record the first review with agenteval review missing.jsonl
+    --owner NAME", advice that then failed with "no such file"; `review hard` said "hard: no such file" and
+    `review hard --check` gave the same wrong advice. Found by a hostile check of cards."""
+    monkeypatch.chdir(tmp_path)
+    for args in (["missing.jsonl", "--check"], ["missing.jsonl", "--owner", "o"]):
+        done = cli("review", *args)
+        assert done.exit_code == 1 and "missing.jsonl: no such file" in done.output, done.output
+        assert "--owner NAME" not in done.output
+    for args in (["hard", "--check"], ["hard", "--owner", "o"], ["hard", "--check", "--json"]):
+        done = cli("review", *args)
+        assert done.exit_code == 2, done.output
+        assert "hard is a built-in dataset: built-in datasets have no card" in shown(done), done.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_builtin_datasets_own_file_is_not_reviewed_and_runs_of_it_record_no_card(tmp_path):
+    """Audit said a built-in has no card, but `review` of the built-in's file wrote one into agenteval's own
+    folder, and runs of it would have recorded it: one rule for all three now."""
+    from agenteval.dataset._catalog import datasets_dir
+
+    builtin = datasets_dir() / "hard.jsonl"
+    assert not card_path(builtin).exists()
+    try:
+        done = cli("review", str(builtin), "--owner", "o")
+        assert done.exit_code == 2 and "is a built-in dataset" in shown(done), done.output
+        assert not card_path(builtin).exists()
+    finally:  # before the fix, the review wrote it into the checkout
+        card_path(builtin).unlink(missing_ok=True)
+    assert card_record(load_dataset("hard")) is None

@@ -12,9 +12,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
-from ._card import ReviewStatus, card_path, read_card, review_status
+from ._card import ReviewStatus, card_path, keeps_a_card, read_card, review_status
 from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
-from ._catalog import datasets_dir
 from ._similarity_join import similar_pairs
 
 _TOKEN = re.compile(r"\w+|[-+*/^%=<>×÷]")
@@ -144,10 +143,7 @@ def audit(
 def _user_card(dataset: Dataset) -> Path | None:
     """Where the card of a user's dataset file is; None for a built-in (kept by agenteval's maintainers, not
     reviewed by its users) or a generated one."""
-    path = Path(dataset.path)
-    if not path.is_file() or path.resolve().parent == datasets_dir().resolve():
-        return None
-    return card_path(path)
+    return card_path(dataset.path) if keeps_a_card(dataset.path) else None
 
 
 def _review(dataset: Dataset) -> ReviewStatus | None:

@@ -30,6 +30,7 @@ from ._cases import (
     _too_deep,
     load_file,
 )
+from ._catalog import builtin_names, datasets_dir
 from ._file_kinds import NotRegularFile, open_regular
 
 CARD_SUFFIX = ".card.json"
@@ -129,6 +130,38 @@ def card_path(dataset_path: str | os.PathLike[str]) -> Path:
     """Where the card of the dataset at ``dataset_path`` is: ``cases.jsonl`` -> ``cases.card.json``."""
     path = Path(dataset_path)
     return path.with_name(path.name.removesuffix(".jsonl") + CARD_SUFFIX)
+
+
+def keeps_a_card(dataset_path: str | os.PathLike[str]) -> bool:
+    """Whether the dataset at ``dataset_path`` keeps a card: a user's file does; a built-in's file is agenteval's
+    (its maintainers review it), and a generated dataset has no file."""
+    path = Path(dataset_path)
+    return path.is_file() and path.resolve().parent != datasets_dir().resolve()
+
+
+def _reviewable(dataset_path: str | os.PathLike[str]) -> Dataset:
+    """The cases to review or check: a built-in, by name or by its file, is refused, as it keeps no card."""
+    path = Path(dataset_path)
+    if (not path.exists() and str(dataset_path) in builtin_names()) or (path.is_file() and not keeps_a_card(path)):
+        raise UsageError(
+            f"{dataset_path} is a built-in dataset: built-in datasets have no card (agenteval's maintainers review "
+            "them); review a dataset file of your own"
+        )
+    return load_file(path)  # a review of cases that do not load would record nothing useful
+
+
+NO_CARD = "no card: record the first review with agenteval review {file} --owner NAME"
+
+
+def check_review(dataset_path: str | os.PathLike[str], today: datetime.date | None = None) -> ReviewStatus:
+    """Where the dataset at ``dataset_path`` stands against its card (what ``review --check`` says): the cases are
+    loaded first, so a file that is not there says so rather than that it has no card. :class:`DatasetError` when
+    it has no card."""
+    dataset = _reviewable(dataset_path)
+    card = read_card(dataset_path)
+    if card is None:
+        raise DatasetError([Problem(str(card_path(dataset_path)), 0, None, NO_CARD.format(file=dataset_path))])
+    return review_status(card, dataset.hash, today)
 
 
 def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
@@ -281,7 +314,7 @@ def card_record(dataset: Dataset) -> dict[str, Any] | None:
     reviewed version and where the review stood that day. None without a card (built-in and generated datasets have
     none). An invalid card is warned of and not recorded: it says nothing about the agent, so it stops no run."""
     path = Path(dataset.path)
-    if not path.is_file():
+    if not keeps_a_card(path):
         return None
     try:
         card = read_card(path)
@@ -312,7 +345,7 @@ def review_dataset(
     required): the review's date and the cases reviewed. The version goes up by one when the cases changed since
     the last review. The dataset must be valid; an invalid card is an error, never written over."""
     path = Path(dataset_path)
-    dataset = load_file(path)  # a review of cases that do not load would record nothing useful
+    dataset = _reviewable(path)
     today = today or datetime.date.today()
     card = read_card(path)
     if card is None:
