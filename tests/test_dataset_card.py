@@ -294,3 +294,32 @@ def test_a_builtin_datasets_own_file_is_not_reviewed_and_runs_of_it_record_no_ca
     finally:  # before the fix, the review wrote it into the checkout
         card_path(builtin).unlink(missing_ok=True)
     assert card_record(load_dataset("hard")) is None
+
+
+JSON_KEYS = [
+    "owner",
+    "description",
+    "created",
+    "last_reviewed",
+    "version",
+    "review_every_days",
+    "reviewed_sha256",
+    "metadata",
+    "days_since_review",
+    "due",
+    "changed_since_review",
+    "current",
+    "reasons",
+]
+
+
+def test_the_json_of_a_review_has_the_same_keys_whatever_the_card_holds(cases):
+    """`description` and `metadata` were left out of review --json and audit --json when the card had none, so a
+    script reading status["description"] failed on some cards only. Found by a hostile check of cards."""
+    plain = json.loads(cli("review", str(cases), "--owner", "o", "--json").output)
+    assert list(plain) == JSON_KEYS and (plain["description"], plain["metadata"]) == ("", {})
+    assert list(json.loads(cli("review", str(cases), "--check", "--json").output)) == JSON_KEYS
+    assert list(json.loads(cli("audit", str(cases), "--json").output)["review"]) == JSON_KEYS
+    assert "description" not in json.loads(card_path(cases).read_text())  # the card itself holds what it has
+    write_card(cases, description="support questions", metadata={"team": "x"})
+    assert list(json.loads(cli("review", str(cases), "--check", "--json").output)) == JSON_KEYS

@@ -39,6 +39,8 @@ REVIEW_EVERY_DAYS = 90
 MAX_CARD_BYTES = 1 << 20
 """A card is a few lines; a larger file is not one (and is not read whole into memory)."""
 _TEXT_FIELDS = ("owner", "description")
+_OPTIONAL = ("description", "metadata")
+"""Fields a card's file leaves out when empty."""
 _DATE_FIELDS = ("created", "last_reviewed")
 _FIELDS = ("owner", "description", "created", "last_reviewed", "version", "review_every_days", "reviewed_sha256")
 
@@ -69,7 +71,8 @@ class DatasetCard:
         return self.days_since_review(today) > self.review_every_days
 
     def to_dict(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
+        """Every field, always (what ``--json`` prints: its keys never depend on what the card holds)."""
+        return {
             "owner": self.owner,
             "description": self.description,
             "created": self.created.isoformat(),
@@ -79,11 +82,11 @@ class DatasetCard:
             "reviewed_sha256": self.reviewed_sha256,
             "metadata": self.metadata,
         }
-        if not self.description:
-            del record["description"]
-        if not self.metadata:
-            del record["metadata"]
-        return record
+
+    def card_text(self) -> str:
+        """The card's file: :meth:`to_dict` without an empty description or metadata, which a card need not have."""
+        record = {key: value for key, value in self.to_dict().items() if key not in _OPTIONAL or value}
+        return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,5 +374,5 @@ def review_dataset(
         review_every_days=review_every_days or card.review_every_days,
         reviewed_sha256=dataset.hash,
     )
-    write_text("card", card_path(path), json.dumps(reviewed.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    write_text("card", card_path(path), reviewed.card_text())
     return reviewed
