@@ -22,13 +22,13 @@ from ._cases import (
     TOO_LONG_NUMBER,
     Dataset,
     DatasetError,
+    DuplicateKey,
+    NonFinite,
     Problem,
-    _DuplicateKey,
-    _non_finite_at,
-    _NonFinite,
-    _object_without_duplicate_keys,
-    _too_deep,
     load_file,
+    non_finite_at,
+    object_without_duplicate_keys,
+    too_deep,
 )
 from ._catalog import builtin_names, datasets_dir
 from ._file_kinds import NotRegularFile, open_regular
@@ -238,13 +238,13 @@ def _card_json(data: bytes, where: str) -> Any:
     """The card's JSON, read by the case format's rules: a key given twice, a NaN or an infinity, an integer too long
     for Python and nesting past :data:`MAX_NESTING` are refused (json would keep the last key, and write the NaN
     back into the card, where strict readers refuse it), each a :class:`DatasetError` naming the card."""
-    markers: list[_NonFinite] = []
+    markers: list[NonFinite] = []
 
-    def marker(text: str) -> _NonFinite:
-        markers.append(_NonFinite(text))
+    def marker(text: str) -> NonFinite:
+        markers.append(NonFinite(text))
         return markers[-1]
 
-    def finite(text: str) -> float | _NonFinite:
+    def finite(text: str) -> float | NonFinite:
         value = float(text)
         return value if math.isfinite(value) else marker(text)
 
@@ -254,7 +254,7 @@ def _card_json(data: bytes, where: str) -> Any:
     try:
         text = data.decode("utf-8-sig")
         record = json.loads(
-            text, object_pairs_hook=_object_without_duplicate_keys, parse_constant=marker, parse_float=finite
+            text, object_pairs_hook=object_without_duplicate_keys, parse_constant=marker, parse_float=finite
         )
     except UnicodeDecodeError:
         raise refused(0, None, "is not UTF-8 text") from None
@@ -262,14 +262,14 @@ def _card_json(data: bytes, where: str) -> Any:
         raise refused(exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
     except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
         raise refused(0, None, TOO_LONG_NUMBER) from None
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise refused(0, exc.key, "is given twice in one object; JSON keeps only the last, so say it once") from None
     except RecursionError:
         raise refused(0, None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it") from None
-    deep = _too_deep(record)
+    deep = too_deep(record)
     if deep is not None:
         raise refused(0, deep or None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it")
-    found = _non_finite_at(record) if markers else None
+    found = non_finite_at(record) if markers else None
     if found is not None:
         raise refused(0, found[0] or None, f"{found[1]} is not a number JSON allows; write a finite number or a string")
     return record

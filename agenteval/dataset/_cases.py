@@ -134,24 +134,24 @@ class Dataset:
 # --- field rules ---------------------------------------------------------------------------
 
 
-class _DuplicateKey(Exception):
+class DuplicateKey(Exception):
     def __init__(self, key: str) -> None:
         self.key = key
 
 
-def _object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def object_without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object, refusing a key given twice (``json`` would silently keep the last)."""
     record = dict(pairs)
     if len(record) < len(pairs):
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise _DuplicateKey(key)
+                raise DuplicateKey(key)
             seen.add(key)
     return record
 
 
-class _NonFinite:
+class NonFinite:
     """A ``NaN``, ``Infinity`` or a number too large for a float, as the line wrote it. JSON has no such numbers,
     but Python's ``json`` reads them (and ``json.dumps`` writes a missing float as ``NaN``): kept as this marker so
     the line is refused naming the field, rather than the case expecting the text "NaN" or the store holding JSON
@@ -161,14 +161,14 @@ class _NonFinite:
         self.text = text
 
 
-def _non_finite_at(value: Any, field: str = "") -> tuple[str, str] | None:
-    """The first field (named as for a lone surrogate) holding a :class:`_NonFinite`, and the text written there."""
-    if isinstance(value, _NonFinite):
+def non_finite_at(value: Any, field: str = "") -> tuple[str, str] | None:
+    """The first field (named as for a lone surrogate) holding a :class:`NonFinite`, and the text written there."""
+    if isinstance(value, NonFinite):
         return field, value.text
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         inner = key if isinstance(key, str) and not field else field if isinstance(key, int) else f"{field}.{key}"
-        found = _non_finite_at(item, inner)
+        found = non_finite_at(item, inner)
         if found is not None:
             return found
     return None
@@ -208,8 +208,8 @@ def _takes(record: dict[str, Any], field: str, candidate: Any, line: int) -> boo
 
 
 def _replaced(value: Any, stand_in: Any) -> Any:
-    """``value`` with every :class:`_NonFinite` in it replaced by ``stand_in``."""
-    if isinstance(value, _NonFinite):
+    """``value`` with every :class:`NonFinite` in it replaced by ``stand_in``."""
+    if isinstance(value, NonFinite):
         return stand_in
     if isinstance(value, dict):
         return {key: _replaced(item, stand_in) for key, item in value.items()}
@@ -230,7 +230,7 @@ Python reads about 1,000 levels, fewer the deeper in a program it reads them, so
 ``validate`` accepted could be refused by ``run``, or read back from the store by neither."""
 
 
-def _too_deep(record: Any) -> str | None:
+def too_deep(record: Any) -> str | None:
     """The field (``""`` for the line itself) holding JSON nested more than :data:`MAX_NESTING` levels, or None.
     A loop, not recursion: the depth is what is in question."""
     fields = record.items() if isinstance(record, dict) else [("", record)]
@@ -594,13 +594,13 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     problems: list[Problem] = []
     more = 0
     first_line_of: dict[str, int] = {}
-    non_finite: list[_NonFinite] = []  # made by the JSON hooks below; a line without any is not walked for them
+    non_finite: list[NonFinite] = []  # made by the JSON hooks below; a line without any is not walked for them
 
-    def constant(text: str) -> _NonFinite:
-        non_finite.append(_NonFinite(text))
+    def constant(text: str) -> NonFinite:
+        non_finite.append(NonFinite(text))
         return non_finite[-1]
 
-    def finite_float(text: str) -> float | _NonFinite:
+    def finite_float(text: str) -> float | NonFinite:
         value = float(text)
         return value if math.isfinite(value) else constant(text)
 
@@ -630,19 +630,19 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
         try:
             record = json.loads(
                 text,
-                object_pairs_hook=_object_without_duplicate_keys,
+                object_pairs_hook=object_without_duplicate_keys,
                 parse_constant=constant,
                 parse_float=finite_float,
             )
-            deep = _too_deep(record)
-            found = _non_finite_at(record) if non_finite and deep is None else None
+            deep = too_deep(record)
+            found = non_finite_at(record) if non_finite and deep is None else None
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{_cr_line_ends(text, exc)}")
             continue
         except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
             report(number, None, TOO_LONG_NUMBER)
             continue
-        except _DuplicateKey as exc:
+        except DuplicateKey as exc:
             report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
             continue
         except RecursionError:
