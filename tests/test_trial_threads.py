@@ -452,3 +452,53 @@ def test_every_run_carries_threads_after_another_library_unwrapped_its_own_durin
     assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
     run_carrying_a_thread_and_a_task(tmp_path, "second")
     assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+
+
+OVERDUE = {"given_up": threading.Event(), "called": threading.Event()}
+
+
+@tool
+def after_the_timeout(question: str) -> str:
+    return question
+
+
+@agent
+def keeps_working_past_its_timeout(question: str) -> str:
+    if question == "q0":  # the first trial: given up on while its code still runs in the run's worker
+        OVERDUE["given_up"].wait()
+        after_the_timeout(question)
+        OVERDUE["called"].set()
+    else:  # a later trial, started only once the first was given up (one at a time): the run is still open
+        OVERDUE["given_up"].set()
+        OVERDUE["called"].wait()
+    return chat(question)
+
+
+def test_a_timed_out_trials_own_code_keeps_its_spans_after_the_trial_ended(tmp_path):
+    # What a trial's own code starts after it timed out (a sync agent cannot be stopped) is that trial's work, stored
+    # as its late spans: it was dropped as a span of a thread the trial had started, and warned of as one.
+    for event in OVERDUE.values():
+        event.clear()
+    dataset = Dataset(
+        "overdue",
+        "overdue(test)",
+        "hash-overdue",
+        [Case(id=f"c{n}", input=f"q{n}", expected_output="ok") for n in range(2)],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        experiment = evaluate(
+            keeps_working_past_its_timeout,
+            dataset,
+            attempts=1,
+            concurrency=1,
+            store=tmp_path,
+            timeout=1,
+            progress="none",
+        )
+    rows = Store(tmp_path).rows(
+        "SELECT t.case_id, t.failure_type FROM spans s JOIN trials t USING (experiment_id, trial_id) "
+        "WHERE s.name = 'execute_tool after_the_timeout' AND t.experiment_id = ?",
+        [experiment.id],
+    )
+    assert rows == [{"case_id": "c0", "failure_type": "timeout"}]

@@ -58,12 +58,25 @@ TRIAL_KEYS = (A.EXPERIMENT_ID, A.CASE_ID, A.TRIAL_ID, A.TRIAL_ATTEMPT, A.ROLE)
 @dataclasses.dataclass(eq=False, slots=True)
 class TrialScope:
     """The current trial as a context holds it: its tag, the attributes stamped from it (built once, not per span),
-    and whether it has ended. A thread the trial started carries a copy of its context and may outlive it (a worker
-    started lazily by the first trial, serving later ones): a span started there after the end is no trial's."""
+    and whether it has ended. A thread the trial started carries a scope of its own (:meth:`carried`) and may outlive
+    the trial (a worker started lazily by the first trial, serving later ones): a span started there after the end is
+    no trial's. The trial's own code past its end (a sync agent given up on at its timeout runs on) is still the
+    trial's: its spans are stored as the trial's late spans."""
 
     tag: TrialTag
     attributes: dict[str, Any]
     ended: bool = False
+    started_by: TrialScope | None = None
+    """In a thread or pool task the trial started: the trial's own scope, whose end the thread may outlive."""
+
+    def carried(self) -> TrialScope:
+        """The scope of a thread or pool task started in this one (nested: the trial's own scope still ends it)."""
+        return TrialScope(self.tag, self.attributes, started_by=self.started_by or self)
+
+    @property
+    def outlived(self) -> bool:
+        """A thread the trial started, running on after the trial ended."""
+        return self.started_by is not None and self.started_by.ended
 
 
 current_trial: contextvars.ContextVar[TrialScope | None] = contextvars.ContextVar(
@@ -93,7 +106,7 @@ class TrialCollector(SpanProcessor):
         current = current_trial.get()
         if current is None:
             self._tie_to_parents_trial(span, parent_context)
-        elif not current.ended:
+        elif not current.outlived:
             span.set_attributes(current.attributes)
         else:  # stamped, it would be stored as a late span of a trial whose work it is not
             with self._lock:

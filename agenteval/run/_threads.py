@@ -98,12 +98,22 @@ def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
     # A thread given a context of its own (Python 3.14's ``context=``) runs in it, as its starter asked.
     if not carried_into_threads.active or current_trial.get() is None or getattr(self, "_context", None) is not None:
         return original(self, *args, **kwargs)
-    restore = _run_in(self, contextvars.copy_context())
+    restore = _run_in(self, _carried_context())
     try:
         return original(self, *args, **kwargs)
     except BaseException:  # never started: it is as it was
         restore()
         raise
+
+
+def _carried_context() -> contextvars.Context:
+    """A copy of the current context for a thread or task started in it, whose trial scope says it was carried:
+    what it starts once the trial has ended is no trial's, unlike what the trial's own code starts."""
+    context = contextvars.copy_context()
+    scope = context[current_trial]
+    assert scope is not None  # only called inside a trial
+    context.run(current_trial.set, scope.carried())
+    return context
 
 
 _NOTHING = object()
@@ -136,7 +146,7 @@ def _submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **k
     original = _originals[ThreadPoolExecutor, "submit"]
     if not carried_into_threads.active or current_trial.get() is None or _ships_its_tasks(self):
         return original(self, fn, *args, **kwargs)
-    task = contextvars.copy_context()
+    task = _carried_context()
     # Submitted in an empty context: a worker thread this submit starts is the pool's, no trial's (see above).
     return contextvars.Context().run(original, self, task.run, fn, *args, **kwargs)
 
