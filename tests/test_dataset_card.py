@@ -323,3 +323,17 @@ def test_the_json_of_a_review_has_the_same_keys_whatever_the_card_holds(cases):
     assert "description" not in json.loads(card_path(cases).read_text())  # the card itself holds what it has
     write_card(cases, description="support questions", metadata={"team": "x"})
     assert list(json.loads(cli("review", str(cases), "--check", "--json").output)) == JSON_KEYS
+
+
+def test_a_card_that_cannot_be_opened_is_one_line_and_stops_no_run(cases, tmp_path):
+    """A card that is a link to itself (ELOOP) was a traceback from validate, audit and review, and stopped a run."""
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    card_path(cases).symlink_to(card_path(cases).name)
+    said = cli("validate", str(cases))
+    assert said.exit_code == 1 and "cannot be read as a card (Too many levels of symbolic links)" in said.output
+    assert "Traceback" not in said.output and "Traceback" not in cli("audit", str(cases)).output
+    with pytest.warns(UserWarning, match="cannot be read as a card"):
+        done = evaluate("mock", str(cases), attempts=1, store=Store(tmp_path / "store"), progress="none")
+    assert done.status == "completed"

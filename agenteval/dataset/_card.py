@@ -31,7 +31,7 @@ from ._cases import (
     too_deep,
 )
 from ._catalog import builtin_names, datasets_dir
-from ._file_kinds import NotRegularFile, open_regular
+from ._file_kinds import open_regular
 
 CARD_SUFFIX = ".card.json"
 REVIEW_EVERY_DAYS = 90
@@ -176,7 +176,7 @@ def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
             data = handle.read(MAX_CARD_BYTES + 1)
     except FileNotFoundError:
         return None
-    except (NotRegularFile, IsADirectoryError, PermissionError) as exc:
+    except OSError as exc:  # a pipe, a folder, no permission, a link to itself, an I/O error: one line, never a crash
         message = f"cannot be read as a card ({exc.strerror or exc})"
         raise DatasetError([Problem(str(path), 0, None, message)]) from None
     if len(data) > MAX_CARD_BYTES:
