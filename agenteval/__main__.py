@@ -2,4 +2,5 @@
 
 from .cli import main
 
-main(prog_name="agenteval")
+if __name__ == "__main__":  # imported (pydoc, a tool listing modules), it runs nothing
+    main(prog_name="agenteval")

@@ -388,3 +388,12 @@ def test_a_whole_number_too_long_for_python_to_read_is_a_problem_of_its_line_not
         f"{path}:2: a whole number of more than 4,300 digits, more than Python reads; write it as a string",
         f"{path}: 1 problem",
     ], done.output
+
+
+def test_a_dataset_file_that_cannot_be_opened_is_one_problem_not_a_traceback(tmp_path):
+    """A link to itself (ELOOP) escaped load_file's handling of files it cannot read: a traceback from validate."""
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop.name)
+    said = CliRunner().invoke(main, ["validate", str(loop)])
+    assert said.exit_code == 1
+    assert f"{loop}: cannot be read (Too many levels of symbolic links)" in said.output

@@ -337,3 +337,9 @@ def test_a_card_that_cannot_be_opened_is_one_line_and_stops_no_run(cases, tmp_pa
     with pytest.warns(UserWarning, match="cannot be read as a card"):
         done = evaluate("mock", str(cases), attempts=1, store=Store(tmp_path / "store"), progress="none")
     assert done.status == "completed"
+
+
+def test_a_blank_owner_is_refused_as_blank_not_as_missing(cases):
+    said = cli("review", str(cases), "--owner", "  ")
+    assert said.exit_code == 2 and "--owner: must not be empty" in said.output
+    assert not card_path(cases).exists()

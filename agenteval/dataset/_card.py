@@ -347,6 +347,8 @@ def review_dataset(
     """Record a review of the dataset at ``dataset_path`` in its card, making one if it has none (``owner`` is then
     required): the review's date and the cases reviewed. The version goes up by one when the cases changed since
     the last review. The dataset must be valid; an invalid card is an error, never written over."""
+    if owner is not None and not owner.strip():
+        raise UsageError("--owner: must not be empty")
     path = Path(dataset_path)
     dataset = _reviewable(path)
     today = today or datetime.date.today()
@@ -361,8 +363,6 @@ def review_dataset(
     else:
         changed = card.reviewed_sha256 != dataset.hash
         version = card.version + 1 if changed and card.reviewed_sha256 is not None else card.version
-    if owner is not None and not owner.strip():
-        raise UsageError("--owner: must not be empty")
     if review_every_days is not None and not 1 <= review_every_days <= 1_000_000:
         raise UsageError("--every: must be a whole number of days from 1 to 1,000,000")
     reviewed = dataclasses.replace(

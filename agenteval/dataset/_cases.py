@@ -693,6 +693,8 @@ def load_file(path: str | Path, name: str | None = None) -> Dataset:
         raise DatasetError([Problem(str(path), 0, None, "cannot be read (permission denied)")]) from None
     except NotRegularFile as exc:
         raise DatasetError([Problem(str(path), 0, None, f"{exc.strerror}; give the path of a JSONL file")]) from None
+    except OSError as exc:  # a link to itself, an I/O error: one line naming the file, never a traceback
+        raise DatasetError([Problem(str(path), 0, None, f"cannot be read ({exc.strerror or exc})")]) from None
     return Dataset(name or path.stem, str(path), digest.hexdigest(), cases)
 
 
