@@ -369,7 +369,9 @@ def review_dataset(
         card,
         owner=owner or card.owner,
         description=card.description if description is None else description,
-        last_reviewed=today,
+        # Never back in time: a reviewer whose date is behind the last one's (another zone) would write a review
+        # dated before it, or before the card's creation, which the card would then refuse.
+        last_reviewed=max(today, card.last_reviewed),
         version=version,
         review_every_days=review_every_days or card.review_every_days,
         reviewed_sha256=dataset.hash,
