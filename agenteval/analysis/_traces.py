@@ -42,8 +42,8 @@ FROM selected
 """
 
 CLASSIFIED = """
-SELECT trace_id, service, started_at, status, error_type, error_message, raised_in, error_http_status, finish_reason,
-       output
+SELECT trace_id, service, started_at, status, error_type, error_message, raised_in, error_http_status, error_code,
+       error_kind, finish_reason, output
 FROM selected WHERE status = 'ERROR' OR output = '' OR finish_reason IN ('length', 'max_tokens')
 ORDER BY started_at DESC
 """
@@ -231,6 +231,8 @@ def trace_failure(row: dict[str, Any]) -> TraceFailure | None:
         row["error_message"],
         raised_in=row["raised_in"],
         http_status=row["error_http_status"],
+        error_code=row["error_code"],
+        error_kind=row["error_kind"],
         finish_reason=row["finish_reason"],
         reply=row["output"],
     )

@@ -20,6 +20,10 @@ import warnings
 from collections.abc import Callable
 
 from agenteval_instrumentation.capture import error_text
+from agenteval_instrumentation.provider_errors import error_fields as _error_fields
+from agenteval_instrumentation.provider_errors import read as _read
+from agenteval_instrumentation.provider_errors import status_code
+from agenteval_instrumentation.provider_errors import text as _text
 from agenteval_instrumentation.text import exception_message
 
 from .._plugins import FAILURES, Plugin, plugins
@@ -158,42 +162,6 @@ def register_plugins() -> None:
         for plugin, matcher in [(plugin, plugin_matcher(plugin)) for plugin in plugins(FAILURES)]:
             _plugin_names[id(register(matcher))] = plugin.describe()
         _plugins_registered = True
-
-
-def _read(holder: object, name: str) -> object:
-    """``holder.name``, or None when it has none or reading it raises: an exception is the agent's object, and an
-    SDK's property (a ``response`` built lazily) that breaks is no status to read, never a failure of the run's."""
-    try:
-        return getattr(holder, name, None)
-    except Exception:
-        return None
-
-
-def _text(value: object) -> str:
-    """``str(value)``, or "" when its ``__str__`` raises."""
-    try:
-        return str(value)
-    except Exception:
-        return ""
-
-
-def status_code(exc: BaseException) -> int | None:
-    """The HTTP status an SDK exception carries (``status_code``, ``status``, ``response.status_code``)."""
-    for holder in (exc, _read(exc, "response")):
-        for name in ("status_code", "status", "http_status"):
-            value = _read(holder, name)
-            if isinstance(value, int) and 100 <= value < 600:
-                return value
-    return None
-
-
-def _error_fields(exc: BaseException) -> dict[str, object]:
-    """The provider's error object: OpenAI's body is it; Anthropic's wraps it as ``{"type": "error", "error": ...}``."""
-    body = _read(exc, "body")
-    if not isinstance(body, dict):
-        return {}
-    error = dict.get(body, "error", body)  # dict's own get: a subclass's is the agent's code
-    return error if isinstance(error, dict) else {}
 
 
 def _error_code(exc: BaseException) -> str:
@@ -477,10 +445,17 @@ def classify(
     return None
 
 
-def recorded_exception(error_type: str | None, message: str | None, http_status: int | None = None) -> Exception:
+def recorded_exception(
+    error_type: str | None,
+    message: str | None,
+    http_status: int | None = None,
+    error_code: str | None = None,
+    error_kind: str | None = None,
+) -> Exception:
     """A stand-in for an exception known only from its record on a span (``error.type``, the status message, an
-    ``http.response.status_code``): a class of the recorded name, under the built-in or agenteval exception of that
-    name when there is one, so the matchers read it as they would have read the original."""
+    ``http.response.status_code``, the provider error's code and type): a class of the recorded name, under the
+    built-in or agenteval exception of that name when there is one, holding the status and the error object as the
+    SDK's exception held them, so the matchers read it as they would have read the original."""
     module, _, name = (error_type or "Exception").rpartition(".")
     name = name if name.isidentifier() else "Exception"
     errors = (MaxStepsExceeded, InvalidModelOutput, StreamEndedEarly, UnreadableResponse, RequestTimedOut)
@@ -495,6 +470,8 @@ def recorded_exception(error_type: str | None, message: str | None, http_status:
     exc: Exception = stand_in(text)
     if http_status is not None:
         exc.status_code = http_status  # type: ignore[attr-defined]
+    if error_code is not None or error_kind is not None:  # a streamed error's only say of what it was
+        exc.body = {"error": {"code": error_code, "type": error_kind}}  # type: ignore[attr-defined]
     return exc
 
 
@@ -505,14 +482,18 @@ def classify_recorded(
     *,
     raised_in: str | None = None,
     http_status: int | None = None,
+    error_code: str | None = None,
+    error_kind: str | None = None,
     finish_reason: str | None = None,
     reply: str | None = None,
 ) -> Failure | None:
     """The failure of a run of an agent known from its spans (a production trace), by :func:`classify`: its root's
-    status, error type and message, the operation of the span that raised, and its last finish reason and reply.
-    A trace with no recorded reply (content capture off, or no conversation) is judged by its status alone."""
+    status, error type and message, the operation of the span that raised, the HTTP status and the provider error's
+    code and type it recorded (``agenteval.provider_error.*``), and its last finish reason and reply. A trace with
+    no recorded reply (content capture off, or no conversation) is judged by its status alone."""
     register_plugins()  # the same matchers as a run's: a trace's error is typed as a trial's would be
-    exc = recorded_exception(error_type, message, http_status) if status == "ERROR" else None
+    recorded = recorded_exception(error_type, message, http_status, error_code, error_kind)
+    exc = recorded if status == "ERROR" else None
     if exc is None and reply is None and finish_reason not in TRUNCATED:
         return None
     return classify(exc, raised_in=raised_in, last_finish_reason=finish_reason, reply=reply)

@@ -59,7 +59,9 @@ extent AS (
 raised AS (
     SELECT p.trace_id, arg_max(p.operation, p.start_time) AS raised_in,
            arg_max(TRY_CAST(json_extract_string(p.attributes, '$."{A.HTTP_RESPONSE_STATUS_CODE}"') AS INTEGER),
-                   p.start_time) AS error_http_status
+                   p.start_time) AS error_http_status,
+           arg_max(json_extract_string(p.attributes, '$."{A.PROVIDER_ERROR_CODE}"'), p.start_time) AS error_code,
+           arg_max(json_extract_string(p.attributes, '$."{A.PROVIDER_ERROR_TYPE}"'), p.start_time) AS error_kind
     FROM p JOIN roots r USING (trace_id)
     WHERE r.status_code = 'ERROR' AND p.status_code = 'ERROR' AND p.role IS NULL AND p.span_id <> r.span_id
       AND (r.error_type IS NULL OR p.error_type = r.error_type)
@@ -91,7 +93,7 @@ SELECT e.trace_id, coalesce(r.service_name, '{UNKNOWN_SERVICE}') AS service, e.s
        coalesce({replies}[-1], {raw_output}) AS output,
        r.status_code AS status, r.error_type,
        CASE WHEN r.status_code = 'ERROR' THEN r.status_message END AS error_message,
-       x.raised_in, x.error_http_status,
+       x.raised_in, x.error_http_status, x.error_code, x.error_kind,
        coalesce(m.model_calls, 0) AS model_calls, coalesce(m.input_tokens, 0) AS input_tokens,
        coalesce(m.output_tokens, 0) AS output_tokens, m.cost_usd, m.model, m.finish_reason,
        coalesce(t.tool_calls, 0) AS tool_calls, coalesce(t.tool_errors, 0) AS tool_errors,

@@ -18,6 +18,7 @@ from . import capture
 from ._steps import Step, error_type
 from .masking import masked_logger
 from .messages import StreamedMessage
+from .provider_errors import error_attributes
 from .responses import ResponseInfo, chunk_text, read_chunk_into
 from .version import __version__
 
@@ -68,6 +69,7 @@ def record_error(span: Span, exc: BaseException) -> None:
         return
     kind = error_type(exc)
     span.set_attribute(A.ERROR_TYPE, kind)
+    span.set_attributes(error_attributes(exc))  # what the classifier reads when it types the failure from the span
     message = capture.error_message(exc, capture.config.max_string)
     span.add_event(
         "exception",

@@ -221,7 +221,16 @@ WAIT_RETRY_AFTER = "agenteval.wait.retry_after"
 """True when the provider said how long to wait (``Retry-After`` or ``retry-after-ms``) and the wait honoured it."""
 
 HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
-"""The HTTP status of the response that made a model call wait (OpenTelemetry's HTTP conventions)."""
+"""The HTTP status of the response that made a model call wait (OpenTelemetry's HTTP conventions); on a span that
+ended in error, the status the exception carries (an error sent inside a stream: the stream's 200)."""
+
+PROVIDER_ERROR_CODE = "agenteval.provider_error.code"
+"""On a span that ended in a provider's error: the error's code (OpenAI's ``context_length_exceeded``, an
+OpenAI-compatible server's ``400``). The GenAI conventions name no attribute for it."""
+
+PROVIDER_ERROR_TYPE = "agenteval.provider_error.type"
+"""On a span that ended in a provider's error: the error object's type (Anthropic's ``overloaded_error``, OpenAI's
+``insufficient_quota``). With the code and the status, what the failure classifier reads of a recorded failure."""
 
 CACHE_HIT = "agenteval.cache.hit"
 """True when a model call's answer came from agenteval's response cache (``--cache``): no request was sent,
