@@ -97,3 +97,16 @@ def test_a_streamed_error_recorded_with_its_streams_200_is_typed_by_its_recorded
     assert (quota.type, quota.infrastructure) == ("quota_exhausted", True)
     unsaid = classify_recorded(*args, raised_in="chat", http_status=200)  # nothing on the span says what it was
     assert (unsaid.type, unsaid.infrastructure) == ("llm_error", False)
+
+
+def test_an_exception_of_the_agents_own_records_no_provider_error():
+    """SystemExit's code (an exit status) and an OSError's are no provider's error code: nothing is recorded."""
+    from agenteval_instrumentation.provider_errors import error_attributes
+
+    assert error_attributes(SystemExit(1)) == {}
+    assert error_attributes(ValueError("bad")) == {}
+
+    class Coded(Exception):
+        code = "E42"
+
+    assert error_attributes(Coded()) == {}

@@ -74,9 +74,13 @@ def error_kind(exc: BaseException) -> str | None:
 def error_attributes(exc: BaseException) -> dict[str, str | int]:
     """What a failed span records of the provider's error, for the classifier to read back: the response's HTTP
     status, and the error object's code and type (an error sent inside a stream comes with the stream's 200 or no
-    status, and only these say what it was)."""
+    status, and only these say what it was). Nothing for an exception with neither a status nor an error object:
+    the agent's own (``SystemExit.code`` is an exit status, no provider's code)."""
+    status = status_code(exc)
+    if status is None and not error_fields(exc):
+        return {}
     found: dict[str, str | int | None] = {
-        A.HTTP_RESPONSE_STATUS_CODE: status_code(exc),
+        A.HTTP_RESPONSE_STATUS_CODE: status,
         A.PROVIDER_ERROR_CODE: error_code(exc),
         A.PROVIDER_ERROR_TYPE: error_kind(exc),
     }
