@@ -351,8 +351,9 @@ class _Run:
     """Its running record saved already (a new shard saves it as it joins, see :func:`_joining`)."""
     collector: TrialCollector | None = None
     _outside_trials_at_open: int = 0
-    _after_trials_at_open: int = 0
     """The collector's count of spans outside any trial when the run opened (see :meth:`_say_spans_outside_trials`)."""
+    _after_trials_at_open: int = 0
+    """Its count of spans started after their trial had ended, when the run opened (the same method)."""
     pass_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:12])
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
     pending: list[TrialResult] = dataclasses.field(default_factory=list)
