@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -352,3 +356,98 @@ def test_a_review_from_a_date_behind_the_last_ones_never_dates_the_card_back(cas
     reviewed = review_dataset(cases, today=TODAY - datetime.timedelta(days=1))  # the reviewer a day behind
     assert reviewed.last_reviewed == TODAY
     assert cli("validate", str(cases)).exit_code == 0
+
+
+PAUSE_BEFORE_WRITING = """\
+import os
+
+if "REVIEW_PAUSE_FDS" in os.environ:  # a review that says when it is about to write its card, and waits to be told to
+    import agenteval.dataset._card as card
+
+    said, told = (int(fd) for fd in os.environ["REVIEW_PAUSE_FDS"].split(","))
+    write = card.write_text
+
+    def paused(*args, **kwargs):
+        os.write(said, b"w")
+        os.read(told, 1)  # a byte, or the test's end closed
+        return write(*args, **kwargs)
+
+    card.write_text = paused
+"""
+
+
+def review_process(cases, tmp_path, *args: str, pause: tuple[int, int] | None = None) -> subprocess.Popen:
+    """``agenteval review`` as a process of its own; with ``pause`` (the write end of one pipe, the read end of
+    another), it says on the first when it has read the card and is about to write it, and waits for a byte on the
+    second (a sitecustomize in ``tmp_path`` wraps the card's writer: the review's own code runs)."""
+    (tmp_path / "sitecustomize.py").write_text(PAUSE_BEFORE_WRITING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    if pause is not None:
+        env["REVIEW_PAUSE_FDS"] = ",".join(map(str, pause))
+    return subprocess.Popen(
+        [sys.executable, "-m", "agenteval", "review", str(cases), *args],
+        env=env,
+        pass_fds=pause or (),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process: subprocess.Popen) -> None:
+    out, err = process.communicate()
+    assert process.returncode == 0, err
+
+
+def test_a_review_holds_the_dataset_locked_from_reading_the_card_to_writing_it(cases, tmp_path):
+    # Two reviews at once each read the card and wrote back their change: the second's write lost the first's.
+    assert cli("review", str(cases), "--owner", "evals team").exit_code == 0
+    with cases.open("a") as handle:
+        handle.write('{"id": "b", "input": "What is 3 + 3?", "expected_output": "6"}\n')
+    said_r, said_w = os.pipe()
+    told_r, told_w = os.pipe()
+    first = review_process(cases, tmp_path, "--owner", "support team", pause=(said_w, told_r))
+    os.close(said_w)
+    os.close(told_r)
+    try:
+        assert os.read(said_r, 1) == b"w"  # the card read and changed, not yet written back
+        with open(cases, "rb") as dataset:  # read-only, as a review opens it
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(dataset, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        second = review_process(cases, tmp_path, "--description", "questions support gets")
+    finally:
+        os.close(told_w)  # the paused review goes on (a read at the end of a pipe), whatever happened here
+        os.close(said_r)
+    with open(cases, "rb") as dataset:
+        finished(first)
+        finished(second)
+        fcntl.flock(dataset, fcntl.LOCK_EX | fcntl.LOCK_NB)  # both done: nothing holds it
+    card = read_card(cases)
+    assert (card.owner, card.description, card.version) == ("support team", "questions support gets", 2)
+
+
+def test_a_review_waits_for_the_lock_and_then_reads_the_card_as_it_is(cases, tmp_path):
+    assert cli("review", str(cases), "--owner", "evals team").exit_code == 0
+    with open(cases, "rb") as dataset:
+        fcntl.flock(dataset, fcntl.LOCK_EX)  # another review, in the middle of its change
+        waiting = review_process(cases, tmp_path, "--owner", "support team")
+        record = json.loads(card_path(cases).read_text())
+        card_path(cases).write_text(json.dumps({**record, "description": "changed while the lock was held"}))
+        fcntl.flock(dataset, fcntl.LOCK_UN)
+        finished(waiting)
+    card = read_card(cases)
+    assert (card.owner, card.description) == ("support team", "changed while the lock was held")
+
+
+def test_concurrent_reviews_each_keep_their_change(cases, tmp_path):
+    assert cli("review", str(cases), "--owner", "evals team").exit_code == 0
+    with cases.open("a") as handle:
+        handle.write('{"id": "b", "input": "What is 3 + 3?", "expected_output": "6"}\n')
+    reviews = [review_process(cases, tmp_path, "--description", f"line {n}") for n in range(4)]
+    reviews.append(review_process(cases, tmp_path, "--owner", "support team"))
+    for process in reviews:
+        finished(process)
+    card = read_card(cases)
+    # One change of cases since the last review: one new version, however many reviewed it at once.
+    assert (card.owner, card.version) == ("support team", 2)
+    assert card.description in {f"line {n}" for n in range(4)}

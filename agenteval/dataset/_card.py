@@ -32,6 +32,7 @@ from ._cases import (
 )
 from ._catalog import builtin_names, datasets_dir
 from ._file_kinds import open_regular
+from ._review_lock import one_review_at_a_time
 
 CARD_SUFFIX = ".card.json"
 REVIEW_EVERY_DAYS = 90
@@ -349,7 +350,20 @@ def review_dataset(
     the last review. The dataset must be valid; an invalid card is an error, never written over."""
     if owner is not None and not owner.strip():
         raise UsageError("--owner: must not be empty")
+    if review_every_days is not None and not 1 <= review_every_days <= 1_000_000:
+        raise UsageError("--every: must be a whole number of days from 1 to 1,000,000")
     path = Path(dataset_path)
+    with one_review_at_a_time(path):  # from reading the card to writing it back: another review waits
+        return _record_review(path, owner, review_every_days, description, today)
+
+
+def _record_review(
+    path: Path,
+    owner: str | None,
+    review_every_days: int | None,
+    description: str | None,
+    today: datetime.date | None,
+) -> DatasetCard:
     dataset = _reviewable(path)
     today = today or datetime.date.today()
     card = read_card(path)
@@ -363,8 +377,6 @@ def review_dataset(
     else:
         changed = card.reviewed_sha256 != dataset.hash
         version = card.version + 1 if changed and card.reviewed_sha256 is not None else card.version
-    if review_every_days is not None and not 1 <= review_every_days <= 1_000_000:
-        raise UsageError("--every: must be a whole number of days from 1 to 1,000,000")
     reviewed = dataclasses.replace(
         card,
         owner=owner or card.owner,
