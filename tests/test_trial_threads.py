@@ -502,3 +502,58 @@ def test_a_timed_out_trials_own_code_keeps_its_spans_after_the_trial_ended(tmp_p
         [experiment.id],
     )
     assert rows == [{"case_id": "c0", "failure_type": "timeout"}]
+
+
+SIMULATOR_WORKER: dict[str, threading.Thread] = {}
+SIMULATOR_WORK: queue.SimpleQueue[tuple[str, queue.SimpleQueue[object]]] = queue.SimpleQueue()
+
+
+def simulator_worker() -> None:
+    while True:
+        goal, reply = SIMULATOR_WORK.get()
+        reply.put(fetch(goal))
+
+
+def simulator_with_a_worker_started_on_first_call(goal: str, messages: list[dict[str, str]]) -> None:
+    """A user simulator whose first call starts a worker kept for every later one; it ends each conversation."""
+    if "worker" not in SIMULATOR_WORKER:
+        SIMULATOR_WORKER["worker"] = threading.Thread(target=simulator_worker, daemon=True)
+        SIMULATOR_WORKER["worker"].start()
+    reply: queue.SimpleQueue[object] = queue.SimpleQueue()
+    SIMULATOR_WORK.put((goal, reply))
+    reply.get()
+    return None
+
+
+@agent
+def answers_at_once(question: str) -> str:
+    return chat(question)
+
+
+def test_a_worker_the_user_simulator_starts_and_keeps_lends_no_later_trial_its_context(tmp_path):
+    # The simulated user's scope was a new one that no trial's end ended: a worker its code started in the first
+    # trial carried that scope for its life, and what it did for every later trial was stored as the first trial's.
+    dataset = Dataset(
+        "simulated",
+        "simulated(test)",
+        "hash-simulated-worker",
+        [Case(id=f"c{n}", input=f"q{n}", expected_output="ok", simulated_user=f"g{n}", max_turns=2) for n in range(3)],
+    )
+    later = 3 * ATTEMPTS - 1
+    with pytest.warns(UserWarning, match=rf"^{later} span\(s\) started in a thread a trial had started, after"):
+        experiment = evaluate(
+            answers_at_once,
+            dataset,
+            attempts=ATTEMPTS,
+            concurrency=1,
+            store=tmp_path,
+            timeout=30,
+            progress="none",
+            user_simulator=simulator_with_a_worker_started_on_first_call,
+        )
+    rows = Store(tmp_path).rows(
+        "SELECT t.trial_id, count(s.span_id) AS n FROM trials t LEFT JOIN spans s ON s.trial_id = t.trial_id "
+        "AND s.name = 'execute_tool fetch' WHERE t.experiment_id = ? GROUP BY 1",
+        [experiment.id],
+    )
+    assert sorted(row["n"] for row in rows) == [0] * later + [1]  # the first trial's own call, only

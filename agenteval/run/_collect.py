@@ -68,10 +68,18 @@ class TrialScope:
     ended: bool = False
     started_by: TrialScope | None = None
     """In a thread or pool task the trial started: the trial's own scope, whose end the thread may outlive."""
+    side_of: TrialScope | None = None
+    """In a side of the trial with a tag of its own (the simulated user's): the trial's own scope, whose end is this
+    one's (only the trial's own scope is ended, with the trial)."""
 
     def carried(self) -> TrialScope:
         """The scope of a thread or pool task started in this one (nested: the trial's own scope still ends it)."""
-        return TrialScope(self.tag, self.attributes, started_by=self.started_by or self)
+        return TrialScope(self.tag, self.attributes, started_by=self.started_by or self.side_of or self)
+
+    def side(self, tag: TrialTag) -> TrialScope:
+        """The scope of a side of this trial tagged ``tag`` (the simulated user): its code is the trial's own, and a
+        thread it starts outlives the trial as one the trial started does."""
+        return TrialScope(tag, tag.attributes(), started_by=self.started_by, side_of=self.side_of or self)
 
     @property
     def outlived(self) -> bool:

@@ -318,8 +318,9 @@ class TrialRunner:
     async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
         current = current_trial.get()
         assert current is not None and self.user_simulator is not None
-        # The simulator's spans are marked, so its calls never count as the agent's tokens or cost.
-        token = trial_context(dataclasses.replace(current.tag, role=SIMULATED_USER))
+        # The simulator's spans are marked, so its calls never count as the agent's tokens or cost; its scope ends
+        # with the trial's, so a worker it starts and keeps lends no later trial this one's ids.
+        token = current_trial.set(current.side(dataclasses.replace(current.tag, role=SIMULATED_USER)))
         try:
             with (
                 self.tracer.start_as_current_span("simulated_user", attributes={A.ROLE: SIMULATED_USER}),
