@@ -451,3 +451,49 @@ def test_concurrent_reviews_each_keep_their_change(cases, tmp_path):
     # One change of cases since the last review: one new version, however many reviewed it at once.
     assert (card.owner, card.version) == ("support team", 2)
     assert card.description in {f"line {n}" for n in range(4)}
+
+
+def test_a_linked_datasets_card_sits_beside_the_file_it_links_to_for_every_command_and_run(tmp_path):
+    # The card was looked for beside the link: a shared dataset linked into two checkouts had a card in each, so a
+    # review by its owner in one was not seen from the other, and runs of the same cases recorded different cards.
+    from agenteval.analysis import build_report
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    shared = tmp_path / "shared" / "support.jsonl"
+    shared.parent.mkdir()
+    shared.write_text(CASES)
+    checkouts = [tmp_path / name / "cases.jsonl" for name in ("one", "two")]
+    for link in checkouts:
+        link.parent.mkdir()
+        link.symlink_to(shared)
+    one, two = checkouts
+    assert card_path(one) == card_path(two) == shared.parent / "support.card.json"
+
+    done = cli("review", str(one), "--owner", "evals team")
+    assert done.exit_code == 0, done.output
+    assert f"({shared.parent / 'support.card.json'})" in shown(done)
+    assert sorted(p.name for p in shared.parent.iterdir()) == ["support.card.json", "support.jsonl"]
+    assert not card_path(one).with_name("cases.card.json").exists()
+    assert read_card(two) == read_card(shared)
+    assert cli("review", str(two), "--check").exit_code == 0
+    assert f"{card_path(shared)}: valid, version 1, kept by evals team" in shown(cli("validate", str(two)))
+    assert json.loads(cli("audit", str(two), "--json").output)["review"]["owner"] == "evals team"
+    store = Store(tmp_path / "store")
+    run = evaluate("mock", str(two), attempts=1, store=store, progress="none")
+    assert build_report(store, run.experiment_id).experiment.dataset_card["owner"] == "evals team"
+
+
+def test_a_card_left_beside_a_link_is_named_with_where_it_belongs(tmp_path):
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text(CASES)
+    link = tmp_path / "checkout" / "cases.jsonl"
+    link.parent.mkdir()
+    link.symlink_to(shared)
+    beside_the_link = link.with_name("cases.card.json")
+    beside_the_link.write_text(json.dumps({"owner": "o", "created": "2026-01-05", "last_reviewed": "2026-01-05"}))
+    refused = cli("review", str(link))
+    assert refused.exit_code == 1
+    assert f"{beside_the_link}: a card beside the link" in shown(refused)
+    assert f"move it to {tmp_path / 'shared.card.json'}" in shown(refused)
+    assert not (tmp_path / "shared.card.json").exists()

@@ -131,8 +131,25 @@ class ReviewStatus:
 
 
 def card_path(dataset_path: str | os.PathLike[str]) -> Path:
-    """Where the card of the dataset at ``dataset_path`` is: ``cases.jsonl`` -> ``cases.card.json``."""
+    """Where the card of the dataset at ``dataset_path`` is: ``cases.jsonl`` -> ``cases.card.json``. A dataset that
+    is a link has its card beside the file it links to, named after that file: the card describes those cases, so
+    every checkout linking one shared dataset sees its owner's one review, and every run of it records that card."""
+    path = _linked_file(Path(dataset_path))
+    return path.with_name(path.name.removesuffix(".jsonl") + CARD_SUFFIX)
+
+
+def _linked_file(path: Path) -> Path:
+    """The file ``path`` names: through a link (or a chain of them), the file at its end; otherwise ``path`` as
+    given (a card beside it is named as the user wrote the path)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _beside_the_link(dataset_path: str | os.PathLike[str]) -> Path | None:
+    """Where a card beside a linked dataset's link would be (agenteval looked there before cards followed links);
+    None when the dataset is not a link."""
     path = Path(dataset_path)
+    if not path.is_symlink():
+        return None
     return path.with_name(path.name.removesuffix(".jsonl") + CARD_SUFFIX)
 
 
@@ -176,6 +193,7 @@ def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
         with open_regular(path) as handle:
             data = handle.read(MAX_CARD_BYTES + 1)
     except FileNotFoundError:
+        _refuse_a_card_left_beside_the_link(dataset_path, path)
         return None
     except OSError as exc:  # a pipe, a folder, no permission, a link to itself, an I/O error: one line, never a crash
         message = f"cannot be read as a card ({exc.strerror or exc})"
@@ -183,6 +201,19 @@ def read_card(dataset_path: str | os.PathLike[str]) -> DatasetCard | None:
     if len(data) > MAX_CARD_BYTES:
         raise DatasetError([Problem(str(path), 0, None, "is over 1 MiB: not a dataset card")])
     return parse_card(data, str(path))
+
+
+def _refuse_a_card_left_beside_the_link(dataset_path: str | os.PathLike[str], card: Path) -> None:
+    """A :class:`DatasetError` when a linked dataset has no card beside the file it links to but one beside the
+    link: taken as none, it would be left behind unseen, and a review would start the card over at version 1."""
+    stray = _beside_the_link(dataset_path)
+    if stray is None or stray == card or not os.path.lexists(stray):
+        return
+    message = (
+        f"a card beside the link {dataset_path}; a linked dataset's card sits beside the file it links to, where "
+        f"every checkout linking it finds it: move it to {card}"
+    )
+    raise DatasetError([Problem(str(stray), 0, None, message)])
 
 
 def parse_card(data: bytes, where: str) -> DatasetCard:
