@@ -720,7 +720,14 @@ def review(
             status = check_review(file)
             card = status.card
         else:
-            card = review_dataset(file, owner=owner, review_every_days=every, description=description)
+            waiting = f"{file}: waiting for another review of it to finish (agenteval review holds its lock)"
+            card = review_dataset(
+                file,
+                owner=owner,
+                review_every_days=every,
+                description=description,
+                on_wait=lambda: click.echo(visible(waiting), err=True),
+            )
             status = review_status(card, card.reviewed_sha256 or "")
     except DatasetError as exc:
         raise click.ClickException(f"{shown_error(exc)}") from exc

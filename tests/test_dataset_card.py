@@ -431,6 +431,9 @@ def test_a_review_waits_for_the_lock_and_then_reads_the_card_as_it_is(cases, tmp
     with open(cases, "rb") as dataset:
         fcntl.flock(dataset, fcntl.LOCK_EX)  # another review, in the middle of its change
         waiting = review_process(cases, tmp_path, "--owner", "support team")
+        assert waiting.stderr is not None
+        # It says it waits (a silent wait looks like a hang), and does: the card is changed only after it said so.
+        assert "waiting for another review of it to finish" in waiting.stderr.readline()
         record = json.loads(card_path(cases).read_text())
         card_path(cases).write_text(json.dumps({**record, "description": "changed while the lock was held"}))
         fcntl.flock(dataset, fcntl.LOCK_UN)

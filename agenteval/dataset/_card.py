@@ -12,6 +12,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -375,16 +376,18 @@ def review_dataset(
     review_every_days: int | None = None,
     description: str | None = None,
     today: datetime.date | None = None,
+    on_wait: Callable[[], None] = lambda: None,
 ) -> DatasetCard:
     """Record a review of the dataset at ``dataset_path`` in its card, making one if it has none (``owner`` is then
     required): the review's date and the cases reviewed. The version goes up by one when the cases changed since
-    the last review. The dataset must be valid; an invalid card is an error, never written over."""
+    the last review. The dataset must be valid; an invalid card is an error, never written over. Another review of
+    the same dataset under way is waited for, after calling ``on_wait``."""
     if owner is not None and not owner.strip():
         raise UsageError("--owner: must not be empty")
     if review_every_days is not None and not 1 <= review_every_days <= 1_000_000:
         raise UsageError("--every: must be a whole number of days from 1 to 1,000,000")
     path = Path(dataset_path)
-    with one_review_at_a_time(path):  # from reading the card to writing it back: another review waits
+    with one_review_at_a_time(path, on_wait):  # from reading the card to writing it back: another review waits
         return _record_review(path, owner, review_every_days, description, today)
 
 

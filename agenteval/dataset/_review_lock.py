@@ -14,7 +14,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 if sys.platform == "win32":  # no flock: a locked byte instead, as the store's leases take
@@ -31,11 +31,11 @@ _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
 @contextlib.contextmanager
-def one_review_at_a_time(dataset_path: Path) -> Iterator[None]:
-    """Hold the review lock of the dataset at ``dataset_path`` (waiting for another review to finish) while the
-    block reads and writes its card. A path that cannot be opened as a regular file is not locked: loading the
-    cases then says what is wrong with it."""
-    fd = _locked(dataset_path)
+def one_review_at_a_time(dataset_path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Hold the review lock of the dataset at ``dataset_path`` (waiting for another review to finish, after calling
+    ``on_wait`` once: a wait with no word looks like a hang) while the block reads and writes its card. A path that
+    cannot be opened as a regular file is not locked: loading the cases then says what is wrong with it."""
+    fd = _locked(dataset_path, on_wait)
     try:
         yield
     finally:
@@ -43,7 +43,7 @@ def one_review_at_a_time(dataset_path: Path) -> Iterator[None]:
             os.close(fd)  # closing the descriptor drops the lock
 
 
-def _locked(path: Path) -> int | None:
+def _locked(path: Path, on_wait: Callable[[], None]) -> int | None:
     while True:
         try:  # O_NONBLOCK: opening a pipe to read would wait for a writer
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -53,7 +53,7 @@ def _locked(path: Path) -> int | None:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 return None
-            _wait_for_lock(fd)
+            _wait_for_lock(fd, on_wait)
             if _still_there(path, fd):
                 return fd
         except OSError as exc:
@@ -75,14 +75,22 @@ def _still_there(path: Path, fd: int) -> bool:
     return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _wait_for_lock(fd: int) -> None:
+def _wait_for_lock(fd: int, on_wait: Callable[[], None]) -> None:
     if sys.platform == "win32":
         os.lseek(fd, _WINDOWS_LOCKED_BYTE, os.SEEK_SET)
+        said = False
         while True:  # LK_LOCK gives up after ten seconds; a review waits for the one before it however long
             try:
                 msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
                 return
             except PermissionError:
+                if not said:
+                    on_wait()
+                    said = True
                 time.sleep(_WINDOWS_POLL_SECONDS)
     else:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
