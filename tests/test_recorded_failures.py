@@ -20,7 +20,7 @@ from agenteval.analysis._traces import trace_failure
 from agenteval.dataset import Case, Dataset
 from agenteval.models import Model, RetryPolicy
 from agenteval.run import evaluate
-from agenteval.run._failures import classify_recorded
+from agenteval.run._recorded import classify_recorded
 from agenteval.store import Store
 from agenteval_exporters import ParquetSpanExporter
 from agenteval_instrumentation import agent
@@ -110,3 +110,18 @@ def test_an_exception_of_the_agents_own_records_no_provider_error():
         code = "E42"
 
     assert error_attributes(Coded()) == {}
+
+
+def test_an_older_sdks_message_gives_its_status_and_error_body_read_as_a_literal_never_run():
+    """openai 1.x and older anthropic SDKs wrote ``Error code: 429 - {...}``, the repr of the error body: an exhausted
+    quota's code is only there. It is read with ast.literal_eval under a size limit; anything else is not a body."""
+    quota = "Error code: 429 - {'error': {'message': 'Rate', 'type': 'requests', 'code': 'insufficient_quota'}}"
+    found = classify_recorded("ERROR", "openai.RateLimitError", f"RateLimitError: {quota}", raised_in="chat")
+    assert (found.type, found.infrastructure) == ("quota_exhausted", True)
+    overloaded = "Error code: 529 - {'type': 'error', 'error': {'type': 'overloaded_error', 'message': 'Overloaded'}}"
+    found = classify_recorded("ERROR", "anthropic.APIStatusError", overloaded)
+    assert (found.type, found.infrastructure) == ("llm_error", True)
+    code = "__import__('os').system('false')"
+    for body in (f"{{'error': {code}}}", "{'error': " + "[" * 5000 + "]" * 5000 + "}", "{'error': {'code': 'insuff"):
+        found = classify_recorded("ERROR", "openai.APIError", f"Error code: 400 - {body}", raised_in="chat")
+        assert (found.type, found.infrastructure) == ("llm_error", False)  # its status alone: the agent's request

@@ -11,8 +11,8 @@ from typing import Any, overload
 
 import duckdb
 
-from ..run._failures import classify_recorded
 from ..run._prices import Prices, cost, load_prices
+from ..run._recorded import classify_recorded
 from ..store import Store
 from ..store._snapshots import scorer_figures_sql
 from ..store._trace_views import PRODUCTION

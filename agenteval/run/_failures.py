@@ -9,7 +9,6 @@ importing it. Plugins add matchers through the ``agenteval.failures`` entry-poin
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import datetime
 import email.utils
@@ -443,57 +442,3 @@ def classify(
     if not reply or _BLANK.fullmatch(reply):
         return Failure(EMPTY_OUTPUT, False, "the agent returned an empty reply")
     return None
-
-
-def recorded_exception(
-    error_type: str | None,
-    message: str | None,
-    http_status: int | None = None,
-    error_code: str | None = None,
-    error_kind: str | None = None,
-) -> Exception:
-    """A stand-in for an exception known only from its record on a span (``error.type``, the status message, an
-    ``http.response.status_code``, the provider error's code and type): a class of the recorded name, under the
-    built-in or agenteval exception of that name when there is one, holding the status and the error object as the
-    SDK's exception held them, so the matchers read it as they would have read the original."""
-    module, _, name = (error_type or "Exception").rpartition(".")
-    name = name if name.isidentifier() else "Exception"
-    errors = (MaxStepsExceeded, InvalidModelOutput, StreamEndedEarly, UnreadableResponse, RequestTimedOut)
-    own = {cls.__name__: cls for cls in errors}
-    builtin = getattr(builtins, name, None)
-    base = own.get(name) or (builtin if isinstance(builtin, type) and issubclass(builtin, Exception) else Exception)
-    text = message or ""
-    if text.startswith(f"{name}: "):  # the status message starts with the type, as record_error writes it
-        text = text[len(name) + 2 :]
-    body = {"__module__": module or "builtins", "__init__": Exception.__init__, "__str__": Exception.__str__}
-    stand_in = type(name, (base,), body)
-    exc: Exception = stand_in(text)
-    if http_status is not None:
-        exc.status_code = http_status  # type: ignore[attr-defined]
-    if error_code is not None or error_kind is not None:  # a streamed error's only say of what it was
-        exc.body = {"error": {"code": error_code, "type": error_kind}}  # type: ignore[attr-defined]
-    return exc
-
-
-def classify_recorded(
-    status: str | None,
-    error_type: str | None,
-    message: str | None,
-    *,
-    raised_in: str | None = None,
-    http_status: int | None = None,
-    error_code: str | None = None,
-    error_kind: str | None = None,
-    finish_reason: str | None = None,
-    reply: str | None = None,
-) -> Failure | None:
-    """The failure of a run of an agent known from its spans (a production trace), by :func:`classify`: its root's
-    status, error type and message, the operation of the span that raised, the HTTP status and the provider error's
-    code and type it recorded (``agenteval.provider_error.*``), and its last finish reason and reply. A trace with
-    no recorded reply (content capture off, or no conversation) is judged by its status alone."""
-    register_plugins()  # the same matchers as a run's: a trace's error is typed as a trial's would be
-    recorded = recorded_exception(error_type, message, http_status, error_code, error_kind)
-    exc = recorded if status == "ERROR" else None
-    if exc is None and reply is None and finish_reason not in TRUNCATED:
-        return None
-    return classify(exc, raised_in=raised_in, last_finish_reason=finish_reason, reply=reply)

@@ -40,6 +40,17 @@ def _attribute(row: str, *names: str) -> str:
     return "coalesce(" + ", ".join(f"json_extract_string({row}.attributes, '$.\"{n}\"')" for n in names) + ")"
 
 
+def _status(row: str) -> str:
+    return f"TRY_CAST({_attribute(row, A.HTTP_RESPONSE_STATUS_CODE)} AS INTEGER)"
+
+
+def _exception_type(row: str) -> str:
+    """SQL: the last ``exception.type`` among ``row``'s events: the error type of a span that recorded no
+    ``error.type`` (OpenInference's), read from its exception event."""
+    types = f"""json_extract_string({row}.events, '$[*].attributes."exception.type"')"""
+    return f"list_filter({types}, lambda t: t IS NOT NULL)[-1]"
+
+
 def traces_sql(prices_relation: str) -> str:
     """The ``traces`` view, costs from ``prices_relation`` (model, input, output: USD per million tokens)."""
     users = _texts("r", A.GEN_AI_INPUT_MESSAGES, "user")
@@ -58,8 +69,7 @@ extent AS (
 ),
 raised AS (
     SELECT p.trace_id, arg_max(p.operation, p.start_time) AS raised_in,
-           arg_max(TRY_CAST(json_extract_string(p.attributes, '$."{A.HTTP_RESPONSE_STATUS_CODE}"') AS INTEGER),
-                   p.start_time) AS error_http_status,
+           arg_max({_status("p")}, p.start_time) AS error_http_status,
            arg_max(json_extract_string(p.attributes, '$."{A.PROVIDER_ERROR_CODE}"'), p.start_time) AS error_code,
            arg_max(json_extract_string(p.attributes, '$."{A.PROVIDER_ERROR_TYPE}"'), p.start_time) AS error_kind
     FROM p JOIN roots r USING (trace_id)
@@ -91,9 +101,12 @@ SELECT e.trace_id, coalesce(r.service_name, '{UNKNOWN_SERVICE}') AS service, e.s
        {users} AS user_messages,
        coalesce(user_messages[-1], {raw_input}) AS input,
        coalesce({replies}[-1], {raw_output}) AS output,
-       r.status_code AS status, r.error_type,
+       r.status_code AS status, coalesce(r.error_type, {_exception_type("r")}) AS error_type,
        CASE WHEN r.status_code = 'ERROR' THEN r.status_message END AS error_message,
-       x.raised_in, x.error_http_status, x.error_code, x.error_kind,
+       x.raised_in,
+       coalesce(x.error_http_status, {_status("r")}) AS error_http_status,
+       coalesce(x.error_code, {_attribute("r", A.PROVIDER_ERROR_CODE)}) AS error_code,
+       coalesce(x.error_kind, {_attribute("r", A.PROVIDER_ERROR_TYPE)}) AS error_kind,
        coalesce(m.model_calls, 0) AS model_calls, coalesce(m.input_tokens, 0) AS input_tokens,
        coalesce(m.output_tokens, 0) AS output_tokens, m.cost_usd, m.model, m.finish_reason,
        coalesce(t.tool_calls, 0) AS tool_calls, coalesce(t.tool_errors, 0) AS tool_errors,
