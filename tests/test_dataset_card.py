@@ -500,3 +500,21 @@ def test_a_card_left_beside_a_link_is_named_with_where_it_belongs(tmp_path):
     assert f"{beside_the_link}: a card beside the link" in shown(refused)
     assert f"move it to {tmp_path / 'shared.card.json'}" in shown(refused)
     assert not (tmp_path / "shared.card.json").exists()
+
+
+def test_a_review_stopped_while_it_waits_for_the_lock_leaves_no_descriptor_open(cases):
+    # Found by the review of 73ea46f: a review interrupted while it waited (Ctrl-C in a notebook, an on_wait that
+    # raises) left its descriptor of the dataset open, one per interrupted review, for the life of the process.
+    class Stopped(Exception):
+        pass
+
+    def stop() -> None:
+        raise Stopped
+
+    assert cli("review", str(cases), "--owner", "evals team").exit_code == 0
+    open_before = sorted(os.listdir("/proc/self/fd"))
+    with open(cases, "rb") as dataset:
+        fcntl.flock(dataset, fcntl.LOCK_EX)  # another review, in the middle of its change
+        with pytest.raises(Stopped):
+            review_dataset(cases, on_wait=stop)
+    assert sorted(os.listdir("/proc/self/fd")) == open_before

@@ -61,6 +61,9 @@ def _locked(path: Path, on_wait: Callable[[], None]) -> int | None:
             if exc.errno in _NO_LOCKS:
                 return None
             raise
+        except BaseException:  # stopped while it waited (Ctrl-C, an on_wait that raised): the descriptor goes too
+            os.close(fd)
+            raise
         # The dataset was replaced by a rename (an editor's save) while this waited: a review that opens it now
         # locks the new file, so lock that one too.
         os.close(fd)
