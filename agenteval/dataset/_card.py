@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import datetime
 import json
-import math
 import os
 import re
 import warnings
@@ -18,19 +17,7 @@ from typing import Any
 
 from .._output_files import write_text
 from ..errors import UsageError
-from ._cases import (
-    MAX_NESTING,
-    TOO_LONG_NUMBER,
-    Dataset,
-    DatasetError,
-    DuplicateKey,
-    NonFinite,
-    Problem,
-    load_file,
-    non_finite_at,
-    object_without_duplicate_keys,
-    too_deep,
-)
+from ._cases import Dataset, DatasetError, Problem, RefusedJson, load_file, strict_json
 from ._catalog import builtin_names, datasets_dir
 from ._file_kinds import open_regular
 from ._review_lock import one_review_at_a_time
@@ -268,44 +255,22 @@ def parse_card(data: bytes, where: str) -> DatasetCard:
 
 
 def _card_json(data: bytes, where: str) -> Any:
-    """The card's JSON, read by the case format's rules: a key given twice, a NaN or an infinity, an integer too long
-    for Python and nesting past :data:`MAX_NESTING` are refused (json would keep the last key, and write the NaN
-    back into the card, where strict readers refuse it), each a :class:`DatasetError` naming the card."""
-    markers: list[NonFinite] = []
-
-    def marker(text: str) -> NonFinite:
-        markers.append(NonFinite(text))
-        return markers[-1]
-
-    def finite(text: str) -> float | NonFinite:
-        value = float(text)
-        return value if math.isfinite(value) else marker(text)
+    """The card's JSON, read by the case format's rules (:func:`strict_json`: a key given twice, a NaN or an infinity,
+    an integer too long for Python and deep nesting are refused; json would keep the last key, and write the NaN back
+    into the card, where strict readers refuse it), each a :class:`DatasetError` naming the card."""
 
     def refused(line: int, field: str | None, message: str) -> DatasetError:
         return DatasetError([Problem(where, line, field, message)])
 
     try:
-        text = data.decode("utf-8-sig")
-        record = json.loads(
-            text, object_pairs_hook=object_without_duplicate_keys, parse_constant=marker, parse_float=finite
-        )
+        return strict_json(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise refused(0, None, "is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise refused(exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
-    except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
-        raise refused(0, None, TOO_LONG_NUMBER) from None
-    except DuplicateKey as exc:
-        raise refused(0, exc.key, "is given twice in one object; JSON keeps only the last, so say it once") from None
-    except RecursionError:
-        raise refused(0, None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it") from None
-    deep = too_deep(record)
-    if deep is not None:
-        raise refused(0, deep or None, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it")
-    found = non_finite_at(record) if markers else None
-    if found is not None:
-        raise refused(0, found[0] or None, f"{found[1]} is not a number JSON allows; write a finite number or a string")
-    return record
+    except RefusedJson as exc:
+        advice = "" if exc.non_finite is None else "; write a finite number or a string"
+        raise refused(0, exc.field, exc.message + advice) from None
 
 
 _WRITTEN_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T.+)?", re.ASCII)

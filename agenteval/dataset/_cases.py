@@ -230,6 +230,60 @@ Python reads about 1,000 levels, fewer the deeper in a program it reads them, so
 ``validate`` accepted could be refused by ``run``, or read back from the store by neither."""
 
 
+class RefusedJson(ValueError):
+    """JSON that Python reads but the case format refuses: a key given twice, an integer too long for Python, nesting
+    past :data:`MAX_NESTING`, or (``non_finite`` set, with the ``record`` read) a NaN, an infinity or a number too
+    large for a float. ``field`` is where (None for the whole text)."""
+
+    def __init__(self, field: str | None, message: str, *, non_finite: str | None = None, record: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+        self.non_finite = non_finite
+        self.record = record
+
+
+def strict_json(text: str) -> Any:
+    """``text`` read as JSON by the case format's rules, which a dataset's lines and a dataset's card share.
+    ``json.JSONDecodeError`` for text that is not JSON; :class:`RefusedJson` for what JSON or Python allows and the
+    format does not (json would keep the last of two keys, and read NaN back as a float it later writes as NaN)."""
+    markers: list[NonFinite] = []  # made by the hooks below; a text without any is not walked for them
+
+    def constant(written: str) -> NonFinite:
+        markers.append(NonFinite(written))
+        return markers[-1]
+
+    def finite_float(written: str) -> float | NonFinite:
+        value = float(written)
+        return value if math.isfinite(value) else constant(written)
+
+    try:
+        record = json.loads(
+            text, object_pairs_hook=object_without_duplicate_keys, parse_constant=constant, parse_float=finite_float
+        )
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
+        raise RefusedJson(None, TOO_LONG_NUMBER) from None
+    except DuplicateKey as exc:
+        message = "is given twice in one object; JSON keeps only the last, so say it once"
+        raise RefusedJson(exc.key, message) from None
+    except RecursionError:
+        raise RefusedJson(None, _TOO_DEEP) from None
+    deep = too_deep(record)
+    if deep is not None:
+        raise RefusedJson(deep or None, _TOO_DEEP)
+    found = non_finite_at(record) if markers else None
+    if found is not None:
+        field, written = found
+        message = f"{written} is not a number JSON allows"
+        raise RefusedJson(field or None, message, non_finite=written, record=record)
+    return record
+
+
+_TOO_DEEP = f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it"
+
+
 def too_deep(record: Any) -> str | None:
     """The field (``""`` for the line itself) holding JSON nested more than :data:`MAX_NESTING` levels, or None.
     A loop, not recursion: the depth is what is in question."""
@@ -594,15 +648,6 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     problems: list[Problem] = []
     more = 0
     first_line_of: dict[str, int] = {}
-    non_finite: list[NonFinite] = []  # made by the JSON hooks below; a line without any is not walked for them
-
-    def constant(text: str) -> NonFinite:
-        non_finite.append(NonFinite(text))
-        return non_finite[-1]
-
-    def finite_float(text: str) -> float | NonFinite:
-        value = float(text)
-        return value if math.isfinite(value) else constant(text)
 
     def report(line: int, field: str | None, message: str) -> None:
         nonlocal more
@@ -626,33 +671,14 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             text = text.removeprefix("\ufeff")
         if not text.strip():
             continue
-        non_finite.clear()
         try:
-            record = json.loads(
-                text,
-                object_pairs_hook=object_without_duplicate_keys,
-                parse_constant=constant,
-                parse_float=finite_float,
-            )
-            deep = too_deep(record)
-            found = non_finite_at(record) if non_finite and deep is None else None
+            record = strict_json(text)
         except json.JSONDecodeError as exc:
             report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{_cr_line_ends(text, exc)}")
             continue
-        except ValueError:  # not a JSON error: Python's own limit on the digits of an integer
-            report(number, None, TOO_LONG_NUMBER)
-            continue
-        except DuplicateKey as exc:
-            report(number, exc.key, "is given twice in one object; JSON keeps only the last, so say it once")
-            continue
-        except RecursionError:
-            deep = ""
-        if deep is not None:
-            report(number, deep, f"JSON nested too deeply (more than {MAX_NESTING} levels); flatten it")
-            continue
-        if found is not None:
-            field, written = found
-            report(number, field, f"{written} is not a number JSON allows; {_finite_advice(record, field, number)}")
+        except RefusedJson as exc:
+            advice = "" if exc.non_finite is None else f"; {_finite_advice(exc.record, exc.field or '', number)}"
+            report(number, exc.field, exc.message + advice)
             continue
         try:
             case = parse_case(record, number)
