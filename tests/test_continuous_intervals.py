@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
 from dashboard_server import dashboard
+from scheduled_agents import answering_by_attempt
 
 from agenteval.cli import main
 from agenteval.run import evaluate
@@ -26,19 +26,14 @@ T975 = {3: 3.18244630528371, 4: 2.77644510519779}
 
 def scheduled():
     """An agent for cases whose input is "ID:V1,V2,...": attempt i answers Vi; an "x" there raises instead."""
-    calls: dict[str, int] = {}
-    lock = threading.Lock()
 
-    def agent(message: str) -> str:
-        with lock:
-            attempt = calls.get(message, 0)
-            calls[message] = attempt + 1
+    def answer(message: str, attempt: int) -> str:
         value = message.split(":")[1].split(",")[attempt]
         if value == "x":
             raise RuntimeError("this attempt fails")
         return value
 
-    return agent
+    return answering_by_attempt(answer)
 
 
 @scorer(continuous=True, needs_content=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from scheduled_agents import answering_by_attempt
 
 from agenteval.cli import main
 from agenteval.run import evaluate
@@ -20,17 +20,12 @@ from agenteval.run import evaluate
 def scheduled(which: int):
     """An agent for cases whose input is "ID:BASELINE/CANDIDATE": schedule ``which`` of the two says, attempt by
     attempt, whether it answers right (P) or wrong (F)."""
-    calls: dict[str, int] = {}
-    lock = threading.Lock()
 
-    def agent(message: str) -> str:
-        with lock:
-            attempt = calls.get(message, 0)
-            calls[message] = attempt + 1
+    def answer(message: str, attempt: int) -> str:
         schedule = message.split(":")[1].split("/")[which]
         return "ok" if schedule[attempt % len(schedule)] == "P" else "wrong"
 
-    return agent
+    return answering_by_attempt(answer)
 
 
 def pair(tmp_path: Path, groups: list[tuple[int, str, str | None]], attempts: int) -> tuple[str, str, str]:
