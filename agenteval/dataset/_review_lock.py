@@ -44,6 +44,7 @@ def one_review_at_a_time(dataset_path: Path, on_wait: Callable[[], None] = lambd
 
 
 def _locked(path: Path, on_wait: Callable[[], None]) -> int | None:
+    on_wait = _once(on_wait)  # a dataset replaced while this waited is waited for again, but said once
     while True:
         try:  # O_NONBLOCK: opening a pipe to read would wait for a writer
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -67,6 +68,18 @@ def _locked(path: Path, on_wait: Callable[[], None]) -> int | None:
         # The dataset was replaced by a rename (an editor's save) while this waited: a review that opens it now
         # locks the new file, so lock that one too.
         os.close(fd)
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def first_time() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            action()
+
+    return first_time
 
 
 def _still_there(path: Path, fd: int) -> bool:
