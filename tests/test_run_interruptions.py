@@ -218,7 +218,7 @@ def statuses_shown(store: Path) -> dict[str, str]:
         return done.stdout
 
     (listed,) = json.loads(command("experiments", "--format", "json"))
-    (row,) = dashboard_experiments(Store(store))
+    (row,) = dashboard_experiments(Store(store)).rows
     return {
         "experiments": listed["status"],
         "report": json.loads(command("report", "--format", "json"))["experiment"]["status"],
@@ -237,8 +237,8 @@ def test_a_killed_run_is_shown_interrupted_not_running_and_still_resumes(tmp_pat
     # Its record cannot say otherwise (nothing ran to write it), but no process holds the run any more.
     assert Store(store).rows("SELECT status FROM experiments") == [{"status": "running"}]
     assert set(statuses_shown(store).values()) == {"interrupted"}
-    (shown,) = dashboard_experiments(Store(store), status="interrupted")
-    assert dashboard_experiments(Store(store), status="running") == []
+    (shown,) = dashboard_experiments(Store(store), status="interrupted").rows
+    assert dashboard_experiments(Store(store), status="running").rows == []
     summary = resume(store, "--concurrency", "32")  # the rest at 0.2 s a trial: about 1 s, not 16
     assert summary["experiment_id"] == shown.experiment_id and summary["status"] == "completed"
     assert set(statuses_shown(store).values()) == {"completed"}
