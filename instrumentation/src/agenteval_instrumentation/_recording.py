@@ -69,7 +69,8 @@ def record_error(span: Span, exc: BaseException) -> None:
         return
     kind = error_type(exc)
     span.set_attribute(A.ERROR_TYPE, kind)
-    span.set_attributes(error_attributes(exc))  # what the classifier reads when it types the failure from the span
+    for name, value in error_attributes(exc).items():  # what the classifier reads when it types the failure from it
+        span.set_attribute(name, value)  # one by one: the oldest API's set_attributes takes an invariant dict
     message = capture.error_message(exc, capture.config.max_string)
     span.add_event(
         "exception",
