@@ -265,10 +265,10 @@ PAYMENT_REQUIRED = 402
 the agent's doing."""
 
 
-def _quota(exc: BaseException, code: str) -> bool:
-    message = _error_message(exc)
-    if failure_status(exc) == PAYMENT_REQUIRED:
+def _quota(exc: BaseException, code: str, status: int | None) -> bool:
+    if status == PAYMENT_REQUIRED:
         return True
+    message = _error_message(exc)
     return any(q in code for q in QUOTA_CODES) or any(q in message for q in QUOTA_MESSAGES)
 
 
@@ -294,7 +294,7 @@ def _http_status(exc: BaseException) -> ProviderError | None:
     if status_code(exc) is None and not code:
         return None
     status = failure_status(exc)
-    if _quota(exc, code):
+    if _quota(exc, code, status):
         return ProviderError(QUOTA_EXHAUSTED, infrastructure=True)
     if status == 429 or "rate_limit" in code:
         return ProviderError(RATE_LIMITED, infrastructure=True, retry_after=retry_after(exc))

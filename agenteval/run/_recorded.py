@@ -170,8 +170,8 @@ def classify_recorded(
     code and type it recorded (``agenteval.provider_error.*``), and its last finish reason and reply. A trace with
     no recorded reply (content capture off, or no conversation) is judged by its status alone."""
     register_plugins()  # the same matchers as a run's: a trace's error is typed as a trial's would be
-    recorded = recorded_exception(error_type, message, http_status, error_code, error_kind)
-    exc = recorded if status == "ERROR" else None
+    # The stand-in exception (a class made for it) only where the trace ended in error: most traces did not.
+    exc = recorded_exception(error_type, message, http_status, error_code, error_kind) if status == "ERROR" else None
     if exc is None and reply is None and finish_reason not in TRUNCATED:
         return None
     return classify(exc, raised_in=raised_in, last_finish_reason=finish_reason, reply=reply)
