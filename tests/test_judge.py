@@ -439,3 +439,27 @@ def test_the_rescore_said_to_judge_answers_again_calls_the_judge_that_could_not_
     assert not [
         w for w in compare(Store(), baseline, candidate, min_shared=1).warnings if w.kind == "infrastructure_failures"
     ]
+
+
+@pytest.mark.parametrize("api", [ms.OPENAI, ms.ANTHROPIC])
+def test_a_grade_cut_at_the_token_limit_is_asked_again_then_is_a_scorer_error_never_a_pass(model_server, api):
+    """A grade call whose answer stopped at the judge's token limit (OpenAI's finish reason ``length``,
+    Anthropic's ``max_tokens``) was used as it came whenever its arguments parsed, as a provider's or SDK's partial
+    reading of cut JSON does: a pass whose reasoning stopped mid-word, whose score may have stopped mid-number. Now it
+    is asked again, told it was cut; cut a second time, it is the trial's scorer error saying so."""
+    cut = {"score": 0.6, "passed": True, "reasoning": "The reply names Syd"}
+    answers = {
+        "What is the capital of Australia?": [ms.Reply(tool_calls=[ms.ToolCall("grade", cut)], finish="length")] * 2,
+        "What is 2 + 2?": [ms.Reply(tool_calls=[ms.ToolCall("grade", cut)], finish="length"), grade(1.0, True)],
+    }
+    model_server.responder = responder(scripted(answers))
+    experiment = run(model_server, api)
+    found = scores(experiment.experiment_id)
+    cut_twice = found["capital", "llm_judge"]
+    assert cut_twice["passed"] is None and cut_twice["value"] is None
+    stop = "length" if api == ms.OPENAI else "max_tokens"
+    assert f"cut at its token limit (finish reason {stop})" in cut_twice["error"]
+    assert found["sum", "llm_judge"]["passed"] is True  # the second grade was whole
+    asked_again = [r for r in model_server.requests if is_judge(r) and "2 + 2" in json.dumps(r.messages)][1]
+    assert "cut at your token limit" in asked_again.last_user_text()
+    assert experiment.summary.failures_by_type == {"scorer_error": 1} and experiment.summary.passed == 1

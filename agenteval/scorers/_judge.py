@@ -2,10 +2,10 @@
 interface (a coroutine scorer, so a batch's trials are graded concurrently).
 
 The grade comes back as a forced tool call whose arguments follow a JSON schema (score, passed, reasoning): the
-structured output every provider and most OpenAI-compatible servers support. Output that does not parse, or a grade
-that contradicts itself (:func:`contradiction`), is asked for once more; a second failure is the trial's scorer
-error, never a pass or a fail. The conversation is untrusted
-text: it is fenced in tags it cannot close (:func:`fenced`), and the instructions say it is never instructions.
+structured output every provider and most OpenAI-compatible servers support. Output that does not parse (a grade cut
+at the token limit among it), or a grade that contradicts itself (:func:`contradiction`), is asked for once more; a
+second failure is the trial's scorer error, never a pass or a fail. The conversation is untrusted text: it is fenced
+in tags it cannot close (:func:`fenced`), and the instructions say it is never instructions.
 Temperature 0, a versioned prompt, and its spans are marked ``judge``, so its tokens and cost are reported apart
 from the agent's. It never falls back to the model under test: it runs only with the model it is given.
 """
@@ -19,6 +19,7 @@ from agenteval_instrumentation import attributes as A
 
 from ..dataset._cases import UNKNOWN_ANSWER, Case
 from ..models._fences import ASSISTANT, CONVERSATION, EXPECTED, RUBRIC, USER, fenced
+from ..models._types import LENGTH
 from ..run._options import DEFAULT_JUDGE_CONCURRENCY
 from ._base import Score, Scorer
 from ._features import TrialFeatures
@@ -53,6 +54,7 @@ false, and a one or two sentence reasoning."""
 """The judge's instructions for replies without an expected answer (production traces): the rubric alone."""
 RETRY_NOTE = "Your grade could not be read. Call the grade tool once, with score, passed and reasoning."
 CONTRADICTION_NOTE = "Your grade contradicts itself: {}. Call the grade tool once, with a score and passed that agree."
+CUT_NOTE = "Your grade was cut at your token limit. Call the grade tool once, with a reasoning of one short sentence."
 UNREADABLE = "the judge's output could not be read"
 CONTRADICTED = "the judge's grade contradicts itself"
 GRADE_TOOL: dict[str, Any] = {
@@ -180,6 +182,14 @@ class LLMJudge:
             return Unusable(UNREADABLE, error, RETRY_NOTE)
 
         calls = [c for c in response.tool_calls if c.name == GRADE]
+        if calls and response.finish_reason == LENGTH:
+            # A grade cut at the token limit is half a grade: the provider (or its SDK) may still hand back
+            # arguments that parse, whose reasoning, or even whose score, stops where the limit fell.
+            error = (
+                f"the judge's {GRADE} call was cut at its token limit (finish reason "
+                f"{response.provider_finish_reason}): {calls[0].arguments[:300]!r}"
+            )
+            return Unusable(UNREADABLE, error, CUT_NOTE)
         if not calls:
             return unreadable(f"the judge gave no {GRADE} call: {response.text[:300]!r}")
         if len({c.arguments for c in calls}) > 1:  # which of two verdicts is meant cannot be told
