@@ -392,3 +392,29 @@ def test_the_simulated_users_token_limit_is_an_option_recorded_and_checked_on_re
     larger = ran("--simulator-max-tokens", "200")
     assert larger.returncode == 0, larger.stderr
     assert json.loads(larger.stdout)["failed"] == 0 and simulator_limits() == {200}
+
+
+@pytest.mark.parametrize(
+    ("message", "ends"),
+    [
+        ("[DONE]", True),
+        ("Thanks, that is all. [DONE]", True),
+        ("[DONE] Thanks!", True),
+        ("I am not [DONE] yet: what about my refund?", False),
+    ],
+)
+def test_only_done_at_an_end_of_the_users_message_ends_the_conversation(model_server, message, ends):
+    """ "[DONE]" anywhere in the simulated user's message ended the conversation (found by a hostile loopback
+    check): "I am not [DONE] yet, ..." was taken as the user being done, after one turn. Now only [DONE] alone or at
+    either end of the message ends it; inside, it is the user's words and goes to the agent."""
+
+    def simulator(request):
+        if is_simulator(request):
+            return ms.text(message if "refund" not in request.last_user_text() else "[DONE]")
+        return ms.text("Sorry to hear that.")
+
+    model_server.responder = simulator
+    experiment = run_with_simulator(model_server, cases=[CASES[1]])
+    (talk,) = build_report(Store(), experiment.experiment_id).conversations
+    users = [text for role, text in talk.turns if role == "user"]
+    assert users == (["My kettle arrived broken."] if ends else ["My kettle arrived broken.", message])

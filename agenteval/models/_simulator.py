@@ -27,6 +27,13 @@ ROLE_TAGS = {"user": USER, "assistant": ASSISTANT}
 """The tag each role's messages are fenced in."""
 
 
+def says_done(message: str) -> bool:
+    """Whether the simulated user's ``message`` ends the conversation: :data:`DONE` alone, or at either end of it
+    ("Thanks, that is all. [DONE]", as models write despite being asked for it alone). Inside the message it is
+    the user's words: "I am not [DONE] yet" ended the conversation after one turn, and the agent was judged on it."""
+    return message.startswith(DONE) or message.endswith(DONE)
+
+
 class EmptyUserMessage(RuntimeError):
     """The simulated user's model answered with neither a message nor :data:`DONE`: the trial's
     ``simulator_error``, not the end of the conversation (which only :data:`DONE` says)."""
@@ -67,7 +74,7 @@ class ModelUserSimulator:
             ]
         )
         text = response.text.strip()
-        if DONE in text:
+        if says_done(text):
             return None
         if not text:  # a refusal, a content filter, a tool call, a cut answer: not a user who is done
             raise EmptyUserMessage(
