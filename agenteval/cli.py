@@ -992,6 +992,12 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
 )
 @judge_options
 @click.option(
+    "--only-errors",
+    is_flag=True,
+    help="Score only the trials a scorer could not judge (a scorer_error: the judge's API was down); the other "
+    "trials' scores stand.",
+)
+@click.option(
     "--otlp",
     is_flag=True,
     help="Also send the new scores to the OTLP backend OTEL_EXPORTER_OTLP_ENDPOINT names, as a run does.",
@@ -1011,6 +1017,7 @@ def rescore(
     batch_size: int,
     judge: str | None,
     judge_base_url: str | None,
+    only_errors: bool,
     otlp: bool,
     traces: bool,
     since: str | None,
@@ -1030,6 +1037,8 @@ def rescore(
     import dataclasses
     import json
 
+    if traces and only_errors:
+        raise click.UsageError("--only-errors goes with an experiment's trials, not --traces")
     if traces:
         _rescore_traces(
             experiment,
@@ -1080,6 +1089,7 @@ def rescore(
                 judge=judge,
                 judge_base_url=judge_base_url,
                 otlp=otlp,
+                only_errors=only_errors,
             )
     except ValueError as exc:
         _raise_as_one_line(exc)

@@ -428,10 +428,10 @@ def test_the_rescore_said_to_judge_answers_again_calls_the_judge_that_could_not_
         w for w in compare(Store(), baseline, candidate, min_shared=1).warnings if w.kind == "infrastructure_failures"
     ]
     assert "2 answer(s) a scorer could not judge" in warning.message
-    said = re.search(r"again with agenteval (rescore \S+(?: --\S+ \S+)*)", warning.message)
+    said = re.search(r"again with agenteval (rescore \S+ --only-errors(?: --\S+ \S+)*)", warning.message)
     assert said is not None, warning.message
     command = said.group(1).removesuffix(".").split()  # the sentence's full stop
-    assert command == ["rescore", candidate, "--judge", "openai/judge-b"]
+    assert command == ["rescore", candidate, "--only-errors", "--judge", "openai/judge-b"]
 
     model_server.responder = responder(lambda request: grade(1.0, True))  # the judge's API is back
     ran = CliRunner().invoke(main, [*command, "--judge-base-url", model_server.openai_url])
@@ -503,3 +503,55 @@ def test_a_reply_cannot_close_its_fence_with_a_tag_spelled_another_way(model_ser
         assert "&lt;" + closing[1:] in prompt
         conversation, after = prompt.split("\n</conversation>\n")
         assert after == "<expected_answer>\n4\n</expected_answer>"  # the case's own, and only it
+
+
+def test_rescore_only_errors_judges_again_only_the_answers_the_judge_could_not_judge(model_server):
+    """A rescore with --judge graded every answer again (found by a hostile loopback check): after a judge's outage
+    on one answer of many, fixing it paid for every grade again, and a judge failing during that rescore turned
+    grades it had given into scorer errors. --only-errors judges only the answers a chosen scorer could not judge;
+    the others' scores stand, whatever the judge does this time."""
+    from click.testing import CliRunner
+
+    from agenteval.cli import main
+
+    model_server.responder = responder(scripted({"Australia": [ms.bad_request()] * 6, "2 + 2": [grade(1.0, True)] * 3}))
+    experiment = run(model_server, attempts=3)
+    eid = experiment.experiment_id
+    before = Store().rows("SELECT case_id, outcome, failure_type FROM trials WHERE experiment_id = ?", [eid])
+    assert {(r["case_id"], r["failure_type"]) for r in before} == {("capital", "scorer_error"), ("sum", None)}
+    sum_pass = Store().rows(
+        "SELECT DISTINCT pass_id FROM scores WHERE experiment_id = ? AND case_id = 'sum'",
+        [eid],
+    )
+
+    # The judge is back for the answer it could not judge, and now refuses the one it had graded.
+    model_server.responder = responder(
+        scripted({"Australia": [grade(1.0, True)] * 3, "2 + 2": [ms.text("I refuse")] * 6})
+    )
+    asked = len(model_server.requests)
+    ran = CliRunner().invoke(
+        main,
+        [
+            "rescore",
+            eid,
+            "--only-errors",
+            "--judge",
+            "openai/judge-model",
+            "--judge-base-url",
+            model_server.openai_url,
+            "--json",
+        ],
+    )
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.output)["trials"] == 3
+    judged = [r for r in model_server.requests[asked:] if is_judge(r)]
+    assert len(judged) == 3 and all("Australia" in json.dumps(r.messages) for r in judged)
+    after = Store().rows("SELECT case_id, outcome FROM trials WHERE experiment_id = ?", [eid])
+    assert sorted(r["outcome"] for r in after) == ["passed"] * 6
+    assert (
+        Store().rows(
+            "SELECT DISTINCT pass_id FROM scores WHERE experiment_id = ? AND case_id = 'sum'",
+            [eid],
+        )
+        == sum_pass
+    )  # the grades it had given stand

@@ -115,7 +115,7 @@ def test_a_judge_outage_is_an_infrastructure_failure_until_a_rescore_judges_the_
     code, decision = cli("gate", "--baseline", baseline, "--candidate", candidate)
     assert code == 3, decision  # refused: the judge, not the agent, decided these trials
     assert "(10 of 10) failed for infrastructure reasons" in decision
-    assert f"agenteval rescore {candidate} --judge {JUDGE}" in decision
+    assert f"agenteval rescore {candidate} --only-errors --judge {JUDGE}" in decision
     asked = agent_calls(model_server)  # the agent answered: re-running it is no remedy, and is not done
     assert run(model_server, resume=candidate, retry_failed="infra").summary.this_run["trials"] == 0
     assert agent_calls(model_server) == asked

@@ -618,13 +618,14 @@ def _rescore(experiment: ex.Experiment, figures: dict[str, Any], store_option: s
     without ``--judge`` never calls a judge, and re-runs only the built-ins and the run's own scorers: after a
     ``rescore --judge`` whose API was down, "agenteval rescore ID" left every answer unjudged. So the judge is the
     one whose scores are current (its version is ``PROMPT:MODEL``), and a scorer that is neither a built-in nor the
-    run's own (given to an earlier rescore) is asked for by ``--scorer``."""
+    run's own (given to an earlier rescore) is asked for by ``--scorer``. ``--only-errors``: the answers that were
+    judged keep their grades, and are not paid for again."""
     from ..scorers._judge import NAME as JUDGE  # here: only a run with scorer errors needs the scorers
     from ..scorers._loading import BUILTIN_BY_NAME
 
     eid, unjudging = experiment.experiment_id, figures["unjudging_scorers"]
     judge = unjudging[JUDGE].partition(":")[2] if JUDGE in unjudging else experiment.options.get("judge")
-    command = f"agenteval rescore {eid}" + (f" --judge {judge}" if judge else "") + store_option
+    command = f"agenteval rescore {eid} --only-errors" + (f" --judge {judge}" if judge else "") + store_option
     own = {spec.rpartition(":")[2] for spec in experiment.options.get("scorers") or []}
     others = sorted(set(unjudging) - own - set(BUILTIN_BY_NAME) - {JUDGE})
     if others:

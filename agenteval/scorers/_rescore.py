@@ -28,6 +28,7 @@ from ..run._options import DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._snapshots import save_figures
 from ..store._store import sql_string
+from ..store._views import current_scores
 from ._base import Scorer
 from ._engine import ScoringEngine, score_table
 from ._features import NO_REPLIES, features_sql
@@ -94,6 +95,7 @@ def rescore(
     judge: str | None = None,
     judge_base_url: str | None = None,
     otlp: bool = False,
+    only_errors: bool = False,
 ) -> RescoreResult:
     """Score the experiment's current trials again and append the scores as a new pass.
 
@@ -102,6 +104,8 @@ def rescore(
     with the LLM judge, which then decides whether an answer is right; without it, a run's judge is not called
     again and its scores stand. ``otlp=True`` also sends the new scores to the OTLP
     backend the standard ``OTEL_EXPORTER_OTLP_*`` variables name, as a run does (see ``agenteval.run._export``).
+    ``only_errors=True`` scores only the trials that one of the chosen scorers could not judge (a judge whose API
+    was down): the others' scores stand, and a judge that fails this time cannot undo their grades.
     A store folder that is not there raises :class:`agenteval.store.NoStore`.
     """
     store.require()  # before anything is set up, and never "the store is empty" for a mistyped folder
@@ -123,14 +127,15 @@ def rescore(
     cases = stored_cases(store, experiment.experiment_id)
     pass_id = uuid.uuid4().hex[:12]
     started = time.perf_counter()
-    bounds = _batches(store, experiment.experiment_id, batch_size)
+    answered = _answered_trials(experiment.experiment_id, [s.name for s in chosen] if only_errors else None)
+    bounds = _batches(store, answered, batch_size)
     total_trials = sum(count for _, _, count in bounds)
     done = scores = rescored = 0
     not_scored: Counter[str] = Counter()
     without_case: Counter[str] = Counter()
     on_batch(0, total_trials)  # the work is known: a display can start before the first batch ends
     for low, high, count in bounds:
-        features = _features(store, experiment.experiment_id, low, high)
+        features = _features(store, experiment.experiment_id, answered, low, high)
         case_ids = features.column("case_id").to_pylist()
         known = [case_id in cases for case_id in case_ids]
         if not all(known):  # one lost case costs its own trials, not the pass
@@ -206,22 +211,29 @@ def _otlp_exporter() -> SpanExporter:
     return exporter
 
 
-def _answered_trials(experiment_id: str) -> str:
-    return f"(SELECT * FROM ({ex.current_trials(experiment_id)}) WHERE failure_type IS NULL)"
+def _answered_trials(experiment_id: str, errors_of: Sequence[str] | None = None) -> str:
+    """SQL: the experiment's current trials that answered; with ``errors_of`` (scorer names), only those whose
+    current score from one of them is an error."""
+    answered = f"SELECT * FROM ({ex.current_trials(experiment_id)}) WHERE failure_type IS NULL"
+    if errors_of is None:
+        return f"({answered})"
+    names = ", ".join(sql_string(name) for name in errors_of) or "NULL"
+    errored = f"SELECT trial_id FROM ({current_scores(experiment_id)}) WHERE error IS NOT NULL AND scorer IN ({names})"
+    return f"({answered} AND trial_id IN ({errored}))"
 
 
-def _batches(store: Store, experiment_id: str, size: int) -> list[tuple[str, str, int]]:
-    """Ranges of trial ids of about ``size`` trials each: (first id, last id, trials)."""
+def _batches(store: Store, answered: str, size: int) -> list[tuple[str, str, int]]:
+    """Ranges of the ``answered`` trials' ids of about ``size`` trials each: (first id, last id, trials)."""
     rows = store.rows(
         f"""SELECT min(trial_id) AS low, max(trial_id) AS high, count(*) AS n FROM (
                 SELECT trial_id, (row_number() OVER (ORDER BY trial_id) - 1) // {int(size)} AS batch
-                FROM {_answered_trials(experiment_id)}) GROUP BY batch ORDER BY batch"""
+                FROM {answered}) GROUP BY batch ORDER BY batch"""
     )
     return [(row["low"], row["high"], row["n"]) for row in rows]
 
 
-def _features(store: Store, experiment_id: str, low: str, high: str) -> pa.Table:
+def _features(store: Store, experiment_id: str, answered: str, low: str, high: str) -> pa.Table:
     within = f"trial_id BETWEEN {sql_string(low)} AND {sql_string(high)}"
-    trials = f"(SELECT *, {NO_REPLIES} FROM {_answered_trials(experiment_id)} WHERE {within})"
+    trials = f"(SELECT *, {NO_REPLIES} FROM {answered} WHERE {within})"
     spans = f"(SELECT * FROM spans WHERE experiment_id = {sql_string(experiment_id)} AND {within})"
     return store.query(features_sql(trials, spans))
