@@ -158,6 +158,7 @@ def test_read_only_connection_from_python_is_locked_and_the_default_stays_the_ca
         ["report"],
         ["sql", "SELECT 1"],
         ["compare", "a", "b"],
+        ["power", "--from", "a"],  # said "no experiment 'a' in ...", as though the store were there
         # Commands that rewrite a store: compact made the folder (and its .locks/) and said "compacted 0
         # partition(s)", rescore said "the store is empty" and doctor "there is no store" without what to do.
         ["compact"],

@@ -314,6 +314,7 @@ def _experiment_rates(store: Any, experiment_id: str) -> tuple[list[float], int]
     from ._experiments import find
 
     target = store if isinstance(store, Store) else Store(store)
+    target.require()  # a mistyped --store is named as such, not as an experiment missing from it
     found = find(target, experiment_id)
     if found is None:
         raise ExperimentNotFound(f"no experiment {experiment_id!r} in {target.root}")
