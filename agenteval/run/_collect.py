@@ -58,22 +58,23 @@ TRIAL_KEYS = (A.EXPERIMENT_ID, A.CASE_ID, A.TRIAL_ID, A.TRIAL_ATTEMPT, A.ROLE)
 @dataclasses.dataclass(eq=False, slots=True)
 class TrialScope:
     """The current trial as a context holds it: its tag, the attributes stamped from it (built once, not per span),
-    and whether it has ended. A thread the trial started carries a scope of its own (:meth:`carried`) and may outlive
-    the trial (a worker started lazily by the first trial, serving later ones): a span started there after the end is
-    no trial's. The trial's own code past its end (a sync agent given up on at its timeout runs on) is still the
-    trial's: its spans are stored as the trial's late spans."""
+    and whether it has ended. A thread or asyncio task the trial started carries a scope of its own (:meth:`carried`)
+    and may outlive the trial (a worker started lazily by the first trial, serving later ones): a span started there
+    after the end is no trial's. The trial's own code past its end (an agent given up on at its timeout runs on) is
+    still the trial's: its spans are stored as the trial's late spans."""
 
     tag: TrialTag
     attributes: dict[str, Any]
     ended: bool = False
     started_by: TrialScope | None = None
-    """In a thread or pool task the trial started: the trial's own scope, whose end the thread may outlive."""
+    """In a thread, pool task or asyncio task the trial started: the trial's own scope, whose end it may outlive."""
     side_of: TrialScope | None = None
     """In a side of the trial with a tag of its own (the simulated user's): the trial's own scope, whose end is this
     one's (only the trial's own scope is ended, with the trial)."""
 
     def carried(self) -> TrialScope:
-        """The scope of a thread or pool task started in this one (nested: the trial's own scope still ends it)."""
+        """The scope of a thread, pool task or asyncio task started in this one (nested: the trial's own scope still
+        ends it)."""
         return TrialScope(self.tag, self.attributes, started_by=self.started_by or self.side_of or self)
 
     def side(self, tag: TrialTag) -> TrialScope:
@@ -83,7 +84,7 @@ class TrialScope:
 
     @property
     def outlived(self) -> bool:
-        """A thread the trial started, running on after the trial ended."""
+        """A thread or task the trial started, running on after the trial ended."""
         return self.started_by is not None and self.started_by.ended
 
 

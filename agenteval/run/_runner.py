@@ -95,6 +95,7 @@ from ._shards import Shard, checked_experiment_id, shared_experiment_id
 from ._sink import StoreSink
 from ._starting import stoppable_start, stopped_by_signals
 from ._store_mark import has_mark
+from ._tasks import carried_into_tasks
 from ._threads import carried_into_threads
 from ._trial import StopNow, TrialPlan, TrialResult, TrialRunner, UserSimulator
 
@@ -601,7 +602,7 @@ class _Run:
         """In a cluster's worker: run :attr:`plans`, publish their spans and scores, and return their trial rows
         (for the driver to publish: its writing them is their commit) and the model calls the cache answered."""
         collector, runner = self._open(keep_trials=True)
-        with carried_into_threads():
+        with carried_into_threads(), carried_into_tasks():
             try:
                 await self.run_trials(runner)
             finally:
@@ -646,7 +647,7 @@ class _Run:
         stop_watching = watch_waiting(waiting)
         status = ex.COMPLETED
         failure: BaseException | None = None
-        with self._signals(), _long_lived_objects_frozen(), carried_into_threads():
+        with self._signals(), _long_lived_objects_frozen(), carried_into_threads(), carried_into_tasks():
             try:
                 await self.executor.run(self, runner)
             except asyncio.CancelledError:  # stopped at once: what finished can resume
@@ -708,11 +709,12 @@ class _Run:
         after = collector.after_trials - self._after_trials_at_open
         if after:
             warnings.warn(
-                f"{after} span(s) started in a thread a trial had started, after that trial had ended: a worker "
-                "thread or pool a trial starts and keeps (started lazily on the first call, then fed by later "
-                "trials) carries the first trial's context, so these spans are no trial's and are not in the store. "
-                "Start such a worker before the run and hand it work as agenteval_instrumentation's "
-                "with_current_context(fn)",
+                f"{after} span(s) started in a thread or asyncio task a trial had started, after that trial had "
+                "ended: a worker thread, pool or task a trial starts and keeps (started lazily on the first call, "
+                "then fed by later trials) carries the first trial's context, so these spans are no trial's and are "
+                "not in the store. Start such a worker before the run and hand it work as agenteval_instrumentation's "
+                "with_current_context(fn); hand a task each piece of work with contextvars.copy_context() taken in "
+                "the trial, and run the piece in a task created with that context=",
                 stacklevel=2,
             )
 

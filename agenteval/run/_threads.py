@@ -98,7 +98,7 @@ def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
     # A thread given a context of its own (Python 3.14's ``context=``) runs in it, as its starter asked.
     if not carried_into_threads.active or current_trial.get() is None or getattr(self, "_context", None) is not None:
         return original(self, *args, **kwargs)
-    restore = _run_in(self, _carried_context())
+    restore = _run_in(self, carried_context())
     try:
         return original(self, *args, **kwargs)
     except BaseException:  # never started: it is as it was
@@ -106,7 +106,7 @@ def _start(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
         raise
 
 
-def _carried_context() -> contextvars.Context:
+def carried_context() -> contextvars.Context:
     """A copy of the current context for a thread or task started in it, whose trial scope says it was carried:
     what it starts once the trial has ended is no trial's, unlike what the trial's own code starts."""
     context = contextvars.copy_context()
@@ -146,7 +146,7 @@ def _submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **k
     original = _originals[ThreadPoolExecutor, "submit"]
     if not carried_into_threads.active or current_trial.get() is None or _ships_its_tasks(self):
         return original(self, fn, *args, **kwargs)
-    task = _carried_context()
+    task = carried_context()
     # Submitted in an empty context: a worker thread this submit starts is the pool's, no trial's (see above).
     return contextvars.Context().run(original, self, task.run, fn, *args, **kwargs)
 
