@@ -20,7 +20,7 @@ from opentelemetry import context, trace
 from agenteval import agent, llm_call, set_llm_response, tool
 from agenteval.dataset import Case, Dataset
 from agenteval.run import evaluate, evaluate_async
-from agenteval.run._collect import current_trial
+from agenteval.run._collect import TrialScope, current_trial
 from agenteval.store import Store
 from agenteval_instrumentation import ContextThreadPoolExecutor
 
@@ -311,7 +311,14 @@ def test_a_task_submitted_outside_the_trials_runs_in_none_even_on_a_worker_a_tri
     SHARED.pop("pool").shutdown()
 
 
-def test_overlapping_runs_keep_the_threads_carried_until_the_last_one_ends(tmp_path):
+CARRIED_AFTER_THE_FIRST: list[bool] = []
+
+
+async def the_current_trial() -> TrialScope | None:
+    return current_trial.get()
+
+
+def test_overlapping_runs_keep_the_threads_and_tasks_carried_until_the_last_one_ends(tmp_path):
     originals = threading.Thread.start, ThreadPoolExecutor.submit
     dataset = Dataset(
         "threads",
@@ -327,6 +334,8 @@ def test_overlapping_runs_keep_the_threads_carried_until_the_last_one_ends(tmp_p
         async def after_the_first(question: str) -> str:
             await first_over.wait()  # the first run has ended: the wrappers must still be in place
             await asyncio.to_thread(started_and_joined, [threading.Thread(target=lookup, args=(question, 0))])
+            carried = await asyncio.create_task(the_current_trial())  # and the loop's task factory
+            CARRIED_AFTER_THE_FIRST.append(carried is not None and carried.started_by is current_trial.get())
             return chat(question)
 
         @agent
@@ -341,11 +350,15 @@ def test_overlapping_runs_keep_the_threads_carried_until_the_last_one_ends(tmp_p
                 first_over.set()
 
         second = evaluate_async(after_the_first, dataset, attempts=ATTEMPTS, store=tmp_path / "b", progress="none")
-        return await asyncio.gather(first_run(), second)
+        both = await asyncio.gather(first_run(), second)
+        assert asyncio.get_running_loop().get_task_factory() is None  # put back once the last run ended
+        return both
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        CARRIED_AFTER_THE_FIRST.clear()
         a, b = asyncio.run(both())
+    assert CARRIED_AFTER_THE_FIRST == [True] * CASES * ATTEMPTS
     assert_every_tool_span_is_its_trials(Store(tmp_path / "a"), a.id, CASES, 1)
     assert_every_tool_span_is_its_trials(Store(tmp_path / "b"), b.id, CASES, 1)
     assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
