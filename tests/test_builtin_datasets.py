@@ -165,6 +165,9 @@ def test_datasets_command_lists_counts_and_categories():
     listed = {e["name"]: e for e in __import__("json").loads(result.output)}
     assert listed["hard"]["cases"] == 55 and len(listed["hard"]["categories"]) == 10
     assert listed["arithmetic"]["cases"] is None
+    # generated at any size: no count per category (it listed 1 each, the size it was built at for the listing)
+    operations = ["addition", "division", "multiplication", "subtraction"]
+    assert listed["arithmetic"]["categories"] == dict.fromkeys(operations)
     assert [e.name for e in catalog()] == list(listed)
     table = CliRunner().invoke(main, ["datasets"])
     assert "--cases N (generated)" in table.output and "extended" in table.output

@@ -122,13 +122,19 @@ class CatalogEntry:
 
     name: str
     cases: int | None
-    categories: dict[str, int]
+    categories: dict[str, int | None]
+    """Each category's cases; None for a generated dataset, whose count follows ``--cases``."""
 
 
 def catalog() -> list[CatalogEntry]:
-    """Every built-in dataset with its case count (None when generated) and categories."""
+    """Every built-in dataset with its case count and the cases in each category (None when generated: ``--json``
+    listed the generated dataset's categories at one case each, as it happens to be built for listing)."""
     entries = []
     for name in builtin_names():
-        dataset = load_dataset(name, cases=len(_OPERATIONS) if name == GENERATED else None)
-        entries.append(CatalogEntry(name, None if name == GENERATED else len(dataset), dataset.categories()))
+        if name == GENERATED:
+            categories = load_dataset(name, cases=len(_OPERATIONS)).categories()
+            entries.append(CatalogEntry(name, None, dict.fromkeys(categories)))
+        else:
+            dataset = load_dataset(name)
+            entries.append(CatalogEntry(name, len(dataset), dict(dataset.categories())))
     return entries
