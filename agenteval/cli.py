@@ -1812,8 +1812,8 @@ def _say_span_copies(copies: dict[str, int] | None) -> None:
     type=IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes that receive OTLP/HTTP, each decoding and writing on a core of its own (one process "
-    "decodes 60,000 to 100,000 spans/s here); gRPC stays in the first.",
+    help="Processes that receive OTLP/HTTP, each decoding and writing on a core of its own (see docs/collect.md "
+    "for the spans per second one process takes); gRPC stays in the first.",
 )
 @store_option
 def collect(
