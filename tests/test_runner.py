@@ -356,6 +356,7 @@ def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_p
         "object": _Answer("4"),
         "number": 4,
         "own-str": _Verdict(),
+        "function": lambda question: "4",  # a factory named without --agent-option returns the agent it built
     }
 
     experiment = run_replies(tmp_path, replies)
@@ -364,6 +365,8 @@ def test_a_reply_that_could_only_be_read_as_its_repr_is_the_agents_error_not_a_p
     for key, kind in (("dict", "dict"), ("list", "list"), ("tuple", "tuple"), ("object", "_Answer")):
         assert (rows[key]["outcome"], rows[key]["failure_type"], rows[key]["reply"]) == ("failed", "agent_error", None)
         assert f"the agent returned a {kind}, not its reply's text" in rows[key]["error_message"], rows[key]
+    assert "the agent returned a function, not its reply's text" in rows["function"]["error_message"]
+    assert "give an --agent-option" in rows["function"]["error_message"]  # the factory rule's trap, said
     assert {key: (rows[key]["outcome"], rows[key]["reply"]) for key in ("number", "own-str")} == {
         "number": ("passed", "4"),
         "own-str": ("passed", "it is 4"),

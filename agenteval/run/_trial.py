@@ -487,7 +487,7 @@ def _reply(result: Any) -> str:
         if _only_text_is_repr(content):
             raise TypeError(
                 f"{_returned(result, content)}, not its reply's text: return a str, or a dict or object with a "
-                "content string"
+                f"content string{_factory_hint(content)}"
             )
         text = str(content)
     return str.__str__(text)
@@ -512,6 +512,18 @@ def _only_text_is_repr(value: object) -> bool:
         return not isinstance(value, numbers.Number)
     defined_at = (getattr(text_form, "__module__", None), getattr(text_form, "__qualname__", None))
     return defined_at in _PYDANTIC_FIELD_LISTINGS
+
+
+def _factory_hint(content: object) -> str:
+    """For a reply that is itself a function: the likely cause. A factory of agents whose options all have defaults,
+    named with no ``--agent-option``, is taken as the agent itself (the factory rule), and every trial returned the
+    agent it built."""
+    if not callable(content) or inspect.isclass(content):
+        return ""
+    return (
+        ". If what was named as the agent builds it, it was called as the agent: named without --agent-option, "
+        "a function is the agent itself, so give an --agent-option (or name a class, which is instantiated)"
+    )
 
 
 def _returned(result: object, content: object) -> str:
