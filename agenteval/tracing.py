@@ -32,6 +32,7 @@ from agenteval_exporters.masked_exporter import MaskingSpanExporter
 from agenteval_exporters.storefs import RemoteRoot
 from agenteval_instrumentation.masking import masked_logger
 
+from ._otlp_rejections import RejectionCountingExporter, Rejections, grpc_exporter, http_exporter
 from .run._collect import TrialCollector, collector_for, store_key
 
 logger = masked_logger(__name__)
@@ -137,25 +138,23 @@ def _set_up(provider: TracerProvider) -> dict[str, Tracing]:
     return _active.setdefault(provider, {})
 
 
-def otlp_exporter_from_env() -> SpanExporter | None:
+def otlp_exporter_from_env() -> RejectionCountingExporter | None:
     """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables ask for, or None: handed spans masked
-    as the store has them (:class:`~agenteval_exporters.masked_exporter.MaskingSpanExporter`), its logs masked."""
+    as the store has them (:class:`~agenteval_exporters.masked_exporter.MaskingSpanExporter`), its logs masked,
+    counting the spans the backend answers it rejected (:mod:`agenteval._otlp_rejections`)."""
     if not any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
         return None
     protocol = next((os.environ[v] for v in OTLP_PROTOCOL_VARIABLES if os.environ.get(v)), "http/protobuf")
+    rejections = Rejections()
     exporter: SpanExporter
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-        exporter = GrpcExporter()
+        exporter = grpc_exporter(rejections)
     else:
         if protocol != "http/protobuf":
             logger.warning("agenteval: OTLP protocol %r is not supported; using http/protobuf", protocol)
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        exporter = HttpExporter()
+        exporter = http_exporter(rejections)
     _mask_logs_of(exporter)
-    return MaskingSpanExporter(exporter)
+    return RejectionCountingExporter(MaskingSpanExporter(exporter), rejections)
 
 
 def _mask_logs_of(exporter: SpanExporter) -> None:

@@ -74,6 +74,9 @@ class OTLPReceiver(LoopbackServer):
         self.headers_seen: list[dict] = []
         self.bodies: list[bytes] = []
         """Each request's body as it arrived: what a test asserts never reached the backend is looked for here."""
+        self.reject_per_request = 0
+        """How many spans of each request to reject with an OTLP partial success (not kept in ``spans``)."""
+        self.rejected: list[str] = []
         super().__init__(("127.0.0.1", 0), _Handler)
 
     @property
@@ -101,10 +104,18 @@ class _Handler(BaseHTTPRequestHandler):
         request = ExportTraceServiceRequest.FromString(body)
         self.server.bodies.append(body)
         self.server.headers_seen.append(dict(self.headers))
+        answer = ExportTraceServiceResponse()
+        to_reject = self.server.reject_per_request
         for resource_spans in request.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
+                    if to_reject:
+                        to_reject -= 1
+                        self.server.rejected.append(span.span_id.hex())
+                        answer.partial_success.rejected_spans += 1
+                        answer.partial_success.error_message = "span too old"
+                        continue
                     self.server.spans.append(
                         {
                             "trace_id": span.trace_id.hex(),
@@ -119,7 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
                             "resource": resource,
                         }
                     )
-        payload = ExportTraceServiceResponse().SerializeToString()
+        payload = answer.SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(payload)))

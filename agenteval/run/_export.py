@@ -4,7 +4,8 @@ The SDK's ``BatchSpanProcessor`` drops spans once its queue is full ("Queue full
 finishes thousands of trials a second would lose most of them on the way to the backend. A run hands its spans
 over itself, a micro-batch at a time, after the batch is scored, to :class:`OTLPForwarder`: a bounded queue
 that makes the run wait while it is full (the run slows to the backend's pace, nothing is dropped) and one
-thread that exports from it, counting the spans the exporter took and those it refused.
+thread that exports from it, counting the spans the exporter took and those it refused (a whole export, or the
+spans a backend's partial success rejects).
 
 Scoring first lets each trial's root span carry its outcome, and its scores as ``gen_ai.evaluation.result``
 events, to the backend (:func:`judged_root`): the root ended before it was scored, so the copy sent is rebuilt
@@ -29,6 +30,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation.masking import masked_logger
+
+from .._otlp_rejections import RejectionCountingExporter
 
 logger = masked_logger(__name__)
 
@@ -83,7 +86,10 @@ class OTLPForwarder:
                 logger.exception("agenteval: the OTLP exporter raised")
                 result = SpanExportResult.FAILURE
             if result is SpanExportResult.SUCCESS:
-                self.counts.sent += len(batch)
+                # Taken but not kept: the backend's partial success names how many it rejected.
+                rejected = min(self._rejected(), len(batch))
+                self.counts.sent += len(batch) - rejected
+                self.counts.failed += rejected
                 self._failures_in_a_row = 0
             else:
                 self.counts.failed += len(batch)
@@ -94,6 +100,10 @@ class OTLPForwarder:
                         "not sent (the store has them all)",
                         GIVE_UP_AFTER,
                     )
+
+    def _rejected(self) -> int:
+        """The spans the backend answered the last export it accepted that it rejected, when it can tell."""
+        return self.exporter.take_rejected() if isinstance(self.exporter, RejectionCountingExporter) else 0
 
     def close(self) -> ForwardCounts:
         """Export everything queued, then shut the exporter down; returns the counts."""

@@ -1,0 +1,144 @@
+"""Spans an OTLP backend answered it did not take: the ``partial_success`` of its export response.
+
+OTLP lets a backend accept a request and still reject some of its spans (too old, over a quota, invalid): it
+answers success with ``partial_success.rejected_spans`` and a message. The SDK's exporters read no response
+body, over HTTP or gRPC, and return ``SUCCESS``: a run counted such spans as sent, and nothing told the user.
+:func:`counting_rejections` hooks the exporter's own client so the answers are read and the rejected spans
+counted (and logged), and :class:`RejectionCountingExporter` hands the count to whoever asks after an export.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from agenteval_instrumentation.masking import masked_logger
+
+logger = masked_logger(__name__)
+
+CREDENTIAL_PROVIDER_VARIABLES = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+)
+"""With one of these set, the HTTP exporter builds its own session (from a credential provider's entry point);
+agenteval then leaves the session alone and reads no partial success."""
+
+
+class Rejections:
+    """A running count of the spans a backend rejected, taken by the exporter's one caller after each export."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._warned = False
+
+    def add(self, rejected: int, message: str) -> None:
+        if rejected <= 0 and not message:
+            return
+        with self._lock:
+            self._pending += max(rejected, 0)
+            first, self._warned = not self._warned, True
+        # The first at WARNING (a run's summary counts them all); the rest at DEBUG, not one line per batch.
+        (logger.warning if first else logger.debug)(
+            "agenteval: the OTLP backend rejected %d span(s) of an export it accepted: %s",
+            rejected,
+            message or "(no reason given)",
+        )
+
+    def take(self) -> int:
+        with self._lock:
+            taken, self._pending = self._pending, 0
+        return taken
+
+    def read(self, body: bytes) -> None:
+        """An export response's body: a protobuf ``ExportTraceServiceResponse``, or empty."""
+        if not body:
+            return
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        try:
+            answer = ExportTraceServiceResponse.FromString(body)
+        except Exception:  # a backend's own page, say: it answered success, so the spans count as taken
+            logger.debug("agenteval: an OTLP export response was not an ExportTraceServiceResponse")
+            return
+        if answer.HasField("partial_success"):
+            self.add(answer.partial_success.rejected_spans, answer.partial_success.error_message)
+
+
+class RejectionCountingExporter(SpanExporter):
+    """``exporter`` as it is, plus :meth:`take_rejected`: the spans its backend rejected since the last call."""
+
+    def __init__(self, exporter: SpanExporter, rejections: Rejections) -> None:
+        self.exporter = exporter
+        self.rejections = rejections
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.exporter.export(spans)
+
+    def take_rejected(self) -> int:
+        return self.rejections.take()
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+def http_exporter(rejections: Rejections) -> SpanExporter:
+    """The SDK's OTLP/HTTP exporter, configured by the environment, with a session that reads each answer."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if any(os.environ.get(v) for v in CREDENTIAL_PROVIDER_VARIABLES):
+        return OTLPSpanExporter()
+    import requests
+
+    def on_response(response: Any, *args: Any, **kwargs: Any) -> Any:
+        if 200 <= response.status_code < 300:
+            rejections.read(response.content)
+        return response
+
+    session = requests.Session()
+    session.hooks["response"].append(on_response)
+    return OTLPSpanExporter(session=session)
+
+
+def grpc_exporter(rejections: Rejections) -> SpanExporter:
+    """The SDK's OTLP/gRPC exporter, configured by the environment, whose stub reads each answer.
+
+    The exporter keeps its stub, and the stub class it makes a new one from when it reconnects; both are
+    wrapped. An SDK that keeps it elsewhere gets the exporter as it is, with no partial success read."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    exporter = OTLPSpanExporter()
+    stub, client = getattr(exporter, "_stub", None), getattr(exporter, "_client", None)
+    if stub is None or client is None:
+        logger.debug("agenteval: this OTLP/gRPC exporter keeps no stub; partial success is not read")
+        return exporter
+
+    def reading_stub(channel: Any) -> _ReadingStub:
+        return _ReadingStub(stub(channel), rejections)
+
+    exporter._stub = reading_stub
+    exporter._client = _ReadingStub(client, rejections)  # type: ignore[assignment]
+    return exporter
+
+
+class _ReadingStub:
+    """A trace service stub whose ``Export`` answers are read for rejected spans."""
+
+    def __init__(self, stub: Any, rejections: Rejections) -> None:
+        self._inner = stub
+        self._rejections = rejections
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:
+        answer = self._inner.Export(*args, **kwargs)
+        if answer is not None and answer.HasField("partial_success"):
+            success = answer.partial_success
+            self._rejections.add(success.rejected_spans, success.error_message)
+        return answer

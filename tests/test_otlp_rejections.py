@@ -1,0 +1,109 @@
+"""A backend that accepts an export but rejects some of its spans (OTLP partial success) is heard: the run, a
+rescore and a service count those spans as not taken, over HTTP and gRPC.
+
+Real loopback receivers (tests/conftest.py's OTLP/HTTP one, a gRPC one here) answer with ``partial_success``; the
+SDK's own exporters send to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+
+import grpc
+import pytest
+from click.testing import CliRunner
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from agenteval.cli import main
+from agenteval.run import evaluate
+from agenteval.store import Store
+
+
+class _RejectingTraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    """Keeps every span of a request but the first ``reject`` ones, which its answer names rejected."""
+
+    def __init__(self, reject: int) -> None:
+        self.reject = reject
+        self.kept: list[str] = []
+        self.rejected: list[str] = []
+
+    def Export(self, request, context):
+        ids = [s.span_id.hex() for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        self.rejected += ids[: self.reject]
+        self.kept += ids[self.reject :]
+        answer = ExportTraceServiceResponse()
+        if ids[: self.reject]:
+            answer.partial_success.rejected_spans = len(ids[: self.reject])
+            answer.partial_success.error_message = "span too old"
+        return answer
+
+
+@pytest.fixture
+def grpc_receiver():
+    service = _RejectingTraceService(reject=2)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    service.endpoint = f"http://127.0.0.1:{port}"
+    yield service
+    server.stop(None)
+
+
+def _stored_spans(store) -> int:
+    (row,) = Store(store).rows("SELECT count(*) AS n FROM spans")
+    return row["n"]
+
+
+def test_spans_an_http_backend_rejects_are_counted_failed_not_sent(receiver, tmp_path, monkeypatch, caplog):
+    receiver.reject_per_request = 2
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    experiment = evaluate("mock", "arithmetic", cases=6, attempts=1, store=tmp_path / "s", progress="none")
+    assert receiver.rejected  # the backend did reject some
+    counts = experiment.summary.otlp
+    assert (counts.spans_sent, counts.spans_failed) == (len(receiver.spans), len(receiver.rejected))
+    assert counts.spans_sent + counts.spans_failed == _stored_spans(tmp_path / "s")  # the store has them all
+    assert "rejected 2 span(s)" in caplog.text and "span too old" in caplog.text
+
+
+def test_spans_a_grpc_backend_rejects_are_counted_failed_not_sent(grpc_receiver, tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", grpc_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    experiment = evaluate("mock", "arithmetic", cases=6, attempts=1, store=tmp_path / "s", progress="none")
+    assert grpc_receiver.rejected
+    counts = experiment.summary.otlp
+    assert (counts.spans_sent, counts.spans_failed) == (len(grpc_receiver.kept), len(grpc_receiver.rejected))
+    assert counts.spans_sent + counts.spans_failed == _stored_spans(tmp_path / "s")
+
+
+def test_rescore_otlp_counts_the_evaluation_spans_a_backend_rejects(receiver, tmp_path, monkeypatch):
+    store = tmp_path / "s"
+    experiment = evaluate("mock", "arithmetic", cases=6, attempts=1, store=store, progress="none")
+    receiver.reject_per_request = 2
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    done = CliRunner().invoke(main, ["rescore", experiment.id, "--otlp", "--store", str(store)])
+    assert done.exit_code == 0, done.output
+    assert (len(receiver.spans), len(receiver.rejected)) == (4, 2)
+    assert "OTLP: 4 evaluation spans sent, 2 failed" in done.output
+
+
+def test_a_service_is_told_of_the_spans_its_backend_rejects(receiver, tmp_path, monkeypatch, caplog):
+    """setup_tracing()'s OTLP exporter (the SDK's batch processor, no run summary) logs the rejection."""
+    from agenteval.tracing import setup_tracing
+
+    receiver.reject_per_request = 1
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    tracing = setup_tracing(tmp_path / "s", service_name="shop")  # on the session's provider, as an app's own
+    caplog.set_level(logging.WARNING)
+    tracer = tracing.provider.get_tracer("shop")
+    for i in range(5):
+        with tracer.start_as_current_span(f"step {i}"):
+            pass
+    try:
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    assert len(receiver.rejected) == 1 and len(receiver.spans) == 4
+    assert "the OTLP backend rejected 1 span(s)" in caplog.text and "span too old" in caplog.text
