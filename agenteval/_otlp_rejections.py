@@ -124,8 +124,8 @@ def grpc_exporter(rejections: Rejections) -> SpanExporter:
     def reading_stub(channel: Any) -> _ReadingStub:
         return _ReadingStub(stub(channel), rejections)
 
-    exporter._stub = reading_stub
-    exporter._client = _ReadingStub(client, rejections)  # type: ignore[assignment]
+    # Through the instance's dict: the SDK's versions type these attributes differently (a class attribute in some).
+    exporter.__dict__.update(_stub=reading_stub, _client=_ReadingStub(client, rejections))
     return exporter
 
 
