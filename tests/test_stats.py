@@ -3,6 +3,7 @@ coverage, and the power model against a Monte Carlo simulation of itself."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from agenteval.analysis import (
+    RateCounts,
     clustered_mean,
     clustered_rate,
     interval95,
@@ -107,7 +109,8 @@ def test_a_pass_rate_interval_over_five_cases_covers_the_true_rate_about_95_perc
     """5 cases, their rates drawn around ``rate`` (beta-binomial), each run ``attempts`` times (one of them drawn):
     Wilson's interval at the effective number of trials held a 99% rate 86% of the time, and a 50% rate over cases
     mostly all-or-nothing with unequal attempts 87%. With Korn and Graubard's factor (z / t)², t with 4 degrees of
-    freedom, 99% and 95%."""
+    freedom, 99% and 95%; with the effective number from the cases' agreement and each end the furthest any result
+    with more passes (or failures) gives, 99% and 100%, at about the width (0.74 against 0.72)."""
     rng = np.random.default_rng(5)
     covered = 0
     for _ in range(3000):
@@ -115,7 +118,7 @@ def test_a_pass_rate_interval_over_five_cases_covers_the_true_rate_about_95_perc
         passes = rng.binomial(runs, rng.beta(rate * concentration, (1 - rate) * concentration, size=5))
         low, high = clustered_rate([(int(n), int(k)) for n, k in zip(runs, passes, strict=True)])[2]
         covered += low <= rate <= high
-    assert 0.935 <= covered / 3000 <= 0.99
+    assert 0.935 <= covered / 3000
 
 
 @pytest.mark.parametrize(
@@ -169,32 +172,63 @@ def test_the_gates_interval_and_its_p_value_agree_over_few_cases():
 
 def test_a_pass_rate_interval_is_wilsons_at_the_effective_number_of_trials():
     assert wilson95(3, 10) == (pytest.approx(0.10779, abs=1e-5), pytest.approx(0.60322, abs=1e-5))  # by hand
-    # 40 cases passing 3 of 3 and 10 passing 1 of 3: SE 0.038095, so p(1 - p) / SE² = 79.6 effective trials of 150,
-    # times (z / t)² for t with 49 degrees of freedom (2.0095752, scipy's): 75.7 (Korn and Graubard).
-    rate, standard_error, interval = clustered_rate([(3, 3)] * 40 + [(3, 1)] * 10)
-    assert rate * (1 - rate) / standard_error**2 == pytest.approx(79.6, abs=0.1)
-    effective = rate * (1 - rate) / standard_error**2 * (1.959964 / 2.0095752) ** 2
-    assert effective == pytest.approx(75.7, abs=0.1)
+    # 40 cases passing 3 of 3 and 10 passing 1 of 3: 20 discordant pairs (1 x 2 each) of the 300 pairs of attempts
+    # of one case, where independent attempts at 130 / 150 would give 300 x 0.867 x 0.133 = 34.7: a within-case
+    # share of 0.577, so 150² / (450 - 0.577 x 300) = 81.2 effective trials, times (z / t)² for t with 49 degrees
+    # of freedom (2.0095752, scipy's): 77.3 (Korn and Graubard). No result with more passes gives a lower end.
+    rate, _, interval = clustered_rate([(3, 3)] * 40 + [(3, 1)] * 10)
+    share = 20 / (300 * rate * (1 - rate))
+    effective = 150**2 / (450 - share * 300) * (1.959964 / 2.0095752) ** 2
+    assert (share, effective) == (pytest.approx(0.5769, abs=1e-4), pytest.approx(77.3, abs=0.1))
     z2 = 1.959964**2
     centre = (rate + z2 / (2 * effective)) / (1 + z2 / effective)
     half = 1.959964 * math.sqrt(rate * (1 - rate) / effective + z2 / (4 * effective**2)) / (1 + z2 / effective)
     assert interval == (pytest.approx(centre - half), pytest.approx(centre + half))
-    # Never more trials than were run, whatever a small standard error implies: 30 of 10 cases, then (z / t(9))².
-    assert rate_interval95(0.5, 0.001, 30, 10) == pytest.approx(_wilson(0.5, 30 * (1.959964 / 2.2621572) ** 2))
+    # Never more trials than were run: attempts that disagree as often as independent ones count each, then (z / t)².
+    independent = RateCounts(passes=15, trials=30, cases=10, squares=90, discordant=60, most_attempts=3)
+    assert rate_interval95(independent) == pytest.approx(_wilson(0.5, 30 * (1.959964 / 2.2621572) ** 2))
 
 
-def test_a_pass_rate_without_spread_still_has_an_interval_as_wide_as_its_cases_allow():
-    """11 cases passing all 3 attempts: a standard error of 0, and the normal interval read 100.0% to 100.0%. The
-    interval is now Wilson's for 11 passes in 11 (attempts of one case may agree only because they are alike)."""
-    rate, standard_error, interval = clustered_rate([(3, 3)] * 11)
-    assert (rate, standard_error) == (1.0, 0.0)
-    assert interval == wilson95(11, 11) == (pytest.approx(0.7412, abs=1e-4), 1.0)
-    assert clustered_rate([(3, 0)] * 11)[2] == (0.0, pytest.approx(1 - 0.7412, abs=1e-4))
-    assert clustered_rate([(2, 1)] * 4)[2] == pytest.approx(wilson95(2, 4))  # half of each case's attempts
-    # One case: no standard error to measure, so the case counts once: 20.7% to 100%, never no interval at all.
-    assert clustered_rate([(3, 3)])[2] == wilson95(1, 1) == (pytest.approx(0.2065, abs=1e-4), 1.0)
-    low, high = clustered_rate([(3, 2)])[2]
-    assert low < 2 / 3 < high and high - low > 0.8  # 2 of 3 attempts of one case: almost anything
+def _lower(cases: tuple[int, ...], attempts: int) -> float:
+    return clustered_rate([(attempts, passes) for passes in cases])[2][0]
+
+
+@pytest.mark.parametrize(("cases", "attempts"), [(n, m) for n in (2, 3, 5, 8, 12) for m in (1, 2, 3, 5)])
+def test_a_pass_turned_from_a_failure_never_lowers_the_lower_end(cases, attempts):
+    """Every result of ``cases`` cases of ``attempts`` attempts, and each one with a failing attempt turned into a
+    pass: the lower end must not go down, nor the upper end go up the other way. It did: 10 cases of 5 attempts,
+    all passing but one attempt, read 87.2% to 99.6%, and with that attempt passing too 72.2% to 100%; 50 cases of 3
+    attempts 96.2% to 99.9% with one failing attempt and 92.9% to 100% with none, since with no spread to measure
+    the cases were counted once and with one failure the trials (nearly) each once."""
+    for result in itertools.combinations_with_replacement(range(attempts + 1), cases):
+        low = _lower(result, attempts)
+        for case in {i for i, passes in enumerate(result) if passes < attempts}:
+            better = (*result[:case], result[case] + 1, *result[case + 1 :])
+            assert _lower(better, attempts) >= low - 1e-12, (result, better)
+    one_failure = clustered_rate([(3, 3)] * 49 + [(3, 2)])[2]
+    assert one_failure[0] == clustered_rate([(3, 3)] * 50)[2][0] == pytest.approx(0.9253, abs=1e-4)
+
+
+def test_a_pass_rate_interval_holds_the_true_rate_at_high_rates_and_intra_case_correlations():
+    """Cases' rates drawn from a beta around the true rate with intra-case correlation 0, 0.2 or 0.9 (beta-binomial),
+    at true rates of 0.9 to 0.999, 10 or 50 cases of 1, 3 or 5 attempts, 200 runs each (seeded): the share of runs
+    whose interval held the true rate, over all the settings, is at least 95%, and in no setting under 85%. (With
+    2,000 runs each over 5 to 100 cases, rates 0.5 to 0.999 and correlations 0 to 0.9 the interval held it 96.5% of
+    the time on average, the previous one 96.3%; at worst 85.4% for both.)"""
+    rng = np.random.default_rng(11)
+    shares = []
+    for rho, rate, cases, attempts in itertools.product((0.0, 0.2, 0.9), (0.9, 0.97, 0.99, 0.999), (10, 50), (1, 3, 5)):
+        if rho == 0:
+            rates = np.full((200, cases), rate)
+        else:
+            concentration = (1 - rho) / rho
+            rates = rng.beta(rate * concentration, (1 - rate) * concentration, size=(200, cases))
+        covered = 0
+        for row in rng.binomial(attempts, rates).tolist():
+            low, high = clustered_rate([(attempts, passes) for passes in row])[2]
+            covered += low <= rate <= high
+        shares.append(covered / 200)
+    assert sum(shares) / len(shares) >= 0.95 and min(shares) >= 0.85, shares
 
 
 @pytest.mark.parametrize(("rate", "cases", "attempts"), [(0.95, 30, 3), (0.9, 20, 5), (0.5, 40, 3)])

@@ -173,13 +173,14 @@ def test_power_says_a_drop_is_too_small_to_size_instead_of_a_traceback():
 def test_runs_where_every_case_passes_are_not_reported_as_certain(tmp_path):
     """11 cases passing all 3 attempts, twice. The report read "95% CI 100.0% to 100.0%", and compare and the gate
     an interval of +0.0% to +0.0% and "detects drops of 0.0%": certainty no 11 cases give. Now the report gives
-    Wilson's interval of 11 passes in 11, and the comparison the most that 11 unchanged cases leave possible."""
+    Wilson's interval of 11 passes in 11 (times (z / t)², t with 10 degrees of freedom), and the comparison the most
+    that 11 unchanged cases leave possible."""
     store, baseline, candidate = pair(tmp_path, [(11, "PPP/PPP", None)], attempts=3)
     report = strict_json(CliRunner().invoke(main, ["report", candidate, "--store", store, "--format", "json"]).output)
     assert report["overall"]["pass_rate"] == 1.0
-    assert report["overall"]["ci95"] == [pytest.approx(0.7412, abs=1e-4), 1.0]
+    assert report["overall"]["ci95"] == [pytest.approx(0.6890, abs=1e-4), 1.0]
     shown = CliRunner().invoke(main, ["report", candidate, "--store", store])
-    assert "74.1%" in shown.output and "100.0% to 100.0%" not in shown.output, shown.output
+    assert "68.9%" in shown.output and "100.0% to 100.0%" not in shown.output, shown.output
     compared = CliRunner().invoke(main, ["compare", baseline, candidate, "--store", store, "--json"])
     overall = strict_json(compared.output)["overall"]
     assert overall["no_spread"] and overall["ci95"] == [pytest.approx(-0.259, abs=1e-3), pytest.approx(0.259, abs=1e-3)]
@@ -207,7 +208,7 @@ def test_every_rate_the_report_prints_has_its_interval(tmp_path):
     """pass@k, pass^k and each scorer's pass rate were printed bare, against the rule that every figure a report
     prints comes with its uncertainty. 10 cases passing 2 of 3 attempts and 10 passing all 3: each interval is the
     one computed by hand from the per-case counts."""
-    from agenteval.analysis import clustered_rate, rate_interval95
+    from agenteval.analysis import clustered_rate, values_interval95
 
     store, _, candidate = pair(tmp_path, [(10, "PPF/PPF", None), (10, "PPP/PPP", None)], attempts=3)
     data = strict_json(CliRunner().invoke(main, ["report", candidate, "--store", store, "--format", "json"]).output)
@@ -220,9 +221,9 @@ def test_every_rate_the_report_prints_has_its_interval(tmp_path):
     mean = sum(hat) / 20
     standard_error = (sum((v - mean) ** 2 for v in hat) / 19 / 20) ** 0.5
     assert by_k[2]["pass_hat_k"] == pytest.approx(mean)
-    assert by_k[2]["pass_hat_k_ci95"] == pytest.approx(list(rate_interval95(mean, standard_error, 60, 20)))
+    assert by_k[2]["pass_hat_k_ci95"] == pytest.approx(list(values_interval95(mean, standard_error, 60, 20)))
     assert by_k[2]["pass_at_k"] == 1.0 and by_k[2]["pass_at_k_ci95"] == pytest.approx(
-        list(rate_interval95(1.0, 0.0, 60, 20))  # no spread: Wilson's for 20 of 20 cases
+        list(values_interval95(1.0, 0.0, 60, 20))  # no spread: Wilson's for 20 of 20 cases
     )
     table = " ".join(CliRunner().invoke(main, ["report", candidate, "--store", store]).output.split())
     low, high = scorer["ci95"]

@@ -3,8 +3,10 @@ message shapes, no finish_reason, retrieval ids under the older name only, no wr
 reports what that code reported, and rescoring it gives the scores it gave. The pass-rate intervals in
 expected.json are the ones computed since they became Wilson's at the effective number of trials (they had read
 0.0% to 0.0% for categories where no case passed), that number taken times (z / t)² since Student's t reads errors
-estimated from few cases (a category of 5 cases: 49.0% to 94.3% became 37.5% to 96.4%); every other figure is that
-code's."""
+estimated from few cases (a category of 5 cases: 49.0% to 94.3% became 37.5% to 96.4%), and since that number comes
+from how often a case's attempts disagree, with each end the furthest any result with more passes (or failures)
+gives, and the factor taken for trials without spread too (a category of 8 cases that all failed: 0.0% to 32.4%
+became 0.0% to 41.1%); every other figure is that code's."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         TokenUse,
     )
     from ._stats import (
+        RateCounts,
         clustered_mean,
         clustered_rate,
         interval95,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         pass_at_k,
         pass_hat_k,
         rate_interval95,
+        values_interval95,
     )
     from ._traces import TracesReport, build_traces_report
 
@@ -69,6 +71,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "pass_at_k",
             "pass_hat_k",
             "rate_interval95",
+            "RateCounts",
+            "values_interval95",
         ),
     },
 )

@@ -41,7 +41,7 @@ from ._stats import (
     mean_over_counted_cases,
     pass_at_k,
     pass_hat_k,
-    rate_interval95,
+    values_interval95,
 )
 
 PER_CASE = """
@@ -164,10 +164,10 @@ def _k_rates(cases: list[dict[str, Any]], max_k: int) -> list[PassAtK]:
 def _mean_of_cases(
     values: dict[tuple[int, int], float], cases: dict[tuple[int, int], int], trials: int
 ) -> tuple[float, tuple[float, float] | None]:
-    """The mean of per-case values (each ``values[pair]`` held by ``cases[pair]`` cases) and its interval:
-    cases are independent, so the standard error is the usual one over cases."""
+    """The mean of per-case values (each ``values[pair]`` held by ``cases[pair]`` cases) and its interval
+    (:func:`._stats.values_interval95`): cases are independent, so the standard error is the usual one over cases."""
     mean, standard_error = mean_over_counted_cases([(values[pair], m) for pair, m in cases.items()])
-    return mean, known_interval(rate_interval95(mean, standard_error, trials, sum(cases.values())))
+    return mean, known_interval(values_interval95(mean, standard_error, trials, sum(cases.values())))
 
 
 def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:

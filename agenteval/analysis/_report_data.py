@@ -33,8 +33,9 @@ class PassAtK:
     pass_at_k: float
     pass_hat_k: float
     pass_at_k_ci95: tuple[float, float] | None = None
-    """Each case's estimate is one value (cases are independent): Wilson's at the effective number of trials, as a
-    pass rate's (:func:`._stats.rate_interval95`); over one case, Wilson's at one."""
+    """Each case's estimate is one value in [0, 1] (cases are independent): Wilson's at the effective number of
+    trials its standard error over cases implies (:func:`._stats.values_interval95`); over one case, Wilson's at
+    one."""
     pass_hat_k_ci95: tuple[float, float] | None = None
 
 
@@ -77,7 +78,8 @@ class ScorerFigures:
     errors: int
     ci95: tuple[float, float] | None = None
     """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
-    traces): a pass rate's is Wilson's at the effective number of scores (:func:`._stats.rate_interval95`), a mean's
+    traces): a pass rate's is Wilson's at the effective number of scores its cases' agreement implies
+    (:func:`._stats.rate_interval95`), a mean's
     the t interval of its observed spread (:func:`._stats.mean_interval95`). None without scores."""
     versions: list[ScorerVersion] = dataclasses.field(default_factory=list)
     """The versions that gave the current scores, most scores first: more than one and the figure mixes scorers
@@ -86,7 +88,7 @@ class ScorerFigures:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ScorerFigures:
         """From a row of :func:`agenteval.store._snapshots.scorer_figures_sql`."""
-        from ._stats import clustered_standard_error, known_interval, mean_interval95, rate_interval95
+        from ._stats import RateCounts, clustered_standard_error, known_interval, mean_interval95, rate_interval95
 
         kind = "valued" if row["continuous"] else "judged"
         figure = row["mean"] if row["continuous"] else row["pass_rate"]
@@ -94,8 +96,14 @@ class ScorerFigures:
         spread = row["value_spread" if row["continuous"] else "pass_spread"]
         standard_error = clustered_standard_error(spread, units, count)
         # A pass rate's values are 0 or 1, whose variance p(1 - p) its Wilson interval assumes; a mean's are not.
-        estimate = mean_interval95 if row["continuous"] else rate_interval95
-        interval = None if figure is None else estimate(figure, standard_error, count, units)
+        interval = None
+        if figure is not None and row["continuous"]:
+            interval = mean_interval95(figure, standard_error, count, units)
+        elif figure is not None:
+            counts = RateCounts(
+                row["passed"], count, units, row["judged_squares"], row["discordant"], row["most_judged"]
+            )
+            interval = rate_interval95(counts)
         return cls(
             scorer=row["scorer"],
             continuous=row["continuous"],

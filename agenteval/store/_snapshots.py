@@ -50,13 +50,14 @@ logger = masked_logger(__name__)
 SNAPSHOT_SUFFIX = ".figures"
 """A snapshot's files are Parquet, named so that no glob over the store's ``*.parquet`` reaches them."""
 
-SNAPSHOT_VERSION = 6
+SNAPSHOT_VERSION = 7
 """Part of every fingerprint: bump it when what a snapshot holds, or the SQL that fills it, changes (2: scores keep
 their case, and scorer figures the spread their intervals need; 3: judged trials whose answer a scorer could not
 judge fail as ``scorer_error``, infrastructure, where they were wrong; 4: scorer figures count only the scores of
 current trials, not those of a try lost before its trial row was written; 5: scorer figures say which scorer
 versions gave the current scores, and how many each; 6: judged trials say whether no pass/fail scorer judged them,
-``unscored``)."""
+``unscored``; 7: scorer figures hold the passes, squared judged counts, discordant pairs and most judged in a unit
+that a pass rate's interval is computed from)."""
 
 SOURCES = ("trials", "scores", "spans")
 """The tables a snapshot's figures are read from (cases and experiments are small and read live)."""
@@ -84,7 +85,9 @@ def scorer_figures_sql(scores: str, unit: str) -> str:
     """Each scorer's figures over ``scores`` (a relation of current scores): what it scored, its pass rate or mean,
     its errors, and what their intervals need, clustered by ``unit`` (a column: the case, or a production trace):
     how many were judged and valued, in how many units, and the spread of the units' pass counts and value sums
-    about the scorer's rate and mean (:func:`agenteval.analysis._stats.clustered_standard_error`); and ``versions``,
+    about the scorer's rate and mean (:func:`agenteval.analysis._stats.clustered_standard_error`), with the passes,
+    squared judged counts, discordant pairs and most judged in a unit a pass rate's interval needs
+    (:class:`agenteval.analysis._stats.RateCounts`); and ``versions``,
     the scorer versions that gave those scores (an LLM judge's is its prompt and model), each with how many it gave,
     most first: more than one means the figure mixes scorers (a rescore of some trials with another judge)."""
     return f"""
@@ -103,7 +106,9 @@ SELECT scorer, any_value(versions) AS versions, bool_or(continuous) AS continuou
        any_value(mean_value) AS mean,
        any_value(rate) AS pass_rate, sum(errors)::BIGINT AS errors,
        sum(judged)::BIGINT AS judged, count(*) FILTER (WHERE judged > 0) AS judged_units,
-       coalesce(fsum((passes - judged * rate) ** 2), 0) AS pass_spread,
+       coalesce(fsum((passes - judged * rate) ** 2), 0) AS pass_spread, sum(passes)::BIGINT AS passed,
+       sum(judged * judged)::BIGINT AS judged_squares, sum(passes * (judged - passes))::BIGINT AS discordant,
+       max(judged)::BIGINT AS most_judged,
        sum(valued)::BIGINT AS valued, count(*) FILTER (WHERE valued > 0) AS valued_units,
        coalesce(fsum((value_sum - valued * mean_value) ** 2), 0) AS value_spread
 FROM about GROUP BY scorer ORDER BY scorer
