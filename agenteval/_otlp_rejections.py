@@ -29,6 +29,9 @@ CREDENTIAL_PROVIDER_VARIABLES = (
 agenteval then leaves the session alone and reads no partial success."""
 
 
+PAYLOAD_TOO_LARGE = 413
+
+
 class Rejections:
     """A running count of the spans a backend rejected, taken by the exporter's one caller after each export."""
 
@@ -36,6 +39,7 @@ class Rejections:
         self._lock = threading.Lock()
         self._pending = 0
         self._warned = False
+        self._too_large = False
 
     def add(self, rejected: int, message: str) -> None:
         if rejected <= 0 and not message:
@@ -54,6 +58,16 @@ class Rejections:
         with self._lock:
             taken, self._pending = self._pending, 0
         return taken
+
+    def too_large(self) -> None:
+        """The backend refused an export for its size (HTTP 413): the spans may go in smaller exports."""
+        with self._lock:
+            self._too_large = True
+
+    def take_too_large(self) -> bool:
+        with self._lock:
+            said, self._too_large = self._too_large, False
+        return said
 
     def read(self, body: bytes) -> None:
         """An export response's body: a protobuf ``ExportTraceServiceResponse``, or empty."""
@@ -83,6 +97,10 @@ class RejectionCountingExporter(SpanExporter):
     def take_rejected(self) -> int:
         return self.rejections.take()
 
+    def take_too_large(self) -> bool:
+        """Whether the backend refused an export since the last call for being too large."""
+        return self.rejections.take_too_large()
+
     def shutdown(self) -> None:
         self.exporter.shutdown()
 
@@ -101,6 +119,8 @@ def http_exporter(rejections: Rejections) -> SpanExporter:
     def on_response(response: Any, *args: Any, **kwargs: Any) -> Any:
         if 200 <= response.status_code < 300:
             rejections.read(response.content)
+        elif response.status_code == PAYLOAD_TOO_LARGE:
+            rejections.too_large()
         return response
 
     session = requests.Session()

@@ -77,6 +77,10 @@ class OTLPReceiver(LoopbackServer):
         self.reject_per_request = 0
         """How many spans of each request to reject with an OTLP partial success (not kept in ``spans``)."""
         self.rejected: list[str] = []
+        self.max_body: int | None = None
+        """Bodies longer than this are refused whole with 413 Payload Too Large, as a Collector's size limit does."""
+        self.too_large = 0
+        """How many requests were refused for their size."""
         super().__init__(("127.0.0.1", 0), _Handler)
 
     @property
@@ -101,6 +105,12 @@ def _attributes(key_values) -> dict:
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.max_body is not None and len(body) > self.server.max_body:
+            self.server.too_large += 1
+            self.send_response(413)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         request = ExportTraceServiceRequest.FromString(body)
         self.server.bodies.append(body)
         self.server.headers_seen.append(dict(self.headers))

@@ -107,3 +107,17 @@ def test_a_service_is_told_of_the_spans_its_backend_rejects(receiver, tmp_path, 
         tracing.shutdown()
     assert len(receiver.rejected) == 1 and len(receiver.spans) == 4
     assert "the OTLP backend rejected 1 span(s)" in caplog.text and "span too old" in caplog.text
+
+
+def test_a_batch_the_backend_refuses_for_its_size_goes_again_in_smaller_exports(receiver, tmp_path, monkeypatch):
+    """A backend that refuses a request for its size (413, a Collector's body limit) lost the whole batch of up to
+    512 spans (found by a hostile check): with long prompts captured, every span of a run could miss the backend.
+    The batch now goes again in halves until each fits; only a single span over the limit is counted failed."""
+    receiver.max_body = 12_000  # a few dozen of the mock agent's spans a request
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    experiment = evaluate("mock", "arithmetic", cases=100, attempts=1, store=tmp_path / "s", progress="none")
+    assert receiver.too_large  # the backend did refuse some for their size
+    stored = _stored_spans(tmp_path / "s")
+    counts = experiment.summary.otlp
+    assert (counts.spans_sent, counts.spans_failed) == (stored, 0)
+    assert len(receiver.spans) == len({s["span_id"] for s in receiver.spans}) == stored  # each once
