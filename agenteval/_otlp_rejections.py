@@ -9,6 +9,7 @@ counted (and logged), and :class:`RejectionCountingExporter` hands the count to 
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -149,6 +150,40 @@ def grpc_exporter(rejections: Rejections) -> SpanExporter:
     return exporter
 
 
+def _too_large(error: Any) -> bool:
+    """Whether a gRPC error is a server's refusal of a request past its size limit (a Collector's 4 MiB)."""
+    import grpc
+
+    code, details = getattr(error, "code", None), getattr(error, "details", None)
+    if not callable(code) or not callable(details):
+        return False
+    return code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in str(details() or "").lower()
+
+
+@functools.cache
+def _refused_for_size() -> type[Exception]:
+    """The error class (made once, on first use: grpc is imported only by an OTLP/gRPC exporter)."""
+    import grpc
+
+    class RefusedForSize(grpc.RpcError):
+        """A request the backend refused for its size, as an error the SDK's exporter does not retry."""
+
+        def __init__(self, error: Any) -> None:
+            super().__init__(str(error))
+            self._error = error
+
+        def code(self) -> Any:
+            return grpc.StatusCode.INVALID_ARGUMENT
+
+        def details(self) -> str:
+            return f"refused for its size ({self._error.details()}); agenteval sends it again in smaller parts"
+
+        def trailing_metadata(self) -> Any:
+            return ()
+
+    return RefusedForSize
+
+
 class _ReadingStub:
     """A trace service stub whose ``Export`` answers are read for rejected spans."""
 
@@ -157,7 +192,17 @@ class _ReadingStub:
         self._rejections = rejections
 
     def Export(self, *args: Any, **kwargs: Any) -> Any:
-        answer = self._inner.Export(*args, **kwargs)
+        import grpc
+
+        try:
+            answer = self._inner.Export(*args, **kwargs)
+        except grpc.RpcError as error:
+            if not _too_large(error):
+                raise
+            # The SDK retries RESOURCE_EXHAUSTED until its timeout, and a request too large never fits: said as an
+            # error it does not retry, the batch fails at once and goes again in halves (see run._export).
+            self._rejections.too_large()
+            raise _refused_for_size()(error) from error
         if answer is not None and answer.HasField("partial_success"):
             success = answer.partial_success
             self._rejections.add(success.rejected_spans, success.error_message)

@@ -121,3 +121,27 @@ def test_a_batch_the_backend_refuses_for_its_size_goes_again_in_smaller_exports(
     counts = experiment.summary.otlp
     assert (counts.spans_sent, counts.spans_failed) == (stored, 0)
     assert len(receiver.spans) == len({s["span_id"] for s in receiver.spans}) == stored  # each once
+
+
+def test_a_batch_a_grpc_backend_refuses_for_its_size_goes_again_in_smaller_exports(tmp_path, monkeypatch):
+    """Over gRPC a request past the server's size limit (a Collector's 4 MiB) is refused as RESOURCE_EXHAUSTED,
+    which the SDK retried until its timeout and then counted the whole batch failed. It now fails at once and goes
+    again in halves until each fits."""
+    service = _RejectingTraceService(reject=0)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.max_receive_message_length", 12_000)]
+    )
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "30")  # retrying the refusal would take this long
+        experiment = evaluate("mock", "arithmetic", cases=100, attempts=1, store=tmp_path / "s", progress="none")
+    finally:
+        server.stop(None)
+    stored = _stored_spans(tmp_path / "s")
+    counts = experiment.summary.otlp
+    assert (counts.spans_sent, counts.spans_failed) == (stored, 0)
+    assert len(service.kept) == len(set(service.kept)) == stored
