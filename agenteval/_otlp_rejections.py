@@ -55,6 +55,11 @@ class Rejections:
             message or "(no reason given)",
         )
 
+    def add_not_taken(self, spans: int) -> None:
+        """Spans of a successful export that were not taken, for a reason already logged (a part refused)."""
+        with self._lock:
+            self._pending += spans
+
     def take(self) -> int:
         with self._lock:
             taken, self._pending = self._pending, 0
@@ -86,21 +91,35 @@ class Rejections:
 
 
 class RejectionCountingExporter(SpanExporter):
-    """``exporter`` as it is, plus :meth:`take_rejected`: the spans its backend rejected since the last call."""
+    """``exporter``, plus :meth:`take_rejected`: the spans its backend did not take since the last call, of exports
+    that succeeded. An export the backend refuses for its size goes again in halves until each part fits (a
+    backend's request limit is no reason to lose 512 spans with long prompts): it succeeds if any part was taken,
+    and the parts that were not count as rejected; a single span over the limit fails."""
 
     def __init__(self, exporter: SpanExporter, rejections: Rejections) -> None:
         self.exporter = exporter
         self.rejections = rejections
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.exporter.export(spans)
+        not_taken = self._export_in_parts(spans)
+        if spans and not_taken == len(spans):
+            return SpanExportResult.FAILURE
+        self.rejections.add_not_taken(not_taken)
+        return SpanExportResult.SUCCESS
+
+    def _export_in_parts(self, spans: Sequence[ReadableSpan]) -> int:
+        """Export ``spans``, in halves while the backend says the request is too large; the spans not taken."""
+        result = self.exporter.export(spans)
+        too_large = self.rejections.take_too_large()  # taken every time: it says something of this export only
+        if result is SpanExportResult.SUCCESS:
+            return 0
+        if not too_large or len(spans) < 2:
+            return len(spans)
+        half = len(spans) // 2
+        return self._export_in_parts(spans[:half]) + self._export_in_parts(spans[half:])
 
     def take_rejected(self) -> int:
         return self.rejections.take()
-
-    def take_too_large(self) -> bool:
-        """Whether the backend refused an export since the last call for being too large."""
-        return self.rejections.take_too_large()
 
     def shutdown(self) -> None:
         self.exporter.shutdown()

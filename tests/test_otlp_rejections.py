@@ -145,3 +145,26 @@ def test_a_batch_a_grpc_backend_refuses_for_its_size_goes_again_in_smaller_expor
     counts = experiment.summary.otlp
     assert (counts.spans_sent, counts.spans_failed) == (stored, 0)
     assert len(service.kept) == len(set(service.kept)) == stored
+
+
+def test_a_services_batch_refused_for_its_size_goes_in_parts_and_a_span_over_the_limit_alone_is_lost(
+    receiver, tmp_path, monkeypatch
+):
+    """setup_tracing()'s exporter splits a refused batch too (the SDK's batch processor would have dropped it), and
+    a span too large to go alone is the only one lost: counted, as the run counts it."""
+    from agenteval.tracing import setup_tracing
+
+    receiver.max_body = 6_000
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    tracing = setup_tracing(tmp_path / "s", service_name="shop")
+    tracer = tracing.provider.get_tracer("shop")
+    for i in range(200):
+        with tracer.start_as_current_span(f"step {i}") as span:
+            if i == 7:
+                span.set_attribute("prompt", "x" * 10_000)  # too large for the backend on its own
+    try:
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    assert receiver.too_large
+    assert sorted(s["name"] for s in receiver.spans) == sorted(f"step {i}" for i in range(200) if i != 7)

@@ -77,47 +77,33 @@ class OTLPForwarder:
             batch = self._queue.get()
             if batch is _END:
                 return
-            self._export(batch)
-
-    def _export(self, batch: list[ReadableSpan]) -> None:
-        """Export ``batch`` and count it; a batch the backend refuses for its size goes again in halves."""
-        if self._failures_in_a_row >= GIVE_UP_AFTER:
-            self.counts.failed += len(batch)
-            return
-        try:
-            result = self.exporter.export(batch)
-        except Exception:  # an exporter must not raise; one that does loses this batch, counted
-            logger.exception("agenteval: the OTLP exporter raised")
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            # Taken but not kept: the backend's partial success names how many it rejected.
-            rejected = min(self._rejected(), len(batch))
-            self.counts.sent += len(batch) - rejected
-            self.counts.failed += rejected
-            self._failures_in_a_row = 0
-        elif self._too_large() and len(batch) > 1:
-            # A backend's request size limit (a Collector's, 20 MiB by default) is no reason to lose the batch:
-            # spans with long prompts pass it at fewer than 512 a request. A single span over it fails.
-            half = len(batch) // 2
-            self._export(batch[:half])
-            self._export(batch[half:])
-        else:
-            self.counts.failed += len(batch)
-            self._failures_in_a_row += 1
-            if self._failures_in_a_row == GIVE_UP_AFTER:
-                logger.warning(
-                    "agenteval: the OTLP backend refused %d exports in a row; the rest of this run's spans are "
-                    "not sent (the store has them all)",
-                    GIVE_UP_AFTER,
-                )
+            if self._failures_in_a_row >= GIVE_UP_AFTER:
+                self.counts.failed += len(batch)
+                continue
+            try:
+                result = self.exporter.export(batch)
+            except Exception:  # an exporter must not raise; one that does loses this batch, counted
+                logger.exception("agenteval: the OTLP exporter raised")
+                result = SpanExportResult.FAILURE
+            if result is SpanExportResult.SUCCESS:
+                # Taken but not kept: a backend's partial success, or parts of a batch refused for their size.
+                rejected = min(self._rejected(), len(batch))
+                self.counts.sent += len(batch) - rejected
+                self.counts.failed += rejected
+                self._failures_in_a_row = 0
+            else:
+                self.counts.failed += len(batch)
+                self._failures_in_a_row += 1
+                if self._failures_in_a_row == GIVE_UP_AFTER:
+                    logger.warning(
+                        "agenteval: the OTLP backend refused %d exports in a row; the rest of this run's spans are "
+                        "not sent (the store has them all)",
+                        GIVE_UP_AFTER,
+                    )
 
     def _rejected(self) -> int:
         """The spans the backend answered the last export it accepted that it rejected, when it can tell."""
         return self.exporter.take_rejected() if isinstance(self.exporter, RejectionCountingExporter) else 0
-
-    def _too_large(self) -> bool:
-        """Whether the backend refused the last export for its size, when it can tell."""
-        return isinstance(self.exporter, RejectionCountingExporter) and self.exporter.take_too_large()
 
     def close(self) -> ForwardCounts:
         """Export everything queued, then shut the exporter down; returns the counts."""
