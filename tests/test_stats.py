@@ -457,3 +457,68 @@ def test_a_latency_quantile_difference_over_tied_durations_has_no_interval_rathe
     assert difference is not None and difference.difference == pytest.approx(0.002)
     assert math.isnan(difference.standard_error) and not difference.no_spread
     assert all(math.isnan(bound) for bound in difference.interval())
+
+
+def _report_k(per_case: list[tuple[int, int]], max_k: int) -> dict[int, object]:
+    from agenteval.analysis._report import _k_rates
+
+    return {k.k: k for k in _k_rates([{"attempts": n, "passes": s} for n, s in per_case], max_k)}
+
+
+@pytest.mark.parametrize("per_case", [[(3, 3)] * 50, [(3, 3)] * 49 + [(3, 2)], [(2, 1), (2, 2), (2, 0), (2, 2)]])
+def test_pass_at_1_over_equal_attempts_has_the_pass_rates_interval(per_case):
+    """pass@1 over cases of equal attempts is the pass rate, and read another interval: 50 cases of 3 attempts all
+    passing 92.53% to 100% as the pass rate and 92.87% to 100% as pass@1; with one failing attempt 92.53% to 99.89%
+    and 96.18% to 99.89%."""
+    k1 = _report_k(per_case, 1)[1]
+    rate = clustered_rate(per_case)[2]
+    assert k1.pass_at_k_ci95 == pytest.approx(rate) and k1.pass_hat_k_ci95 == pytest.approx(rate)
+
+
+def _values_interval(values: tuple[float, ...]) -> tuple[float, float]:
+    from agenteval.analysis import values_interval95
+
+    return values_interval95(*mean_over_cases(values), len(values))
+
+
+@pytest.mark.parametrize(
+    ("cases", "attempts", "k"), [(n, m, k) for n in (2, 3, 5, 8) for m in (2, 3, 5) for k in (1, 2, m)]
+)
+def test_pass_at_k_and_pass_hat_k_never_fall_when_a_failure_turns_into_a_pass(cases, attempts, k):
+    """Every result of ``cases`` cases of ``attempts`` attempts, and each with one failing attempt turned into a
+    pass: pass@k's and pass^k's lower ends must not go down, nor their upper ends up the other way. They did: all
+    cases at 1 read Wilson's at the cases, one a little under 1 a narrow interval of its spread (pass@1 of 50
+    cases of 3 attempts: 92.87% to 100% all passing, 96.18% to 99.89% with one failing attempt)."""
+    for estimate in (pass_at_k, pass_hat_k):
+        for result in itertools.combinations_with_replacement(range(attempts + 1), cases):
+            low, high = _values_interval(tuple(estimate(attempts, s, k) for s in result))
+            for case in {i for i, passes in enumerate(result) if passes < attempts}:
+                better = (*result[:case], result[case] + 1, *result[case + 1 :])
+                low2, high2 = _values_interval(tuple(estimate(attempts, s, k) for s in better))
+                assert low2 >= low - 1e-12 and high2 >= high - 1e-12, (estimate.__name__, result, better)
+
+
+def test_pass_at_k_and_pass_hat_k_intervals_hold_the_true_value_at_high_rates_and_correlations():
+    """Cases' rates drawn from a beta around the true rate (intra-case correlation 0, 0.2 or 0.9), true rates 0.5 to
+    0.99, 10 or 50 cases of 3 or 5 attempts, 200 runs each (seeded): pass@2's and pass^2's intervals hold the true
+    value at least 95% of the time over all settings, and in no setting under 85%. (With 2,000 runs each over 5 to
+    100 cases, rates 0.5 to 0.999 and correlations 0 to 0.9: 98.5% on average, the interval before 96.8%; at worst
+    86.3%, before 85.4%.)"""
+    from agenteval.analysis import values_interval95
+
+    rng = np.random.default_rng(5)
+    shares = []
+    for rho, rate, cases, attempts in itertools.product((0.0, 0.2, 0.9), (0.5, 0.9, 0.99), (10, 50), (3, 5)):
+        if rho == 0:
+            rates, truths = np.full((200, cases), rate), (1 - (1 - rate) ** 2, rate**2)
+        else:
+            a, b = rate * (1 - rho) / rho, (1 - rate) * (1 - rho) / rho
+            rates = rng.beta(a, b, size=(200, cases))
+            truths = (1 - b * (b + 1) / ((a + b) * (a + b + 1)), a * (a + 1) / ((a + b) * (a + b + 1)))
+        covered = [0, 0]
+        for row in rng.binomial(attempts, rates).tolist():
+            for i, (estimate, truth) in enumerate(zip((pass_at_k, pass_hat_k), truths, strict=True)):
+                low, high = values_interval95(*mean_over_cases([estimate(attempts, s, 2) for s in row]), cases)
+                covered[i] += low <= truth <= high
+        shares += [c / 200 for c in covered]
+    assert sum(shares) / len(shares) >= 0.95 and min(shares) >= 0.85, shares

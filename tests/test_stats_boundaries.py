@@ -221,9 +221,9 @@ def test_every_rate_the_report_prints_has_its_interval(tmp_path):
     mean = sum(hat) / 20
     standard_error = (sum((v - mean) ** 2 for v in hat) / 19 / 20) ** 0.5
     assert by_k[2]["pass_hat_k"] == pytest.approx(mean)
-    assert by_k[2]["pass_hat_k_ci95"] == pytest.approx(list(values_interval95(mean, standard_error, 60, 20)))
+    assert by_k[2]["pass_hat_k_ci95"] == pytest.approx(list(values_interval95(mean, standard_error, 20)))
     assert by_k[2]["pass_at_k"] == 1.0 and by_k[2]["pass_at_k_ci95"] == pytest.approx(
-        list(values_interval95(1.0, 0.0, 60, 20))  # no spread: Wilson's for 20 of 20 cases
+        list(values_interval95(1.0, 0.0, 20))  # all at 1: Wilson's lower end for 20 of 20 cases
     )
     table = " ".join(CliRunner().invoke(main, ["report", candidate, "--store", store]).output.split())
     low, high = scorer["ci95"]

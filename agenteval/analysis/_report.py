@@ -36,11 +36,13 @@ from ._report_data import (
     unscored_warning,
 )
 from ._stats import (
+    RateCounts,
     clustered_rate,
     known_interval,
     mean_over_counted_cases,
     pass_at_k,
     pass_hat_k,
+    rate_interval95,
     values_interval95,
 )
 
@@ -154,20 +156,37 @@ def _k_rates(cases: list[dict[str, Any]], max_k: int) -> list[PassAtK]:
         n = sum(eligible.values())
         if not n:
             break
-        trials = sum(m * a for (a, _), m in eligible.items())
-        at_k, at_k_ci95 = _mean_of_cases({pair: pass_at_k(*pair, k) for pair in eligible}, eligible, trials)
-        hat_k, hat_k_ci95 = _mean_of_cases({pair: pass_hat_k(*pair, k) for pair in eligible}, eligible, trials)
+        at_k, at_k_ci95 = _mean_of_cases({pair: pass_at_k(*pair, k) for pair in eligible}, eligible)
+        hat_k, hat_k_ci95 = _mean_of_cases({pair: pass_hat_k(*pair, k) for pair in eligible}, eligible)
+        if k == 1 and len({attempts for attempts, _ in eligible}) == 1:
+            at_k_ci95 = hat_k_ci95 = _pass_rate_interval(eligible)
         out.append(PassAtK(k, n, at_k, hat_k, at_k_ci95, hat_k_ci95))
     return out
 
 
+def _pass_rate_interval(cases: dict[tuple[int, int], int]) -> tuple[float, float] | None:
+    """pass@1 (and pass^1) over cases of equal attempts: the mean of s_c / n is Σ s_c / Σ n, the pass rate, so it
+    has the pass rate's interval (:func:`._stats.rate_interval95`), or the one figure would read two intervals.
+    Over unequal attempts pass@1 weighs each case alike and the pass rate each attempt alike: two figures, and
+    pass@1, a mean of one value per case, keeps the interval of such means (:func:`._stats.values_interval95`)."""
+    counts = RateCounts(
+        passes=sum(m * s for (_, s), m in cases.items()),
+        trials=sum(m * n for (n, _), m in cases.items()),
+        cases=sum(cases.values()),
+        squares=sum(m * n * n for (n, _), m in cases.items()),
+        discordant=sum(m * s * (n - s) for (n, s), m in cases.items()),
+        most_attempts=max(n for n, _ in cases),
+    )
+    return known_interval(rate_interval95(counts))
+
+
 def _mean_of_cases(
-    values: dict[tuple[int, int], float], cases: dict[tuple[int, int], int], trials: int
+    values: dict[tuple[int, int], float], cases: dict[tuple[int, int], int]
 ) -> tuple[float, tuple[float, float] | None]:
     """The mean of per-case values (each ``values[pair]`` held by ``cases[pair]`` cases) and its interval
     (:func:`._stats.values_interval95`): cases are independent, so the standard error is the usual one over cases."""
     mean, standard_error = mean_over_counted_cases([(values[pair], m) for pair, m in cases.items()])
-    return mean, known_interval(values_interval95(mean, standard_error, trials, sum(cases.values())))
+    return mean, known_interval(values_interval95(mean, standard_error, sum(cases.values())))
 
 
 def _reported_experiment(experiment: ex.Experiment) -> ReportedExperiment:

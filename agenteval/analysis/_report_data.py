@@ -33,9 +33,9 @@ class PassAtK:
     pass_at_k: float
     pass_hat_k: float
     pass_at_k_ci95: tuple[float, float] | None = None
-    """Each case's estimate is one value in [0, 1] (cases are independent): Wilson's at the effective number of
-    trials its standard error over cases implies (:func:`._stats.values_interval95`); over one case, Wilson's at
-    one."""
+    """Each case's estimate is one value in [0, 1] (cases are independent): the bounded interval of their spread
+    (:func:`._stats.values_interval95`); over one case, Wilson's at one. pass@1 and pass^1 over cases of equal
+    attempts are the pass rate, and have its interval (:func:`._stats.rate_interval95`)."""
     pass_hat_k_ci95: tuple[float, float] | None = None
 
 
@@ -80,7 +80,8 @@ class ScorerFigures:
     """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
     traces): a pass rate's is Wilson's at the effective number of scores its cases' agreement implies
     (:func:`._stats.rate_interval95`), a mean's
-    the t interval of its observed spread (:func:`._stats.mean_interval95`). None without scores."""
+    the furthest mean ∓ t·SE of any result with scores raised or lowered (:func:`._stats.mean_interval95`). None
+    without scores."""
     versions: list[ScorerVersion] = dataclasses.field(default_factory=list)
     """The versions that gave the current scores, most scores first: more than one and the figure mixes scorers
     (some trials judged by one judge, some by another), which :func:`mixed_versions` warns of."""
