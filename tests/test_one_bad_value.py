@@ -3,6 +3,9 @@ they are, and scorers that misbehave, are recorded on the trial they belong to; 
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from opentelemetry import trace
 
@@ -265,3 +268,47 @@ def test_a_micro_batch_whose_spans_pass_an_arrow_column_s_limit_saves_every_tria
     (spans,) = store.rows("SELECT count(DISTINCT trace_id) AS traces FROM spans")
     assert spans == {"traces": 80} and result.summary.trials == 80
     assert store.rows("SELECT count(DISTINCT trial_id) AS n FROM scores") == [{"n": 80}]
+
+
+def test_an_endless_sync_stream_is_no_longer_read_once_its_trial_timed_out(tmp_path):
+    """The harness reads a sync agent's generator on its worker; it read on past the trial's timeout, so an endless
+    one grew the run's memory for as long as the run lasted (a 16-way run was OOM-killed with nothing saved)."""
+    closed, test_over = threading.Event(), threading.Event()
+
+    def endless():
+        try:
+            while not test_over.is_set():  # ends only once the test is over, fixed or not
+                yield ""
+        finally:
+            closed.set()
+
+    def agent(question: str):
+        return endless() if "2 +" in question else correct(question)
+
+    try:
+        experiment = evaluate(agent, DATASET, attempts=1, timeout=0.2, store=tmp_path / "s", progress="none")
+        failed = [r for r in trial_rows(tmp_path / "s", experiment.id) if r["outcome"] == "failed"]
+        assert [(r["case_id"], r["failure_type"]) for r in failed] == [("q2", "timeout")]
+        assert closed.wait(10), "the harness still reads the stream of a trial it gave up on"
+    finally:
+        test_over.set()
+
+
+def test_an_endless_async_stream_that_never_awaits_costs_its_trial_only(tmp_path):
+    """The harness read an async agent's generator on the event loop without ever giving the loop a turn, so one
+    that yields without awaiting held the loop for good: the trial's timeout never fired and the run hung."""
+    read_on = []
+
+    async def endless():
+        started = time.monotonic()
+        while time.monotonic() - started < 10:  # a way out, so the run before the fix ends (and the test fails)
+            yield ""
+        read_on.append(True)
+
+    async def agent(question: str):
+        return endless() if "2 +" in question else correct(question)
+
+    experiment = evaluate(agent, DATASET, attempts=1, timeout=0.2, store=tmp_path / "s", progress="none")
+    failed = [r for r in trial_rows(tmp_path / "s", experiment.id) if r["outcome"] == "failed"]
+    assert [(r["case_id"], r["failure_type"]) for r in failed] == [("q2", "timeout")]
+    assert not read_on, "the stream was read past its trial's timeout"

@@ -5,9 +5,11 @@ inside a root span, with a timeout, waiting out rate limits; the failure, if any
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import numbers
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -306,13 +308,17 @@ class TrialRunner:
                 result = await self.agent.fn(*args, **kwargs)
             else:
                 assert self._workers is not None
-                result = await self._workers.call(_drained, self._process, self.agent.fn, *args, **kwargs)
+                given_up = threading.Event()
+                try:
+                    result = await self._workers.call(_drained, self._process, given_up, self.agent.fn, *args, **kwargs)
+                finally:  # a timeout or a stop: the worker stops reading a stream it is still reading
+                    given_up.set()
                 # A sync callable wrapping an async agent (a lambda, a plain decorator) hands back its coroutine:
                 # the answer is what that returns, as for the user simulator, never the coroutine's repr.
                 if inspect.isawaitable(result):
                     result = await result
             if inspect.isasyncgen(result):  # an async generator streams its reply: its chunks' text, joined
-                result = "".join([chunk_text(chunk) or "" async for chunk in result])
+                result = await _joined(result)
         return storable_text(_reply(result))
 
     async def _simulate(self, goal: str, messages: list[dict[str, str]]) -> str | None:
@@ -532,12 +538,37 @@ def _returned(result: object, content: object) -> str:
     return returned if content is result else f"{returned} whose content is a {type(content).__name__}"
 
 
-def _drained(run: RunProcess, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def _drained(run: RunProcess, given_up: threading.Event, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, on a sync agent's worker; a generator it returns (a reply streamed in chunks:
     text, or an SDK's deltas) is read to its end there, and the reply is its chunks' text joined, never the
-    generator's repr. A fork's child coming back out of it ends there, the only thread it has (see _forks)."""
+    generator's repr. A fork's child coming back out of it ends there, the only thread it has (see _forks).
+
+    Reading stops, and the generator is closed, once the trial gave up on the call (``given_up``): an endless
+    stream read on would grow the run's memory for as long as the run lasts."""
     with run:
         result = fn(*args, **kwargs)
-        if inspect.isgenerator(result):
-            return "".join(chunk_text(chunk) or "" for chunk in result)
-        return result
+        if not inspect.isgenerator(result):
+            return result
+        parts = []
+        with contextlib.closing(result):
+            for chunk in result:
+                if given_up.is_set():
+                    return None  # discarded: the trial has its outcome already
+                parts.append(chunk_text(chunk) or "")
+        return "".join(parts)
+
+
+YIELD_EVERY_CHUNKS = 256
+"""An async stream is read giving the event loop a turn this often, so a stream that never awaits still lets its
+trial's timeout (and the rest of the run) through."""
+
+
+async def _joined(stream: Any) -> str:
+    """The text of an async generator's chunks, joined; its trial's timeout cancels the reading even when the
+    generator itself never awaits (as it cancels an agent that awaits)."""
+    parts = []
+    async for chunk in stream:
+        parts.append(chunk_text(chunk) or "")
+        if len(parts) % YIELD_EVERY_CHUNKS == 0:
+            await asyncio.sleep(0)
+    return "".join(parts)
