@@ -366,6 +366,17 @@ def _stop_quietly_if_reader_gone(exc: BaseException) -> None:
         sys.exit(1)
 
 
+def _reopen_stdout_if_an_agent_closed_it() -> None:
+    """An agent that closed ``sys.stdout`` (its own code runs in this process) left the summary nowhere to go: it
+    ended the command in a traceback and exit 1 after a run that had saved everything. The standard streams do not
+    own their file descriptor, so a new stream on it takes the summary."""
+    if not getattr(sys.stdout, "closed", False):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        click.echo("agenteval: the agent closed sys.stdout; the summary is written to a new stream", err=True)
+
+
 def _drop_unwritten_output() -> None:
     """Point stdout at devnull: what is left in its buffer is never written, so Python's flush at exit neither
     raises (a reader gone) nor waits forever (a reader that stopped reading, its pipe full)."""
@@ -957,6 +968,7 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
         if isinstance(exc, AgentevalError) or _debugging():
             raise  # one line from the group's handler, or the traceback with --debug
         raise click.ClickException(shown_error(exc)) from exc
+    _reopen_stdout_if_an_agent_closed_it()
     summary = experiment.summary
     assert summary is not None  # a run's own record always has one
     try:

@@ -212,3 +212,36 @@ def test_python_dash_m_agenteval_is_the_command(tmp_path):
         [sys.executable, "-m", "agenteval", "validate", str(tmp_path / "none.jsonl")], capture_output=True, text=True
     )
     assert missing.returncode == 1 and "none.jsonl: no such file" in missing.stderr
+
+
+def test_an_agent_that_closes_stdout_still_gets_its_runs_summary(tmp_path):
+    """An agent that called sys.stdout.close() (its code runs in the command's process) made the summary raise
+    "I/O operation on closed file": a traceback and exit 1 after a run that had saved every trial (found by a
+    hostile check). The summary goes to a new stream on the same descriptor, and the command succeeds."""
+    agent = tmp_path / "closer.py"
+    agent.write_text("import sys\n\ndef answer(question):\n    sys.stdout.close()\n    return 'ok'\n")
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agenteval",
+            "run",
+            "--dataset",
+            "arithmetic",
+            "--cases",
+            "2",
+            "--attempts",
+            "1",
+            "--agent",
+            f"{agent}:answer",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "Traceback" not in ran.stderr and "closed sys.stdout" in ran.stderr
+    assert "2 trials" in ran.stdout
