@@ -312,3 +312,57 @@ def test_an_endless_async_stream_that_never_awaits_costs_its_trial_only(tmp_path
     failed = [r for r in trial_rows(tmp_path / "s", experiment.id) if r["outcome"] == "failed"]
     assert [(r["case_id"], r["failure_type"]) for r in failed] == [("q2", "timeout")]
     assert not read_on, "the stream was read past its trial's timeout"
+
+
+def test_an_exception_whose_text_never_comes_costs_its_trial_not_the_run(tmp_path):
+    """A sync agent's exception whose __str__ never returned froze the whole run: its text was read on the event
+    loop, recording the trial's error, and not even Ctrl-C got through (found by a hostile check). It is read on
+    the agent's worker first, so only that trial waits, until its timeout. (In a process of its own: before the
+    fix it never ended.)"""
+    import subprocess
+    import sys
+
+    agent = tmp_path / "silent.py"
+    agent.write_text(
+        "import threading\n\n"
+        "class Silent(Exception):\n"
+        "    def __str__(self):\n"
+        "        threading.Event().wait()\n\n"
+        "def answer(question):\n"
+        "    if question == 'hang':\n"
+        "        raise Silent()\n"
+        "    return '4'\n"
+    )
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        "".join(f'{{"id": "{q}", "input": "{q}", "expected_output": "4"}}\n' for q in ("hang", "2+2", "1+3"))
+    )
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agenteval",
+            "run",
+            "--dataset",
+            str(cases),
+            "--agent",
+            f"{agent}:answer",
+            "--attempts",
+            "1",
+            "--timeout",
+            "1",
+            "--store",
+            str(tmp_path / "s"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    outcomes = {
+        r["case_id"]: (r["outcome"], r["failure_type"])
+        for r in Store(tmp_path / "s").rows("SELECT case_id, outcome, failure_type FROM trials")
+    }
+    assert outcomes == {"hang": ("failed", "timeout"), "2+2": ("passed", None), "1+3": ("passed", None)}

@@ -546,7 +546,11 @@ def _drained(run: RunProcess, given_up: threading.Event, fn: Callable[..., Any],
     Reading stops, and the generator is closed, once the trial gave up on the call (``given_up``): an endless
     stream read on would grow the run's memory for as long as the run lasts."""
     with run:
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            _read_its_text_here(exc)
+            raise
         if not inspect.isgenerator(result):
             return result
         parts = []
@@ -556,6 +560,21 @@ def _drained(run: RunProcess, given_up: threading.Event, fn: Callable[..., Any],
                     return None  # discarded: the trial has its outcome already
                 parts.append(chunk_text(chunk) or "")
         return "".join(parts)
+
+
+def _read_its_text_here(exc: BaseException) -> None:
+    """Read ``exc``'s text (and its causes') once on the agent's worker, before it reaches the event loop, where the
+    trial's error is recorded: an exception whose ``__str__`` never returns froze the whole run there, Ctrl-C
+    included. Here it holds up only this worker, which the trial's timeout gives up on. What the text raises is
+    left to the recording, which says so."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:  # a chain may loop
+        seen.add(id(current))
+        for describe in (str, repr):
+            with contextlib.suppress(Exception):
+                describe(current)
+        current = current.__cause__ or current.__context__
 
 
 YIELD_EVERY_CHUNKS = 256
