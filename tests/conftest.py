@@ -81,6 +81,9 @@ class OTLPReceiver(LoopbackServer):
         """Bodies longer than this are refused whole with 413 Payload Too Large, as a Collector's size limit does."""
         self.too_large = 0
         """How many requests were refused for their size."""
+        self.requests = 0
+        self.drop_requests: set[int] = set()
+        """The requests (counted from 1) whose connection is closed with no answer, as a backend that goes away."""
         super().__init__(("127.0.0.1", 0), _Handler)
 
     @property
@@ -105,6 +108,10 @@ def _attributes(key_values) -> dict:
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests += 1
+        if self.server.requests in self.server.drop_requests:
+            self.close_connection = True
+            return
         if self.server.max_body is not None and len(body) > self.server.max_body:
             self.server.too_large += 1
             self.send_response(413)

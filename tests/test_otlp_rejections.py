@@ -168,3 +168,37 @@ def test_a_services_batch_refused_for_its_size_goes_in_parts_and_a_span_over_the
         tracing.shutdown()
     assert receiver.too_large
     assert sorted(s["name"] for s in receiver.spans) == sorted(f"step {i}" for i in range(200) if i != 7)
+
+
+def test_an_export_that_raises_among_the_parts_of_a_split_batch_keeps_the_counts_of_the_parts_sent(
+    receiver, monkeypatch
+):
+    """A batch refused for its size goes in halves; when exporting one of them raises (OpenTelemetry 1.27's HTTP
+    exporter raises a dropped connection rather than retrying it), the exception left the whole batch counted
+    failed though its first half was taken, and the span that half's partial success rejected stayed pending, to
+    be taken off the next batch's sent count. Found reviewing the split on the oldest OpenTelemetry."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agenteval.run._export import OTLPForwarder
+    from agenteval.tracing import otlp_exporter_from_env
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for i in range(24):
+        with provider.get_tracer("t").start_as_current_span(f"step {i}") as span:
+            span.set_attribute("prompt", "x" * 400)
+    spans = memory.get_finished_spans()
+    receiver.max_body, receiver.reject_per_request = 8_000, 1  # the 24 go in halves, each with one rejected
+    receiver.drop_requests = {3}  # the whole batch (413), its first half (taken), then its second half: dropped
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5")
+    forwarder = OTLPForwarder(otlp_exporter_from_env())
+    forwarder.send(spans[:24])
+    forwarder.send(spans[:4])  # a batch that fits, after it
+    counts = forwarder.close()
+    assert receiver.too_large and receiver.spans  # it was split, and some of it was taken
+    assert counts.sent == len(receiver.spans)
+    assert counts.failed == 28 - len(receiver.spans)
