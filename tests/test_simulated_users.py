@@ -400,6 +400,9 @@ def test_the_simulated_users_token_limit_is_an_option_recorded_and_checked_on_re
         ("[DONE]", True),
         ("Thanks, that is all. [DONE]", True),
         ("[DONE] Thanks!", True),
+        ("Thanks, that is all. [DONE].", True),
+        ("**[DONE]**", True),
+        ('"[DONE]"', True),
         ("I am not [DONE] yet: what about my refund?", False),
     ],
 )

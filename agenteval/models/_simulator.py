@@ -30,8 +30,15 @@ ROLE_TAGS = {"user": USER, "assistant": ASSISTANT}
 def says_done(message: str) -> bool:
     """Whether the simulated user's ``message`` ends the conversation: :data:`DONE` alone, or at either end of it
     ("Thanks, that is all. [DONE]", as models write despite being asked for it alone). Inside the message it is
-    the user's words: "I am not [DONE] yet" ended the conversation after one turn, and the agent was judged on it."""
-    return message.startswith(DONE) or message.endswith(DONE)
+    the user's words: "I am not [DONE] yet" ended the conversation after one turn, and the agent was judged on it.
+    Punctuation, quotes and emphasis around it are a model's ways of writing it too ("[DONE].", "**[DONE]**"): read
+    only at the very ends, they kept the conversation going as messages to the agent until ``max_turns``."""
+    bare = message.strip(_AROUND_DONE)
+    return bare.startswith(DONE) or bare.endswith(DONE)
+
+
+_AROUND_DONE = " \t\r\n.!*_`'\"“”‘’"
+"""What a model may write around :data:`DONE` at an end of its message."""
 
 
 class EmptyUserMessage(RuntimeError):
