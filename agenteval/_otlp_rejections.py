@@ -10,9 +10,10 @@ counted (and logged), and :class:`RejectionCountingExporter` hands the count to 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -152,7 +153,16 @@ def http_exporter(rejections: Rejections) -> SpanExporter:
 
     session = requests.Session()
     session.hooks["response"].append(on_response)
-    return OTLPSpanExporter(session=session)
+    return OTLPSpanExporter(session=session, **_no_request_limit(OTLPSpanExporter))
+
+
+def _no_request_limit(exporter_class: Callable[..., SpanExporter]) -> dict[str, Any]:
+    """The argument that lifts the SDK's own request limit, where it has one (1.4x: 64 MiB by default): it drops a
+    request over it unsent, with no 413 to split on, so a batch of 512 spans with long prompts captured was lost
+    whole. The backend's own limit (its 413) is the one that counts, and a batch goes in parts until each fits."""
+    if "max_request_size" in inspect.signature(exporter_class).parameters:
+        return {"max_request_size": 0}  # 0: no limit
+    return {}
 
 
 def grpc_exporter(rejections: Rejections) -> SpanExporter:

@@ -202,3 +202,31 @@ def test_an_export_that_raises_among_the_parts_of_a_split_batch_keeps_the_counts
     assert receiver.too_large and receiver.spans  # it was split, and some of it was taken
     assert counts.sent == len(receiver.spans)
     assert counts.failed == 28 - len(receiver.spans)
+
+
+def test_a_batch_over_the_sdks_own_request_limit_goes_in_parts_too(receiver, monkeypatch):
+    """OpenTelemetry's HTTP exporter (1.4x) drops a request over its own max_request_size (64 MiB) before sending
+    it, returning a failure with no 413: a batch of 512 spans with long prompts captured (130 kB each) was lost
+    whole, never split (found reviewing the split against the newest SDK). agenteval splits on the backend's
+    refusal, so the SDK's own limit is lifted and the backend's is the one that counts."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agenteval.run._export import OTLPForwarder
+    from agenteval.tracing import otlp_exporter_from_env
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    prompt = "x" * 136_000
+    for i in range(500):
+        with provider.get_tracer("t").start_as_current_span(f"step {i}") as span:
+            span.set_attribute("prompt", prompt)
+    receiver.max_body = 48 * 1024 * 1024  # a backend's own limit, under the batch's 65 MiB
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    forwarder = OTLPForwarder(otlp_exporter_from_env())
+    forwarder.send(memory.get_finished_spans())
+    counts = forwarder.close()
+    assert (counts.sent, counts.failed) == (500, 0)
+    assert len(receiver.spans) == 500
