@@ -12,10 +12,11 @@ PROMPT_TAGS = (CONVERSATION, USER, ASSISTANT, EXPECTED, RUBRIC)
 
 _OPENERS = "<\uff1c\ufe64"
 """``<`` and the look-alikes a model reads as one: full-width and small ``<``."""
-_BETWEEN = r"[\s/\\\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
+_BETWEEN = r"[\s/\\\u2044\u2215\uff0f\uff3c\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
 """What may stand between the ``<`` and a tag's name and still read as that tag to a model: spaces, any number of
-slashes and backslashes (``<//assistant>``, ``<\\/assistant>``), and characters that show as nothing (zero-width
-spaces and joiners, the soft hyphen, direction marks, the byte order mark)."""
+slashes and backslashes (``<//assistant>``, ``<\\/assistant>``) and their look-alikes (the fraction and division
+slashes, the full-width slash and backslash that go with a full-width ``＜``), and characters that show as nothing
+(zero-width spaces and joiners, the soft hyphen, direction marks, the byte order mark)."""
 _FENCE_TAG = re.compile(rf"[{_OPENERS}](?={_BETWEEN}(?:{'|'.join(PROMPT_TAGS)})\b)", re.IGNORECASE)
 """The ``<`` of anything in a message that reads as one of the prompts' own tags, opening or closing."""
 
