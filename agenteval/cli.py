@@ -1442,6 +1442,14 @@ def gate_command(
     help="Share of the cases the drop falls on: 0.2 takes drop / 0.2 from a fifth of the cases (in proportion "
     "to their pass rates) and nothing from the rest.",
 )
+@click.option(
+    "--max-drop",
+    type=FloatRange(0, 1),
+    default=DEFAULT_MAX_DROP,
+    show_default=True,
+    help="The gate's --max-drop: the paired chance is of the gate flagging the drop, which it does only past this "
+    "(0: the test alone, as compare reads it).",
+)
 @click.option("--from", "from_experiment", help="Estimate pass rate, attempts and spread from this experiment.")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the table and assumptions as JSON.")
@@ -1454,6 +1462,7 @@ def power(
     target_power: float,
     spread: float | None,
     affected: float,
+    max_drop: float,
     from_experiment: str | None,
     store: str | None,
     as_json: bool,
@@ -1474,6 +1483,7 @@ def power(
             affected=affected,
             store=store,
             from_experiment=from_experiment,
+            max_drop=max_drop,
         )
     except ValueError as exc:
         _raise_as_one_line(exc)

@@ -161,13 +161,16 @@ def test_a_tiny_alpha_the_options_accept_is_judged_not_an_internal_error(tmp_pat
 
 def test_power_says_a_drop_is_too_small_to_size_instead_of_a_traceback():
     """--drop accepts any share above 0; at 1e-200 the cases needed overflowed ('OverflowError: cannot convert
-    float infinity to integer'). 1e-10, far below any drop worth catching, still gets its count."""
-    tiny = CliRunner().invoke(main, ["power", "--drop", "1e-200", "--cases", "25"])
+    float infinity to integer'). 1e-10, far below any drop worth catching, still gets its count from the test alone
+    (--max-drop 0; past the gate's default 0.02 no number of cases flags it 80% of the time: null)."""
+    tiny = CliRunner().invoke(main, ["power", "--drop", "1e-200", "--cases", "25", "--max-drop", "0"])
     assert tiny.exit_code == 2 and tiny.output.strip().splitlines() == [
         "Error: --drop 1e-200 is too small for any number of cases to catch; give a larger drop"
     ], tiny.output
-    small = CliRunner().invoke(main, ["power", "--drop", "1e-10", "--cases", "25", "--json"])
+    small = CliRunner().invoke(main, ["power", "--drop", "1e-10", "--cases", "25", "--max-drop", "0", "--json"])
     assert small.exit_code == 0 and strict_json(small.output)["cases_needed"][0] > 10**19, small.output
+    within = CliRunner().invoke(main, ["power", "--drop", "1e-10", "--cases", "25", "--json"])
+    assert strict_json(within.output)["cases_needed"][0] is None, within.output
 
 
 def test_runs_where_every_case_passes_are_not_reported_as_certain(tmp_path):

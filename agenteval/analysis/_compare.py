@@ -656,7 +656,9 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
         f"difference {overall.difference:+.1%} ({one_sided_interval_label(alpha)} {low:+.1%} to {high:+.1%}), "
         f"one-sided p = {shown_p(p_value)}"
     )
-    power_note = f"this comparison detects {detectable_drops(mde)} with 80% power"
+    # What the gate flags, which also needs the drop past max_drop: the test's own detectable drop may be below it.
+    caught = overall.minimum_detectable_drop(alpha, beyond=max_drop)
+    power_note = f"this comparison detects {detectable_drops(caught)} with 80% power"
     if overall.no_spread:
         power_note += f" ({no_spread_note(overall.cases)})"
     # The difference is a mean of float rates (0.6 - 0.8 is -0.20000000000000007), so a drop of exactly max_drop

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ExperimentNotFound, UsageError
-from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
+from ..run._options import DEFAULT_ALPHA, DEFAULT_ATTEMPTS, DEFAULT_MAX_DROP, DEFAULT_PASS_RATE, DEFAULT_TARGET_POWER
 from ._student_t import NORMAL, t_quantile, t_upper
 
 DEFAULT_SPREAD_SHARE = 0.5
@@ -69,6 +69,10 @@ class PowerModel:
     spread_note: str | None = None
     """Why the between-case variance is not what it seems, said with it in the assumptions: a past run it could not
     be estimated from."""
+    max_drop: float = DEFAULT_MAX_DROP
+    """The gate's ``--max-drop``: it flags a drop only past it, whatever the test says, so the paired chance is of
+    the test rejecting and the observed drop exceeding it (0: the test alone, as compare reads it). Printed as the
+    test's alone, a 2-point drop over 1,000 cases read 100% where the gate flagged it half the time."""
 
     def __post_init__(self) -> None:
         if not 0 < self.pass_rate < 1:
@@ -77,6 +81,8 @@ class PowerModel:
             raise UsageError("--attempts must be at least 1")
         if not 0 < self.affected <= 1:
             raise UsageError("--affected must be more than 0 and at most 1")
+        if not 0 <= self.max_drop <= 1:
+            raise UsageError("--max-drop must be from 0 to 1")
         limit = self.pass_rate * (1 - self.pass_rate)
         if not 0 <= self.between_case_variance <= limit:
             raise ValueError(f"the between-case variance must be between 0 and p(1 - p) = {limit:.4f}")
@@ -113,27 +119,31 @@ class PowerModel:
     def power(self, cases: int, drop: float) -> float:
         """The probability that a paired comparison over ``cases`` cases catches ``drop``."""
         v = self.variances(drop)
-        return self._power(cases, drop, true=v.paired, tested=v.paired)
+        return self._power(cases, drop, true=v.paired, tested=v.paired, floor=self.max_drop)
 
     def unpaired_power(self, cases: int, drop: float) -> float:
         """The probability that comparing the two runs' pass rates, each with its own error, catches ``drop``."""
         v = self.variances(drop)
         return self._power(cases, drop, true=v.paired, tested=v.unpaired)
 
-    def _power(self, cases: int, drop: float, true: float, tested: float) -> float:
+    def _power(self, cases: int, drop: float, true: float, tested: float, floor: float = 0.0) -> float:
         """The chance that the drop's estimate, varying by the true error, is past t(1 - alpha) times the error
-        the test estimates (t at cases - 1 degrees of freedom), that estimate varying as the test's does."""
+        the test estimates (t at cases - 1 degrees of freedom), that estimate varying as the test's does, and past
+        ``floor`` (the gate's ``max_drop``)."""
         df = _degrees_of_freedom(cases)
         threshold = t_upper(self.alpha, df) * math.sqrt(tested / cases)
         true_error = math.sqrt(true / cases)
         if true_error == 0:
-            return 1.0 if drop > threshold else 0.0
-        return _chance_past(drop, threshold, true_error, df)
+            return 1.0 if drop > max(threshold, floor) else 0.0
+        return _chance_past(drop, threshold, true_error, df, floor)
 
-    def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER, paired: bool = True) -> int:
+    def cases_needed(self, drop: float, target: float = DEFAULT_TARGET_POWER, paired: bool = True) -> int | None:
         """The fewest cases for which ``drop`` is caught with probability ``target``. Between the normal's
         m = [(z(1 - alpha) sqrt(U) + z(target) sqrt(V)) / d]², U = V when paired, which promises too much, and the
-        same with a central t at m - 1 degrees of freedom, which promises too little."""
+        same with a central t at m - 1 degrees of freedom, which promises too little. None where no number of cases
+        reaches it: paired, a drop not past ``max_drop`` is flagged at most half the time, however many cases."""
+        if paired and drop <= self.max_drop and target >= 0.5:
+            return None
         v = self.variances(drop)
         tested = v.paired if paired else v.unpaired
 
@@ -180,6 +190,8 @@ class PowerModel:
             "run's pass rate with its own case-clustered error, as when two reports are set side by side",
             f"one-sided t test at alpha {self.alpha} (cases - 1 degrees of freedom), as compare and gate make it; "
             "each case's difference taken as normal",
+            f"paired: caught as the gate flags it, when the test rejects and the observed drop exceeds --max-drop "
+            f"{self.max_drop:g} (0 for the test alone); a drop not past it is caught at most half the time",
         ]
 
 
@@ -199,8 +211,15 @@ def default_drops(model: PowerModel) -> list[float]:
     return drops
 
 
-def default_model(pass_rate: float, attempts: int, alpha: float = DEFAULT_ALPHA, affected: float = 1.0) -> PowerModel:
-    return PowerModel(pass_rate, attempts, DEFAULT_SPREAD_SHARE * pass_rate * (1 - pass_rate), alpha, affected)
+def default_model(
+    pass_rate: float,
+    attempts: int,
+    alpha: float = DEFAULT_ALPHA,
+    affected: float = 1.0,
+    max_drop: float = DEFAULT_MAX_DROP,
+) -> PowerModel:
+    spread = DEFAULT_SPREAD_SHARE * pass_rate * (1 - pass_rate)
+    return PowerModel(pass_rate, attempts, spread, alpha, affected, max_drop=max_drop)
 
 
 def estimate_between_case_variance(case_rates: Sequence[float], attempts: int) -> float:
@@ -227,6 +246,7 @@ def build_model(
     affected: float = 1.0,
     store: Any = None,
     from_experiment: str | None = None,
+    max_drop: float = DEFAULT_MAX_DROP,
 ) -> PowerModel:
     """The model ``agenteval power`` uses: what is given, the rest estimated from ``from_experiment``
     (pass rate, attempts, spread) or the defaults. ``spread`` is the standard deviation of the cases'
@@ -242,7 +262,9 @@ def build_model(
                 )
         attempts = attempts or attempts_run
         if spread is not None:
-            return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected)
+            return PowerModel(
+                pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected, max_drop=max_drop
+            )
         if attempts_run < 2:
             # Read as all of the rates' variance, a run of one attempt made every case all-or-nothing: 75% power for
             # a 10-point drop over 50 cases at a 70% pass rate, where the default spread gives 38%.
@@ -250,15 +272,15 @@ def build_model(
                 f"the default, since {from_experiment} ran 1 attempt per case, which cannot tell how much the cases "
                 "differ from how much one attempt varies; give --spread to set it"
             )
-            return dataclasses.replace(default_model(pass_rate, attempts, alpha, affected), spread_note=note)
+            return dataclasses.replace(default_model(pass_rate, attempts, alpha, affected, max_drop), spread_note=note)
         # The run's rates vary within a case by what its own attempts give, whatever --attempts plans: estimated with
         # the planned attempts, the spread of one run's cases read 0.026 at 3 attempts and 0.062 at 5.
         variance = estimate_between_case_variance(rates, attempts_run)
-        return PowerModel(pass_rate, attempts, variance, alpha, affected)
+        return PowerModel(pass_rate, attempts, variance, alpha, affected, max_drop=max_drop)
     pass_rate, attempts = pass_rate or DEFAULT_PASS_RATE, attempts or DEFAULT_ATTEMPTS
     if spread is None:
-        return default_model(pass_rate, attempts, alpha, affected)
-    return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected)
+        return default_model(pass_rate, attempts, alpha, affected, max_drop)
+    return PowerModel(pass_rate, attempts, _spread_variance(spread, pass_rate), alpha, affected, max_drop=max_drop)
 
 
 ERROR_RATIO_POINTS = 801
@@ -270,12 +292,12 @@ NORMAL_FROM_DF = 10_000
 df), is under 1%): the normal's power."""
 
 
-def _chance_past(drop: float, threshold: float, true_error: float, df: float) -> float:
-    """P(drop + true_error Z > threshold S), Z standard normal and S the chi of ``df`` degrees of freedom over
-    sqrt(df): summed over S on a grid of its density (v^(df - 1) e^(-v² / 2) for v = S sqrt(df)), normalised on
+def _chance_past(drop: float, threshold: float, true_error: float, df: float, floor: float = 0.0) -> float:
+    """P(drop + true_error Z > max(threshold S, floor)), Z standard normal and S the chi of ``df`` degrees of freedom
+    over sqrt(df): summed over S on a grid of its density (v^(df - 1) e^(-v² / 2) for v = S sqrt(df)), normalised on
     that grid, so its density's constant and the grid's spacing cancel."""
     if math.isinf(df) or df >= NORMAL_FROM_DF:
-        return NORMAL.cdf((drop - threshold) / true_error)
+        return NORMAL.cdf((drop - max(threshold, floor)) / true_error)
     centre = math.sqrt(max(df - 1, 0.0))  # the chi's mode
     low, high = max(centre - 12.0, 0.0), centre + 12.0
     step = (high - low) / (ERROR_RATIO_POINTS - 1)
@@ -286,7 +308,7 @@ def _chance_past(drop: float, threshold: float, true_error: float, df: float) ->
             continue
         weight = math.exp((df - 1) * math.log(v / centre if centre else v) - (v * v - centre * centre) / 2)
         weights += weight
-        caught += weight * NORMAL.cdf((drop - threshold * v / math.sqrt(df)) / true_error)
+        caught += weight * NORMAL.cdf((drop - max(threshold * v / math.sqrt(df), floor)) / true_error)
     return caught / weights
 
 
@@ -335,8 +357,9 @@ class PowerTable:
     target: float
     paired: list[list[float]]
     unpaired: list[list[float]]
-    cases_needed: list[int]
-    cases_needed_unpaired: list[int]
+    cases_needed: list[int | None]
+    """None where no number of cases reaches the target (a drop not past ``max_drop``)."""
+    cases_needed_unpaired: list[int | None]
     assumptions: list[str]
 
     def to_dict(self) -> dict[str, Any]:
@@ -366,8 +389,8 @@ class SimulatedPower:
 def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000, seed: int = 0) -> SimulatedPower:
     """The same model by Monte Carlo: draw case rates from a Beta with the model's mean and spread, the
     affected cases at random, attempts as Bernoulli draws, and count how often each one-sided test
-    rejects: the paired one on per-case differences, the unpaired one on the two pass rates, each with
-    its standard error clustered by case."""
+    rejects: the paired one on per-case differences (and the drop past ``max_drop``, as the gate flags it), the
+    unpaired one on the two pass rates, each with its standard error clustered by case."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -385,15 +408,15 @@ def simulate_power(model: PowerModel, cases: int, drop: float, runs: int = 2000,
     candidate = rng.binomial(k, rates * (1 - hit * drop / (share * p))) / k
     critical = -t_upper(model.alpha, _degrees_of_freedom(cases))  # the test compare and gate make
 
-    def rejects(difference: Any, standard_error: Any) -> float:
+    def rejects(difference: Any, standard_error: Any, floor: float = 0.0) -> float:
         # No error at all: the test rejects exactly when the candidate is worse.
         z = np.divide(
             difference, standard_error, out=np.where(difference < 0, -np.inf, np.inf), where=standard_error > 0
         )
-        return float(np.mean(z < critical))
+        return float(np.mean((z < critical) & (-difference > floor)))
 
     diffs = candidate - baseline
-    paired = rejects(diffs.mean(axis=1), diffs.std(axis=1, ddof=1) / math.sqrt(cases))
+    paired = rejects(diffs.mean(axis=1), diffs.std(axis=1, ddof=1) / math.sqrt(cases), model.max_drop)
     unpaired_error = np.sqrt((baseline.var(axis=1, ddof=1) + candidate.var(axis=1, ddof=1)) / cases)
     unpaired = rejects(candidate.mean(axis=1) - baseline.mean(axis=1), unpaired_error)
     return SimulatedPower(paired, unpaired)

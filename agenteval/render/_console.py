@@ -321,7 +321,8 @@ def power_view(table: PowerTable) -> RenderableType:
         for m, paired, unpaired in zip(table.cases, table.paired, table.unpaired, strict=True)
     ]
     needed = zip(table.cases_needed, table.cases_needed_unpaired, strict=True)
-    rows.append([f"cases for {table.target:.0%} power", *(f"{a} / {b}" for a, b in needed)])
+    # None: no number of cases gets there (a drop within the gate's --max-drop).
+    rows.append([f"cases for {table.target:.0%} power", *(f"{a or 'never'} / {b or 'never'}" for a, b in needed)])
     assumptions = Text("Assumptions:\n" + "\n".join(f"  - {a}" for a in table.assumptions))
     title = "Probability of catching the drop: paired (compare, gate) / unpaired (two runs' own error bars)"
     return Group(rich_table(header, rows, title=title), assumptions)
