@@ -90,6 +90,14 @@ def test_power_is_the_chance_the_gate_flags_the_drop_past_its_max_drop():
     assert alone["paired"][0][0] > 0.95
 
 
+def test_the_printed_drops_keep_the_digits_that_tell_them_apart():
+    """Drops of 0.02 and 0.025 were both headed "drop 2%"."""
+    shown = CliRunner().invoke(
+        main, ["power", "--drop", "0.02", "--drop", "0.025", "--cases", "100"], env={"COLUMNS": "200"}
+    )
+    assert "drop 2%" in shown.output and "drop 2.5%" in shown.output
+
+
 def test_cases_needed_is_none_only_where_the_gate_cannot_get_there():
     model = default_model(0.85, 3)
     assert model.cases_needed(0.02) is None and model.cases_needed(0.01) is None

@@ -315,7 +315,8 @@ def comparison_view(comparison: dict) -> RenderableType:
 def power_view(table: PowerTable) -> RenderableType:
     """``agenteval power``: the chance of catching each drop for each number of cases, paired / unpaired,
     and the cases each needs."""
-    header = ["cases", *(f"drop {d:.0%}" for d in table.drops)]
+    # As many digits as the drop was given with: 0.02 and 0.025 were both "drop 2%".
+    header = ["cases", *(f"drop {d * 100:.4g}%" for d in table.drops)]
     rows = [
         [str(m), *(f"{a:.0%} / {b:.0%}" for a, b in zip(paired, unpaired, strict=True))]
         for m, paired, unpaired in zip(table.cases, table.paired, table.unpaired, strict=True)
