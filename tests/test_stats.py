@@ -522,3 +522,24 @@ def test_pass_at_k_and_pass_hat_k_intervals_hold_the_true_value_at_high_rates_an
                 covered[i] += low <= truth <= high
         shares += [c / 200 for c in covered]
     assert sum(shares) / len(shares) >= 0.95 and min(shares) >= 0.85, shares
+
+
+def test_the_lowest_lower_end_passes_over_ranges_without_missing_the_lowest():
+    """The pass rate's lower end is the lowest over every result with more passes; that search tried each pass in
+    turn (8,522 tries for 100 cases of 1,000 attempts, 1.9 s for 20 cases of 50,000), and now passes over ranges a
+    floor shows cannot hold a lower end. It must find what trying each finds, to the last bit."""
+    from agenteval.analysis._stats import Z95, RateCounts, _lower_with_more, _lowest_lower
+    from agenteval.analysis._student_t import t_quantile
+
+    def trying_each(counts: RateCounts) -> float:
+        factor = (Z95 / t_quantile(0.975, counts.cases - 1)) ** 2
+        per_pass = counts.most_attempts - 1
+        last = math.ceil(counts.discordant / per_pass) if per_pass > 0 and counts.discordant > 0 else 0
+        return min(_lower_with_more(counts, more, per_pass, factor) for more in range(last + 1))
+
+    rng = random.Random(7)
+    for _ in range(1500):
+        attempts, rate = rng.randint(1, 40), rng.random()
+        sizes = [attempts if rng.random() < 0.7 else rng.randint(1, attempts) for _ in range(rng.randint(2, 40))]
+        counts = RateCounts.of_cases([(n, sum(rng.random() < rate for _ in range(n))) for n in sizes])
+        assert _lowest_lower(counts) == trying_each(counts), counts
