@@ -151,7 +151,7 @@ def test_a_services_batch_refused_for_its_size_goes_in_parts_and_a_span_over_the
     receiver, tmp_path, monkeypatch
 ):
     """setup_tracing()'s exporter splits a refused batch too (the SDK's batch processor would have dropped it), and
-    a span too large to go alone is the only one lost: counted, as the run counts it."""
+    a span too large to go alone is the only one lost (a service has no summary to count it in: the SDK logs it)."""
     from agenteval.tracing import setup_tracing
 
     receiver.max_body = 6_000

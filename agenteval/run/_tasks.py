@@ -10,8 +10,11 @@ spans are the trial's while the trial is open, and no trial's (counted, and the 
 The run's loop gets a task factory for this while a run is open on it, chaining the one it had (the user's own loop,
 under ``evaluate_async``), which is put back when the last run on it ends. Tasks created outside trials (the run's
 own workers, each running one trial after another in its own scope) and tasks given a ``context=`` of their own keep
-theirs. The trial's own code is never in such a task: the runner awaits the agent in the worker's task, so an agent
-given up on at its timeout still runs in the trial's own scope, and its spans are stored as the trial's late spans.
+theirs. The runner never puts the trial's own code in such a task: it awaits the agent in the worker's task, so an
+agent given up on at its timeout still runs in the trial's own scope, and its spans are stored as the trial's late
+spans. What the agent itself wraps in a task (``create_task``, ``gather``, on Python 3.11 ``asyncio.wait_for``) is
+carried: the trial's while it is open, and if it ignores its cancellation and runs on past the trial's end, what it
+starts then is no trial's.
 """
 
 from __future__ import annotations
