@@ -103,3 +103,42 @@ def test_cases_needed_is_none_only_where_the_gate_cannot_get_there():
     assert model.cases_needed(0.02) is None and model.cases_needed(0.01) is None
     needed = model.cases_needed(0.03)
     assert needed is not None and model.power(needed, 0.03) >= 0.8 > model.power(needed - 1, 0.03)
+
+
+def test_a_drop_the_candidates_infrastructure_failures_could_make_is_refused_not_a_regression(tmp_path):
+    """Below --max-infra the gate judged infrastructure failures as the agent's: 8 cases of 100 whose one attempt
+    hit a quota made a candidate that answered every other case right a regression, exit 1, at p = 0.002 (found by
+    a hostile check). A drop must still be one had the candidate's infrastructure failures passed; this one would
+    not be, so the gate refuses (exit 3) and names the resume that runs them again. A real drop beside a few
+    quota failures is still a regression."""
+    import json
+
+    from agenteval.agents._mock import MockProviderError
+    from agenteval.analysis import gate
+    from agenteval.run import evaluate
+    from agenteval.store import Store
+
+    ids = [f"q{i}" for i in range(100)]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"id": i, "input": i, "expected_output": "right"}) + "\n" for i in ids))
+
+    def agent_with(quota: set[str], wrong: set[str]):
+        def agent(question: str) -> str:
+            if question in quota:
+                raise MockProviderError("You exceeded your current quota", 429, "insufficient_quota")
+            return "wrong" if question in wrong else "right"
+
+        return agent
+
+    store = tmp_path / "store"
+
+    def run(quota=(), wrong=()):
+        return evaluate(agent_with(set(quota), set(wrong)), str(cases), attempts=1, store=store, progress="none").id
+
+    baseline = run()
+    decision = gate(Store(store), baseline, run(quota=ids[:8]))
+    assert (decision.exit_code, decision.verdict) == (3, "refused"), decision.reasons
+    assert "not had the candidate's 8 infrastructure failure(s) passed" in decision.reasons[1]
+    assert "--retry-failed infra" in decision.reasons[1]
+    real = gate(Store(store), baseline, run(quota=ids[:2], wrong=ids[10:20]))
+    assert (real.exit_code, real.verdict) == (1, "regression"), real.reasons

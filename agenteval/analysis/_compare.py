@@ -45,7 +45,9 @@ MIN_SHARED_CASES = 10
 
 CASE_RATES = f"""
 SELECT t.case_id, any_value(c.category) AS category, avg(t.passed::INT) AS rate, count(*) AS attempts,
-       count(*) FILTER (WHERE t.outcome = 'failed') AS failed, fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
+       count(*) FILTER (WHERE t.infrastructure AND t.outcome = 'failed') AS infrastructure,
+       fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
        avg(t.input_tokens + t.output_tokens) AS tokens, fsum(t.cost_usd) / count(t.cost_usd) AS cost_usd,
        count(t.duration_ms) AS timed, {AT_MOST}
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
@@ -130,6 +132,9 @@ class Comparison:
     warnings: list[ComparisonWarning] = dataclasses.field(default_factory=list)
     figure_differences: dict[str, PairedDifference | None] = dataclasses.field(default_factory=dict)
     """Candidate minus baseline of the per-trial means among ``figures``, paired by case (``_compare_figures``)."""
+    had_infrastructure_passed: PairedDifference | None = None
+    """``overall`` as it would read had every infrastructure failure of the candidate's passed (None: it had none):
+    a drop the gate calls a regression must be one on this too, as the API's failures are not the agent's."""
 
     def to_dict(self) -> dict[str, Any]:
         def paired(d: PairedDifference) -> dict[str, Any]:
@@ -486,7 +491,18 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         _changes(baseline, candidate),
         warnings,
         figure_differences(a, b, shared, (run_a.quantiles, run_b.quantiles)),
+        _had_infrastructure_passed(a, b, shared),
     )
+
+
+def _had_infrastructure_passed(
+    a: Mapping[str, dict[str, Any]], b: Mapping[str, dict[str, Any]], shared: list[str]
+) -> PairedDifference | None:
+    """The paired difference with each infrastructure failure of the candidate's counted a pass, or None."""
+    if not any(b[c]["infrastructure"] for c in shared):
+        return None
+    passed = {c: b[c]["rate"] + b[c]["infrastructure"] / b[c]["attempts"] for c in shared}
+    return paired_difference({c: a[c]["rate"] for c in shared}, passed)
 
 
 def _changes(a: ex.Experiment, b: ex.Experiment) -> dict[str, tuple[Any, Any]]:
@@ -575,7 +591,7 @@ def gate(
     refusals += _infrastructure_refusals(comparison, max_infra, store)
     if refusals:
         return GateDecision(REFUSED, "refused", refusals, comparison)
-    decision = _judge(comparison, max_drop, alpha)
+    decision = _judge(comparison, max_drop, alpha, store.as_option())
     decision.reasons += [f"warning: {w.message}" for w in comparison.warnings]
     return decision
 
@@ -643,8 +659,9 @@ def _share(limit: float) -> str:
     return f"{limit * 100 + 0.0:g}%"
 
 
-def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecision:
-    """The verdict on a comparison the gate accepted to judge."""
+def _judge(comparison: Comparison, max_drop: float, alpha: float, store_option: str) -> GateDecision:
+    """The verdict on a comparison the gate accepted to judge (``store_option``: :meth:`Store.as_option`, for the
+    command a refusal names)."""
     overall = comparison.overall
     drop, p_value = -overall.difference, overall.p_drop()
     mde = overall.minimum_detectable_drop(alpha)
@@ -661,10 +678,21 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
     power_note = f"this comparison detects {detectable_drops(caught)} with 80% power"
     if overall.no_spread:
         power_note += f" ({no_spread_note(overall.cases)})"
-    # The difference is a mean of float rates (0.6 - 0.8 is -0.20000000000000007), so a drop of exactly max_drop
-    # (490 of 500 trials passing, then 480) came out a rounding error above it and was judged a regression.
-    # Real drops differ from max_drop by a share of a trial, far more than the tolerance.
-    exceeds = drop > max_drop and not math.isclose(drop, max_drop, rel_tol=1e-9, abs_tol=1e-12)
+    exceeds = _past(drop, max_drop)
+    if exceeds and p_value < alpha and not _regression_without_infrastructure(comparison, max_drop, alpha):
+        infra = comparison.figures["candidate"]["infrastructure_failures"]
+        return GateDecision(
+            REFUSED,
+            "refused",
+            [
+                numbers,
+                f"the drop exceeds {_share(max_drop)} and is significant at alpha {alpha}, but not had the "
+                f"candidate's {infra} infrastructure failure(s) passed: the API, not the agent, may have made it. "
+                + _infrastructure_remedy(comparison.candidate, comparison.figures["candidate"], store_option),
+                power_note,
+            ],
+            comparison,
+        )
     if exceeds and p_value < alpha:
         return GateDecision(
             REGRESSION,
@@ -679,6 +707,22 @@ def _judge(comparison: Comparison, max_drop: float, alpha: float) -> GateDecisio
         blind = f"drops under {mde:.1%}" if mde <= 1 else "any drop a pass rate can have"
         why += f"; this comparison could not reliably see {blind} (underpowered)"
     return GateDecision(PASS, "no regression", [numbers, why, power_note], comparison)
+
+
+def _past(drop: float, max_drop: float) -> bool:
+    """Whether ``drop`` exceeds ``max_drop``. The difference is a mean of float rates (0.6 - 0.8 is
+    -0.20000000000000007), so a drop of exactly max_drop (490 of 500 trials passing, then 480) came out a rounding
+    error above it and was judged a regression. Real drops differ from max_drop by a share of a trial, far more
+    than the tolerance."""
+    return drop > max_drop and not math.isclose(drop, max_drop, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _regression_without_infrastructure(comparison: Comparison, max_drop: float, alpha: float) -> bool:
+    """Whether the drop is still a regression had the candidate's infrastructure failures all passed (below
+    ``--max-infra`` they are judged, and a case whose attempts all hit a quota counted as a real drop: 8 such cases
+    of 100 made a candidate that answered every other one right a regression, exit 1)."""
+    adjusted = comparison.had_infrastructure_passed
+    return adjusted is None or (_past(-adjusted.difference, max_drop) and adjusted.p_drop() < alpha)
 
 
 def with_step_summary(decision: GateDecision, path: str | Path, baseline_id: str, candidate_id: str) -> GateDecision:
