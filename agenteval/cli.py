@@ -1369,6 +1369,11 @@ def compare_command(baseline: str, candidate: str, store: str | None, as_json: b
     is_flag=True,
     help="Judge experiments of different datasets (or of a changed dataset) by case id, instead of refusing.",
 )
+@click.option(
+    "--allow-different-scorers",
+    is_flag=True,
+    help="Judge experiments whose pass/fail scorers (or their versions, a judge's model) differ, instead of refusing.",
+)
 @store_option
 def gate_command(
     baseline: str,
@@ -1378,6 +1383,7 @@ def gate_command(
     max_infra: float,
     allow_incomplete: bool,
     allow_different_datasets: bool,
+    allow_different_scorers: bool,
     store: str | None,
 ) -> None:
     """Exit 0 (no regression), 1 (a regression) or 3 (refused to judge, or any error) for CI."""
@@ -1397,6 +1403,7 @@ def gate_command(
             max_infra=max_infra,
             allow_incomplete=allow_incomplete,
             allow_different_datasets=allow_different_datasets,
+            allow_different_scorers=allow_different_scorers,
         )
         summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary_file:

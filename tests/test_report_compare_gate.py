@@ -720,7 +720,11 @@ def test_a_pass_fail_scorer_only_one_run_had_is_warned_of(tmp_path):
 
     baseline, candidate, failing = run(), run(), run(fail_rate="1", failure="tool_error")
     rescore(store, candidate, [strict])
-    decision = gate(store, baseline, candidate)
+    # The gate refuses it (exit 3): the scorers, not the agents, made the difference. A hostile check found it said
+    # "regression", exit 1, with the warning beside; told to judge anyway, it does, and warns.
+    refused = gate(store, baseline, candidate)
+    assert refused.exit_code == 3 and "--allow-different-scorers" in refused.reasons[0]
+    decision = gate(store, baseline, candidate, allow_different_scorers=True)
     assert decision.exit_code == 1 and decision.comparison is not None
     assert decision.comparison.overall.difference == pytest.approx(-12 / 30)  # the ids ending in 0, 3, 6 or 9
     (warning,) = [w for w in decision.comparison.warnings if w.kind == "different_scorers"]

@@ -526,6 +526,8 @@ def _changes(a: ex.Experiment, b: ex.Experiment) -> dict[str, tuple[Any, Any]]:
 PASS, REGRESSION, REFUSED = 0, 1, 3
 
 ALLOW_OPTIONS = {INCOMPLETE: "--allow-incomplete", DIFFERENT_DATASETS: "--allow-different-datasets"}
+ALLOW_DIFFERENT_SCORERS = "--allow-different-scorers"
+"""Judge runs whose pass/fail scorers, or their versions, differ (the gate refuses them by default)."""
 """The warnings the gate refuses on, and the option that lets it judge anyway."""
 
 
@@ -557,12 +559,14 @@ def gate(
     max_infra: float = DEFAULT_MAX_INFRA,
     allow_incomplete: bool = False,
     allow_different_datasets: bool = False,
+    allow_different_scorers: bool = False,
 ) -> GateDecision:
     """Exit 0: no regression. Exit 1: a regression, meaning the candidate's pass rate is below the
     baseline's by more than ``max_drop`` AND the one-sided paired test rejects "no drop" at ``alpha``
     (p = F(difference / SE) < alpha, F Student's t with shared cases - 1 degrees of freedom). Exit 3: refused,
     when the two cannot be compared, when either is not completed (unless ``allow_incomplete``), when their
-    datasets differ (unless ``allow_different_datasets``), or when more than ``max_infra`` of either
+    datasets differ (unless ``allow_different_datasets``), when a pass/fail scorer (or its version) judged one
+    run and not the other (unless ``allow_different_scorers``), or when more than ``max_infra`` of either
     experiment's trials failed for infrastructure reasons. Never raises for what a user can cause: that is a
     refusal too."""
     limits = {"max_drop": max_drop, "alpha": alpha, "max_infra": max_infra}
@@ -587,6 +591,13 @@ def gate(
         f"{w.message}; or pass {ALLOW_OPTIONS[w.kind]} to judge the cases both ran anyway"
         for w in comparison.warnings
         if w.kind in allowed and not allowed[w.kind]
+    ]
+    # Scorers that differ decide the difference as much as the agents do: a scorer one rescore added read as a
+    # regression of 40 points, exit 1, with only a warning.
+    refusals += [
+        f"{w.message}; or pass {ALLOW_DIFFERENT_SCORERS} to judge them anyway"
+        for w in comparison.warnings
+        if w.kind in (DIFFERENT_SCORERS, DIFFERENT_SCORER_VERSIONS) and not allow_different_scorers
     ]
     refusals += _infrastructure_refusals(comparison, max_infra, store)
     if refusals:
