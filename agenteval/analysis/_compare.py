@@ -45,9 +45,7 @@ MIN_SHARED_CASES = 10
 
 CASE_RATES = f"""
 SELECT t.case_id, any_value(c.category) AS category, avg(t.passed::INT) AS rate, count(*) AS attempts,
-       count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
-       count(*) FILTER (WHERE t.infrastructure AND t.outcome = 'failed') AS infrastructure,
-       fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
+       count(*) FILTER (WHERE t.outcome = 'failed') AS failed, fsum(t.duration_ms) / count(t.duration_ms) AS latency_ms,
        avg(t.input_tokens + t.output_tokens) AS tokens, fsum(t.cost_usd) / count(t.cost_usd) AS cost_usd,
        count(t.duration_ms) AS timed, {AT_MOST}
 FROM judged t LEFT JOIN cases c USING (experiment_id, case_id)
@@ -81,6 +79,10 @@ def case_rates(store: Store, experiment_id: str) -> list[dict[str, Any]]:
     with judged_connection(store, experiment_id) as con:
         return ex.fetch(con, CASE_RATES, [None] * len(QUANTILES))
 
+
+INFRASTRUCTURE_BY_CASE = "SELECT case_id, count(*) AS n FROM judged WHERE infrastructure GROUP BY case_id"
+"""Each case's infrastructure failures, read only for a run that had some: as a column of CASE_RATES it would be one
+more aggregate over every trial of every run compared, most of which have none."""
 
 PLANNED_CASES = "SELECT count(*) AS n FROM cases WHERE experiment_id = ?"
 """How many cases the experiment set out to run (written when it started, before any trial)."""
@@ -180,6 +182,8 @@ class _Run:
     """The versions that gave each scorer's current scores (``scorer_figures``)."""
     pass_fail: frozenset[str] = frozenset()
     """The scorers whose current scores decide whether a trial passed (not continuous ones)."""
+    infrastructure_by_case: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Infrastructure failures by case id, of the cases that had any."""
 
 
 def _run(store: Store, experiment_id: str) -> _Run:
@@ -198,8 +202,10 @@ def _run(store: Store, experiment_id: str) -> _Run:
             row["case_id"]: row for row in ex.fetch(con, CASE_RATES, [figures[figure.key] for figure in QUANTILES])
         }
         figures["planned_cases"] = ex.fetch(con, PLANNED_CASES, [experiment_id])[0]["n"]
-        by_type = ex.fetch(con, INFRASTRUCTURE_BY_TYPE) if figures["infrastructure_failures"] else []
+        infra = bool(figures["infrastructure_failures"])
+        by_type = ex.fetch(con, INFRASTRUCTURE_BY_TYPE) if infra else []
         figures["infrastructure_by_type"] = {row["failure_type"]: row["n"] for row in by_type}
+        by_case = {row["case_id"]: row["n"] for row in ex.fetch(con, INFRASTRUCTURE_BY_CASE)} if infra else {}
         scorers = [ScorerFigures.from_row(row) for row in ex.fetch(con, "SELECT * FROM scorer_figures")]
         versions = {s.scorer: s.versions for s in scorers}
         # The pass/fail scorers that could not judge some answers, each with the version of most of its current
@@ -211,7 +217,7 @@ def _run(store: Store, experiment_id: str) -> _Run:
         pass_fail = frozenset(s.scorer for s in scorers if not s.continuous)
         summary = ex.summarize(store, experiment_id, con)
         figures["unscored_trials"] = summary.unscored  # counted once, by the summary
-        return _Run(rates, figures, summary, quantiles, versions, pass_fail)
+        return _Run(rates, figures, summary, quantiles, versions, pass_fail, by_case)
 
 
 def _experiment(store: Store, experiment_id: str) -> ex.Experiment:
@@ -491,17 +497,18 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
         _changes(baseline, candidate),
         warnings,
         figure_differences(a, b, shared, (run_a.quantiles, run_b.quantiles)),
-        _had_infrastructure_passed(a, b, shared),
+        _had_infrastructure_passed(a, b, run_b.infrastructure_by_case, shared),
     )
 
 
 def _had_infrastructure_passed(
-    a: Mapping[str, dict[str, Any]], b: Mapping[str, dict[str, Any]], shared: list[str]
+    a: Mapping[str, dict[str, Any]], b: Mapping[str, dict[str, Any]], infra: Mapping[str, int], shared: list[str]
 ) -> PairedDifference | None:
-    """The paired difference with each infrastructure failure of the candidate's counted a pass, or None."""
-    if not any(b[c]["infrastructure"] for c in shared):
+    """The paired difference with each infrastructure failure of the candidate's (``infra``, by case) counted a
+    pass, or None where it had none in the shared cases."""
+    if not any(infra.get(c) for c in shared):
         return None
-    passed = {c: b[c]["rate"] + b[c]["infrastructure"] / b[c]["attempts"] for c in shared}
+    passed = {c: b[c]["rate"] + infra.get(c, 0) / b[c]["attempts"] for c in shared}
     return paired_difference({c: a[c]["rate"] for c in shared}, passed)
 
 
