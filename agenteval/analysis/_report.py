@@ -169,15 +169,8 @@ def _pass_rate_interval(cases: dict[tuple[int, int], int]) -> tuple[float, float
     has the pass rate's interval (:func:`._stats.rate_interval95`), or the one figure would read two intervals.
     Over unequal attempts pass@1 weighs each case alike and the pass rate each attempt alike: two figures, and
     pass@1, a mean of one value per case, keeps the interval of such means (:func:`._stats.values_interval95`)."""
-    counts = RateCounts(
-        passes=sum(m * s for (_, s), m in cases.items()),
-        trials=sum(m * n for (n, _), m in cases.items()),
-        cases=sum(cases.values()),
-        squares=sum(m * n * n for (n, _), m in cases.items()),
-        discordant=sum(m * s * (n - s) for (n, s), m in cases.items()),
-        most_attempts=max(n for n, _ in cases),
-    )
-    return known_interval(rate_interval95(counts))
+    each_case = [pair for pair, held_by in cases.items() for _ in range(held_by)]
+    return known_interval(rate_interval95(RateCounts.of_cases(each_case)))
 
 
 def _mean_of_cases(
