@@ -213,3 +213,33 @@ def test_an_experiment_gated_against_itself_is_refused_and_compare_warns(runs):
         assert f"the baseline and the candidate are the same experiment, {runs['baseline']}" in result.output
     shown = CliRunner().invoke(main, ["compare", runs["baseline"], runs["baseline"], "--store", str(runs["store"])])
     assert shown.exit_code == 0 and "warning: the baseline and the candidate are the same experiment" in shown.output
+
+
+def test_unequal_attempts_are_said_beside_the_case_mean_the_gate_reads(runs):
+    """The interrupted run stopped inside a case, so its cases ran 1 to 3 attempts: the gate's "candidate X%" is the
+    mean of its cases' rates, which differs from the share of its trials that passed; it said nothing of it."""
+    from agenteval.analysis import compare
+
+    comparison = compare(Store(runs["store"]), runs["baseline"], runs["interrupted"])
+    rows = Store(runs["store"]).query(
+        "SELECT case_id, count(*) AS attempts, avg(passed::INT) AS rate FROM trials WHERE experiment_id = ? "
+        "GROUP BY case_id",
+        [comparison.candidate.experiment_id],
+    )
+    trials = {row["case_id"]: row for row in rows.to_pylist()}
+    attempts = sorted({row["attempts"] for row in trials.values()})
+    assert len(attempts) > 1, attempts  # the run stopped inside a case
+    case_mean = sum(row["rate"] for row in trials.values()) / len(trials)
+    trial_share = sum(row["rate"] * row["attempts"] for row in trials.values()) / sum(
+        row["attempts"] for row in trials.values()
+    )
+    assert comparison.overall.candidate == pytest.approx(case_mean)
+    result = gate(runs, runs["baseline"], runs["interrupted"], "--allow-incomplete")
+    assert result.exit_code in (0, 1), result.output
+    text = " ".join(result.output.split())
+    assert (
+        f"warning: the candidate's cases ran {attempts[0]} to {attempts[-1]} attempts: its pass rate here, "
+        f"{case_mean:.1%}, is the mean of its cases' rates" in text
+    ), text
+    assert f"the share of its trials that passed in these cases is {trial_share:.1%}" in text
+    assert "the baseline's cases ran" not in text  # a complete run of 3 attempts a case has nothing to say

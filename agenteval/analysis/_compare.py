@@ -99,7 +99,17 @@ DIFFERENT_SCORER_VERSIONS = "different_scorer_versions"
 its figures are not like for like."""
 UNSCORED = "unscored_trials"
 """Either run has trials no pass/fail scorer judged, which pass whenever they do not fail."""
-ABOUT_THE_FIGURES = (UNSHARED_CASES, INFRASTRUCTURE, DIFFERENT_SCORERS, DIFFERENT_SCORER_VERSIONS, UNSCORED)
+UNEQUAL_ATTEMPTS = "unequal_attempts"
+"""Either run's shared cases ran different numbers of attempts: its pass rate here weighs each case alike, where the
+report's counts trials, so the two read differently."""
+ABOUT_THE_FIGURES = (
+    UNSHARED_CASES,
+    INFRASTRUCTURE,
+    DIFFERENT_SCORERS,
+    DIFFERENT_SCORER_VERSIONS,
+    UNSCORED,
+    UNEQUAL_ATTEMPTS,
+)
 """Warnings about what the figures of two comparable runs mean, left out of why two runs cannot be compared."""
 SAME_EXPERIMENT = "same_experiment"
 """A comparison of an experiment with itself, which no difference can come out of: the gate refuses it always."""
@@ -325,6 +335,30 @@ def _unshared_warning(a: dict[str, Any], b: dict[str, Any], shared: int) -> list
     ]
 
 
+def _unequal_attempts_warning(
+    runs: Mapping[str, Mapping[str, dict[str, Any]]], shared: list[str]
+) -> list[ComparisonWarning]:
+    """Warn of each run (its ``CASE_RATES`` rows by role) whose shared cases ran unequal attempts: a comparison pairs
+    cases, so each run's rate is the mean of its cases' rates, which then differs from the share of its trials that
+    passed (a case of 1 attempt weighs as much as one of 3); the gate's "baseline X%" read as the report's pass rate."""
+    warnings = []
+    for role, rates in runs.items():
+        attempts = [rates[c]["attempts"] for c in shared]
+        if min(attempts, default=0) == max(attempts, default=0):
+            continue
+        case_mean = sum(rates[c]["rate"] for c in shared) / len(shared)
+        trial_share = sum(rates[c]["rate"] * rates[c]["attempts"] for c in shared) / sum(attempts)
+        warnings.append(
+            ComparisonWarning(
+                UNEQUAL_ATTEMPTS,
+                f"the {role}'s cases ran {min(attempts)} to {max(attempts)} attempts: its pass rate here, "
+                f"{case_mean:.1%}, is the mean of its cases' rates (each case weighs alike, as the pairing needs), "
+                f"where the share of its trials that passed in these cases is {trial_share:.1%}",
+            )
+        )
+    return warnings
+
+
 def _judging(store: Store, experiment_id: str, run: _Run, scorers: frozenset[str], shared: list[str]) -> list[str]:
     """Those of ``scorers`` (of the run's pass/fail ones) that judged an answer of a ``shared`` case: all of them when
     the run ran no other case; else read from its current scores, since a scorer may apply to its other cases only
@@ -474,6 +508,7 @@ def compare(store: Store, baseline_id: str, candidate_id: str, min_shared: int =
             f"{min_shared} are needed to compare. Run both on the same dataset (and --sample seed).",
             *(w.message for w in warnings if w.kind not in ABOUT_THE_FIGURES),
         )
+    warnings += _unequal_attempts_warning({"baseline": a, "candidate": b}, shared)
     overall = paired_difference({c: a[c]["rate"] for c in shared}, {c: b[c]["rate"] for c in shared})
     categories = category_differences(a, b, shared)
 
