@@ -32,8 +32,10 @@ from .run._options import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_DROP,
     DEFAULT_MAX_INFRA,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_STEPS,
     DEFAULT_PASS_RATE,
+    DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_RESCORE_BATCH,
     DEFAULT_TARGET_POWER,
     DEFAULT_TIMEOUT,
@@ -152,6 +154,32 @@ def judge_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Grade answers with an LLM judge (e.g. openai/gpt-4o-mini), which then decides whether an answer is "
         "right.",
     )(fn)
+
+
+def request_options(stored: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--request-timeout`` and ``--max-retries``, for every command that calls a model. ``stored``: a run's,
+    which default to None so that a resume left without them keeps the run's."""
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--max-retries",
+            type=IntRange(min=0),
+            default=None if stored else DEFAULT_MAX_RETRIES,
+            show_default=str(DEFAULT_MAX_RETRIES),
+            help="Times a model request that failed transiently (429, 5xx, a dropped connection, a timeout) is sent "
+            "again.",
+        )(fn)
+        return click.option(
+            "--request-timeout",
+            type=FloatRange(0, min_open=True),
+            default=None if stored else DEFAULT_REQUEST_TIMEOUT,
+            show_default=f"{DEFAULT_REQUEST_TIMEOUT:g}",
+            metavar="SECONDS",
+            help="The longest one model request may take (for a streamed answer, the longest silence); raise it for "
+            "a slow local model.",
+        )(fn)
+
+    return add
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -566,6 +594,7 @@ def validate(file: str) -> None:
     show_default=True,
     help="The most the documents may hold together, in MB; checked before any is read.",
 )
+@request_options()
 @click.option("--force", is_flag=True, help="Overwrite -o and --corpus-out if they exist.")
 def generate(
     documents: tuple[str, ...],
@@ -577,6 +606,8 @@ def generate(
     base_url: str | None,
     seed: int,
     max_total_mb: float,
+    request_timeout: float,
+    max_retries: int,
     force: bool,
 ) -> None:
     """Draft a dataset from .md and .txt DOCUMENTS: one question per passage whose short answer is stated in it
@@ -585,7 +616,7 @@ def generate(
     from ._output_files import check_writable, write_jsonl_files
     from .dataset._generate import check_outputs, dropped_counts, nothing_kept
     from .dataset._generate import generate as draft
-    from .models._model import Model
+    from .models._model import named_model
 
     def progress(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
@@ -598,7 +629,7 @@ def generate(
         check_writable(option, path)
     made = draft(
         documents,
-        Model(model, base_url=base_url),
+        named_model(model, "--model", base_url=base_url, request_timeout=request_timeout, max_retries=max_retries),
         count=count,
         unanswerable=unanswerable,
         seed=seed,
@@ -847,6 +878,7 @@ def _agent_options(values: tuple[str, ...]) -> dict[str, str]:
     "named like a built-in replaces it.",
 )
 @model_options
+@request_options(stored=True)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -883,6 +915,8 @@ def run(
     simulator_max_tokens: int | None,
     skip_simulated: bool | None,
     cache: str | None,
+    request_timeout: float | None,
+    max_retries: int | None,
     store: str | None,
     as_json: bool,
     quiet: bool,
@@ -932,6 +966,8 @@ def run(
                 simulator_max_tokens=simulator_max_tokens,
                 skip_simulated=skip_simulated,
                 cache=True if cache == STORE_CACHE else cache,
+                request_timeout=request_timeout,
+                max_retries=max_retries,
                 shard=shard,
                 experiment_id=experiment_id,
                 executor=executor,
@@ -1003,6 +1039,7 @@ def _run_and_show(as_json: bool, run: Callable[[], Any]) -> None:
     help="Trials scored at a time; memory is bounded by this.",
 )
 @judge_options
+@request_options()
 @click.option(
     "--only-errors",
     is_flag=True,
@@ -1029,6 +1066,8 @@ def rescore(
     batch_size: int,
     judge: str | None,
     judge_base_url: str | None,
+    request_timeout: float,
+    max_retries: int,
     only_errors: bool,
     otlp: bool,
     traces: bool,
@@ -1058,6 +1097,7 @@ def rescore(
             batch_size,
             judge,
             judge_base_url,
+            {"request_timeout": request_timeout, "max_retries": max_retries},
             otlp,
             since,
             service,
@@ -1100,6 +1140,8 @@ def rescore(
                 on_batch=batch_done,
                 judge=judge,
                 judge_base_url=judge_base_url,
+                request_timeout=request_timeout,
+                max_retries=max_retries,
                 otlp=otlp,
                 only_errors=only_errors,
             )
@@ -1148,6 +1190,7 @@ def _rescore_traces(
     batch_size: int,
     judge: str | None,
     judge_base_url: str | None,
+    judge_limits: dict[str, Any],
     otlp: bool,
     since: str | None,
     service: str | None,
@@ -1182,6 +1225,7 @@ def _rescore_traces(
             sample=sample,
             judge=judge,
             judge_base_url=judge_base_url,
+            **judge_limits,
             batch_size=batch_size,
             on_batch=following(
                 _rescore_progress(quiet or as_json),
@@ -1210,9 +1254,18 @@ def _rescore_traces(
 @click.argument("labels", type=click.Path(dir_okay=False, exists=True))
 @click.option("--judge", required=True, metavar="PROVIDER/MODEL", help="The judge to measure.")
 @click.option("--judge-base-url", metavar="URL", help="Where the judge is served (an OpenAI-compatible server).")
+@request_options()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def judge_check_command(labels: str, judge: str, judge_base_url: str | None, store: str | None, as_json: bool) -> None:
+def judge_check_command(
+    labels: str,
+    judge: str,
+    judge_base_url: str | None,
+    request_timeout: float,
+    max_retries: int,
+    store: str | None,
+    as_json: bool,
+) -> None:
     """Measure a judge against human verdicts in LABELS (JSONL: trial_id or case and reply, and human pass/fail):
     agreement, Cohen's kappa with its 95% interval, and the items where they disagree."""
     import json
@@ -1221,7 +1274,14 @@ def judge_check_command(labels: str, judge: str, judge_base_url: str | None, sto
     from .scorers._judge_check import judge_check
     from .store import Store
 
-    result = judge_check(labels, judge, base_url=judge_base_url, store=Store(store))
+    result = judge_check(
+        labels,
+        judge,
+        base_url=judge_base_url,
+        store=Store(store),
+        request_timeout=request_timeout,
+        max_retries=max_retries,
+    )
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return

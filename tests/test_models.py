@@ -647,7 +647,7 @@ def test_a_stream_sending_only_keep_alives_ends_with_a_timeout_outside_a_trial(m
     assert provider_error(exc) is not None
     assert str(exc) == (
         f"{api}/test-model: the stream sent no event for 0.5 s (nothing, or only keep-alives); "
-        "Model(timeout=...) sets how long a streamed answer may be silent"
+        "--request-timeout (Model(timeout=...)) sets how long a streamed answer may be silent"
     )
 
 

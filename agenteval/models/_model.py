@@ -34,6 +34,7 @@ from ..run._failures import (
     UnreadableResponse,
     provider_error,
 )
+from ..run._options import DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT, check_request_limits
 from . import _anthropic, _openai
 from ._cache import ResponseCache
 from ._limiter import Limiter, limiter_for, waiting
@@ -42,9 +43,8 @@ from ._request import Message, ModelRequest
 from ._retry import Retry, RetryPolicy
 from ._types import LIMITER, RATE_LIMIT, ModelResponse, Wait
 
-DEFAULT_REQUEST_TIMEOUT = 60.0
-"""Seconds one request may take before it is given up on (a trial's own timeout still bounds it all); for a
-streamed answer, the longest silence before its first event and between two (keep-alives are silence)."""
+TIMEOUT_OPTION = "--request-timeout (Model(timeout=...))"
+"""What a timed-out request's error names as the setting that would let it take longer."""
 NO_KEY_NEEDED = "unused"
 """The key sent to a local OpenAI-compatible server when none is set: such servers ignore it, the SDK wants one."""
 HTTP_CLIENT_LOGGERS = ("httpx", "httpx2")
@@ -296,9 +296,9 @@ class Model:
         if request.stream:
             return (
                 f"{self.name}: the stream sent no event for {self.timeout:g} s (nothing, or only keep-alives); "
-                "Model(timeout=...) sets how long a streamed answer may be silent"
+                f"{TIMEOUT_OPTION} sets how long a streamed answer may be silent"
             )
-        return f"{self.name}: no whole answer within {self.timeout:g} s; Model(timeout=...) sets how long it may take"
+        return f"{self.name}: no whole answer within {self.timeout:g} s; {TIMEOUT_OPTION} sets how long it may take"
 
     def _cached(self, request: ModelRequest) -> tuple[Any, dict[str, Any]] | None:
         """The cached SDK response and its reading, or None (a miss) when the cache holds no usable answer."""
@@ -320,6 +320,23 @@ class Model:
         except Exception:
             return None
         return None if read is None else (raw, read)
+
+
+def named_model(
+    name: str,
+    option: str,
+    *,
+    base_url: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    **settings: Any,
+) -> Model:
+    """The model ``PROVIDER/MODEL`` a command's ``option`` names (``--judge``: a bad name is said as that option's),
+    each request given up after ``request_timeout`` seconds and a transient failure sent again at most
+    ``max_retries`` times (``--request-timeout``, ``--max-retries``). ``settings``: :class:`Model`'s others."""
+    check_request_limits(request_timeout, max_retries)
+    retry = RetryPolicy(max_retries=max_retries)
+    return Model(parse_model_name(name, option), base_url=base_url, timeout=request_timeout, retry=retry, **settings)
 
 
 def _mask_key(exc: BaseException, key: str) -> None:

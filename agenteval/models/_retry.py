@@ -7,9 +7,9 @@ import dataclasses
 import random
 
 from ..run._failures import LLM_ERROR, QUOTA_EXHAUSTED, RATE_LIMITED, ProviderError, failure_status, provider_error
+from ..run._options import DEFAULT_MAX_RETRIES
 from ._types import CONNECTION, RATE_LIMIT, SERVER_ERROR
 
-DEFAULT_MAX_RETRIES = 5
 DEFAULT_BASE_DELAY = 0.5
 DEFAULT_MAX_DELAY = 30.0
 """The longest backoff, and the longest ``Retry-After`` honoured: a provider asking for more is waited this long."""

@@ -4,7 +4,7 @@ and the simulated users'; one response cache for all of them; and their closing 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.storefs import StoreRoot
 
@@ -15,6 +15,9 @@ from ..dataset._cases import Dataset
 from ..errors import UsageError
 from ..scorers._base import Scorer
 from ._options import RunOptions
+
+if TYPE_CHECKING:
+    from ..models._model import Model
 
 
 @dataclasses.dataclass
@@ -33,8 +36,8 @@ class RunModels:
         if not (options.model or options.judge or options.simulate_users):
             return cls()
         from ..models._cache import ResponseCache, cache_of_run
-        from ..models._model import Model
-        from ..models._names import as_stored, parse_model_name
+        from ..models._model import named_model
+        from ..models._names import as_stored
         from ..models._simulator import ModelUserSimulator
         from ..scorers._judge import llm_judge
 
@@ -46,7 +49,15 @@ class RunModels:
             """``role``'s model, called at its URL as given (else as recorded), its settings recording the URL as the
             run's options do: a resumed run's record may hold an older form of it."""
             url = urls.get(role) or recorded[role]
-            made = Model(parse_model_name(name, option), base_url=url, cache=found.cache, **settings)
+            made = named_model(
+                name,
+                option,
+                base_url=url,
+                cache=found.cache,
+                request_timeout=options.request_timeout,
+                max_retries=options.max_retries,
+                **settings,
+            )
             made.recorded_base_url = as_stored(made.recorded_base_url, recorded[role])
             found.models.append(made)
             return made

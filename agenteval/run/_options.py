@@ -39,6 +39,20 @@ DEFAULT_MAX_STEPS = 8
 """Model calls the reference agent may make for one user turn (tool rounds included) before it gives up."""
 DEFAULT_JUDGE_CONCURRENCY = 8
 """Judge calls in flight at once while a batch of trials is graded."""
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds one model request may take before it is given up on (a trial's own timeout still bounds it all); for a
+streamed answer, the longest silence before its first event and between two (keep-alives are silence)."""
+DEFAULT_MAX_RETRIES = 5
+"""How many times a model request that failed transiently (a 429, a 5xx, a dropped connection, a timeout) is sent
+again before the failure stands."""
+
+
+def check_request_limits(request_timeout: float, max_retries: int) -> None:
+    """Refuse a model request timeout that is not a positive number of seconds, or a negative number of retries."""
+    if not (isinstance(request_timeout, numbers.Real) and math.isfinite(request_timeout) and request_timeout > 0):
+        raise UsageError(f"--request-timeout must be a positive number of seconds, not {request_timeout!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, numbers.Integral) or max_retries < 0:
+        raise UsageError(f"--max-retries must be a whole number, 0 or more, not {max_retries!r}")
 
 
 WHOLE_NUMBER_OPTIONS = (
@@ -50,8 +64,9 @@ WHOLE_NUMBER_OPTIONS = (
     "max_steps",
     "max_tokens",
     "simulator_max_tokens",
+    "max_retries",
 )
-NUMBER_OPTIONS = ("timeout", "max_corpus_mb", "temperature")
+NUMBER_OPTIONS = ("timeout", "max_corpus_mb", "temperature", "request_timeout")
 
 
 @dataclasses.dataclass
@@ -103,6 +118,10 @@ class RunOptions:
     model)."""
     shard: str | None = None
     """``K/N``: this run is the K-th of N disjoint slices of the experiment (see ``agenteval.run._shards``)."""
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    """Seconds one request of the run's models (``--model``, ``--judge``, ``--simulate-users``) may take."""
+    max_retries: int = DEFAULT_MAX_RETRIES
+    """How many times the run's models send a request again after a transient failure."""
 
     def __post_init__(self) -> None:
         self._numbers_as_numbers()
@@ -115,6 +134,7 @@ class RunOptions:
             raise UsageError(f"--sample must be at least 1, not {self.sample}; leave it out to run every case")
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # nan passes a plain "<= 0" check
             raise UsageError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+        check_request_limits(self.request_timeout, self.max_retries)
         if not self.max_corpus_mb > 0:  # nan passes a plain "<= 0" check
             raise UsageError(f"--max-corpus-mb must be a positive number of MB, not {self.max_corpus_mb}")
         if self.max_steps < 1:
@@ -240,8 +260,10 @@ def masked_urls(stored: dict[str, Any], given: dict[str, Any]) -> list[str]:
     return [flag(name) for name in URL_OPTIONS if name not in given and holds_masked(stored.get(name))]
 
 
-CHANGEABLE_ON_RESUME = frozenset({"concurrency", "max_corpus_mb"})
-"""Options a resume may set anew: how fast trials run, or how large a corpus may be, not what they are. Not
+CHANGEABLE_ON_RESUME = frozenset({"concurrency", "max_corpus_mb", "request_timeout", "max_retries"})
+"""Options a resume may set anew: how fast trials run, how long a model request may take and how often it is sent
+again (a run whose slow local model timed out is resumed with a longer ``--request-timeout``), or how large a corpus
+may be, not what they are. Not
 ``cache``: a cache hands a trial an answer recorded before (by an earlier run, perhaps of an older snapshot of the
 model) where none would get a fresh one, and another folder other answers, so a run's trials would mix replayed and
 fresh answers."""

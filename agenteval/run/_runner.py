@@ -143,6 +143,8 @@ async def evaluate_async(
     simulator_max_tokens: int | None = None,
     skip_simulated: bool | None = None,
     cache: bool | str | Path | None = None,
+    request_timeout: float | None = None,
+    max_retries: int | None = None,
     shard: str | None = None,
     experiment_id: str | None = None,
     executor: str | None = None,
@@ -170,6 +172,9 @@ async def evaluate_async(
     users with a model (``simulator_max_tokens``: the most tokens one of its messages may have); without one such
     cases are refused, unless ``skip_simulated`` leaves them out. ``cache`` (True, or a folder) answers repeated
     model requests from disk, for development. These are recorded with the experiment, never an API key.
+    ``request_timeout`` (60 s) bounds each request of these models (for a stream, each silence) and ``max_retries``
+    (5) how often a transient failure is sent again; a resume may give both anew (a slow local model's run that
+    timed out is resumed with a longer one).
 
     Spread over machines: ``shard="K/N"`` runs the K-th of N disjoint slices of the experiment (its cases, split
     by a hash of their ids), all shards writing one experiment whose id is ``experiment_id`` or derived from
@@ -217,6 +222,8 @@ async def evaluate_async(
             ("simulator_base_url", recordable_url(simulator_base_url)),
             ("simulator_max_tokens", simulator_max_tokens),
             ("skip_simulated", skip_simulated),
+            ("request_timeout", request_timeout),
+            ("max_retries", max_retries),
             ("shard", None if shard is None else str(Shard.parse(shard))),
             (
                 "cache",

@@ -21,7 +21,7 @@ from ..analysis._stats import Kappa, cohens_kappa
 from ..dataset._cases import Case, DatasetError, NotUtf8, parse_case, utf8_text
 from ..dataset._file_kinds import open_regular
 from ..errors import AgentevalError
-from ..run._options import DEFAULT_JUDGE_CONCURRENCY
+from ..run._options import DEFAULT_JUDGE_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT
 from ..store import Store
 from ._base import Score
 from ._judge import NAME, PROMPT_VERSION
@@ -186,15 +186,21 @@ async def judge_items(judge: Any, items: list[Labelled], concurrency: int = DEFA
 
 
 def judge_check(
-    labels: str | Path, judge: str, *, base_url: str | None = None, store: Store | None = None
+    labels: str | Path,
+    judge: str,
+    *,
+    base_url: str | None = None,
+    store: Store | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_retries: int = DEFAULT_MAX_RETRIES,
 ) -> JudgeCheck:
-    """Grade every labelled item with ``judge`` and compare with the humans."""
-    from ..models._model import Model
-    from ..models._names import parse_model_name
+    """Grade every labelled item with ``judge`` (each request bounded by ``request_timeout`` seconds, a transient
+    failure sent again at most ``max_retries`` times) and compare with the humans."""
+    from ..models._model import named_model
     from ._judge import LLMJudge
 
     items = read_labels(labels, store)
-    model = Model(parse_model_name(judge, "--judge"), base_url=base_url)
+    model = named_model(judge, "--judge", base_url=base_url, request_timeout=request_timeout, max_retries=max_retries)
 
     async def grade_all() -> list[Any]:
         try:

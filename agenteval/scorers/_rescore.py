@@ -24,7 +24,7 @@ from ..dataset._cases import Case, case_from_snapshot
 from ..errors import ExperimentNotFound, UsageError
 from ..run._collect import TrialCollector, collector_for
 from ..run._export import send_pass
-from ..run._options import DEFAULT_RESCORE_BATCH
+from ..run._options import DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._snapshots import save_figures
 from ..store._store import sql_string
@@ -94,6 +94,8 @@ def rescore(
     on_batch: Callable[[int, int], None] = lambda done, total: None,
     judge: str | None = None,
     judge_base_url: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_retries: int = DEFAULT_MAX_RETRIES,
     otlp: bool = False,
     only_errors: bool = False,
 ) -> RescoreResult:
@@ -101,7 +103,8 @@ def rescore(
 
     With no ``scorers``: the built-ins plus the scorers the run added. With ``scorers`` (Scorer objects,
     built-in names or ``MODULE:ATTR``): only those. ``judge`` (``PROVIDER/MODEL``) grades the stored replies
-    with the LLM judge, which then decides whether an answer is right; without it, a run's judge is not called
+    with the LLM judge (each request bounded by ``request_timeout`` seconds, a transient failure sent again at most
+    ``max_retries`` times), which then decides whether an answer is right; without it, a run's judge is not called
     again and its scores stand. ``otlp=True`` also sends the new scores to the OTLP
     backend the standard ``OTEL_EXPORTER_OTLP_*`` variables name, as a run does (see ``agenteval.run._export``).
     ``only_errors=True`` scores only the trials that one of the chosen scorers could not judge (a judge whose API
@@ -116,7 +119,7 @@ def rescore(
             f"no experiment {experiment_id!r} in {store.root}" if experiment_id else "the store is empty"
         )
     chosen = load_scorers(scorers, only=True) if scorers else _run_scorers(experiment)
-    grader = _judge(judge, judge_base_url)
+    grader = _judge(judge, judge_base_url, request_timeout, max_retries)
     if grader is not None:
         chosen = judge_in_charge(chosen, grader)
     elif experiment.options.get("judge"):
@@ -180,14 +183,14 @@ def rescore(
     )
 
 
-def _judge(name: str | None, base_url: str | None) -> Scorer | None:
+def _judge(name: str | None, base_url: str | None, request_timeout: float, max_retries: int) -> Scorer | None:
     if name is None:
         return None
-    from ..models._model import Model
-    from ..models._names import parse_model_name
+    from ..models._model import named_model
     from ._judge import llm_judge
 
-    return llm_judge(Model(parse_model_name(name, "--judge"), base_url=base_url))
+    model = named_model(name, "--judge", base_url=base_url, request_timeout=request_timeout, max_retries=max_retries)
+    return llm_judge(model)
 
 
 def _judge_spans_collected(experiment_id: str) -> TrialCollector:

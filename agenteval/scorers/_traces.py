@@ -33,7 +33,7 @@ from agenteval_exporters.partitions import production_partition
 from ..analysis._experiments import fetch
 from ..dataset._cases import Case
 from ..errors import UsageError
-from ..run._options import DEFAULT_RESCORE_BATCH
+from ..run._options import DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESCORE_BATCH
 from ..store import Store
 from ..store._schemas import SCORES
 from ..store._trace_views import PRODUCTION
@@ -173,6 +173,8 @@ class TraceScorer:
         sample: float = 1.0,
         judge: str | None = None,
         judge_base_url: str | None = None,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
         if not 0 < sample <= 1:
             raise UsageError(f"--sample {sample}: give a share of traces above 0 and at most 1")
@@ -181,13 +183,13 @@ class TraceScorer:
         self.sample = sample
         chosen = trace_scorers(scorers, self.policy)
         if judge is not None:
-            from ..models._model import Model
-            from ..models._names import parse_model_name
+            from ..models._model import named_model
             from ._judge import llm_judge
 
-            chosen = [s for s in chosen if s.name != "llm_judge"] + [
-                llm_judge(Model(parse_model_name(judge, "--judge"), base_url=judge_base_url), reference_free=True)
-            ]
+            model = named_model(
+                judge, "--judge", base_url=judge_base_url, request_timeout=request_timeout, max_retries=max_retries
+            )
+            chosen = [s for s in chosen if s.name != "llm_judge"] + [llm_judge(model, reference_free=True)]
         self.judged = any(s.name == "llm_judge" for s in chosen)
         self.scorers = chosen
         self.engine = ScoringEngine(chosen)
@@ -313,6 +315,8 @@ def score_traces(
     sample: float = 1.0,
     judge: str | None = None,
     judge_base_url: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_retries: int = DEFAULT_MAX_RETRIES,
     batch_size: int = DEFAULT_BATCH,
     on_batch: Callable[[int, int], None] = lambda done, total: None,
 ) -> TraceScoreResult:
@@ -320,7 +324,16 @@ def score_traces(
     by ``trace_ids``, or else every trace started since ``since`` of ``service``; ``sample`` of them (by trace
     id), ``on_batch(done, total)`` told of the traces as the batches go. See :class:`TraceScorer` for a scorer
     kept across calls (a collector scoring traces as they arrive)."""
-    scorer = TraceScorer(store, scorers, policy=policy, sample=sample, judge=judge, judge_base_url=judge_base_url)
+    scorer = TraceScorer(
+        store,
+        scorers,
+        policy=policy,
+        sample=sample,
+        judge=judge,
+        judge_base_url=judge_base_url,
+        request_timeout=request_timeout,
+        max_retries=max_retries,
+    )
     if trace_ids is not None:
         return scorer.score(trace_ids)
     return scorer.score_window(since=since, service=service, batch_size=batch_size, on_batch=on_batch)
