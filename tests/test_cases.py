@@ -397,3 +397,19 @@ def test_a_dataset_file_that_cannot_be_opened_is_one_problem_not_a_traceback(tmp
     said = CliRunner().invoke(main, ["validate", str(loop)])
     assert said.exit_code == 1
     assert f"{loop}: cannot be read (Too many levels of symbolic links)" in said.output
+
+
+def test_ids_that_differ_only_in_unicode_normalisation_or_end_spaces_are_duplicates(tmp_path):
+    """An id "café" written precomposed and decomposed, or "z" and "z ", were two cases whose rows every report showed
+    alike (found by a hostile check of datasets): the report's worst cases listed "café" twice."""
+    ids = ["caf\u00e9", "cafe\u0301", "z ", "z", "A", "a"]
+    path = write(tmp_path, lines(*({"id": i, "input": f"q{n}", "expected_output": "1"} for n, i in enumerate(ids))))
+    with pytest.raises(DatasetError) as info:
+        load_file(path)
+    assert [(p.line, p.field) for p in info.value.problems] == [(2, "id"), (4, "id")]  # case differs visibly
+    accent, spaces = (p.message for p in info.value.problems)
+    assert accent.startswith("id 'cafe\u0301' looks the same as 'caf\u00e9' on line 1: they differ only in Unicode")
+    assert spaces == (
+        "id 'z' looks the same as 'z ' on line 3: they differ only in spaces at their ends, so no report could tell "
+        "their cases apart; give one a distinct id"
+    )

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -631,6 +632,27 @@ def _cr_line_ends(text: str, error: json.JSONDecodeError) -> str:
     return CR_LINE_ENDS if error.msg == "Extra data" and "\r" in text[: error.pos] else ""
 
 
+def id_key(case_id: str) -> str:
+    """A case id as a reader tells ids apart: Unicode-normalised (NFC), without spaces at its ends. Ids that differ
+    only there show alike in every report and table, so one dataset may not hold two of them."""
+    return unicodedata.normalize("NFC", case_id).strip()
+
+
+def _duplicate_id(case_id: str, first_id: str, first_line: int) -> str:
+    if case_id == first_id:
+        return f"duplicate id {case_id!r}, first used on line {first_line}"
+    ways = []
+    if case_id.strip() != first_id.strip():
+        ways.append("Unicode normalisation (an accented letter written as one character, or as a letter and a mark)")
+    if unicodedata.normalize("NFC", case_id) != unicodedata.normalize("NFC", first_id):
+        ways.append("spaces at their ends")
+    how = " and in ".join(ways)
+    return (
+        f"id {case_id!r} looks the same as {first_id!r} on line {first_line}: they differ only in {how}, so no "
+        "report could tell their cases apart; give one a distinct id"
+    )
+
+
 NO_CASES = (
     "has no cases: nothing to run (the file is empty or holds only blank lines); write one case a line, "
     'each a JSON object such as {"input": "...", "expected_output": "..."}'
@@ -647,7 +669,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     cases: list[Case] = []
     problems: list[Problem] = []
     more = 0
-    first_line_of: dict[str, int] = {}
+    first_line_of: dict[str, tuple[int, str]] = {}  # by id_key: the line and the id as written
 
     def report(line: int, field: str | None, message: str) -> None:
         nonlocal more
@@ -685,10 +707,12 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
         except _Invalid as exc:
             report(number, exc.field, exc.message)
             continue
-        if case.id in first_line_of:
-            report(number, "id", f"duplicate id {case.id!r}, first used on line {first_line_of[case.id]}")
+        key = id_key(case.id)
+        if key in first_line_of:
+            first_line, first_id = first_line_of[key]
+            report(number, "id", _duplicate_id(case.id, first_id, first_line))
             continue
-        first_line_of[case.id] = number
+        first_line_of[key] = (number, case.id)
         cases.append(case)
     if not cases and not problems:
         # `run` refuses a dataset without cases; `validate` passing it said the file was fine when it was not.
