@@ -219,6 +219,20 @@ def test_a_utf16_file_is_one_problem_saying_to_save_it_as_utf8(tmp_path, encodin
     ], done.output
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_a_utf16_file_without_a_byte_order_mark_is_one_problem_saying_to_save_it_as_utf8(tmp_path, encoding):
+    """Without the mark, UTF-16's NUL bytes are valid UTF-8: every line was "invalid JSON at column 1: Expecting
+    value" (50 of them, then "... and N more"), none saying why (found by a hostile check of datasets)."""
+    records = lines(*({"input": f"q{i}", "expected_output": "a"} for i in range(80)))
+    path = write(tmp_path, records.encode(encoding))
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == [
+        f"{path}:1: the file is UTF-16 or UTF-32 without a byte order mark (it starts with NUL bytes, which UTF-8 "
+        "text does not); save it as UTF-8",
+        f"{path}: 1 problem",
+    ], done.output
+
+
 def test_a_number_as_expected_output_means_its_text(tmp_path):
     (case,) = load_file(write(tmp_path, lines({"input": "2+2?", "expected_output": 4}))).cases
     assert case.expected_output == "4"

@@ -606,12 +606,21 @@ class NotUtf8(ValueError):
 
 def utf8_text(data: bytes, *, file_start: bool) -> str:
     """``data`` decoded as UTF-8 (a UTF-8 byte order mark is kept), or :class:`NotUtf8`: a UTF-16 or UTF-32 byte
-    order mark when ``data`` starts the file, else the first byte that is not UTF-8, counted from 1 within
-    ``data``. What the dataset loader (``data`` a line) and ``generate`` (a whole document) both say."""
+    order mark, or a NUL byte in the first four (UTF-16 or UTF-32 of ASCII text without the mark), when ``data``
+    starts the file, else the first byte that is not UTF-8, counted from 1 within ``data``. What the dataset loader
+    (``data`` a line) and ``generate`` (a whole document) both say."""
     if file_start and data.startswith(_UTF16_BOMS):
         # Windows PowerShell's `>` writes UTF-16, and Notepad's "Unicode"; read as UTF-8 it fails at byte 1.
         raise NotUtf8(
             "the file is UTF-16 or UTF-32 (it starts with their byte order mark); save it as UTF-8", whole_file=True
+        )
+    if file_start and b"\x00" in data[:4]:
+        # The same without the mark (.NET's UnicodeEncoding(false, ...), iconv -t UTF-16LE): its NUL bytes are valid
+        # UTF-8, so every line was "invalid JSON at column 1", one problem per line and none saying why.
+        raise NotUtf8(
+            "the file is UTF-16 or UTF-32 without a byte order mark (it starts with NUL bytes, which UTF-8 text "
+            "does not); save it as UTF-8",
+            whole_file=True,
         )
     try:
         return data.decode("utf-8")
