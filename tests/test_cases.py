@@ -154,6 +154,13 @@ def test_a_curators_own_field_is_refused_saying_it_belongs_in_metadata(tmp_path,
             ["2: id: duplicate id '1', first used on line 1"],
         ),
         (b'{"input": "caf\xe9", "expected_output": "a"}\n', ["1: not valid UTF-8 at byte 15; save the file as UTF-8"]),
+        (  # json said "Invalid control character at", naming neither the character nor the escape
+            '{"input": "What is\t2 + 2?", "expected_output": "4"}\n{"input": "a\x1bb", "expected_output": "4"}\n',
+            [
+                "1: invalid JSON at column 19: Invalid control character U+0009 inside a string; write it as \\t",
+                "2: invalid JSON at column 13: Invalid control character U+001B inside a string; write it as \\u001b",
+            ],
+        ),
     ],
 )
 def test_malformed_lines_name_the_file_line_and_field(tmp_path, content, expected):

@@ -662,6 +662,21 @@ def _duplicate_id(case_id: str, first_id: str, first_line: int) -> str:
     )
 
 
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+"""JSON's short escapes for the control characters that have one."""
+
+
+def _json_error(text: str, error: json.JSONDecodeError) -> str:
+    """What is wrong with a line that is not JSON, with a hint where one helps. ``json`` says "Invalid control
+    character at" for a tab or other control character typed into a string (a pasted tab is the usual one), ending
+    at "at" and naming neither the character nor the escape to write instead."""
+    if error.msg == "Invalid control character at" and error.pos < len(text):
+        char = text[error.pos]
+        escape = _ESCAPES.get(char, f"\\u{ord(char):04x}")
+        return f"Invalid control character U+{ord(char):04X} inside a string; write it as {escape}"
+    return error.msg + _cr_line_ends(text, error)
+
+
 NO_CASES = (
     "has no cases: nothing to run (the file is empty or holds only blank lines); write one case a line, "
     'each a JSON object such as {"input": "...", "expected_output": "..."}'
@@ -705,7 +720,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
         try:
             record = strict_json(text)
         except json.JSONDecodeError as exc:
-            report(number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{_cr_line_ends(text, exc)}")
+            report(number, None, f"invalid JSON at column {exc.colno}: {_json_error(text, exc)}")
             continue
         except RefusedJson as exc:
             advice = "" if exc.non_finite is None else f"; {_finite_advice(exc.record, exc.field or '', number)}"
