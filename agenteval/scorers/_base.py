@@ -3,6 +3,7 @@ or a SQL expression evaluated over a whole batch of trials at once."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import math
@@ -19,6 +20,12 @@ Outcome = tuple[float | None, bool | None, str, str | None]
 """A judgement without its scorer: ``(value, passed, reason, error)``."""
 
 FAILED_REASON = "the scorer raised an error"
+
+PASSED_ON = (KeyboardInterrupt, asyncio.CancelledError)
+"""What a scorer raises that is not its own failure: a Ctrl-C (in a rescore no handler turns it into a stop) and the
+run cancelling its work. Anything else it raises, even ``sys.exit()``, a ``GeneratorExit`` or a library's own
+``BaseException`` subclass, is that score's error: a scorer's code is not ours, and one trial's odd case must not
+end the run (as an agent's is its trial's failure, :meth:`agenteval.run._trial.TrialRunner._attempt`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +134,9 @@ class Scorer:
         the scorer then applies with an error score (the case is not silently left unjudged)."""
         try:
             return bool(self.applies(case))
-        except Exception as exc:
+        except PASSED_ON:
+            raise
+        except BaseException as exc:
             return f"its when= condition raised {capture.error_text(exc)}"
 
     @staticmethod
@@ -144,7 +153,9 @@ def _reason(reason: Any) -> str:
     if type(reason) is not str:
         try:
             reason = str(reason)
-        except Exception as exc:
+        except PASSED_ON:
+            raise
+        except BaseException as exc:
             reason = f"<the reason could not be read: {capture.error_text(exc)}>"
     return storable_text(reason)
 

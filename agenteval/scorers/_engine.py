@@ -22,7 +22,7 @@ from ..dataset._cases import SCORED_FIELDS, Case
 from ..store._database import open_database
 from ..store._schemas import SCORES
 from ..store._views import judged_trials
-from ._base import FAILED_REASON, Score, Scorer
+from ._base import FAILED_REASON, PASSED_ON, Score, Scorer
 from ._features import FeatureColumns, TrialFeatures, features_sql
 
 
@@ -340,7 +340,9 @@ class ScoringEngine:
         for row in rows:
             try:
                 outcomes.append(item.outcome(fn(cases[case_ids[row]], TrialFeatures(columns, row))))
-            except Exception as exc:  # a scorer's bug is recorded on its score, never stops the run
+            except PASSED_ON:
+                raise
+            except BaseException as exc:  # a scorer's bug is recorded on its score, never stops the run
                 outcomes.append(item.failure(capture.error_text(exc)))
         return _outcome_table(outcomes, rows, columns)
 
@@ -366,7 +368,9 @@ class ScoringEngine:
                 item.arrow(subset, case_table(cases[cid] for cid in subset.column("case_id").to_pylist())),
                 subset.num_rows,
             )
-        except Exception as exc:  # a scorer's bug is recorded on its scores, never stops the run
+        except PASSED_ON:
+            raise
+        except BaseException as exc:  # a scorer's bug is recorded on its scores, never stops the run
             return _failed(item, keys, capture.error_text(exc))
         self.con.register(
             "agenteval_outcomes",
@@ -408,7 +412,9 @@ async def _judged(item: Scorer, gate: asyncio.Semaphore, plan: _Plan, row: int, 
         with judging(features, item.role):
             try:
                 return item.outcome(await item.coroutine(cases[plan.case_ids[row]], features))
-            except Exception as exc:  # a failed judgement is that trial's error score, never a pass
+            except PASSED_ON:
+                raise
+            except BaseException as exc:  # a failed judgement is that trial's error score, never a pass
                 return item.failure(capture.error_text(exc))
 
 
