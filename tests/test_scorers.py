@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -503,3 +504,31 @@ def test_a_scorer_may_require_any_field_a_case_gives():
     assert score_one(case(rubric="says please"), trial(replies=["yes please"]), [polite]) == {}
     with pytest.raises(ValueError, match=r"requires unknown case fields: rubrik \(a case's fields: input, "):
         Scorer("typo", fn=lambda case, trial: True, requires=("rubrik",))
+
+
+@pytest.mark.parametrize(
+    ("returned", "value", "passed"),
+    [
+        (np.bool_(True), 1.0, True),
+        ((np.bool_(False), "below the threshold"), 0.0, False),
+        (np.float32(0.5), 0.5, False),
+        (np.float64(1.0), 1.0, True),
+        (np.int64(1), 1.0, True),
+        ({"value": np.float32(1.0), "passed": np.bool_(False)}, 1.0, False),
+        (np.array(True), 1.0, True),  # a 0-d array, as some reductions give
+    ],
+)
+def test_numpy_scalars_are_the_numbers_and_bools_they_stand_for(returned, value, passed):
+    # A similarity computed with NumPy is an np.float32, and `similarity > 0.8` an np.bool_: they are the number or
+    # bool a scorer meant, as a NumPy array is from a batch scorer, not "anything but a number".
+    judged = score_one(case(), trial(["4"]), [Scorer("numpy_made", fn=lambda c, t: returned)])["numpy_made"]
+    assert (judged.error, judged.value, judged.passed) == (None, value, passed)
+    assert type(judged.value) is float and type(judged.passed) is bool
+
+
+@pytest.mark.parametrize(
+    "returned", [np.float32("nan"), np.float64(2.0), np.array([1.0, 0.0]), {"value": 1.0, "passed": np.array([1])}]
+)
+def test_numpy_values_outside_0_to_1_are_still_errors(returned):
+    judged = score_one(case(), trial(["4"]), [Scorer("numpy_made", fn=lambda c, t: returned)])["numpy_made"]
+    assert judged.error is not None and judged.passed is None

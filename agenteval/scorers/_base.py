@@ -118,6 +118,7 @@ class Scorer:
             if isinstance(returned, tuple):
                 returned, reason = returned
             value, passed = returned, None
+        value, passed = _plain(value), _plain(passed)
         if isinstance(value, bool):
             passed, value = value if passed is None else passed, float(value)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or not 0 <= value <= 1:
@@ -146,6 +147,20 @@ class Scorer:
     def _score(self, outcome: Outcome) -> Score:
         value, passed, reason, error = outcome
         return Score(self.name, self.version, value, passed, reason, error, self.continuous)
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar (or 0-d array, or any array-like scalar with ``dtype``, ``shape`` ``()`` and ``item()``) as the
+    Python bool or number it holds: a similarity computed with NumPy is an ``np.float32``, and ``similarity > 0.8``
+    an ``np.bool_``, which a batch scorer's NumPy array is taken as. Anything else as it is."""
+    if type(value) in (bool, float, int) or value is None:
+        return value
+    if getattr(value, "dtype", None) is not None and getattr(value, "shape", None) == ():
+        try:
+            return value.item()
+        except Exception:  # not NumPy's item(): the value stays as it is, and the usual checks judge it
+            return value
+    return value
 
 
 def _reason(reason: Any) -> str:
