@@ -1169,6 +1169,11 @@ def rescore(
             f"not re-run on {sum(result.without_case.values())} trials whose case is not in the store's cases table "
             f"({visible(', '.join(result.without_case))}); their earlier scores stand"
         )
+    if result.still_running:
+        click.echo(
+            f"{result.experiment_id} is still running: this pass scored the {counted(result.trials, 'trial')} it had "
+            "finished, and the run scores the rest with its own scorers; rescore it again once it ends"
+        )
     if figures.pass_rate is not None:
         click.echo(
             f"pass rate with the current scores: {figures.pass_rate:.1%} "

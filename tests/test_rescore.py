@@ -328,3 +328,23 @@ def test_a_recorded_sql_scorer_reads_no_file(tmp_path):
     rows = store.rows("SELECT reason, error FROM scores WHERE pass_id = ? AND scorer = 'reader'", [result.pass_id])
     assert len(rows) == 2 and all("file system operations are disabled" in row["error"] for row in rows), rows
     assert not store.rows("SELECT * FROM scores WHERE contains(reason, 'hunter2') OR contains(error, 'hunter2')")
+
+
+def test_a_rescore_of_a_run_still_going_says_it_scored_only_what_had_finished(tmp_path):
+    from test_run_interruptions import start, wait_for_trials
+
+    store = tmp_path / "store"
+    live = start(store, "--agent-option", "latency=0.1")  # a run of some seconds, in a process of its own
+    try:
+        wait_for_trials(store, 10)
+        done = CliRunner().invoke(main, ["rescore", "--store", str(store)])
+        moment = rescore(Store(store))
+    finally:
+        live.kill()  # our own child, by its handle
+        live.communicate()
+    assert done.exit_code == 0, done.output
+    assert moment.still_running and 10 <= moment.trials < 180
+    assert f"{moment.experiment_id} is still running: this pass scored the " in done.output
+    assert "rescore it again once it ends" in done.output
+    after = rescore(Store(store))  # killed: no longer running, so no note
+    assert not after.still_running

@@ -20,6 +20,7 @@ from agenteval_exporters import spans_to_table
 
 from ..analysis import _experiments as ex
 from ..analysis._saved_report import save_report
+from ..analysis._statuses import RUNNING
 from ..dataset._cases import Case, case_from_snapshot
 from ..errors import ExperimentNotFound, UsageError
 from ..run._collect import TrialCollector, collector_for
@@ -58,6 +59,9 @@ class RescoreResult:
     """Case id -> trials not re-run because the case is not in the store's ``cases`` table (a damaged snapshot
     set aside by ``agenteval doctor``, a store restored in part): every scorer reads the case, so their earlier
     scores stand."""
+    still_running: bool = False
+    """The experiment's run was still going when the pass began: the pass scored the trials finished by then, and the
+    run scores the rest with its own scorers (rescore again once it ends for a pass over them all)."""
 
 
 def stored_cases(store: Store, experiment_id: str) -> dict[str, Case]:
@@ -180,6 +184,7 @@ def rescore(
         time.perf_counter() - started - seconds,
         sent,
         dict(sorted(without_case.items())),
+        experiment.status == RUNNING,
     )
 
 
