@@ -115,3 +115,13 @@ def test_bench_audit_times_the_search_and_its_baseline_and_checks_they_agree(tmp
         assert any(re.match(rf" *{name} now +wall +[\d.]+ s", line) for line in lines), (name, lines)
         assert any(re.match(rf" *{name} baseline wall .* \(the same pairs, total, groups\)", line) for line in lines)
         assert any(re.match(rf" *{name} baseline / now: wall [\d.]+x, cpu [\d.]+x", line) for line in lines), lines
+
+
+def test_the_continuous_interval_simulation_runs_and_names_each_interval(tmp_path):
+    """benchmarks/sim_continuous_interval.py at 20 runs a setting: its table has the interval before and agenteval's
+    (the script checks that its logit interval is agenteval's own, run by run)."""
+    lines = run_benchmark(tmp_path, "sim_continuous_interval.py", "--runs", "20")
+    assert lines[0].startswith("1260 settings, 20 runs each"), lines
+    assert any(line.startswith("t (before) ") for line in lines) and any(
+        line.startswith("logit t + floor ") for line in lines
+    ), lines

@@ -1,7 +1,8 @@
-"""A continuous scorer's mean and its 95% interval: the mean ± t·SE of the scores' observed spread, SE clustered by
-case, where it was a pass rate's Wilson interval at up to the number of scores, as wide as if every score were 0 or
-1. Each over a real run of an agent that answers, attempt by attempt, the value its case's input lists, scored by a
-custom continuous scorer that reads it back; every expected figure is worked out here from the values."""
+"""A continuous scorer's mean and its 95% interval: the t interval of the scores' observed spread on the logit scale,
+SE clustered by case, where it was a pass rate's Wilson interval at up to the number of scores, as wide as if every
+score were 0 or 1, and then the mean ± t·SE, which held the true mean of scores skewed near 1 too rarely. Each over
+a real run of an agent that answers, attempt by attempt, the value its case's input lists, scored by a custom
+continuous scorer that reads it back; every expected figure is worked out here from the values."""
 
 from __future__ import annotations
 
@@ -76,17 +77,25 @@ def unclustered(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
+def logit_t(mean: float, se: float, t: float) -> tuple[float, float]:
+    """The t interval on the logit scale read back: log(m / (1 − m)) ± t·SE / (m(1 − m)), the delta method's."""
+    centre, half = math.log(mean / (1 - mean)), t * se / (mean * (1 - mean))
+    return 1 / (1 + math.exp(half - centre)), 1 / (1 + math.exp(-half - centre))
+
+
 def wilson(p: float, n: float) -> tuple[float, float]:
     centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
     half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def test_a_continuous_mean_has_the_t_interval_of_its_case_clustered_spread(tmp_path):
+def test_a_continuous_mean_has_the_logit_t_interval_of_its_case_clustered_spread(tmp_path):
     """5 cases of 3 attempts whose attempts agree closely within a case: the case is the unit, so the standard error
     is the clustered one, 1.9 times the one that treats 15 scores as independent. The report said 22.2% to 80.4%,
-    Wilson's at the number of scores as if each were a pass or a fail; their spread gives 32.4% to 71.6%. The
-    JSON, the table and the dashboard's experiment page show the same interval."""
+    Wilson's at the number of scores as if each were a pass or a fail; then 32.4% to 71.6%, the mean ± t·SE; on the
+    logit scale 33.0% to 70.4%, a little narrower at 52% and leaning towards 50%. Wilson's for 5 cases all at 1
+    (56.6% up) and all at 0 (up to 43.4%) reach no further. The JSON, the table and the dashboard's experiment page
+    show the same interval."""
     values = [[0.3, 0.32, 0.34], [0.4, 0.42, 0.44], [0.5, 0.52, 0.54], [0.6, 0.62, 0.64], [0.7, 0.72, 0.74]]
     store, experiment = run(tmp_path, [[str(v) for v in case] for case in values])
     mean, se = clustered(values)
@@ -95,10 +104,11 @@ def test_a_continuous_mean_has_the_t_interval_of_its_case_clustered_spread(tmp_p
     assert se / unclustered(flat) > 1.8  # the clustered error is the wider: scores of one case move together
     figures = reported(store, experiment)
     assert figures["scored"] == 15 and figures["mean"] == pytest.approx(mean)
-    half = T975[4] * se
-    assert figures["ci95"] == [pytest.approx(mean - half, rel=1e-9), pytest.approx(mean + half, rel=1e-9)]
-    shown = f"{mean - half:.1%} to {mean + half:.1%}"
-    assert shown == "32.4% to 71.6%"
+    low, high = logit_t(mean, se, T975[4])
+    assert low < wilson(1.0, 5)[0] and high > wilson(0.0, 5)[1]  # the floors for all at 1 (at 0) reach no further
+    assert figures["ci95"] == [pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9)]
+    shown = f"{low:.1%} to {high:.1%}"
+    assert shown == "33.0% to 70.4%"
     table = CliRunner().invoke(main, ["report", experiment, "--store", store, "--format", "markdown"]).output
     assert f"| said | continuous (mean) | 52.0% | {shown} |" in table, table
     with dashboard(store) as site:
@@ -109,9 +119,9 @@ def test_a_continuous_mean_has_the_t_interval_of_its_case_clustered_spread(tmp_p
 
 def test_unequal_attempts_weigh_each_score_and_cluster_by_case(tmp_path):
     """4 cases of 3 attempts, two of whose attempts fail and are never scored: 10 scores in clusters of 3, 2, 2 and
-    3. The mean is over the scores (not an average of case means) and the spread Σ_c (s_c − n_c·x̄)². Here the
-    interval is wider than the old one (14.0% to 85.0%): Wilson's at an effective 3.8 scores is narrower than
-    t·SE, since Wilson's shrinks towards 50% a spread it takes to be a pass rate's."""
+    3. The mean is over the scores (not an average of case means) and the spread Σ_c (s_c − n_c·x̄)². It reads 15.0%
+    to 84.0% on the logit scale; the mean ± t·SE read 6.6% to 91.4%, and Wilson's at an effective 3.8 scores 14.0%
+    to 85.0%."""
     schedules = [["0.1", "0.2", "0.3"], ["0.5", "x", "0.7"], ["x", "0.9", "0.8"], ["0.4", "0.4", "0.6"]]
     store, experiment = run(tmp_path, schedules)
     values = [[0.1, 0.2, 0.3], [0.5, 0.7], [0.9, 0.8], [0.4, 0.4, 0.6]]
@@ -121,18 +131,22 @@ def test_unequal_attempts_weigh_each_score_and_cluster_by_case(tmp_path):
     assert se == pytest.approx(math.sqrt(4 / 3 * (0.87**2 + 0.22**2 + 0.72**2 + 0.07**2) / 100))
     figures = reported(store, experiment)
     assert figures["scored"] == 10 and figures["mean"] == pytest.approx(mean)
-    half = T975[3] * se
-    assert figures["ci95"] == [pytest.approx(max(0.0, mean - half), rel=1e-9), pytest.approx(mean + half, rel=1e-9)]
+    low, high = logit_t(mean, se, T975[3])
+    assert figures["ci95"] == [pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9)]
+    assert f"{low:.1%} to {high:.1%}" == "15.0% to 84.0%"
 
 
-def test_the_interval_is_clipped_to_the_scores_range(tmp_path):
-    """A low mean with a wide spread: mean − t·SE falls below 0 and is read as 0, a score's least."""
+def test_the_interval_stays_within_the_scores_range(tmp_path):
+    """A low mean with a wide spread: mean − t·SE fell below 0 and was read as 0, a score's least; on the logit scale
+    the interval ends above 0 and below 1 of itself, 0.8% to 93.1%."""
     values = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.1, 0.1, 0.1], [0.9, 0.9, 0.9]]
     store, experiment = run(tmp_path, [[str(v) for v in case] for case in values])
     mean, se = clustered(values)
     assert mean == pytest.approx(0.25) and se == pytest.approx(math.sqrt(4 / 3 * 5.13 / 144))
     assert mean - T975[3] * se < 0 < mean + T975[3] * se < 1
-    assert reported(store, experiment)["ci95"] == [0.0, pytest.approx(mean + T975[3] * se, rel=1e-9)]
+    low, high = logit_t(mean, se, T975[3])
+    assert reported(store, experiment)["ci95"] == [pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9)]
+    assert f"{low:.1%} to {high:.1%}" == "0.8% to 93.1%"
 
 
 def test_no_spread_between_cases_or_one_case_reads_as_a_pass_rate_does(tmp_path):
@@ -151,3 +165,15 @@ def test_no_spread_between_cases_or_one_case_reads_as_a_pass_rate_does(tmp_path)
     (tmp_path / "one").mkdir()
     one_store, one = run(tmp_path / "one", [["0.2", "0.4", "0.6"]])
     assert reported(one_store, one)["ci95"] == pytest.approx(list(wilson(0.4, 1)))
+
+
+def test_a_score_a_hair_under_1_reads_no_narrower_than_every_score_at_1(tmp_path):
+    """5 cases of 2 attempts all at 1 read Wilson's at 5 cases, 56.6% to 100%; with one score at 0.999999 the report
+    read 99.99996% to 100%, the narrow t interval of a spread of a millionth, as if one score a hair under 1 made the
+    mean far more certain. Both now read 56.6% from below, C / (C + z²)."""
+    all_at_1 = reported(*run(tmp_path, [["1", "1"]] * 5))["ci95"]
+    assert all_at_1 == [pytest.approx(5 / (5 + Z * Z)), 1.0]
+    (tmp_path / "under").mkdir()
+    under = reported(*run(tmp_path / "under", [["0.999999", "1"]] + [["1", "1"]] * 4))
+    assert under["mean"] < 1 and under["ci95"][0] == pytest.approx(5 / (5 + Z * Z)) and under["ci95"][1] < 1
+    assert f"{under['ci95'][0]:.1%}" == "56.6%"

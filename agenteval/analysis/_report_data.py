@@ -79,8 +79,8 @@ class ScorerFigures:
     ci95: tuple[float, float] | None = None
     """Of the pass rate, or of the mean for a continuous scorer, clustered by case (by trace for production
     traces): a pass rate's is Wilson's at the effective number of scores its cases' agreement implies
-    (:func:`._stats.rate_interval95`), a mean's the t interval of its observed spread, or Wilson's at the cases
-    where they show none (:func:`._stats.mean_interval95`). None without scores."""
+    (:func:`._stats.rate_interval95`), a mean's the t interval of its observed spread on the logit scale, or
+    Wilson's at the cases where they show none (:func:`._stats.mean_interval95`). None without scores."""
     versions: list[ScorerVersion] = dataclasses.field(default_factory=list)
     """The versions that gave the current scores, most scores first: more than one and the figure mixes scorers
     (some trials judged by one judge, some by another), which :func:`mixed_versions` warns of."""

@@ -39,7 +39,7 @@ logger = masked_logger(__name__)
 REPORTS = "reports"
 """The folder of saved reports, in the store's snapshots folder."""
 
-REPORT_VERSION = 12
+REPORT_VERSION = 13
 """Part of every fingerprint, with agenteval's version: bump it when what a report holds changes (2: pass-rate
 intervals are Wilson's at the effective number of trials; 3: an answer a scorer could not judge is a
 ``scorer_error`` failure, infrastructure, not a wrong answer; 4: a pass rate over one case has an interval, Wilson's
@@ -50,7 +50,8 @@ degrees of freedom; 9: the outcomes count the trials no pass/fail scorer judged,
 some; 10: a continuous scorer's mean has the t interval of its observed spread, not a pass rate's Wilson; 11: a
 pass rate's effective number of trials comes from its cases' agreement, and each end is the furthest any result
 with more passes, or more failures, gives; 12: pass@1 over cases of equal attempts has the pass rate's interval,
-and pass@k and pass^k the lowest (highest) any result with values raised (lowered) gives)."""
+and pass@k and pass^k the lowest (highest) any result with values raised (lowered) gives; 13: a continuous scorer's
+mean has the t interval of its spread on the logit scale, never above Wilson's for every case at 1)."""
 
 NEWEST = "newest.json"
 """Names the experiment whose saved report ``agenteval report`` without an id shows."""

@@ -194,26 +194,41 @@ def values_interval95(mean: float, standard_error: float, cases: int) -> tuple[f
 
 def mean_interval95(mean: float, standard_error: float, values: int, cases: int) -> tuple[float, float]:
     """The 95% interval of a mean of ``values`` scores in [0, 1] (a continuous scorer's) clustered in ``cases``:
-    the mean ± t·SE, SE clustered by case (:func:`clustered_standard_error`) and t Student's with ``cases`` - 1
-    degrees of freedom, as a paired difference's, clipped to [0, 1].
+    the t interval on the logit scale, log(m / (1 − m)) ± t·SE / (m(1 − m)) (the delta method's standard error, SE
+    clustered by case, :func:`clustered_standard_error`, t Student's with ``cases`` - 1 degrees of freedom) read
+    back through the logistic, reaching at least as far as Wilson's for every case at 1 (at 0): the lower end is
+    never above C / (C + z²), the upper never below z² / (C + z²).
 
     Not a pass rate's Wilson: its width comes from p(1 - p), the most a mean p of values in [0, 1] can vary, which
-    only the all-or-nothing values of a pass/fail scorer reach. Read that way, a continuous scorer's interval was
-    Wilson's at up to the number of scores whatever they showed: a mean of 0.286 with a standard deviation of 0.033
-    over 54 cases (a custom scorer on the mock agent's hard run) read 22.1% to 36.2%, its spread 27.7% to 29.5%.
-    Where the cases show no spread (each case's mean the same) or there is one case, the spread says nothing and the
-    interval is Wilson's at the cases (:func:`unmeasured_interval95`). NaN where there is no mean.
+    only the all-or-nothing values of a pass/fail scorer reach. Read that way, a mean of 0.286 with a standard
+    deviation of 0.033 over 54 cases (a custom scorer on the mock agent's hard run) read 22.1% to 36.2%; its spread
+    gives 27.7% to 29.5%, as the plain t interval of it did. That one, the mean ± t·SE clipped to [0, 1], held the
+    true mean of scores skewed near 1 too rarely (their low cases are seldom drawn, so the spread looks small) and
+    read one score a hair under 1 far narrower than all at 1 (10 cases: 100.0% to 100.0% against 72.2% to 100%).
+    On the logit scale an interval near 1 reaches further down than up, and the floor makes every case at 1, or a
+    hair under, read Wilson's at the cases (benchmarks/sim_continuous_interval.py: 2,000 runs in each of 1,260
+    settings, 5 to 50 cases of 1 to 5 scores, true means 0.3 to 0.999, case means and scores beta, half exact 0s
+    and 1s, or recall-like exact 1s): it held the true mean 96.8% of the time on average (the t interval 87.5%),
+    in 6 settings under 93% (586), at worst 92.2% (38.2%), at the t interval's median width for true means 0.3 to
+    0.7 and wider above (0.230 against 0.160 at 0.9, 0.218 against 0.022 at 0.99).
 
-    Known to fall short: it is not monotone at that boundary (every case at 1 reads Wilson's at the cases, one a hair
-    under 1 the narrow interval of its spread), and over skewed scores near 1 it holds the true mean less often than
-    95% (in a seeded simulation of 5 to 50 cases of 3 scores, 90.3% on average, at worst 59.6%). The bounded interval
-    of :func:`bounded_interval95` fixes both but read 4 cases all at 0.5 as 0% to 100%, too wide to ship as it is."""
+    Where the cases show no spread (each case's mean the same), the mean is 0 or 1, or there is one case, the spread
+    says nothing and the interval is Wilson's at the cases (:func:`unmeasured_interval95`). NaN where there is no
+    mean."""
     if math.isnan(mean) or values <= 0:
         return math.nan, math.nan
-    if math.isnan(standard_error) or standard_error <= 0 or cases < 2:
+    if math.isnan(standard_error) or standard_error <= 0 or cases < 2 or not 0 < mean < 1:
         return unmeasured_interval95(mean, cases)
-    half = t_quantile(0.975, cases - 1) * standard_error
-    return max(0.0, mean - half), min(1.0, mean + half)
+    centre = math.log(mean / (1 - mean))
+    half = t_quantile(0.975, cases - 1) * standard_error / (mean * (1 - mean))
+    return min(_logistic(centre - half), _wilson(1.0, cases)[0]), max(_logistic(centre + half), _wilson(0.0, cases)[1])
+
+
+def _logistic(x: float) -> float:
+    """1 / (1 + e^−x), without overflow far out on either side."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    return math.exp(x) / (1.0 + math.exp(x))
 
 
 def bounded_interval95(mean: float, standard_error: float, cases: int) -> tuple[float, float]:
