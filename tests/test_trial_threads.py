@@ -12,7 +12,7 @@ import queue
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from opentelemetry import context, trace
@@ -213,9 +213,20 @@ def every_plain_way(question: str) -> None:
         list(pool.map(lookup, [question] * TOOL_CALLS, range(TOOL_CALLS)))
     for future in [POOL_BEFORE_THE_RUN.submit(lookup, question, i) for i in range(TOOL_CALLS)]:
         future.result()
+    with ThreadPoolExecutor(1) as pool:
+        # Callbacks added before their futures finish: the pool's worker thread runs them, in no trial's context
+        # unless they carry the one they were added in (their spans were lost before).
+        finish = threading.Event()
+        for i, future in enumerate([pool.submit(finish.wait) for _ in range(TOOL_CALLS)]):
+            future.add_done_callback(functools.partial(looked_up_when_done, question, i))
+        finish.set()
 
 
-PLAIN_WAYS = 6
+def looked_up_when_done(question: str, i: int, future: object) -> None:
+    lookup(question, i)
+
+
+PLAIN_WAYS = 7
 
 
 @agent
@@ -237,12 +248,12 @@ async def async_plain_threads(question: str) -> str:
 
 
 def test_spans_of_threads_an_agent_starts_itself_are_its_trials(tmp_path):
-    originals = threading.Thread.start, ThreadPoolExecutor.submit
+    originals = threading.Thread.start, ThreadPoolExecutor.submit, Future.add_done_callback
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no span outside a trial: nothing to say
         store, experiment = run(tmp_path, plain_threads, cases=MANY_CASES, concurrency=32)
     assert_every_tool_span_is_its_trials(store, experiment.id, MANY_CASES, PLAIN_WAYS * TOOL_CALLS)
-    assert (threading.Thread.start, ThreadPoolExecutor.submit) == originals
+    assert (threading.Thread.start, ThreadPoolExecutor.submit, Future.add_done_callback) == originals
 
 
 def test_spans_of_threads_an_async_agent_starts_itself_are_its_trials(tmp_path):

@@ -11,6 +11,9 @@ belong to no trial and be lost. As ``opentelemetry-instrumentation-threading`` d
 - a task submitted inside a trial runs in a copy of the submitter's context, taken at each submit: a pool's worker
   threads are shared by whoever submits, so its own worker threads are started in an empty context, and a task
   submitted later from outside any trial runs in none.
+- a callback given to a ``concurrent.futures.Future``'s ``add_done_callback`` inside a trial runs in a copy of the
+  context it was added in, as an asyncio future's callback does: it runs on whichever thread finishes the future
+  (the pool's worker, in no trial's context), so the spans it made belonged to no trial and were lost.
 
 Work handed over any other way (a queue read by a thread started outside the trials, another process) is not
 carried: nothing in a queue says which trial put the item there.
@@ -38,11 +41,13 @@ _left_under: set[tuple[type, str]] = set()
 def _install_wrappers() -> None:
     _install(threading.Thread, "start", _start)
     _install(ThreadPoolExecutor, "submit", _submit)
+    _install(Future, "add_done_callback", _add_done_callback)
 
 
 def _remove_wrappers() -> None:
     _remove(threading.Thread, "start", _start)
     _remove(ThreadPoolExecutor, "submit", _submit)
+    _remove(Future, "add_done_callback", _add_done_callback)
 
 
 carried_into_threads = WhileAnyRun(_install_wrappers, _remove_wrappers)
@@ -149,6 +154,18 @@ def _submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **k
     task = carried_context()
     # Submitted in an empty context: a worker thread this submit starts is the pool's, no trial's (see above).
     return contextvars.Context().run(original, self, task.run, fn, *args, **kwargs)
+
+
+def _add_done_callback(self: Future[Any], fn: Callable[[Future[Any]], object]) -> None:
+    original = _originals[Future, "add_done_callback"]
+    if not carried_into_threads.active or current_trial.get() is None:
+        return original(self, fn)
+    context = carried_context()  # a copy for each callback: one Context cannot be entered by two threads at once
+
+    def in_its_context(future: Future[Any]) -> object:
+        return context.run(fn, future)
+
+    return original(self, in_its_context)
 
 
 def _ships_its_tasks(executor: ThreadPoolExecutor) -> bool:
