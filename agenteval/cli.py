@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -1251,8 +1251,14 @@ def _rescore_traces(
         + (f"{failed} by type in agenteval report --traces instead" if failed else "")
     )
     if result.not_scored:
-        skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(result.not_scored.items()))
-        click.echo(f"not scored, for want of message content (captured off): {visible(skipped)}")
+        click.echo(_traces_not_scored_line(result.not_scored))
+
+
+def _traces_not_scored_line(not_scored: Mapping[str, int]) -> str:
+    """The scorers that judged no trace for want of message content, said alike by ``rescore --traces`` and
+    ``collect --score``."""
+    skipped = ", ".join(f"{name} ({count} traces)" for name, count in sorted(not_scored.items()))
+    return f"not scored, for want of message content (captured off): {visible(skipped)}"
 
 
 @main.command(name="judge-check")
@@ -1969,6 +1975,8 @@ def collect(
         + (f"; {stats.spans_repeated:,} spans sent again, stored once" if stats.spans_repeated else "")
         + (f"; {_scored_line(stats)}" if scorer is not None else "")
     )
+    if stats.not_scored:
+        click.echo(_traces_not_scored_line(stats.not_scored))
     if stats.spans_lost:
         raise AgentevalError(
             f"agenteval collect: {stats.spans_lost:,} acknowledged spans could not be written to {collector.store} "

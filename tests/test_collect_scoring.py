@@ -6,6 +6,7 @@ traces sampled that did not end in error."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,10 +23,14 @@ from agenteval.store import Store
 AGENT = str(Path(__file__).parent / "production_agent.py")
 
 
-def send_traces(endpoint: str, count: int, mode: str = "agent") -> None:
+def send_traces(endpoint: str, count: int, mode: str = "agent", env: dict[str, str] | None = None) -> None:
     """``count`` traces of the production agent (its seven scenarios in turn, three of which end in error)."""
     done = subprocess.run(
-        [sys.executable, AGENT, endpoint, "shop", mode, str(count)], capture_output=True, text=True, timeout=120
+        [sys.executable, AGENT, endpoint, "shop", mode, str(count)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
     assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith(f"wrote {count} "), done.stderr
 
@@ -99,6 +104,35 @@ def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_pa
     assert 0 < len(scored) < 24 and set(scored) == expected
     # Said as rescore --traces says it: the traces judged, not the 42 handed to the sample.
     assert f"; {len(scored)} scores for {len(scored)} of 42 finished traces (the others not sampled" in out
+
+
+def collect_command(store: Path, *options: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
+    return subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_command_says_why_traces_sent_without_message_content_got_no_score(tmp_path):
+    """Found by a hostile check: an agent whose content capture is off sent 900 traces, and the stop line read
+    '0 scores for 900 of 900 finished traces' with no reason, where rescore --traces over the same store says the
+    scorer had no message content to judge."""
+    store = tmp_path / "no-content"
+    process = collect_command(store, "--score", "tool_errors", "--score-delay", "0")
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
+        endpoint = line.split(" on ")[1].split(";")[0].strip()
+        send_traces(endpoint, 7, env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"})
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert trace_scores(store) == {}
+    # The 4 traces that did not end in error, as rescore --traces counts and words them.
+    assert "; 0 scores for 4 of 7 finished traces" in out
+    assert "not scored, for want of message content (captured off): tool_errors (4 traces)" in out
+    assert score_traces(Store(store), scorers=["tool_errors"]).not_scored == {"tool_errors": 4}
 
 
 def test_scoring_options_without_score_are_refused(tmp_path):

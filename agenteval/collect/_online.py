@@ -57,6 +57,8 @@ class OnlineScoring:
         self.traces_scored = 0
         """Of which the scorer judged: sampled, and not ended in error."""
         self.scores_written = 0
+        self.not_scored: dict[str, int] = {}
+        """Scorer -> traces it could not judge for want of message content (captured off), as rescore --traces says."""
         self._thread = threading.Thread(target=self._run, name="agenteval-collect-scoring", daemon=True)
         self._thread.start()
 
@@ -110,3 +112,5 @@ class OnlineScoring:
         self.traces_finished += len(ids)
         self.traces_scored += result.sampled - result.failed
         self.scores_written += result.scores
+        for name, count in result.not_scored.items():
+            self.not_scored[name] = self.not_scored.get(name, 0) + count

@@ -260,6 +260,7 @@ class Collector:
             traces_scored=self._online.traces_scored,
             scores_written=self._online.scores_written,
             traces_finished=self._online.traces_finished,
+            not_scored=dict(self._online.not_scored),
         )
 
     def worker_pids(self) -> list[int]:
