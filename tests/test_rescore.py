@@ -18,8 +18,9 @@ from agenteval.analysis._experiments import summarize
 from agenteval.cli import main
 from agenteval.dataset import Case, Dataset
 from agenteval.dataset._cases import case_from_snapshot
+from agenteval.errors import UsageError
 from agenteval.run import evaluate
-from agenteval.scorers import batch_scorer, rescore, scorer
+from agenteval.scorers import batch_scorer, load_scorers, rescore, scorer
 from agenteval.store import Store
 from agenteval.tools import country_facts, fetch_review, get_stock_price, search_documents
 
@@ -348,3 +349,41 @@ def test_a_rescore_of_a_run_still_going_says_it_scored_only_what_had_finished(tm
     assert "rescore it again once it ends" in done.output
     after = rescore(Store(store))  # killed: no longer running, so no note
     assert not after.still_running
+
+
+@scorer(name="dup")
+def dup_lenient(case, trial):
+    return True
+
+
+@scorer(name="dup")
+def dup_strict(case, trial):
+    return False
+
+
+@scorer(name="answer_match", version="9")
+def my_answer_match(case, trial):
+    return True
+
+
+def test_two_scorers_of_one_name_are_refused_naming_both(tmp_path):
+    """``rescore(store, scorers=[a, b])`` with both named ``dup`` silently ran only ``b``: scorers were kept by name,
+    the second replacing the first (found by a hostile check). Both are named, with where they are; the same scorer
+    given twice is only listed twice, and a scorer of one's own named like a built-in still replaces it."""
+    store = Store(tmp_path / "s")
+    experiment = evaluate(busy_agent, "hard", attempts=1, store=store, progress="none", sample=2)
+    with pytest.raises(UsageError) as refused:
+        rescore(store, experiment.id, scorers=[dup_lenient, dup_strict])
+    message = str(refused.value)
+    assert message.startswith(f"two scorers are named dup: {__name__}:dup_lenient (")
+    assert f"and {__name__}:dup_strict (" in message and "test_rescore.py, line " in message
+    cli = CliRunner().invoke(
+        main,
+        ["rescore", experiment.id, "--store", str(store.root)]
+        + ["--scorer", f"{__name__}:dup_lenient", "--scorer", f"{__name__}:dup_strict"],
+    )
+    assert cli.exit_code == 2 and f"two scorers are named dup: {__name__}:dup_lenient (" in cli.output
+    assert "Traceback" not in cli.output
+    assert rescore(store, experiment.id, scorers=[dup_strict, dup_strict]).scorers == ["dup"]
+    chosen = {s.name: s for s in load_scorers([my_answer_match])}
+    assert chosen["answer_match"] is my_answer_match

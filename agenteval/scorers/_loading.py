@@ -91,14 +91,39 @@ def load_scorers(extra: Sequence[Scorer | ScorerSpec] = (), *, only: bool = Fals
     SQL scorer's definition); an extra Scorer object or ``MODULE:ATTR`` scorer with a built-in's name replaces it.
     ``only=True``: just the ones named in ``extra``."""
     chosen: dict[str, Scorer] = {} if only else dict(BUILTIN_BY_NAME)
+    given: dict[str, tuple[Scorer, Scorer | ScorerSpec]] = {}
     for item in extra:
         if isinstance(item, Scorer):
             found = [item]
         else:
             found = [sql_scorer(item)] if isinstance(item, dict) else _resolve(item)
         for loaded in found:
+            _check_unique(given, loaded, item)
             chosen[loaded.name] = loaded
     return list(chosen.values())
+
+
+def _check_unique(
+    given: dict[str, tuple[Scorer, Scorer | ScorerSpec]], loaded: Scorer, item: Scorer | ScorerSpec
+) -> None:
+    """Refuse a second scorer of a name already given (the same one given twice is only listed twice): one would
+    silently replace the other, and scores are stored by name. A built-in's name is not taken this way: a scorer of
+    one's own named like it replaces it."""
+    earlier = given.setdefault(loaded.name, (loaded, item))
+    if earlier[0] != loaded:
+        first, second = (_given_as(scorer, spec) for scorer, spec in (earlier, (loaded, item)))
+        raise UsageError(
+            f"two scorers are named {loaded.name}: {first} and {second}; scores are stored by a scorer's name, so "
+            "give each its own (name= in @scorer or Scorer(...)) or leave one out"
+        )
+
+
+def _given_as(loaded: Scorer, item: Scorer | ScorerSpec) -> str:
+    """How a scorer was given, as a message names it: as given (``MODULE:ATTR``, a plugin's name) or recorded, and
+    where its function is (two lambdas of one script are both ``__main__:<lambda>``)."""
+    label = spec_label(scorer_spec(item))
+    code = getattr(loaded.fn or loaded.arrow or loaded.coroutine, "__code__", None)
+    return label if code is None else f"{label} ({code.co_filename}, line {code.co_firstlineno})"
 
 
 def sql_scorer(spec: dict[str, Any]) -> Scorer:
