@@ -408,6 +408,16 @@ def test_the_scoring_guide_lists_every_built_in_scorer():
     assert documented == {s.name: "continuous" if s.continuous else "pass/fail" for s in BUILTIN_SCORERS}
 
 
+def test_the_scoring_guide_gives_the_limits_reasons_and_errors_are_cut_at():
+    from agenteval_instrumentation.capture import CUT_MARKER, CaptureConfig
+    from agenteval_instrumentation.text import ERROR_CHARS
+
+    text = " ".join((DOCS / "scoring.md").read_text().split())
+    limit = CaptureConfig().max_string
+    assert f"A reason longer than {limit:,} characters" in text and f"`{CUT_MARKER % 0}`".replace("0", "N") in text
+    assert f"an error message is cut at {ERROR_CHARS:,} characters" in text
+
+
 def test_the_docs_name_every_environment_variable_agenteval_reads_and_no_other():
     """A variable renamed in the code (or a documented one never read) would leave a reader setting nothing."""
     pattern = re.compile(r"\bAGENTEVAL_[A-Z_]*[A-Z]\b")

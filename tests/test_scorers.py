@@ -532,3 +532,121 @@ def test_numpy_scalars_are_the_numbers_and_bools_they_stand_for(returned, value,
 def test_numpy_values_outside_0_to_1_are_still_errors(returned):
     judged = score_one(case(), trial(["4"]), [Scorer("numpy_made", fn=lambda c, t: returned)])["numpy_made"]
     assert judged.error is not None and judged.passed is None
+
+
+# --- Batch results checked row by row, as a Python scorer's are -----------------------------------------------------
+
+
+def judge_rows(scorers, count: int = 3) -> dict[tuple[str, str], Score]:
+    """``scorers`` over ``count`` trials of one case, their scores by (trial, scorer)."""
+    rows = [dict(trial(["4"]), trial_id=f"t{i}") for i in range(count)]
+    judged = ScoringEngine(scorers).judge(pa.Table.from_pylist(rows, schema=FEATURES), {"c1": case()})
+    return {(t.trial_id, s.scorer): s for t in judged.trials() for s in t.scores}
+
+
+@pytest.mark.parametrize(
+    ("passed", "shown"), [(["yes", "yes", "no"], "'yes'"), ([2, 2, 0], "2"), ([1, 1, 1], "1"), (["true"] * 3, "'true'")]
+)
+def test_a_batch_scorer_s_passed_that_is_no_bool_is_an_error_score_not_cast(passed, shown):
+    """A batch scorer's ``passed`` column was cast to BOOLEAN: ``'yes'`` and ``2`` were stored as passes with no
+    error, where a Python scorer giving the same gets an error score (found by a hostile check)."""
+
+    @batch_scorer
+    def says_yes(features, cases):
+        return pa.table({"value": [0.0] * features.num_rows, "passed": passed})
+
+    python_made = Scorer("python_made", fn=lambda c, t: {"value": 0.0, "passed": passed[0]})
+    scores = judge_rows([says_yes, python_made])
+    for trial_id in ("t0", "t1", "t2"):
+        judged = scores[trial_id, "says_yes"]
+        assert (judged.value, judged.passed) == (None, None)
+    assert scores["t0", "says_yes"].error == f"returned passed={shown}, not true, false or None"
+    assert scores["t0", "says_yes"].error == scores["t0", "python_made"].error
+
+
+def test_a_batch_scorer_s_passed_column_of_bools_or_nulls_is_read_as_given():
+    @batch_scorer
+    def graded(features, cases):
+        return pa.table({"value": [1.0, 0.0, 1.0], "passed": pa.array([False, None, None], pa.bool_())})
+
+    @batch_scorer
+    def untyped(features, cases):  # a column of None alone is Arrow's null type
+        return pa.table({"value": [1.0, 0.0, 1.0], "passed": [None, None, None]})
+
+    scores = judge_rows([graded, untyped])
+    assert [scores[t, "graded"].passed for t in ("t0", "t1", "t2")] == [False, False, True]
+    assert [scores[t, "untyped"].passed for t in ("t0", "t1", "t2")] == [True, False, True]
+    assert all(s.error is None for s in scores.values())
+
+
+def test_one_value_that_is_no_number_costs_its_own_trial_not_the_batch():
+    """One ``'x'`` in a batch scorer's values made the cast to DOUBLE fail, and every trial of the batch got an error
+    score, against "one bad value costs one trial" (found by a hostile check). A SQL scorer's values go the same way:
+    a value of one trial that is no number is that trial's error."""
+
+    @batch_scorer
+    def one_bad(features, cases):
+        return ["0.5", "x", "1"]
+
+    @batch_scorer
+    def listed(features, cases):
+        return pa.array([[1.0], None, [0.5]])
+
+    one_bad_sql = Scorer(
+        "one_bad_sql",
+        sql="struct_pack(value := CASE WHEN f.trial_id = 't1' THEN 'x' ELSE '1' END, passed := NULL, reason := 'r')",
+    )
+    scores = judge_rows([one_bad, listed, one_bad_sql])
+    assert (scores["t0", "one_bad"].value, scores["t0", "one_bad"].passed) == (0.5, False)
+    assert (scores["t2", "one_bad"].value, scores["t2", "one_bad"].passed) == (1.0, True)
+    assert scores["t1", "one_bad"].error == "returned 'x', not a number between 0 and 1"
+    assert scores["t1", "one_bad"].reason == "the scorer raised an error"
+    assert [scores[t, "listed"].error for t in ("t0", "t1", "t2")] == [
+        "returned [1.0], not a number between 0 and 1",
+        "returned None, not a number between 0 and 1",
+        "returned [0.5], not a number between 0 and 1",
+    ]
+    assert [scores[t, "one_bad_sql"].value for t in ("t0", "t1", "t2")] == [1.0, None, 1.0]
+    assert scores["t1", "one_bad_sql"].error == "returned 'x', not a number between 0 and 1"
+
+
+def test_a_sql_scorer_s_passed_that_is_no_bool_costs_its_own_trial():
+    """A SQL ``passed := 'maybe'`` failed the cast and errored the whole batch; ``'true'`` was read as a pass."""
+    maybe = Scorer(
+        "maybe",
+        sql="struct_pack(value := 1.0, passed := CASE WHEN f.trial_id = 't1' THEN 'maybe' END, reason := 'r')",
+    )
+    scores = judge_rows([maybe])
+    assert [scores[t, "maybe"].passed for t in ("t0", "t1", "t2")] == [True, None, True]
+    assert scores["t1", "maybe"].error == "returned passed='maybe', not true, false or None"
+
+
+def test_a_long_reason_is_cut_saying_how_much_was_left_out():
+    """A scorer's reason had no size limit: a 10 MB reason was stored whole on every trial (600 MB for 60 trials;
+    found by a hostile check). Every kind of scorer's reason is cut at the capture limit for a string, with the
+    marker a cut argument gets."""
+    from agenteval_instrumentation import capture
+
+    limit = capture.config.max_string
+    huge = "\x1bé" + "x" * (limit + 500)
+    marker = f"…[{len(huge) - limit} more chars]"
+
+    @batch_scorer
+    def wordy_batch(features, cases):
+        return pa.table({"value": [1.0] * features.num_rows, "reason": [huge] * features.num_rows})
+
+    wordy_sql = Scorer(
+        "wordy_sql", sql=f"struct_pack(value := 1.0, passed := NULL, reason := repeat('y', {limit + 7}))"
+    )
+    wordy = Scorer("wordy", fn=lambda c, t: (True, huge))
+    wordy_ascii = Scorer("wordy_ascii", fn=lambda c, t: (0.5, "z" * (limit + 1)))
+    scores = judge_rows([wordy_batch, wordy_sql, wordy, wordy_ascii], count=1)
+    assert scores["t0", "wordy"].reason == huge[:limit] + marker
+    assert scores["t0", "wordy_batch"].reason == huge[:limit] + marker
+    assert scores["t0", "wordy_sql"].reason == "y" * limit + "…[7 more chars]"
+    assert scores["t0", "wordy_ascii"].reason == "z" * limit + "…[1 more chars]"
+    assert all(s.error is None and s.value is not None for s in scores.values())
+    assert (
+        score_one(case(), trial(["4"]), [Scorer("brief", fn=lambda c, t: (True, "x" * limit))])["brief"].reason
+        == "x" * limit
+    )  # at the limit: whole

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenteval_instrumentation import capture
-from agenteval_instrumentation.text import storable_text
+from agenteval_instrumentation.text import ERROR_CHARS, storable_text
 
 from ..dataset._cases import FIELDS, Case, gives
 from ._features import TrialFeatures
@@ -104,13 +104,13 @@ class Scorer:
         return conventions are read (``result`` and the engine's columns both go through it)."""
         if type(returned) is tuple and len(returned) == 2 and type(returned[0]) is bool:  # the common case
             passed, reason = returned
-            # An ASCII str is storable as it is: the common case skips the call (rescoring makes 100,000s).
-            text = reason if type(reason) is str and reason.isascii() else _reason(reason)
+            # A short ASCII str is stored as it is: the common case skips the call (rescoring makes 100,000s).
+            text = reason if _plain_text(reason) else _reason(reason)
             return float(passed), None if self.continuous else passed, text, None
         reason = ""
         if isinstance(returned, Score):
             if returned.error is not None:
-                return None, None, _reason(returned.reason), storable_text(returned.error)
+                return None, None, _reason(returned.reason), storable_text(returned.error[:ERROR_CHARS])
             value, passed, reason = returned.value, returned.passed, returned.reason
         elif isinstance(returned, dict):
             value, passed, reason = returned.get("value"), returned.get("passed"), returned.get("reason") or ""
@@ -127,7 +127,7 @@ class Scorer:
             return self.failure(f"returned passed={passed!r}, not true, false or None")
         if not self.continuous and passed is None:
             passed = value >= 1.0
-        text = reason if type(reason) is str and reason.isascii() else _reason(reason)
+        text = reason if _plain_text(reason) else _reason(reason)
         return float(value), None if self.continuous else passed, text, None
 
     def applicability(self, case: Case) -> bool | str:
@@ -142,7 +142,7 @@ class Scorer:
 
     @staticmethod
     def failure(message: str) -> Outcome:
-        return None, None, FAILED_REASON, storable_text(message[:2000])
+        return None, None, FAILED_REASON, storable_text(message[:ERROR_CHARS])
 
     def _score(self, outcome: Outcome) -> Score:
         value, passed, reason, error = outcome
@@ -163,8 +163,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def reason_chars() -> int:
+    """Longest reason stored, the rest cut with a marker saying how much was left out: the capture limit for a string
+    (``configure_capture(max_string=...)``), as an argument's text is cut. A reason is stored on every trial it
+    judges, so a scorer that returned a whole document each time would make a rescore's scores as large."""
+    return capture.config.max_string
+
+
+def _plain_text(reason: Any) -> bool:
+    """Whether ``reason`` is stored as it is: a str of ASCII (so storable) within :func:`reason_chars`."""
+    return type(reason) is str and reason.isascii() and len(reason) <= reason_chars()
+
+
 def _reason(reason: Any) -> str:
-    """A scorer's reason as storable text (a reason whose ``str`` raises is not the trial's fault)."""
+    """A scorer's reason as storable text, cut at :func:`reason_chars` (a reason whose ``str`` raises is not the
+    trial's fault)."""
     if type(reason) is not str:
         try:
             reason = str(reason)
@@ -172,7 +185,7 @@ def _reason(reason: Any) -> str:
             raise
         except BaseException as exc:
             reason = f"<the reason could not be read: {capture.error_text(exc)}>"
-    return storable_text(reason)
+    return capture.capped(reason)
 
 
 def scorer(

@@ -17,12 +17,13 @@ import duckdb
 import pyarrow as pa
 
 from agenteval_instrumentation import capture
+from agenteval_instrumentation.text import ERROR_CHARS
 
 from ..dataset._cases import SCORED_FIELDS, Case
 from ..store._database import open_database
 from ..store._schemas import SCORES
 from ..store._views import judged_trials
-from ._base import FAILED_REASON, PASSED_ON, Score, Scorer
+from ._base import FAILED_REASON, PASSED_ON, Score, Scorer, reason_chars
 from ._features import FeatureColumns, TrialFeatures, features_sql
 
 
@@ -383,25 +384,48 @@ class ScoringEngine:
 
     def _checked(self, item: Scorer, raw: str, keys: pa.Table) -> pa.Table:
         """``raw`` outcomes (trial_id, case_id, value, passed, reason) under the rules every scorer's
-        results follow, as for Python scorers: no value, or one outside 0..1, is an error score; a
-        pass/fail scorer that gives no ``passed`` passes at 1.0; a continuous one neither passes nor
-        fails. A query that fails makes every trial's score an error."""
+        results follow, as for Python scorers, row by row: no value, one that is not a number (``'x'``, a list) or
+        one outside 0..1 is that trial's error score, as is a ``passed`` that is not a bool (``'yes'``, ``1``); a
+        pass/fail scorer that gives no ``passed`` passes at 1.0; a continuous one neither passes nor fails; a reason
+        is cut at :func:`reason_chars`. A query that fails makes every trial's score an error."""
         passed = "NULL::BOOLEAN" if item.continuous else "coalesce(passed, value >= 1.0)"
+        # TRY_CAST, not a cast: one value that is no number must cost its own trial, not the batch's. A passed
+        # of another type is refused, not cast ('yes' and 2 read as true), as a Python scorer's is.
         query = f"""
             SELECT trial_id, case_id,
-                   CASE WHEN bad THEN NULL ELSE value END AS value,
-                   CASE WHEN bad THEN NULL ELSE {passed} END AS passed,
-                   CASE WHEN bad THEN '{FAILED_REASON}' ELSE coalesce(reason, '') END AS reason,
-                   CASE WHEN bad
-                        THEN 'returned ' || coalesce(value::VARCHAR, 'None') || ', not a number between 0 and 1'
-                   END AS error
-            FROM (SELECT *, value IS NULL OR isnan(value) OR value < 0 OR value > 1 AS bad
-                  FROM (SELECT trial_id, case_id, value::DOUBLE AS value, passed::BOOLEAN AS passed,
-                               reason::VARCHAR AS reason FROM ({raw})))"""
+                   CASE WHEN error IS NULL THEN value END AS value,
+                   CASE WHEN error IS NULL THEN {passed} END AS passed,
+                   CASE WHEN error IS NULL THEN coalesce(reason, '') ELSE '{FAILED_REASON}' END AS reason,
+                   left(error, {ERROR_CHARS}) AS error
+            FROM (SELECT *, CASE
+                        WHEN value IS NULL OR isnan(value) OR value < 0 OR value > 1
+                        THEN 'returned ' || {_shown("raw_value")} || ', not a number between 0 and 1'
+                        WHEN raw_passed IS NOT NULL AND typeof(raw_passed) <> 'BOOLEAN'
+                        THEN 'returned passed=' || {_shown("raw_passed")} || ', not true, false or None'
+                    END AS error
+                  FROM (SELECT trial_id, case_id, raw_value, TRY_CAST(raw_value AS DOUBLE) AS value, raw_passed,
+                               TRY_CAST(raw_passed AS BOOLEAN) AS passed,
+                               {_cut("reason", reason_chars())} AS reason
+                        FROM (SELECT trial_id, case_id, value AS raw_value, passed AS raw_passed,
+                                     reason::VARCHAR AS reason FROM ({raw}))))"""
         try:
             return self.con.sql(query).to_arrow_table()
         except duckdb.Error as exc:
             return _failed(item, keys, capture.error_text(exc))
+
+
+def _cut(column: str, limit: int) -> str:
+    """SQL for text cut at ``limit`` characters as Python cuts it (:func:`agenteval_instrumentation.capture.capped`),
+    with the same marker saying how much was left out."""
+    left_out = f"length({column}) - {limit}"
+    marker = f"printf('{capture.CUT_MARKER}', {left_out})"
+    return f"CASE WHEN {left_out} > 0 THEN left({column}, {limit}) || {marker} ELSE {column} END"
+
+
+def _shown(column: str) -> str:
+    """SQL for a returned value as an error message shows it, as Python's ``repr`` would: text quoted, none as None."""
+    text = f"{column}::VARCHAR"
+    return f"CASE WHEN typeof({column}) = 'VARCHAR' THEN '''' || {text} || '''' ELSE coalesce({text}, 'None') END"
 
 
 async def _judged(item: Scorer, gate: asyncio.Semaphore, plan: _Plan, row: int, cases: dict[str, Case]) -> Any:

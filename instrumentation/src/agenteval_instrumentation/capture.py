@@ -28,7 +28,7 @@ from types import EllipsisType
 from typing import Any
 
 from .masking import MASK, is_secret_key, is_secret_pair, mask_text, might_hold_secret
-from .text import exception_message, storable_text
+from .text import ERROR_CHARS, exception_message, storable_text
 
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -163,15 +163,21 @@ def _shrink(value: Any) -> str:
     return _to_text(_text(repr(value), max(16, config.max_length // 2)))
 
 
+CUT_MARKER = "…[%d more chars]"
+"""What ends a text cut short, with how many characters were left out: a ``printf`` pattern, so that SQL (a batch
+scorer's reasons, cut in DuckDB) writes the same marker."""
+
+
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}…[{len(text) - limit} more chars]"
+    return text[:limit] + CUT_MARKER % (len(text) - limit)
 
 
 def capped(text: str) -> str:
-    """``text`` as an id-like attribute records it (a tool call id, a response id, a model name): storable, cut at
-    ``max_string`` with the marker content gets. Not masked, not redacted: ids are not content."""
+    """``text`` as an id-like attribute records it (a tool call id, a response id, a model name) and a scorer's reason
+    is stored: storable, cut at ``max_string`` with the marker content gets. Not masked, not redacted: ids are not
+    content, and a reason is the scorer's own text."""
     return storable_text(_cut(text, config.max_string))
 
 
@@ -186,7 +192,7 @@ def _text(text: str, limit: int) -> str:
     if len(text) <= limit:
         return mask_text(text)
     kept = mask_text(text[: limit + SECRET_OVERLAP])[:limit]
-    return f"{kept}…[{len(text) - limit} more chars]"
+    return kept + CUT_MARKER % (len(text) - limit)
 
 
 def _jsonable(value: Any, depth: int, max_string: int, max_items: int) -> Any:
@@ -360,7 +366,7 @@ def error_message(exc: BaseException, limit: int) -> str:
     return _recordable(EXCEPTION_MESSAGE, exception_message(exc), limit)
 
 
-def error_text(exc: BaseException, limit: int = 2000) -> str:
+def error_text(exc: BaseException, limit: int = ERROR_CHARS) -> str:
     """``Type: message`` for a record of ``exc``, the message as :func:`error_message` allows."""
     return f"{type(exc).__name__}: {error_message(exc, limit)}"[:limit]
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 REPLACEMENT = "\ufffd"
 
+ERROR_CHARS = 2000
+"""Longest error message recorded (an exception's ``Type: message``, a scorer's error): the rest is left out."""
+
 
 def storable_text(text: str) -> str:
     """``text`` with each lone surrogate replaced by U+FFFD (a well-formed pair is joined)."""
@@ -35,7 +38,7 @@ def exception_message(exc: BaseException) -> str:
         return "<the exception's message could not be read>"
 
 
-def exception_text(exc: BaseException, limit: int = 2000) -> str:
+def exception_text(exc: BaseException, limit: int = ERROR_CHARS) -> str:
     """``Type: message`` for a record of ``exc``: storable, cut at ``limit``, as raised (no masking:
     use ``capture.error_text`` for text that may hold the agent's content)."""
     return storable_text(f"{type(exc).__name__}: {exception_message(exc)}"[:limit])
