@@ -1761,16 +1761,15 @@ def cases_from_traces_command(where: str, output: str, force: bool, store: str |
     """Turn the conversations of production traces matching --where into dataset cases: input or turns from the
     trace, expected_output left empty for a person to fill, the trace id in metadata."""
     from .dataset._from_traces import cases_from_traces
+    from .render._counted import counted
 
     result = cases_from_traces(existing_store(store), where, output, force=force)
     click.echo(
-        f"wrote {result.cases} cases from {result.matched} matching traces to {visible(result.path)}; fill in each "
-        "expected_output, then check the file with agenteval validate"
+        f"wrote {counted(result.cases, 'case')} from {counted(result.matched, 'matching trace')} to "
+        f"{visible(result.path)}; fill in each expected_output, then check the file with agenteval validate"
     )
-    if result.without_input:
-        click.echo(
-            f"left out {len(result.without_input)} traces that recorded no input (content capture off)", err=True
-        )
+    for reason in result.left_out():
+        click.echo(f"left out {reason}", err=True)
 
 
 @main.command()

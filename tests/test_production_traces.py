@@ -597,6 +597,44 @@ def test_a_conversation_becomes_a_case_with_turns(tmp_path, spans):
     assert case.metadata["observed_output"] == "Your order ships on Monday."
 
 
+def test_cases_from_traces_tells_a_blank_input_from_capture_off_in_words_that_fit_the_count(tmp_path, spans):
+    """A trace whose user sent only whitespace was "left out 1 traces that recorded no input (content capture off)"
+    (found by a hostile check): capture was on, and turning it on is no fix for a blank message."""
+    from agenteval_exporters import ParquetSpanExporter
+    from agenteval_instrumentation import agent
+
+    @agent
+    def support(question: str) -> str:
+        return "Your order ships on Monday."
+
+    @agent(name="support", capture=False)
+    def private(question: str) -> str:
+        return "Your order ships on Monday."
+
+    support("Where is my order?")
+    support(" ")
+    private("Where is my order?")
+    private("And the other one?")
+    store = tmp_path / "store"
+    exporter = ParquetSpanExporter(store)
+    exporter.export(spans.get_finished_spans())
+    exporter.shutdown()
+    out = tmp_path / "cases.jsonl"
+    code, text = cli(store, "cases-from-traces", "--where", "true", "-o", str(out))
+    assert code == 0 and text.splitlines() == [
+        f"wrote 1 case from 4 matching traces to {out}; fill in each expected_output, then check the file with "
+        "agenteval validate",
+        "left out 2 traces that recorded no input (content capture off)",
+        "left out 1 trace whose input was blank (only whitespace)",
+    ], text
+    code, text = cli(store, "cases-from-traces", "--where", "input = ' '", "-o", str(out), "--force")
+    assert code == 1 and text.strip().splitlines() == [
+        f"Error: --where \"input = ' '\": 1 trace matched, all left out: 1 trace whose input was blank (only "
+        f"whitespace), so nothing was written to -o {out}; widen the condition "
+        '(agenteval sql "SELECT * FROM traces" shows what there is)'
+    ], text
+
+
 def test_untrusted_names_are_shown_safely_in_every_format(tmp_path):
     store = tmp_path / "store"
     produce(store, "<img src=x onerror=alert(1)>\x1b[31mred", "agent", 7)

@@ -13,6 +13,7 @@ import duckdb
 
 from .._output_files import refuse_existing, write_jsonl
 from ..errors import AgentevalError, UsageError
+from ..render._counted import counted
 from ..store import Store
 from ..store._store import NotReadOnly
 from ._cases import parse_case
@@ -34,6 +35,28 @@ class CasesFromTraces:
     matched: int
     without_input: list[str] = dataclasses.field(default_factory=list)
     """Trace ids of matching traces that recorded no user message or input (content capture off)."""
+    blank_input: list[str] = dataclasses.field(default_factory=list)
+    """Trace ids of matching traces whose recorded input was blank (only whitespace): capture was on."""
+
+    def left_out(self) -> list[str]:
+        """Why matching traces became no case, one phrase per reason with its count, e.g. "1 trace whose input was
+        blank (only whitespace)"."""
+        return left_out(self.without_input, self.blank_input)
+
+
+def left_out(without_input: list[str], blank_input: list[str]) -> list[str]:
+    """The phrases of :meth:`CasesFromTraces.left_out`: a trace with capture off and one whose user sent only
+    whitespace are told apart, as the one wants capture turned on and the other nothing."""
+    reasons = [
+        (without_input, "that recorded no input (content capture off)"),
+        (blank_input, "whose input was blank (only whitespace)"),
+    ]
+    return [f"{counted(len(ids), 'trace')} {why}" for ids, why in reasons if ids]
+
+
+def _recorded_any_input(row: dict[str, Any]) -> bool:
+    """Whether the trace recorded a user message or an input at all, blank or not (NULL with capture off)."""
+    return any(u is not None for u in row.get("user_messages") or []) or row.get("input") is not None
 
 
 def trace_record(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -77,9 +100,9 @@ class NoCases(AgentevalError):
     (and over a file with ``--force``, would replace filled-in cases with nothing)."""
 
 
-def _nothing_to_write(where: str, target: Path, matched: int) -> NoCases:
+def _nothing_to_write(where: str, target: Path, matched: int, reasons: list[str]) -> NoCases:
     found = (
-        f"the {matched} matching traces recorded no user message or input (content capture off)"
+        f"{counted(matched, 'trace')} matched, all left out: {' and '.join(reasons)}"
         if matched
         else "no trace matches it"
     )
@@ -112,14 +135,15 @@ def cases_from_traces(
     rows = _each_trace_once(matching_traces(store, where))
     records: list[dict[str, Any]] = []
     without: list[str] = []
+    blank: list[str] = []
     for row in rows:
         record = trace_record(row)
         if record is None:
-            without.append(row["trace_id"])
+            (blank if _recorded_any_input(row) else without).append(row["trace_id"])
             continue
         parse_case(record, len(records) + 1)  # a case this writes is one the dataset format accepts
         records.append(record)
     if not records:
-        raise _nothing_to_write(where, target, len(rows))
+        raise _nothing_to_write(where, target, len(rows), left_out(without, blank))
     write_jsonl("-o", target, records, force=force)
-    return CasesFromTraces(str(target), len(records), len(rows), without)
+    return CasesFromTraces(str(target), len(records), len(rows), without, blank)
