@@ -149,9 +149,27 @@ def test_a_curators_own_field_is_refused_saying_it_belongs_in_metadata(tmp_path,
             '{"id": "x", "input": "q", "expected_output": "a"}\n\n{"id": "x", "input": "r", "expected_output": "b"}\n',
             ["3: id: duplicate id 'x', first used on line 1"],
         ),
-        (
+        (  # "first used on line 1" named a line with no id written: its id is its line number, and now says so
             '{"input": "q", "expected_output": "a"}\n{"id": 1, "input": "r", "expected_output": "b"}\n',
-            ["2: id: duplicate id '1', first used on line 1"],
+            [
+                "2: id: duplicate id '1', first used on line 1 (line 1 has no id, so its line number is its id); "
+                "give one of them an id of its own"
+            ],
+        ),
+        (
+            '{"id": "2", "input": "q", "expected_output": "a"}\n{"input": "r", "expected_output": "b"}\n',
+            [
+                "2: id: duplicate id '2', first used on line 1 (this line has no id, so its line number is its id); "
+                "give one of them an id of its own"
+            ],
+        ),
+        (
+            '{"input": "q", "expected_output": "a"}\n{"id": " 1", "input": "r", "expected_output": "b"}\n',
+            [
+                "2: id: id ' 1' looks the same as '1' on line 1 (line 1 has no id, so its line number is its id): "
+                "they differ only in spaces at their ends, so no report could tell their cases apart; give one a "
+                "distinct id"
+            ],
         ),
         (b'{"input": "caf\xe9", "expected_output": "a"}\n', ["1: not valid UTF-8 at byte 15; save the file as UTF-8"]),
         (  # json said "Invalid control character at", naming neither the character nor the escape

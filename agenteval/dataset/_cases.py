@@ -647,9 +647,27 @@ def id_key(case_id: str) -> str:
     return unicodedata.normalize("NFC", case_id).strip()
 
 
-def _duplicate_id(case_id: str, first_id: str, first_line: int) -> str:
+NUMBERED = "has no id, so its line number is its id"
+"""Why a line's id is a number it never wrote: the id it defaults to."""
+
+
+def _numbered_note(numbered: bool, first_line: int, first_numbered: bool) -> str:
+    """Which of two clashing lines took its line number as its id: without it, '{"id": "1"}' on line 3 clashed
+    with line 1 "first used on line 1", where no id is written."""
+    notes = [f"this line {NUMBERED}"] if numbered else []
+    notes += [f"line {first_line} {NUMBERED}"] if first_numbered else []
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _duplicate_id(
+    case_id: str, first_id: str, first_line: int, *, numbered: bool = False, first_numbered: bool = False
+) -> str:
+    """The problem of a case whose id (``numbered``: its line number, for want of one) clashes with line
+    ``first_line``'s (``first_numbered``: the same there)."""
+    note = _numbered_note(numbered, first_line, first_numbered)
     if case_id == first_id:
-        return f"duplicate id {case_id!r}, first used on line {first_line}"
+        give = "; give one of them an id of its own" if note else ""
+        return f"duplicate id {case_id!r}, first used on line {first_line}{note}{give}"
     ways = []
     if case_id.strip() != first_id.strip():
         ways.append("Unicode normalisation (an accented letter written as one character, or as a letter and a mark)")
@@ -657,7 +675,7 @@ def _duplicate_id(case_id: str, first_id: str, first_line: int) -> str:
         ways.append("spaces at their ends")
     how = " and in ".join(ways)
     return (
-        f"id {case_id!r} looks the same as {first_id!r} on line {first_line}: they differ only in {how}, so no "
+        f"id {case_id!r} looks the same as {first_id!r} on line {first_line}{note}: they differ only in {how}, so no "
         "report could tell their cases apart; give one a distinct id"
     )
 
@@ -693,7 +711,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
     cases: list[Case] = []
     problems: list[Problem] = []
     more = 0
-    first_line_of: dict[str, tuple[int, str]] = {}  # by id_key: the line and the id as written
+    first_line_of: dict[str, tuple[int, str, bool]] = {}  # by id_key: the line, the id, whether it is the line's
 
     def report(line: int, field: str | None, message: str) -> None:
         nonlocal more
@@ -732,11 +750,13 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             report(number, exc.field, exc.message)
             continue
         key = id_key(case.id)
+        numbered = "id" not in record
         if key in first_line_of:
-            first_line, first_id = first_line_of[key]
-            report(number, "id", _duplicate_id(case.id, first_id, first_line))
+            first_line, first_id, first_numbered = first_line_of[key]
+            clash = _duplicate_id(case.id, first_id, first_line, numbered=numbered, first_numbered=first_numbered)
+            report(number, "id", clash)
             continue
-        first_line_of[key] = (number, case.id)
+        first_line_of[key] = (number, case.id, numbered)
         cases.append(case)
     if not cases and not problems:
         # `run` refuses a dataset without cases; `validate` passing it said the file was fine when it was not.
