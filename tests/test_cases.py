@@ -172,6 +172,15 @@ def test_a_curators_own_field_is_refused_saying_it_belongs_in_metadata(tmp_path,
             ],
         ),
         (b'{"input": "caf\xe9", "expected_output": "a"}\n', ["1: not valid UTF-8 at byte 15; save the file as UTF-8"]),
+        (  # json said only "Expecting value" for a character no editor shows
+            '{"input": "q", "expected_output": "a"}\n\x00\n{"input": "q", "expected_output": "a"\x1b}\n',
+            [
+                "2: invalid JSON at column 1: Expecting value; the line holds a NUL byte (U+0000) outside any string, "
+                "which JSON never allows: delete it (tr -d '\\000' < FILE > FIXED.jsonl deletes every one)",
+                "3: invalid JSON at column 38: Expecting ',' delimiter; the line holds the control character U+001B "
+                "outside any string: delete it",
+            ],
+        ),
         (  # json said "Invalid control character at", naming neither the character nor the escape
             '{"input": "What is\t2 + 2?", "expected_output": "4"}\n{"input": "a\x1bb", "expected_output": "4"}\n',
             [

@@ -692,7 +692,22 @@ def _json_error(text: str, error: json.JSONDecodeError) -> str:
         char = text[error.pos]
         escape = _ESCAPES.get(char, f"\\u{ord(char):04x}")
         return f"Invalid control character U+{ord(char):04X} inside a string; write it as {escape}"
-    return error.msg + _cr_line_ends(text, error)
+    return error.msg + _stray_control(text, error) + _cr_line_ends(text, error)
+
+
+def _stray_control(text: str, error: json.JSONDecodeError) -> str:
+    """The hint for a control character where JSON expects a value or punctuation (outside any string): json said
+    only "Expecting value", and the character does not show in an editor. A NUL byte is the usual one (a file a
+    crash left padded with them, or text pasted from a binary)."""
+    char = text[error.pos] if error.pos < len(text) else ""
+    if char == "\x00":
+        return (
+            "; the line holds a NUL byte (U+0000) outside any string, which JSON never allows: delete it "
+            "(tr -d '\\000' < FILE > FIXED.jsonl deletes every one)"
+        )
+    if char and unicodedata.category(char) == "Cc" and char not in " \t\r\n":
+        return f"; the line holds the control character U+{ord(char):04X} outside any string: delete it"
+    return ""
 
 
 NO_CASES = (
