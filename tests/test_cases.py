@@ -267,6 +267,25 @@ def test_a_utf16_file_without_a_byte_order_mark_is_one_problem_saying_to_save_it
     ], done.output
 
 
+@pytest.mark.parametrize(
+    ("encoding", "blank", "line"),
+    [("utf-16-le", "\n", 2), ("utf-16-le", "\n\n", 2), ("utf-16-le", "\r\n", 1), ("utf-32-le", "\n", 2)],
+)
+def test_a_utf16_file_without_a_byte_order_mark_starting_with_a_blank_line_is_one_problem(
+    tmp_path, encoding, blank, line
+):
+    """UTF-16LE's blank first line is "\\n\\x00": the check for NUL bytes looked at line 1 only, where none was,
+    and every line after it was "invalid JSON at column 1" again (found by a hostile check of datasets)."""
+    records = lines(*({"input": f"q{i}", "expected_output": "a"} for i in range(80)))
+    path = write(tmp_path, (blank + records).encode(encoding))
+    done = CliRunner().invoke(main, ["validate", str(path)])
+    assert done.exit_code == 1 and done.output.splitlines() == [
+        f"{path}:{line}: the file is UTF-16 or UTF-32 without a byte order mark (it starts with NUL bytes, which "
+        "UTF-8 text does not); save it as UTF-8",
+        f"{path}: 1 problem",
+    ], done.output
+
+
 def test_a_number_as_expected_output_means_its_text(tmp_path):
     (case,) = load_file(write(tmp_path, lines({"input": "2+2?", "expected_output": 4}))).cases
     assert case.expected_output == "4"

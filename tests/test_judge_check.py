@@ -117,6 +117,19 @@ def test_labels_are_read_as_datasets_are_and_a_line_that_cannot_be_is_one_error_
         assert done.returncode == 1 and done.stderr == f"Error: {labels}:2: {message}\n", done.stderr
 
 
+def test_a_utf16_labels_file_starting_with_a_blank_line_says_it_is_utf16(tmp_path, model_server):
+    """Its NUL bytes begin line 2, past the check of line 1: "not JSON (Expecting value)", saying nothing of why."""
+    item = {"case": {"id": "q1", "input": "Capital of Australia?", "expected_output": "Canberra"}, "reply": "Canberra"}
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes(("\n" + json.dumps({**item, "human": "pass"}) + "\n").encode("utf-16-le"))
+    done = judge_check_on(labels, model_server)
+    assert done.returncode == 1 and done.stderr == (
+        f"Error: {labels}:2: the file is UTF-16 or UTF-32 without a byte order mark (it starts with NUL bytes, "
+        "which UTF-8 text does not); save it as UTF-8\n"
+    ), done.stderr
+    assert model_server.requests == []
+
+
 def test_a_second_verdict_on_the_same_item_is_refused_naming_both_lines(tmp_path, model_server):
     """Two lines labelling one reply (a file concatenated twice, a second rater) were both counted: agreement and
     kappa weighed the item twice, and opposite verdicts made a disagreement no judge could avoid."""

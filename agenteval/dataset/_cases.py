@@ -607,8 +607,8 @@ class NotUtf8(ValueError):
 def utf8_text(data: bytes, *, file_start: bool) -> str:
     """``data`` decoded as UTF-8 (a UTF-8 byte order mark is kept), or :class:`NotUtf8`: a UTF-16 or UTF-32 byte
     order mark, or a NUL byte in the first four (UTF-16 or UTF-32 of ASCII text without the mark), when ``data``
-    starts the file, else the first byte that is not UTF-8, counted from 1 within ``data``. What the dataset loader
-    (``data`` a line) and ``generate`` (a whole document) both say."""
+    starts the file (a line: any up to the first with content), else the first byte that is not UTF-8, counted from
+    1 within ``data``. What the dataset loader (``data`` a line) and ``generate`` (a whole document) both say."""
     if file_start and data.startswith(_UTF16_BOMS):
         # Windows PowerShell's `>` writes UTF-16, and Notepad's "Unicode"; read as UTF-8 it fails at byte 1.
         raise NotUtf8(
@@ -735,10 +735,12 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
         else:
             more += 1
 
+    started = False  # a line with content seen: the lines before it start the file as far as its encoding goes
     for number, text in enumerate(lines, start=1):
         if isinstance(text, bytes):
             try:
-                text = utf8_text(text, file_start=number == 1)
+                # Not just line 1: UTF-16LE's blank first line is "\n\x00", so its NUL bytes begin line 2.
+                text = utf8_text(text, file_start=not started)
             except NotUtf8 as exc:
                 report(number, None, str(exc))
                 if exc.whole_file:
@@ -750,6 +752,7 @@ def read_cases(lines: Iterable[str | bytes], path: str) -> list[Case]:
             text = text.removeprefix("\ufeff")
         if not text.strip():
             continue
+        started = True
         try:
             record = strict_json(text)
         except json.JSONDecodeError as exc:

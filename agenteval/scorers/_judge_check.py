@@ -95,14 +95,16 @@ def _records(path: str | Path) -> Iterator[tuple[int, Any]]:
             raw_lines = handle.read().splitlines()
     except OSError as exc:
         raise LabelsError(f"{path}: {exc.strerror or exc}") from exc
+    started = False  # as the dataset loader: lines up to the first with content start the file (UTF-16 checks)
     for number, raw in enumerate(raw_lines, 1):
         where = f"{path}:{number}"
         try:
-            line = utf8_text(raw, file_start=number == 1).removeprefix("\ufeff")
+            line = utf8_text(raw, file_start=not started).removeprefix("\ufeff")
         except NotUtf8 as exc:
             raise LabelsError(f"{where}: {exc}") from None
         if not line.strip():
             continue
+        started = True
         try:
             yield number, json.loads(line)
         except json.JSONDecodeError as exc:
