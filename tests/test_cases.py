@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from agenteval.cli import main
 from agenteval.dataset import load_dataset
-from agenteval.dataset._cases import MAX_PROBLEMS, DatasetError, load_file
+from agenteval.dataset._cases import MAX_PROBLEMS, DatasetError, case_from_snapshot, load_file
 
 
 def write(tmp_path, text: str | bytes, name: str = "cases.jsonl"):
@@ -145,6 +145,17 @@ def test_a_curators_own_field_is_refused_saying_it_belongs_in_metadata(tmp_path,
             ["1: simulated_user: cannot be combined with turns: choose written turns or a simulated user"],
         ),
         ('["input", "q"]\n', ["1: each line must be a JSON object, not a list"]),
+        (  # reports, samples and audits counted its cases with those that have none
+            '{"input": "q", "expected_output": "a", "category": "uncategorized"}\n'
+            '{"input": "q", "expected_output": "a", "category": " Uncategorized"}\n',
+            [
+                "1: category: 'uncategorized' is reserved: it is the name reports give cases without a category, so "
+                "these would be taken for them; leave category out for that, or choose another name",
+                "2: category: ' Uncategorized' reads as 'uncategorized', which is reserved: it is the name reports "
+                "give cases without a category, so these would be taken for them; leave category out for that, or "
+                "choose another name",
+            ],
+        ),
         (
             '{"id": "x", "input": "q", "expected_output": "a"}\n\n{"id": "x", "input": "r", "expected_output": "b"}\n',
             ["3: id: duplicate id 'x', first used on line 1"],
@@ -480,3 +491,11 @@ def test_ids_that_differ_only_in_unicode_normalisation_or_end_spaces_are_duplica
         "id 'z' looks the same as 'z ' on line 3: they differ only in spaces at their ends, so no report could tell "
         "their cases apart; give one a distinct id"
     )
+
+
+def test_a_case_stored_with_the_reserved_category_before_it_was_reserved_is_still_read_back():
+    """Rescoring reads each experiment's cases back from the store: one run before "uncategorized" was refused in a
+    dataset keeps its category there, as its reports showed it, rather than failing the rescore."""
+    stored = {"id": "a", "input": "q", "expected_output": "x", "category": "uncategorized"}
+    assert case_from_snapshot(stored, 1).category == "uncategorized"
+    assert case_from_snapshot({**stored, "category": "misc"}, 1).category == "misc"

@@ -13,7 +13,7 @@ import threading
 import model_servers as ms
 
 from agenteval import evaluate
-from agenteval.dataset import load_dataset
+from agenteval.dataset import load_dataset, load_file
 from agenteval.dataset._generate import (
     MAX_DOCUMENT_BYTES,
     MAX_TOTAL_MB,
@@ -185,6 +185,19 @@ def test_files_named_alike_in_two_folders_give_distinct_passage_ids_and_a_file_g
     corpus = [json.loads(line) for line in (tmp_path / "corpus.jsonl").read_text().splitlines()]
     assert [d["id"] for d in corpus] == ["handbook-001", "handbook-002", "handbook-003", "handbook-2-001"]
     assert len(model_server.requests) == 4
+
+
+def test_a_document_named_like_the_reserved_category_gives_cases_validate_accepts(model_server, tmp_path):
+    """A case's category is its document's name; "uncategorized" is the name of cases without one, which validate
+    refuses, so Uncategorized.md gave a file of cases its own validate refused."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "Uncategorized.md").write_text(HANDBOOK)
+    model_server.responder = generator
+    done = generate(model_server, tmp_path, "--unanswerable", "0")
+    assert done.returncode == 0, done.stderr
+    cases = load_file(tmp_path / "cases.jsonl")
+    assert len(cases) == 2 and {case.category for case in cases} == {"uncategorized-doc"}
 
 
 def test_generate_keeps_what_is_saved_an_existing_output_the_same_file_twice_or_a_document_before_asking(

@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 
+from ..dataset._cases import UNCATEGORIZED
 from ..errors import AgentevalError, SeveralProblems
 from ..render._text_safety import markdown_cell
 from ..run._failures import SCORER_ERROR
@@ -475,7 +476,7 @@ def category_differences(
     members: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
     for c in shared:
         rates = a[c]
-        base, cand = members.setdefault(rates["category"] or "uncategorized", ({}, {}))
+        base, cand = members.setdefault(rates["category"] or UNCATEGORIZED, ({}, {}))
         base[c], cand[c] = rates["rate"], b[c]["rate"]
     return {category: paired_difference(*members[category]) for category in sorted(members)}
 

@@ -13,6 +13,7 @@ import duckdb
 
 from agenteval_instrumentation import attributes as A
 
+from ..dataset._cases import UNCATEGORIZED
 from ..errors import ExperimentNotFound
 from ..run._prices import cost
 from ..store import Store
@@ -46,8 +47,8 @@ from ._stats import (
     values_interval95,
 )
 
-PER_CASE = """
-SELECT t.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
+PER_CASE = f"""
+SELECT t.case_id, coalesce(any_value(c.category), '{UNCATEGORIZED}') AS category,
        count(*) AS attempts, count(*) FILTER (WHERE t.passed) AS passes,
        count(*) FILTER (WHERE t.outcome = 'failed') AS failed,
        arg_min(t.error_message, t.attempt) FILTER (WHERE t.outcome = 'failed') AS a_failure,

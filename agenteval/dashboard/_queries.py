@@ -20,6 +20,7 @@ from agenteval_instrumentation import attributes as A
 from ..analysis._experiments import fetch, status_now
 from ..analysis._stats import clustered_rate, known_interval
 from ..analysis._statuses import INTERRUPTED, RUNNING
+from ..dataset._cases import UNCATEGORIZED
 from ..store import Store
 from ..store._snapshots import judged_connection
 from ..store._views import current_scores, current_trials, judged_trials, sql_string
@@ -229,16 +230,16 @@ CATEGORIES_SHOWN = 50
 """The categories an experiment's page lists (its plot, report table and category filter) and a comparison's page
 compares, the first by name; ``agenteval report --format json`` and ``agenteval compare --json`` give every one."""
 
-CATEGORY_CHOICES = """
+CATEGORY_CHOICES = f"""
 SELECT category, count(*) OVER () AS categories
-FROM (SELECT DISTINCT coalesce(category, 'uncategorized') AS category FROM cases WHERE experiment_id = ?)
+FROM (SELECT DISTINCT coalesce(category, '{UNCATEGORIZED}') AS category FROM cases WHERE experiment_id = ?)
 ORDER BY 1 LIMIT ?
 """
 
 
 CASE_TABLE = """
 WITH per_case AS (
-    SELECT j.case_id, coalesce(any_value(c.category), 'uncategorized') AS category,
+    SELECT j.case_id, coalesce(any_value(c.category), {uncategorized}) AS category,
            count(*) AS attempts, count(*) FILTER (WHERE j.passed) AS passes,
            count(*) FILTER (WHERE j.outcome = 'failed') AS failed, avg(j.duration_ms) AS mean_ms
     FROM judged j LEFT JOIN (SELECT case_id, category FROM cases WHERE experiment_id = {experiment}) c
@@ -276,7 +277,7 @@ def case_page(
     that scorer did not pass; sorted by a key of :data:`CASE_SORTS`. Filtering, sorting and paging run in SQL."""
     where, having, params = ["true"], ["true"], []
     if category:
-        where.append("coalesce(c.category, 'uncategorized') = ?")
+        where.append(f"coalesce(c.category, {sql_string(UNCATEGORIZED)}) = ?")
         params.append(category)
     if outcome in OUTCOMES:
         having.append("bool_or(j.outcome = ?)")
@@ -309,6 +310,7 @@ def _case_page(
             failing = current_scores(experiment_id, "scorer = " + sql_string(scorer))
             where.insert(0, f"j.trial_id IN (SELECT trial_id FROM ({failing}) WHERE passed IS NOT TRUE)")
         sql = CASE_TABLE.format(
+            uncategorized=sql_string(UNCATEGORIZED),
             experiment=sql_string(experiment_id),
             where=" AND ".join(where),
             having=" AND ".join(having),

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..run._options import MIN_CASES_PER_CATEGORY, NEAR_DUPLICATE_SIMILARITY
 from ._card import ReviewStatus, card_path, keeps_a_card, read_card, review_status
-from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, Case, Dataset, gives
+from ._cases import FIELDS, OPTIONAL_DEFAULTS, SCORED_FIELDS, UNCATEGORIZED, Case, Dataset, gives
 from ._similarity_join import similar_pairs
 
 _TOKEN = re.compile(r"\w+|[-+*/^%=<>×÷]")
@@ -111,7 +111,7 @@ def audit(
     categories = dataset.categories()
     difficulties: dict[str, dict[str, int]] = {}
     for case in cases:
-        row = difficulties.setdefault(case.category or "uncategorized", {})
+        row = difficulties.setdefault(case.category or UNCATEGORIZED, {})
         key = case.difficulty or "unset"
         row[key] = row.get(key, 0) + 1
     used = Counter(

@@ -27,6 +27,15 @@ DEFAULT_MAX_TURNS = 5
 DIFFICULTIES = ("easy", "medium", "hard")
 UNKNOWN_ANSWER = "unknown"
 """``expected_output`` meaning: the agent should say the answer is not known or not available."""
+UNCATEGORIZED = "uncategorized"
+"""The category reports, samples and audits give cases without one; reserved, so no case may name it."""
+
+
+def reserved_category(category: str) -> bool:
+    """Whether ``category`` is :data:`UNCATEGORIZED` as a reader sees it (any case, spaces at its ends): a case
+    of that category was counted with the cases of none, in samples and reports, and apart from them it would
+    show as a second row of the same name."""
+    return category.strip().casefold() == UNCATEGORIZED
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,10 +133,10 @@ class Dataset:
         return len(self.cases)
 
     def categories(self) -> dict[str, int]:
-        """Cases per category (``uncategorized`` for cases without one), largest first."""
+        """Cases per category (:data:`UNCATEGORIZED` for cases without one), largest first."""
         counts: dict[str, int] = {}
         for case in self.cases:
-            key = case.category or "uncategorized"
+            key = case.category or UNCATEGORIZED
             counts[key] = counts.get(key, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -470,6 +479,11 @@ def case_from_snapshot(record: dict[str, Any], line: int) -> Case:
     ``to_dict`` left ``input`` out of a conversation carry both; the input is its last turn, so it goes."""
     if record.get("turns") is not None and "input" in record:
         record = {key: value for key, value in record.items() if key != "input"}
+    category = record.get("category")
+    if isinstance(category, str) and reserved_category(category):
+        # Stored before the name was reserved: its experiment is read back as it ran, not refused.
+        without = {key: value for key, value in record.items() if key != "category"}
+        return dataclasses.replace(parse_case(without, line), category=category)
     return parse_case(record, line)
 
 
@@ -490,7 +504,7 @@ def _lone_surrogate_field(value: Any, field: str = "") -> str | None:
 
 def _optional_fields(record: dict[str, Any], values: dict[str, Any]) -> None:
     if record.get("category") is not None:
-        values["category"] = _string("category", record["category"], allow_empty=False)
+        values["category"] = _category(record["category"])
     for field in ("expected_tools", "relevant_docs"):
         if record.get(field) is not None:
             values[field] = _strings(field, record[field])
@@ -519,6 +533,18 @@ def _optional_fields(record: dict[str, Any], values: dict[str, Any]) -> None:
             raise _Invalid("metadata", f"must be an object, not {_json_type(record['metadata'])}")
         values["metadata"] = record["metadata"]
     _criteria(record, values)
+
+
+def _category(value: Any) -> str:
+    category = _string("category", value, allow_empty=False)
+    if reserved_category(category):
+        reads = "" if category == UNCATEGORIZED else f" reads as {UNCATEGORIZED!r}, which"
+        raise _Invalid(
+            "category",
+            f"{category!r}{reads} is reserved: it is the name reports give cases without a category, so these "
+            "would be taken for them; leave category out for that, or choose another name",
+        )
+    return category
 
 
 def _criteria(record: dict[str, Any], values: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._output_files import refuse_existing
 from ..errors import SeveralProblems, UsageError
 from ..models._types import CONTENT_FILTER, LENGTH
-from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, utf8_text
+from ._cases import UNKNOWN_ANSWER, Case, NotUtf8, reserved_category, utf8_text
 from ._file_kinds import not_regular
 from ._limits import MAX_DOCUMENT_BYTES, MAX_TOTAL_MB
 
@@ -191,6 +191,13 @@ def check_total(files: Sequence[Path], max_total_mb: float) -> None:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "doc"
+
+
+def _category(passage: Passage) -> str:
+    """A generated case's category: its document's name, as a slug; a document named like the reserved category
+    of cases without one is ``uncategorized-doc``, as validate refuses the reserved name."""
+    slug = _slug(Path(passage.source).stem)
+    return f"{slug}-doc" if reserved_category(slug) else slug
 
 
 def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
@@ -392,7 +399,7 @@ def generate(
                 id=f"generated-{len(cases) + 1:04d}",
                 input=question,
                 expected_output=UNKNOWN_ANSWER if unknown else answer,
-                category="unanswerable" if unknown else _slug(Path(passage.source).stem),
+                category="unanswerable" if unknown else _category(passage),
                 expected_tools=("search_documents",),
                 relevant_docs=None if unknown else (passage.id,),
                 tags=("generated",),

@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from ._cases import Case
-
-UNCATEGORIZED = "uncategorized"
+from ._cases import UNCATEGORIZED, Case
 
 
 def _rank(seed: int, case_id: str) -> bytes:
