@@ -241,3 +241,34 @@ def _flush_on_exit(tracing: Tracing) -> None:
         return None
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    _hold_sigterm_while_forking()
+
+
+_forking = threading.local()
+
+
+def _hold_sigterm_while_forking() -> None:
+    """Keep SIGTERM blocked from just before a fork until the child has run every fork hook registered so far.
+
+    A forked child inherits the handler above with the parent's queued and buffered spans, which the exporters'
+    and the SDK's own fork hooks then empty. A SIGTERM that reached the child before they had (a pool's
+    ``terminate()`` sends one to a worker still being forked) flushed the parent's spans from the child, and the
+    parent flushed them too: each stored twice. Blocked, the signal waits in the kernel and is handled once the
+    child is its own. Registered after the processors, so the child's hook runs after theirs (and the parent's
+    before theirs)."""
+    if not hasattr(os, "register_at_fork") or not hasattr(signal, "pthread_sigmask"):
+        return
+    os.register_at_fork(before=_block_sigterm, after_in_parent=_unblock_sigterm, after_in_child=_unblock_sigterm)
+
+
+def _block_sigterm() -> None:
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _forking.depth = getattr(_forking, "depth", 0) + 1
+    if _forking.depth == 1:
+        _forking.was_blocked = signal.SIGTERM in held
+
+
+def _unblock_sigterm() -> None:
+    _forking.depth = getattr(_forking, "depth", 1) - 1
+    if _forking.depth == 0 and not getattr(_forking, "was_blocked", False):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
