@@ -65,3 +65,40 @@ def test_a_sigterm_reaching_a_child_being_forked_stores_none_of_the_parents_span
     # The signal waited until the child was its own: then handled, by setup_tracing's handler and the application's.
     assert done.stdout.splitlines() == ["child's flush: True", "child's exit: 7"]
     assert stored_spans(tmp_path / "store") == (10, 10)
+
+
+MULTIPROCESSING_WORKERS = """
+import multiprocessing, sys
+from agenteval import tool
+from agenteval.tracing import setup_tracing
+
+@tool
+def step(i):
+    return i
+
+def work(n):
+    for i in range(n):
+        step(i)
+
+if __name__ == "__main__":
+    setup_tracing(sys.argv[1], service_name="svc")
+    context = multiprocessing.get_context("fork")
+    children = [context.Process(target=work, args=(25,)) for _ in range(3)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+    with context.Pool(2) as pool:
+        pool.map(work, [5] * 4)
+        pool.close()  # the workers end as they do after their last task, not by terminate()'s SIGTERM
+        pool.join()
+    work(10)
+"""
+
+
+def test_spans_of_multiprocessing_children_forked_after_setup_tracing_are_stored(tmp_path):
+    # A multiprocessing child ends with os._exit, which runs no atexit hook: the 75 spans of the Process children
+    # and the 20 of the pool's workers were never written (found by a hostile check: 10 of 105 stored).
+    done = run(MULTIPROCESSING_WORKERS, tmp_path / "store")
+    assert done.returncode == 0, done.stderr
+    assert stored_spans(tmp_path / "store") == (105, 105)
