@@ -13,14 +13,11 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import signal
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from multiprocessing import util as multiprocessing_util
-from types import FrameType
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -34,6 +31,7 @@ from agenteval_exporters.storefs import RemoteRoot
 from agenteval_instrumentation.masking import masked_logger
 
 from ._otlp_rejections import RejectionCountingExporter, Rejections, grpc_exporter, http_exporter
+from ._sigterm import flush_on_sigterm
 from .run._collect import TrialCollector, collector_for, store_key
 
 logger = masked_logger(__name__)
@@ -225,26 +223,13 @@ FLUSH_ON_SIGNAL_MILLIS = 5_000
 
 
 def _flush_on_exit(tracing: Tracing) -> None:
-    """Flush ``tracing`` at exit and on SIGTERM, chaining to the SIGTERM handler installed before."""
+    """Flush ``tracing`` at exit and on SIGTERM (:mod:`agenteval._sigterm`), chaining to the SIGTERM handler installed
+    before."""
     atexit.register(tracing.flush_quietly)
     _flush_at_process_exit(tracing)
     multiprocessing_util.register_after_fork(tracing, _flush_at_process_exit)
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers belong to the main thread; exit still flushes
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> Any:
-        tracing.flush_quietly()
-        if callable(previous):
-            return previous(signum, frame)
-        if previous == signal.SIG_IGN:
-            return None
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default: end as SIGTERM does, now flushed
-        os.kill(os.getpid(), signal.SIGTERM)
-        return None
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    _hold_sigterm_while_forking()
+    if threading.current_thread() is threading.main_thread():  # signal handlers belong to it; exit still flushes
+        flush_on_sigterm(tracing.flush_quietly)
 
 
 def _flush_at_process_exit(tracing: Tracing) -> None:
@@ -260,32 +245,3 @@ def _flush_at_process_exit(tracing: Tracing) -> None:
 EXIT_FLUSH_PRIORITY = 100
 """Before ``multiprocessing``'s own finalizers of priority 0 and above (a pool's), so a process waiting for its
 children has its spans on disk already."""
-
-_forking = threading.local()
-
-
-def _hold_sigterm_while_forking() -> None:
-    """Keep SIGTERM blocked from just before a fork until the child has run every fork hook registered so far.
-
-    A forked child inherits the handler above with the parent's queued and buffered spans, which the exporters'
-    and the SDK's own fork hooks then empty. A SIGTERM that reached the child before they had (a pool's
-    ``terminate()`` sends one to a worker still being forked) flushed the parent's spans from the child, and the
-    parent flushed them too: each stored twice. Blocked, the signal waits in the kernel and is handled once the
-    child is its own. Registered after the processors, so the child's hook runs after theirs (and the parent's
-    before theirs)."""
-    if not hasattr(os, "register_at_fork") or not hasattr(signal, "pthread_sigmask"):
-        return
-    os.register_at_fork(before=_block_sigterm, after_in_parent=_unblock_sigterm, after_in_child=_unblock_sigterm)
-
-
-def _block_sigterm() -> None:
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    _forking.depth = getattr(_forking, "depth", 0) + 1
-    if _forking.depth == 1:
-        _forking.was_blocked = signal.SIGTERM in held
-
-
-def _unblock_sigterm() -> None:
-    _forking.depth = getattr(_forking, "depth", 1) - 1
-    if _forking.depth == 0 and not getattr(_forking, "was_blocked", False):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})

@@ -102,3 +102,65 @@ def test_spans_of_multiprocessing_children_forked_after_setup_tracing_are_stored
     done = run(MULTIPROCESSING_WORKERS, tmp_path / "store")
     assert done.returncode == 0, done.stderr
     assert stored_spans(tmp_path / "store") == (105, 105)
+
+
+NOTED_WHILE_THE_MAIN_THREAD_WAITS = """
+import multiprocessing, signal, sys, threading
+from agenteval import tool
+from agenteval.tracing import setup_tracing
+
+@tool
+def step(i):
+    return i
+
+def wait_for_ever():
+    for i in range(5):
+        step(i)
+    lock = multiprocessing.Lock()
+    lock.acquire()
+    # SIGTERM taken by another thread: its C handler notes it, and the main thread, waiting in C on a lock no one
+    # releases, is never interrupted to run the Python handler, as when a pool's terminate() catches a worker going
+    # back to wait on its task queue's lock.
+    threading.Timer(0.3, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGTERM)).start()
+    lock.acquire()
+
+if __name__ == "__main__":
+    setup_tracing(sys.argv[1], service_name="svc")
+    if sys.argv[2] == "child":
+        child = multiprocessing.get_context("fork").Process(target=wait_for_ever)
+        child.start()
+        child.join(30)
+        print("child's exit:", child.exitcode, flush=True)
+        if child.exitcode is None:
+            child.kill()
+    else:
+        wait_for_ever()
+"""
+
+
+def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_a_multiprocessing_child(tmp_path):
+    # Found by a hostile check: `with Pool(2)` after setup_tracing hung in about one run of 65, terminate() waiting for
+    # a worker whose SIGTERM had been noted and never handled (without tracing's handler the signal ends it at once).
+    done = subprocess.run(
+        [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), "child"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["child's exit: -15"]  # ended by SIGTERM, as without tracing
+    assert stored_spans(tmp_path / "store") == (5, 5)  # and flushed first
+
+
+def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_the_process(tmp_path):
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), "itself"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError("the process never handled its SIGTERM") from hung
+    assert done.returncode == -15, done.stderr
+    assert stored_spans(tmp_path / "store") == (5, 5)
