@@ -17,6 +17,7 @@ from waiting import wait_until
 from agenteval.cli import main
 from agenteval.errors import AgentevalError
 from agenteval.store import TABLES, TRIALS, MissingRequiredValue, Store, compact
+from agenteval.store._snapshots import snapshot_folders
 from agenteval.store._views import raw_table
 from agenteval_exporters import SPAN_SCHEMA
 from agenteval_exporters.files import publish
@@ -356,3 +357,35 @@ def test_views_read_their_columns_from_the_schema_files_as_the_arrow_schemas_giv
     con = store.connect()
     assert [row[0] for row in con.execute("DESCRIBE trial_history").fetchall()] == TABLES["trials"].names
     assert con.execute("SELECT count(*) FROM trials").fetchone() == (3,)
+
+
+def test_a_store_in_a_folder_named_with_glob_characters_reads_its_own_files_and_only_those(tmp_path):
+    """DuckDB reads every name given to read_parquet as a glob, and the store's folder was part of the pattern: in
+    `runs [2024]` (found by a hostile check) a run failed at its end with a traceback and every read of the store
+    raised "No files found" ([2024] is one character of 2, 0 or 4), and a store in `a?b` read the files of `a*b` as
+    well. Here `runs [2024] a?b`, beside `runs 2 a-b`, which the unescaped pattern matched instead of the store."""
+    sibling = Store(tmp_path / "runs 2 a-b")
+    sibling.write("trials", trial_rows("other", 4))
+    sibling.write("spans", span_rows("other", 3, "2026-01-05", "shop"))
+    store = tmp_path / "runs [2024] a?b"
+    runner = CliRunner()
+    run = runner.invoke(main, ["run", "-d", "arithmetic", "-a", "mock", "--cases", "3", "--store", str(store), "-q"])
+    assert run.exit_code == 0, run.output
+    for i in range(3):  # small files, and spans stored twice, for the compaction to merge and look into
+        Store(store).write("trials", trial_rows("e", 2, start=i * 2))
+        Store(store).write("spans", span_rows("e", 2, "2026-01-05", "shop"))
+    compacted = runner.invoke(main, ["compact", "--store", str(store)])
+    assert compacted.exit_code == 0, compacted.output
+    assert "dropped 4 span rows" in compacted.output
+    counted = "SELECT (SELECT count(*) FROM trials) AS trials, (SELECT count(*) FROM spans) AS spans"
+    assert Store(store).query(counted, read_only=True).to_pylist() == [{"trials": 9 + 6, "spans": 27 + 2}]
+    assert Store(store).query(counted).to_pylist() == [{"trials": 15, "spans": 29}]
+    sql = runner.invoke(main, ["sql", counted, "--store", str(store), "--format", "csv"])
+    assert sql.exit_code == 0, sql.output
+    assert sql.output.splitlines()[-1] == "15,29"
+    doctor = runner.invoke(main, ["doctor", "--store", str(store)])
+    assert doctor.exit_code == 0, doctor.output
+    assert "all readable" in doctor.output
+    report = runner.invoke(main, ["report", "--store", str(store), "--format", "json"])
+    assert report.exit_code == 0, report.output
+    assert snapshot_folders(Store(store)), "the run's and the compaction's report figures were saved"

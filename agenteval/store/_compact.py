@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agenteval_exporters.files import STAGED_SUFFIX, exchange, fsync_dir, new_file_name, write_parquet
-from agenteval_exporters.storefs import RemoteRoot, StoreRoot
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_literal
 from agenteval_instrumentation.masking import masked_logger
 
 from . import _schemas
@@ -466,10 +466,12 @@ def _copies_database(root: StoreRoot, scratch: Path) -> Iterator[duckdb.DuckDBPy
             yield con
 
 
-def _read_files(files: list[str], *, row_numbers: bool = False) -> str:
+def _read_files(root: StoreRoot, files: list[str], *, row_numbers: bool = False) -> str:
     from ._views import sql_string
 
-    listed = "[" + ", ".join(sql_string(f) for f in files) + "]"
+    # On disk, each name as a pattern matching only itself: DuckDB reads a name as a glob (see duckdb_literal).
+    named = files if isinstance(root, RemoteRoot) else [duckdb_literal(f) for f in files]
+    listed = "[" + ", ".join(sql_string(f) for f in named) + "]"
     return Store._read_parquet(listed, filename=True, row_numbers=row_numbers)
 
 
@@ -484,7 +486,7 @@ def folders_with_copies(root: StoreRoot, files: list[str], scratch: Path) -> set
         return set()
     try:
         with _copies_database(root, scratch) as con:
-            return set(duplicated_partitions(con, _read_files(files)))
+            return set(duplicated_partitions(con, _read_files(root, files)))
     except duckdb.Error as exc:
         logger.warning("agenteval: could not look for spans stored twice: %s", exc)
         return set()
@@ -498,7 +500,7 @@ def span_copies(root: StoreRoot, files: list[str], scratch: Path) -> SpanCopies:
 
     try:
         with _copies_database(root, scratch) as con:
-            return SpanCopies.of(con, _read_files(files, row_numbers=True), files)
+            return SpanCopies.of(con, _read_files(root, files, row_numbers=True), files)
     except duckdb.Error as exc:
         raise OSError(f"could not look for spans stored twice: {exc}") from exc
 

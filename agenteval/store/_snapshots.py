@@ -37,7 +37,7 @@ import duckdb
 
 from agenteval_exporters.files import STAGED_SUFFIX, partition_path
 from agenteval_exporters.schema import PARTITION_COLUMN
-from agenteval_exporters.storefs import RemoteRoot, local_home
+from agenteval_exporters.storefs import RemoteRoot, duckdb_literal, local_home
 from agenteval_instrumentation import attributes as A
 from agenteval_instrumentation.masking import masked_logger
 
@@ -272,7 +272,9 @@ def _attach(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
 
 def _parquet(files: Path) -> str:
     """SQL reading figure files (a path or a glob), not as a partition (a snapshot's folder is ``experiment_id=``)."""
-    return f"read_parquet({sql_string(str(files))}, hive_partitioning = false)"
+    # The folder as a pattern that matches only itself (the store's name may hold `[`: see duckdb_literal).
+    pattern = duckdb_literal(files.parent) + os.sep + files.name
+    return f"read_parquet({sql_string(pattern)}, hive_partitioning = false)"
 
 
 def _detach(con: duckdb.DuckDBPyConnection) -> None:

@@ -16,7 +16,7 @@ import duckdb
 
 from agenteval_exporters.files import STAGED_SUFFIX, publish, staging_dir, write_parquet
 from agenteval_exporters.partitions import partition_by_experiment, partition_spans, store_path
-from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_path, local_home
+from agenteval_exporters.storefs import RemoteRoot, StoreRoot, duckdb_glob, duckdb_literal, duckdb_path, local_home
 from agenteval_instrumentation.masking import masked_logger
 
 from ..errors import AgentevalError
@@ -197,7 +197,7 @@ def _schema_file_columns(con: duckdb.DuckDBPyConnection, path: Path | None) -> l
     if path is None or not path.is_file():
         return None
     try:
-        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_string(str(path))})").fetchall()
+        described = con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_string(duckdb_literal(path))})").fetchall()
     except duckdb.Error:  # unreadable: the Arrow schema says the same
         return None
     return [(row[0], row[1]) for row in described] or None
@@ -372,7 +372,7 @@ class Store:
     def glob(self, table: str) -> str:
         """The pattern that reads every file of ``table`` (absolute: a read-only connection reaches the store
         through DuckDB's ``allowed_directories``, which it compares with absolute paths)."""
-        return duckdb_path(self.root, f"{table}/**/*.parquet")
+        return duckdb_glob(self.root, f"{table}/**/*.parquet")
 
     def require(self) -> None:
         """Raise :class:`NoStore` unless the store folder exists: reads never create it."""
@@ -476,7 +476,10 @@ class Store:
         this machine's where its saved report figures are kept (see :mod:`._snapshots`)."""
         if isinstance(self.root, RemoteRoot):
             return [duckdb_path(self.root, "") + "/", str(local_home(self.root, "snapshots", create=False)) + os.sep]
-        return [str(self.root.absolute()) + os.sep]
+        # DuckDB checks a pattern against these before it expands it, and the files it finds after: the store's own
+        # patterns name its folder as a pattern that matches only itself (see duckdb_literal).
+        folder = self.root.absolute()
+        return list(dict.fromkeys([str(folder) + os.sep, duckdb_literal(folder) + os.sep]))
 
     def _stored_sql(self, table: str, con: duckdb.DuckDBPyConnection) -> str:
         """The table's rows as written; with the schema's columns in any case, so that files of an older

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,20 @@ def duckdb_path(root: StoreRoot, relative: str) -> str:
     if isinstance(root, RemoteRoot):
         return (root / relative).url
     return str(root.absolute() / relative)
+
+
+_GLOB_CHARACTERS = re.compile(r"([\[*?])")
+
+
+def duckdb_literal(path: Path | str) -> str:
+    """A path on disk as a DuckDB pattern that matches that path alone. DuckDB reads every name given to
+    ``read_parquet`` as a glob, so a store in ``runs [2024]`` read no file (``[2024]`` is one character of 2, 0 or
+    4) and one in ``a?b`` read the files of ``a*b`` too; ``[``, ``*`` and ``?`` each go in brackets."""
+    return _GLOB_CHARACTERS.sub(r"[\1]", str(path))
+
+
+def duckdb_glob(root: StoreRoot, pattern: str) -> str:
+    """The DuckDB pattern for ``pattern`` (a glob relative to ``root``): the root's own name matches only itself."""
+    if isinstance(root, RemoteRoot):
+        return (root / pattern).url
+    return f"{duckdb_literal(root.absolute())}{os.sep}{pattern}"
