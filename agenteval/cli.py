@@ -1711,7 +1711,7 @@ def compact(store: str | None, wait: float | None) -> None:
     from .analysis._saved_report import save_reports
     from .render._counted import counted
     from .run._progress import following, progress_output
-    from .store import Store
+    from .store import Store, StoreNotWritable
     from .store import compact as compact_store
 
     given: dict[str, Any] = {} if wait is None else {"wait": wait}
@@ -1743,6 +1743,10 @@ def compact(store: str | None, wait: float | None) -> None:
             f"left {result.partitions_skipped} partition(s) as they were: a file could not be read; "
             "run agenteval doctor to set unreadable files aside",
             err=True,
+        )
+    if result.write_error is not None:
+        raise StoreNotWritable.at(
+            target.root, result.write_error, f"{result.partitions_unwritten} partition(s) left as they were"
         )
 
 

@@ -268,3 +268,41 @@ def test_scores_of_tries_whose_trial_rows_were_never_written_are_not_counted_aft
         ("answer_match", 90),
         ("tool_use", 90),
     ]
+
+
+def test_a_compaction_whose_merged_copy_cannot_be_written_says_so_not_that_a_file_is_unreadable(tmp_path):
+    """`agenteval compact` under a file-size limit (as on a full disk) left the partition whose merged copy was too
+    large as it was, said "a file could not be read; run agenteval doctor", which found nothing, and exited 0 (found
+    by a hostile check). It now says the store cannot be written, exits 1, and every row is still there once."""
+    store = Store(tmp_path / "s")
+    rows = 0
+    for i in range(16):  # 16 files of about 20 KB each: each fits under the limit, their merged copy does not
+        store.write("trials", [{**row, "error_message": os.urandom(20_000).hex()} for row in _trials("big", i)])
+        rows += 1
+    for i in range(3):  # a small partition, which the limit leaves alone
+        store.write("trials", _trials("small", i))
+    compacted = agenteval("compact", "--store", str(store.root), limited=True)
+    assert compacted.returncode == 1, compacted.stderr
+    assert "could not be read" not in compacted.stderr and "doctor" not in compacted.stderr
+    assert f"the store at {store.root} cannot be written (File too large: 1 partition(s) left as they were)" in (
+        compacted.stderr
+    )
+    assert "compacted 1 partition(s): 3 files -> 1" in compacted.stdout
+    assert len(list((store.root / "trials" / "experiment_id=big").glob("*.parquet"))) == 16
+    counted = store.query("SELECT experiment_id, count(*) n FROM trials GROUP BY ALL ORDER BY ALL").to_pylist()
+    assert counted == [{"experiment_id": "big", "n": rows}, {"experiment_id": "small", "n": 3}]
+
+
+def _trials(experiment: str, i: int) -> list[dict]:
+    return [
+        {
+            "experiment_id": experiment,
+            "trial_id": f"{experiment}-t{i}",
+            "case_id": "c",
+            "attempt": 1,
+            "outcome": "wrong",
+            "passed": False,
+            "started_at": 0,
+            "ended_at": 1,
+        }
+    ]

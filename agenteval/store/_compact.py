@@ -74,6 +74,10 @@ class CompactionResult:
     partitions_taken: int = 0
     """Compacted meanwhile by another compaction (on object storage, one that took the store's lease while this
     one could not renew it): nothing lost, nothing left to do."""
+    partitions_unwritten: int = 0
+    """Left as they were because their merged copy could not be written (a full disk, a file size limit)."""
+    write_error: OSError | None = None
+    """The last error writing a merged copy, when one could not be written."""
     figures_refreshed: list[str] = dataclasses.field(default_factory=list)
     """Experiments whose saved figures the compaction put out of date, saved again (see :mod:`._snapshots`)."""
     copies_dropped: int = 0
@@ -100,6 +104,13 @@ class CompactionResult:
             store,
         )
         self.partitions_skipped += 1
+
+    def left_unwritten(self, where: object, error: OSError) -> None:
+        """Count a partition left as it was because its merged copy could not be written: no file of it is at fault,
+        so the doctor has nothing to do; space has to be freed."""
+        logger.warning("agenteval: left %s as it is: its merged copy could not be written: %s", where, error)
+        self.partitions_unwritten += 1
+        self.write_error = error
 
     def taken_over(self, where: object) -> None:
         """Count a partition another compaction merged while this one was merging it (its merge is dropped)."""
@@ -393,6 +404,11 @@ def compact(
         return CompactionResult(skipped=True)
 
 
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+"""Errors of writing a merged copy that no file of the partition is at fault for: they were told as an unreadable
+file, with `agenteval doctor` to run, which found nothing."""
+
+
 def _compact_locked(
     store: Store,
     tables: list[str] | None,
@@ -420,7 +436,10 @@ def _compact_locked(
             try:
                 merged = compact_partition(store, table, folder, has_copies=folder in with_copies)
             except (pa.ArrowException, OSError) as exc:
-                result.left_unreadable(folder, exc, store.root)
+                if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+                    result.left_unwritten(folder, exc)
+                else:
+                    result.left_unreadable(folder, exc, store.root)
                 _recover_locked(store.root)  # drops this partition's workspace: it was never swapped
             else:
                 result.merged(*merged)

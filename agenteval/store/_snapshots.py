@@ -194,10 +194,15 @@ def open_figures(
     return False
 
 
-def save_figures(store: Store, experiment_id: str) -> None:
-    """Save the experiment's snapshot for the store as it is now, unless it exists (a writer's call)."""
-    with judged_connection(store, experiment_id, save=True):
-        pass
+def save_figures(store: Store, experiment_id: str) -> bool:
+    """Save the experiment's snapshot for the store as it is now, unless it exists (a writer's call); whether it is
+    there now. One that cannot be saved (a full disk) is not computed elsewhere instead: nobody would read it, and a
+    full disk fails that too, which ended `agenteval compact` and `rescore` with DuckDB's error after their work."""
+    current = fingerprint(store, experiment_id)
+    if snapshot_folder(store, experiment_id, current).is_dir():
+        return True
+    with contextlib.closing(store.connect()) as con:
+        return _save(con, store, experiment_id, current)
 
 
 def refresh_figures(store: Store, *, missing: bool = False) -> list[str]:
@@ -205,8 +210,8 @@ def refresh_figures(store: Store, *, missing: bool = False) -> list[str]:
     ``missing`` for every experiment that has none (a store written before snapshots); the ids of those saved."""
     refreshed = []
     for experiment_id in _experiment_ids(store, missing):
-        if not snapshot_folder(store, experiment_id, fingerprint(store, experiment_id)).is_dir():
-            save_figures(store, experiment_id)
+        current = snapshot_folder(store, experiment_id, fingerprint(store, experiment_id)).is_dir()
+        if not current and save_figures(store, experiment_id):
             refreshed.append(experiment_id)
     return refreshed
 
