@@ -27,7 +27,7 @@ RESEND_AFTER_SECONDS = 0.5
 
 
 class _Ending:
-    """This process's state: whether the handler has started (so it runs once), and the watcher's pipe."""
+    """This process's state: whether a handler has started (the watcher then stops), and the watcher's pipe."""
 
     def __init__(self) -> None:
         self.started = threading.Event()
@@ -35,16 +35,23 @@ class _Ending:
 
 
 _this_process = _Ending()
+_ending_handlers: set[Callable[..., Any]] = set()
+"""The handlers :func:`flush_on_sigterm` installed that end the process (those with the default beneath them; with
+``setup_tracing()`` called twice the second chains to the first): the watcher re-sends a signal for any of them."""
 
 
 def flush_on_sigterm(flush: Callable[[], Any]) -> None:
     """From the main thread: on SIGTERM, ``flush``, then hand the signal on to the handler installed before (the
     application's own, or the default, which ends the process as SIGTERM does)."""
     previous = signal.getsignal(signal.SIGTERM)
+    ends = previous == signal.SIG_DFL or previous in _ending_handlers
+
+    began = threading.Event()
 
     def on_sigterm(signum: int, frame: FrameType | None) -> Any:
-        if previous == signal.SIG_DFL and _this_process.started.is_set():
-            return None  # sent again by the watcher while the first one flushes: it ends the process already
+        if ends and began.is_set():
+            return None  # sent again by the watcher while this one flushes: it ends the process already
+        began.set()
         _this_process.started.set()
         flush()
         if callable(previous):
@@ -57,14 +64,15 @@ def flush_on_sigterm(flush: Callable[[], Any]) -> None:
 
     signal.signal(signal.SIGTERM, on_sigterm)
     _hold_sigterm_while_forking()
+    if ends:  # not over an application's own handler, which may count the signals it gets
+        _ending_handlers.add(on_sigterm)
     if previous == signal.SIG_DFL:
-        # Only where the handler ends the process: an application's own handler may count the signals it gets.
-        _watch(on_sigterm)
+        _watch()
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=lambda: _watch_in_child(on_sigterm))
+            os.register_at_fork(after_in_child=_watch_in_child)
 
 
-def _watch_in_child(handler: Callable[..., Any]) -> None:
+def _watch_in_child() -> None:
     """A forked child's own watcher: the parent's thread did not come with it, and its pipe is the parent's."""
     global _this_process
     inherited = _this_process.pipe
@@ -75,11 +83,11 @@ def _watch_in_child(handler: Callable[..., Any]) -> None:
             os.close(end)
         if current != inherited[1]:
             signal.set_wakeup_fd(current)  # another's since the parent's watcher began (an event loop's): theirs
-    _watch(handler)
+    _watch()
 
 
-def _watch(handler: Callable[..., Any]) -> None:
-    """Start the watcher for ``handler`` in this process, unless the wakeup file descriptor is someone else's (an
+def _watch() -> None:
+    """Start the watcher in this process, unless the wakeup file descriptor is someone else's (an
     event loop's signal handling), which then wakes its own thread for each signal."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -93,12 +101,12 @@ def _watch(handler: Callable[..., Any]) -> None:
         return
     _this_process.pipe = (read, write)
     watcher = threading.Thread(
-        target=_resend_while_unhandled, args=(read, handler, _this_process), name="agenteval-sigterm", daemon=True
+        target=_resend_while_unhandled, args=(read, _this_process), name="agenteval-sigterm", daemon=True
     )
     watcher.start()
 
 
-def _resend_while_unhandled(read: int, handler: Callable[..., Any], ending: _Ending) -> None:
+def _resend_while_unhandled(read: int, ending: _Ending) -> None:
     main = threading.main_thread().ident
     while True:
         try:
@@ -110,7 +118,7 @@ def _resend_while_unhandled(read: int, handler: Callable[..., Any], ending: _End
         if signal.SIGTERM not in received:
             continue
         while not ending.started.wait(RESEND_AFTER_SECONDS):
-            if signal.getsignal(signal.SIGTERM) is not handler or main is None:
+            if signal.getsignal(signal.SIGTERM) not in _ending_handlers or main is None:
                 break  # the application has its own handler now: how it waits is its own
             signal.pthread_kill(main, signal.SIGTERM)
 

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import duckdb
+import pytest
 
 SIGTERM_WHILE_FORKING = """
 import os, signal, sys
@@ -126,6 +127,8 @@ def wait_for_ever():
 
 if __name__ == "__main__":
     setup_tracing(sys.argv[1], service_name="svc")
+    if sys.argv[2] == "twice":  # a second store: its handler chains to the first's
+        setup_tracing(sys.argv[1] + "-second", service_name="svc")
     if sys.argv[2] == "child":
         child = multiprocessing.get_context("fork").Process(target=wait_for_ever)
         child.start()
@@ -152,10 +155,11 @@ def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_a_multip
     assert stored_spans(tmp_path / "store") == (5, 5)  # and flushed first
 
 
-def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_the_process(tmp_path):
+@pytest.mark.parametrize("setups", ["once", "twice"])
+def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_the_process(tmp_path, setups):
     try:
         done = subprocess.run(
-            [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), "itself"],
+            [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), setups],
             capture_output=True,
             text=True,
             timeout=30,
@@ -163,4 +167,5 @@ def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_the_proc
     except subprocess.TimeoutExpired as hung:
         raise AssertionError("the process never handled its SIGTERM") from hung
     assert done.returncode == -15, done.stderr
-    assert stored_spans(tmp_path / "store") == (5, 5)
+    stores = [tmp_path / "store"] + ([tmp_path / "store-second"] if setups == "twice" else [])
+    assert [stored_spans(store) for store in stores] == [(5, 5)] * len(stores)  # each handler flushed its own
