@@ -4,21 +4,27 @@ Three hazards of a Python-level SIGTERM handler are handled here:
 
 - a handler runs on the main thread between bytecodes. A signal that arrives as the main thread enters a blocking C
   call (a pool's idle worker waiting on its task queue's lock) is noted and never handled: no second signal comes to
-  interrupt the wait, where the default action would have ended the process at once. A watcher thread learns of each
-  SIGTERM through the wakeup file descriptor and, while the handler has not run, sends the signal to the main thread
-  again, which interrupts the wait;
+  interrupt the wait, where the default action would have ended the process at once. In a ``multiprocessing`` child,
+  which a pool's ``terminate()`` ends with SIGTERM, a watcher thread learns of each SIGTERM through the wakeup file
+  descriptor and, while the handler has not run, sends the signal to the main thread again, which interrupts the
+  wait. Not in the application's own process, whose wakeup file descriptor its event loop may want (Trio warns when
+  it finds one taken);
 - a forked child inherits the handler with its parent's queued spans, which the exporters' fork hooks empty: a
   SIGTERM that reached the child before they had flushed the parent's spans from the child, stored twice. SIGTERM
   is blocked from just before a fork until the child's hooks have run;
-- threads do not survive a fork, so each forked child gets a watcher of its own.
+- threads do not survive a fork, so each ``multiprocessing`` child gets a watcher of its own, and a child forked
+  otherwise lets go of its parent's.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
+from multiprocessing import util as multiprocessing_util
 from types import FrameType
 from typing import Any
 
@@ -63,17 +69,41 @@ def flush_on_sigterm(flush: Callable[[], Any]) -> None:
         return None
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    _hold_sigterm_while_forking()
     if ends:  # not over an application's own handler, which may count the signals it gets
         _ending_handlers.add(on_sigterm)
-    if previous == signal.SIG_DFL:
-        _watch()
+    if previous == signal.SIG_DFL:  # the first call
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_watch_in_child)
+            # Before the hold below, so a child stops writing to its parent's pipe while SIGTERM is still blocked: a
+            # SIGTERM the child took with its parent's wakeup fd reached the parent's watcher, which then sent SIGTERM
+            # to the parent's main thread (found by the review).
+            os.register_at_fork(after_in_child=_disown_the_parents_watcher)
+        # Run in every child multiprocessing forks, once the child is its own.
+        multiprocessing_util.register_after_fork(_MULTIPROCESSING_CHILDREN, _watch_in_a_child)
+        if _in_a_multiprocessing_child():
+            _watch()
+    _hold_sigterm_while_forking()
 
 
-def _watch_in_child() -> None:
-    """A forked child's own watcher: the parent's thread did not come with it, and its pipe is the parent's."""
+class _Registration:
+    """What multiprocessing's registry of after-fork calls keeps alive (it holds its objects weakly)."""
+
+
+_MULTIPROCESSING_CHILDREN = _Registration()
+
+
+def _in_a_multiprocessing_child() -> bool:
+    """Whether this process is a ``multiprocessing`` child: one set up inside its target, or a spawned (forkserver)
+    one importing its parent's main module, which it runs as ``__mp_main__`` before the child is bootstrapped (and
+    which no after-fork call reaches)."""
+    return multiprocessing.parent_process() is not None or "__mp_main__" in sys.modules
+
+
+def _watch_in_a_child(_: object) -> None:
+    _watch()
+
+
+def _disown_the_parents_watcher() -> None:
+    """In a forked child: the parent's watcher thread did not come with it, and its pipe is the parent's."""
     global _this_process
     inherited = _this_process.pipe
     _this_process = _Ending()
@@ -83,13 +113,13 @@ def _watch_in_child() -> None:
             os.close(end)
         if current != inherited[1]:
             signal.set_wakeup_fd(current)  # another's since the parent's watcher began (an event loop's): theirs
-    _watch()
 
 
 def _watch() -> None:
-    """Start the watcher in this process, unless the wakeup file descriptor is someone else's (an
-    event loop's signal handling), which then wakes its own thread for each signal."""
-    if threading.current_thread() is not threading.main_thread():
+    """Start the watcher in this process (a ``multiprocessing`` child), unless there is one already or the wakeup
+    file descriptor is someone else's (an event loop's signal handling), which then wakes its own thread for each
+    signal."""
+    if threading.current_thread() is not threading.main_thread() or _this_process.pipe is not None:
         return
     read, write = os.pipe()
     os.set_blocking(write, False)

@@ -68,6 +68,44 @@ def test_a_sigterm_reaching_a_child_being_forked_stores_none_of_the_parents_span
     assert stored_spans(tmp_path / "store") == (10, 10)
 
 
+SIGTERM_TO_A_CHILD_BEING_FORKED = """
+import multiprocessing, os, signal, sys, time
+from agenteval._sigterm import RESEND_AFTER_SECONDS
+from agenteval.tracing import setup_tracing
+
+forking_a_child_to_end = False
+# Runs in a child before setup_tracing's own fork hooks, as in SIGTERM_WHILE_FORKING, but with no handler of the
+# application's: setup_tracing's ends the process, so a multiprocessing child's watcher of SIGTERM is at work.
+os.register_at_fork(after_in_child=lambda: forking_a_child_to_end and os.kill(os.getpid(), signal.SIGTERM))
+setup_tracing(sys.argv[1], service_name="svc", flush_interval=3600)
+
+def fork_a_child_and_go_on():
+    global forking_a_child_to_end
+    forking_a_child_to_end = True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("grandchild's exit:", os.waitstatus_to_exitcode(status), flush=True)
+    time.sleep(RESEND_AFTER_SECONDS * 6)  # time for this process's watcher to act on a signal it wrongly learnt of
+    print("child still running", flush=True)
+
+child = multiprocessing.get_context("fork").Process(target=fork_a_child_and_go_on)
+child.start()
+child.join(60)
+print("child's exit:", child.exitcode, flush=True)
+"""
+
+
+def test_a_sigterm_to_a_child_being_forked_does_not_end_its_parent(tmp_path):
+    # Found by the review of 68f07ce: a forked child unblocked SIGTERM before it had let go of its parent's wakeup fd,
+    # so the signal was written to the pipe of the parent's watcher, which read it as the parent's own missed SIGTERM
+    # and sent SIGTERM to the parent's main thread: a pool's terminate() could end the process that owns the pool.
+    done = run(SIGTERM_TO_A_CHILD_BEING_FORKED, tmp_path / "store")
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.splitlines() == ["grandchild's exit: -15", "child still running", "child's exit: 0"]
+
+
 MULTIPROCESSING_WORKERS = """
 import multiprocessing, sys
 from agenteval import tool
@@ -110,6 +148,11 @@ import multiprocessing, signal, sys, threading
 from agenteval import tool
 from agenteval.tracing import setup_tracing
 
+# At the module's top: a spawned child imports it, and sets up tracing of its own.
+setup_tracing(sys.argv[1], service_name="svc")
+if "twice" in sys.argv[2]:  # a second store: its handler chains to the first's
+    setup_tracing(sys.argv[1] + "-second", service_name="svc")
+
 @tool
 def step(i):
     return i
@@ -126,46 +169,25 @@ def wait_for_ever():
     lock.acquire()
 
 if __name__ == "__main__":
-    setup_tracing(sys.argv[1], service_name="svc")
-    if sys.argv[2] == "twice":  # a second store: its handler chains to the first's
-        setup_tracing(sys.argv[1] + "-second", service_name="svc")
-    if sys.argv[2] == "child":
-        child = multiprocessing.get_context("fork").Process(target=wait_for_ever)
-        child.start()
-        child.join(30)
-        print("child's exit:", child.exitcode, flush=True)
-        if child.exitcode is None:
-            child.kill()
-    else:
-        wait_for_ever()
+    child = multiprocessing.get_context(sys.argv[2].split("-")[0]).Process(target=wait_for_ever)
+    child.start()
+    child.join(30)
+    print("child's exit:", child.exitcode, flush=True)
+    if child.exitcode is None:
+        child.kill()
 """
 
 
-def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_a_multiprocessing_child(tmp_path):
+@pytest.mark.parametrize("how", ["fork", "fork-twice", "spawn"])
+def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_a_multiprocessing_child(tmp_path, how):
     # Found by a hostile check: `with Pool(2)` after setup_tracing hung in about one run of 65, terminate() waiting for
     # a worker whose SIGTERM had been noted and never handled (without tracing's handler the signal ends it at once).
+    script = tmp_path / "noted.py"  # a file, not -c: a spawned child imports its parent's main module
+    script.write_text(NOTED_WHILE_THE_MAIN_THREAD_WAITS)
     done = subprocess.run(
-        [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), "child"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, str(script), str(tmp_path / "store"), how], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child's exit: -15"]  # ended by SIGTERM, as without tracing
-    assert stored_spans(tmp_path / "store") == (5, 5)  # and flushed first
-
-
-@pytest.mark.parametrize("setups", ["once", "twice"])
-def test_a_sigterm_the_main_thread_missed_while_waiting_in_c_still_ends_the_process(tmp_path, setups):
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", NOTED_WHILE_THE_MAIN_THREAD_WAITS, str(tmp_path / "store"), setups],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except subprocess.TimeoutExpired as hung:
-        raise AssertionError("the process never handled its SIGTERM") from hung
-    assert done.returncode == -15, done.stderr
-    stores = [tmp_path / "store"] + ([tmp_path / "store-second"] if setups == "twice" else [])
-    assert [stored_spans(store) for store in stores] == [(5, 5)] * len(stores)  # each handler flushed its own
+    stores = [tmp_path / "store"] + ([tmp_path / "store-second"] if how.endswith("twice") else [])
+    assert [stored_spans(store) for store in stores] == [(5, 5)] * len(stores)  # each handler flushed first
