@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,21 +84,28 @@ def test_traces_whose_top_span_has_a_remote_parent_are_scored_too(tmp_path):
     assert collector.stats().scores_written == 4
 
 
-def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_path):
-    store = tmp_path / "cli-store"
+def collected(store: Path, send: Callable[[str], object], *options: str) -> str:
+    """What ``agenteval collect`` (HTTP on a free port, into ``store``, with ``options``) prints once ``send(endpoint)``
+    has sent to it and a SIGTERM has stopped it."""
     command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
-    command += ["--score", "tool_errors", "--sample", "0.5", "--score-delay", "0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
         assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
-        send_traces(line.split(" on ")[1].split(";")[0].strip(), 42)
+        send(line.split(" on ")[1].split(";")[0].strip())
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
+    return out
+
+
+def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_path):
+    store = tmp_path / "cli-store"
+    options = ("--score", "tool_errors", "--sample", "0.5", "--score-delay", "0")
+    out = collected(store, lambda endpoint: send_traces(endpoint, 42), *options)
     scored = trace_scores(store)
     # The sample is chosen by trace id, as rescore --traces --sample 0.5 would choose it.
     expected = {t for t, status in traces(store).items() if status != "ERROR" and trace_sampled(t, 0.5)}
@@ -106,28 +114,15 @@ def test_the_command_scores_a_sample_chosen_by_trace_id_and_says_how_many(tmp_pa
     assert f"; {len(scored)} scores for {len(scored)} of 42 finished traces (the others not sampled" in out
 
 
-def collect_command(store: Path, *options: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "agenteval.cli", "collect", "--port", "0", "--no-grpc", "--store", str(store)]
-    return subprocess.Popen([*command, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def test_the_command_says_why_traces_sent_without_message_content_got_no_score(tmp_path):
     """Found by a hostile check: an agent whose content capture is off sent 900 traces, and the stop line read
     '0 scores for 900 of 900 finished traces' with no reason, where rescore --traces over the same store says the
     scorer had no message content to judge."""
     store = tmp_path / "no-content"
-    process = collect_command(store, "--score", "tool_errors", "--score-delay", "0")
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("agenteval collect: OTLP/HTTP on http://127.0.0.1:"), line + process.stderr.read()
-        endpoint = line.split(" on ")[1].split(";")[0].strip()
-        send_traces(endpoint, 7, env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"})
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, err
+    no_content = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "false"}
+    out = collected(
+        store, lambda endpoint: send_traces(endpoint, 7, env=no_content), "--score", "tool_errors", "--score-delay", "0"
+    )
     assert trace_scores(store) == {}
     # The 4 traces that did not end in error, as rescore --traces counts and words them.
     assert "; 0 scores for 4 of 7 finished traces" in out
