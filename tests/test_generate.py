@@ -11,6 +11,7 @@ import sys
 import threading
 
 import model_servers as ms
+import pytest
 
 from agenteval import evaluate
 from agenteval.dataset import load_dataset, load_file
@@ -187,17 +188,19 @@ def test_files_named_alike_in_two_folders_give_distinct_passage_ids_and_a_file_g
     assert len(model_server.requests) == 4
 
 
-def test_a_document_named_like_the_reserved_category_gives_cases_validate_accepts(model_server, tmp_path):
-    """A case's category is its document's name; "uncategorized" is the name of cases without one, which validate
-    refuses, so Uncategorized.md gave a file of cases its own validate refused."""
+@pytest.mark.parametrize("name", ["Uncategorized", "unanswerable"])
+def test_a_document_named_like_a_category_of_other_cases_gives_cases_of_its_own(model_server, tmp_path, name):
+    """A case's category is its document's name. "uncategorized" is the name of cases without one, which validate
+    refuses, so Uncategorized.md gave a file of cases its own validate refused; "unanswerable" is that of the
+    questions the documents do not answer, so unanswerable.md's cases were counted with them in every report."""
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "Uncategorized.md").write_text(HANDBOOK)
+    (docs / f"{name}.md").write_text(HANDBOOK)
     model_server.responder = generator
     done = generate(model_server, tmp_path, "--unanswerable", "0")
     assert done.returncode == 0, done.stderr
     cases = load_file(tmp_path / "cases.jsonl")
-    assert len(cases) == 2 and {case.category for case in cases} == {"uncategorized-doc"}
+    assert len(cases) == 2 and {case.category for case in cases} == {f"{name.lower()}-doc"}
 
 
 def test_generate_keeps_what_is_saved_an_existing_output_the_same_file_twice_or_a_document_before_asking(

@@ -193,11 +193,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "doc"
 
 
+UNANSWERABLE_CATEGORY = "unanswerable"
+"""The category of the questions the documents do not answer."""
+
+
 def _category(passage: Passage) -> str:
     """A generated case's category: its document's name, as a slug; a document named like the reserved category
-    of cases without one is ``uncategorized-doc``, as validate refuses the reserved name."""
+    of cases without one is ``uncategorized-doc``, as validate refuses the reserved name, and one named like the
+    unanswerable questions' category ``unanswerable-doc``, which reports would have counted with them."""
     slug = _slug(Path(passage.source).stem)
-    return f"{slug}-doc" if reserved_category(slug) else slug
+    return f"{slug}-doc" if reserved_category(slug) or slug == UNANSWERABLE_CATEGORY else slug
 
 
 def split_passages(path: Path, stem: str | None = None) -> list[Passage]:
@@ -399,7 +404,7 @@ def generate(
                 id=f"generated-{len(cases) + 1:04d}",
                 input=question,
                 expected_output=UNKNOWN_ANSWER if unknown else answer,
-                category="unanswerable" if unknown else _category(passage),
+                category=UNANSWERABLE_CATEGORY if unknown else _category(passage),
                 expected_tools=("search_documents",),
                 relevant_docs=None if unknown else (passage.id,),
                 tags=("generated",),
